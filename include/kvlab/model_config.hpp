@@ -1,0 +1,65 @@
+// ModelConfig: a validated model description read from a Hugging Face style config.json
+// (or a kvlab preset, which is the same format plus a "_kvlab" block). Non-goal: weights.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kvlab {
+
+enum class Family { llama, gpt2 };  // which forward pass the simulator runs
+
+// DeepSeek-V2/V3 multi-head latent attention: one compressed latent per token per layer.
+struct MlaShape {
+    std::int64_t kv_lora_rank = 0;
+    std::int64_t qk_rope_head_dim = 0;
+};
+
+struct ModelConfig {
+    std::string name;           // preset name or file stem, e.g. "llama-2-7b"
+    std::string display_name;   // e.g. "Llama-2 7B"
+    std::string source;         // where the values were read from (HF id or file path)
+    std::string origin_path;    // file the config was read from
+    std::string model_type;     // HF model_type, e.g. "llama", "mistral", "gpt2"
+    std::string preset_family;  // "_kvlab".family for presets ("llama", "mistral", "gpt2", "llama2.c"), else ""
+    Family family = Family::llama;
+
+    std::int64_t n_layer = 0;     // L
+    std::int64_t d_model = 0;     // hidden_size
+    std::int64_t n_head = 0;      // H, query heads
+    std::int64_t n_head_kv = 0;   // Hkv
+    std::int64_t d_head = 0;      // D
+    std::int64_t d_ff = 0;        // intermediate_size (per expert for MoE)
+    std::int64_t n_vocab = 0;     // V
+    std::int64_t n_ctx_max = 0;   // max_position_embeddings
+    std::int64_t n_expert = 1;        // MoE experts per layer (1 = dense)
+    std::int64_t n_expert_active = 1; // experts used per token
+    double rope_theta = 10000.0;
+    double norm_eps = 1e-5;
+    bool tied_embeddings = false;
+
+    // Sliding-window attention: window length, and which layers use it (size n_layer).
+    std::optional<std::int64_t> sliding_window;
+    std::vector<bool> layer_windowed;
+    std::optional<MlaShape> mla;
+
+    // Which rules produced d_head and n_head_kv, said to the user (e.g. "head_dim explicit in config").
+    std::string head_dim_rule;
+    std::string kv_heads_rule;
+    std::string window_rule;
+
+    std::int64_t d_kv() const { return n_head_kv * d_head; }  // Hkv*D: width of one K or V row
+    std::int64_t n_group() const { return n_head / n_head_kv; }
+    std::string attention_kind() const;  // "MHA", "GQA-8", "MQA", "MLA"
+};
+
+// Parse and validate; `where` names the file in error messages. Throws ConfigError.
+ModelConfig parse_model_config(const nlohmann::json& j, const std::string& where, const std::string& name);
+// Read a config.json, or a directory holding one. Throws ConfigError / IoError.
+ModelConfig load_model_config(const std::filesystem::path& path);
+
+}  // namespace kvlab
