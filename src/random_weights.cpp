@@ -1,0 +1,114 @@
+#include "kvlab/random_weights.hpp"
+
+#include <cmath>
+#include <numbers>
+
+#include "kvlab/checked.hpp"
+
+namespace kvlab {
+
+namespace {
+
+std::uint64_t mix64(std::uint64_t x) {  // splitmix64 finaliser
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// Fills `n` floats with N(0, sigma) by Box-Muller on counter-hashed uniforms.
+void fill_normal(float* out, std::int64_t n, std::uint64_t key, float sigma) {
+    const std::int64_t n_pairs = (n + 1) / 2;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t j = 0; j < n_pairs; ++j) {
+        const std::uint64_t h1 = mix64(key + 2 * static_cast<std::uint64_t>(j));
+        const std::uint64_t h2 = mix64(key + 2 * static_cast<std::uint64_t>(j) + 1);
+        const double u1 = (static_cast<double>(h1 >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+        const double u2 = static_cast<double>(h2 >> 11) * 0x1.0p-53;          // [0, 1)
+        const double r = std::sqrt(-2.0 * std::log(u1)) * sigma;
+        const double angle = 2.0 * std::numbers::pi * u2;
+        out[2 * j] = static_cast<float>(r * std::cos(angle));
+        if (2 * j + 1 < n) out[2 * j + 1] = static_cast<float>(r * std::sin(angle));
+    }
+}
+
+struct Filler {
+    std::uint64_t seed;
+    float sigma;
+    std::uint64_t n_tensors = 0;
+
+    MatrixRM matrix(std::int64_t rows, std::int64_t cols) {
+        MatrixRM m(rows, cols);
+        fill_normal(m.data(), m.size(), mix64(seed ^ mix64(++n_tensors)), sigma);
+        return m;
+    }
+};
+
+std::uint64_t mat(std::int64_t rows, std::int64_t cols) {
+    return checked_mul(static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols), "weights bytes");
+}
+
+}  // namespace
+
+std::uint64_t weights_bytes(const ModelConfig& cfg) {
+    const bool gpt2 = cfg.family == Family::gpt2;
+    const std::int64_t d = cfg.d_model, d_q = cfg.n_head * cfg.d_head, d_kv = cfg.d_kv(), f = cfg.d_ff;
+    std::uint64_t layer = mat(d_q, d) + 2 * mat(d_kv, d) + mat(d, d_q) + mat(f, d) + mat(d, f);
+    layer += gpt2 ? 4 * static_cast<std::uint64_t>(d) + static_cast<std::uint64_t>(d_q + 2 * d_kv + d + f + d)  // norms + biases
+                  : mat(f, d) + 2 * static_cast<std::uint64_t>(d);  // w3 + norms
+    std::uint64_t n_values = checked_mul(layer, static_cast<std::uint64_t>(cfg.n_layer), "weights bytes");
+    n_values = checked_add(n_values, mat(cfg.n_vocab, d), "weights bytes");
+    if (gpt2) n_values = checked_add(n_values, mat(cfg.n_ctx_max, d), "weights bytes");
+    if (!cfg.tied_embeddings) n_values = checked_add(n_values, mat(cfg.n_vocab, d), "weights bytes");
+    n_values = checked_add(n_values, static_cast<std::uint64_t>(gpt2 ? 2 * d : d), "weights bytes");
+    return checked_mul(n_values, sizeof(float), "weights bytes");
+}
+
+Weights random_weights(const ModelConfig& cfg, std::uint64_t seed, float sigma) {
+    const bool gpt2 = cfg.family == Family::gpt2;
+    const std::int64_t d = cfg.d_model, d_q = cfg.n_head * cfg.d_head, d_kv = cfg.d_kv(), f = cfg.d_ff;
+    Filler fill{seed, sigma};
+    Weights w;
+    w.rope_pairing = RopePairing::neighbours;  // as llama2.c, the reference for random-init runs
+    w.tok_embed = fill.matrix(cfg.n_vocab, d);
+    if (gpt2) w.pos_embed = fill.matrix(cfg.n_ctx_max, d);
+    w.layers.resize(static_cast<std::size_t>(cfg.n_layer));
+    for (auto& lw : w.layers) {
+        lw.attn_norm = VectorF::Ones(d);
+        lw.mlp_norm = VectorF::Ones(d);
+        lw.wq = fill.matrix(d_q, d);
+        lw.wk = fill.matrix(d_kv, d);
+        lw.wv = fill.matrix(d_kv, d);
+        lw.wo = fill.matrix(d, d_q);
+        lw.w1 = fill.matrix(f, d);
+        if (!gpt2) lw.w3 = fill.matrix(f, d);
+        lw.w2 = fill.matrix(d, f);
+        if (gpt2) {
+            lw.attn_norm_bias = VectorF::Zero(d);
+            lw.mlp_norm_bias = VectorF::Zero(d);
+            lw.bq = VectorF::Zero(d_q);
+            lw.bk = VectorF::Zero(d_kv);
+            lw.bv = VectorF::Zero(d_kv);
+            lw.bo = VectorF::Zero(d);
+            lw.b1 = VectorF::Zero(f);
+            lw.b2 = VectorF::Zero(d);
+        }
+    }
+    w.final_norm = VectorF::Ones(d);
+    if (gpt2) w.final_norm_bias = VectorF::Zero(d);
+    if (!cfg.tied_embeddings) w.lm_head = fill.matrix(cfg.n_vocab, d);
+    return w;
+}
+
+std::uint64_t weights_bytes_held(const Weights& w) {
+    std::uint64_t n = static_cast<std::uint64_t>(w.tok_embed.size() + w.pos_embed.size() + w.final_norm.size() +
+                                                 w.final_norm_bias.size() + w.lm_head.size());
+    for (const auto& lw : w.layers)
+        n += static_cast<std::uint64_t>(
+            lw.attn_norm.size() + lw.attn_norm_bias.size() + lw.wq.size() + lw.wk.size() + lw.wv.size() +
+            lw.wo.size() + lw.bq.size() + lw.bk.size() + lw.bv.size() + lw.bo.size() + lw.mlp_norm.size() +
+            lw.mlp_norm_bias.size() + lw.w1.size() + lw.w3.size() + lw.w2.size() + lw.b1.size() + lw.b2.size());
+    return n * sizeof(float);
+}
+
+}  // namespace kvlab

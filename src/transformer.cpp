@@ -1,0 +1,307 @@
+// The forward pass reads like the math: one comment per step, one cost record per op, counted from
+// the shapes the step actually processed (matrix rows/cols, keys attended).
+#include "kvlab/transformer.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include "kvlab/attention.hpp"
+#include "kvlab/error.hpp"
+
+namespace kvlab {
+
+namespace {
+
+// out (d) = x (d) / sqrt(mean(x^2) + eps) * w (d)
+void rmsnorm_row(float* out, const float* x, const float* w, std::int64_t d, float eps) {
+    float ss = 0.0f;
+    for (std::int64_t i = 0; i < d; ++i) ss += x[i] * x[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+    for (std::int64_t i = 0; i < d; ++i) out[i] = x[i] * inv * w[i];
+}
+
+// out (d) = (x - mean) / sqrt(var + eps) * w + b
+void layernorm_row(float* out, const float* x, const float* w, const float* b, std::int64_t d, float eps) {
+    float mean = 0.0f;
+    for (std::int64_t i = 0; i < d; ++i) mean += x[i];
+    mean /= static_cast<float>(d);
+    float var = 0.0f;
+    for (std::int64_t i = 0; i < d; ++i) var += (x[i] - mean) * (x[i] - mean);
+    const float inv = 1.0f / std::sqrt(var / static_cast<float>(d) + eps);
+    for (std::int64_t i = 0; i < d; ++i) out[i] = (x[i] - mean) * inv * w[i] + b[i];
+}
+
+float silu(float g) { return g / (1.0f + std::exp(-g)); }
+
+float gelu_tanh(float x) {
+    constexpr float c = 0.7978845608028654f;  // sqrt(2/pi)
+    return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
+}
+
+// W (d_out, d_in) @ x rows (n, d_in) -> out rows (n, d_out), plus bias when the weights carry one
+void matmul(MatrixRM& out, const MatrixRM& x, std::int64_t n, const MatrixRM& w, const VectorF& bias) {
+    out.topRows(n).noalias() = x.topRows(n) * w.transpose();
+    if (bias.size() != 0) out.topRows(n).rowwise() += bias.transpose();
+}
+
+void count(StepCost* cost, Op op, const OpCost& c) {
+    if (cost) cost->add(op, c);
+}
+
+void count_matmul(StepCost* cost, Op op, std::int64_t n, const MatrixRM& w, const VectorF& bias) {
+    if (cost) cost->add(op, cost_matmul(n, w.cols(), w.rows(), bias.size() != 0));
+}
+
+}  // namespace
+
+Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, std::int64_t n_tokens_max)
+    : cfg_(cfg), w_(weights), n_tokens_max_(n_tokens_max), n_threads_(omp_get_max_threads()) {
+    if (cfg.mla)
+        throw ConfigError(fmt::format("{}: multi-head latent attention (MLA) is not simulated; kvcalc sizes its cache", cfg.name));
+    if (cfg.n_expert > 1)
+        throw ConfigError(fmt::format("{}: mixture-of-experts ({} experts) is not simulated; kvcalc sizes its cache, "
+                                      "and the KV cache of one expert-free layer stack is what simulate would show",
+                                      cfg.name, cfg.n_expert));
+    if (n_tokens_max <= 0)
+        throw UsageError(fmt::format("simulate: {} positions; expected at least 1", n_tokens_max));
+    if (cfg.family == Family::llama && cfg.d_head % 2 != 0)
+        throw ConfigError(fmt::format("{}: head_dim {} is odd; RoPE needs an even head dimension", cfg.name, cfg.d_head));
+    if (cfg.family == Family::gpt2 && n_tokens_max > weights.pos_embed.rows())
+        throw UsageError(fmt::format("simulate: {} positions exceed the {} learned position embeddings of {}",
+                                     n_tokens_max, weights.pos_embed.rows(), cfg.name));
+    const std::int64_t d = cfg.d_model, d_q = cfg.n_head * cfg.d_head, d_kv = cfg.d_kv(), f = cfg.d_ff;
+    if (static_cast<std::int64_t>(weights.layers.size()) != cfg.n_layer || weights.tok_embed.rows() != cfg.n_vocab ||
+        weights.tok_embed.cols() != d || weights.classifier().rows() != cfg.n_vocab)
+        throw ConfigError(fmt::format("{}: weights ({} layers, embedding {}x{}) do not match the config ({} layers, {}x{})",
+                                      cfg.name, weights.layers.size(), weights.tok_embed.rows(), weights.tok_embed.cols(),
+                                      cfg.n_layer, cfg.n_vocab, d));
+    for (const auto& lw : weights.layers)
+        if (lw.wq.rows() != d_q || lw.wq.cols() != d || lw.wk.rows() != d_kv || lw.wv.rows() != d_kv ||
+            lw.wo.rows() != d || lw.w1.rows() != f || lw.w2.cols() != f)
+            throw ConfigError(fmt::format("{}: a layer's weight shapes do not match the config (wq {}x{}, expected {}x{})",
+                                          cfg.name, lw.wq.rows(), lw.wq.cols(), d_q, d));
+
+    const std::int64_t T = n_tokens_max;
+    x_.resize(T, d);
+    xb_.resize(T, d);
+    q_.resize(T, d_q);
+    k_new_.resize(T, d_kv);
+    v_new_.resize(T, d_kv);
+    k_act_.resize(T, d_kv);
+    v_act_.resize(T, d_kv);
+    att_.resize(T, d_q);
+    hb_.resize(T, f);
+    if (cfg.family == Family::llama) hb2_.resize(T, f);
+    scores_.resize(n_threads_, T);
+    if (cfg.family == Family::llama) {
+        const std::int64_t n_freq = cfg.d_head / 2;
+        inv_freq_.resize(static_cast<std::size_t>(n_freq));
+        // as llama2.c: freq_i = 1 / theta^(2i / D), in float
+        for (std::int64_t i = 0; i < n_freq; ++i)
+            inv_freq_[static_cast<std::size_t>(i)] =
+                1.0f / std::pow(static_cast<float>(cfg.rope_theta), static_cast<float>(2 * i) / static_cast<float>(cfg.d_head));
+        rope_cos_.resize(n_freq);
+        rope_sin_.resize(n_freq);
+    }
+    x_last_.resize(d);
+    logits_.resize(cfg.n_vocab);
+}
+
+std::uint64_t Transformer::activation_bytes(const ModelConfig& cfg, std::int64_t n_tokens_max) {
+    const auto T = static_cast<std::uint64_t>(n_tokens_max);
+    const auto d = static_cast<std::uint64_t>(cfg.d_model), d_q = static_cast<std::uint64_t>(cfg.n_head * cfg.d_head),
+               d_kv = static_cast<std::uint64_t>(cfg.d_kv()), f = static_cast<std::uint64_t>(cfg.d_ff);
+    const bool llama = cfg.family == Family::llama;
+    std::uint64_t n = T * (2 * d + 2 * d_q + 4 * d_kv + (llama ? 2 : 1) * f);
+    n += static_cast<std::uint64_t>(omp_get_max_threads()) * T;             // scores
+    if (llama) n += 3 * (static_cast<std::uint64_t>(cfg.d_head) / 2);       // inv_freq, cos, sin
+    n += d + static_cast<std::uint64_t>(cfg.n_vocab);                       // x_last, logits
+    return n * sizeof(float);
+}
+
+std::uint64_t Transformer::activation_bytes_held() const {
+    const auto n = x_.size() + xb_.size() + q_.size() + k_new_.size() + v_new_.size() + k_act_.size() +
+                   v_act_.size() + att_.size() + hb_.size() + hb2_.size() + scores_.size() +
+                   static_cast<Eigen::Index>(inv_freq_.size()) + rope_cos_.size() + rope_sin_.size() +
+                   x_last_.size() + logits_.size();
+    return static_cast<std::uint64_t>(n) * sizeof(float);
+}
+
+const VectorF& Transformer::forward_cached(std::span<const TokenId> tokens, std::int64_t pos0, KvCache& cache,
+                                           StepCost* cost) {
+    if (pos0 < 0 || pos0 + static_cast<std::int64_t>(tokens.size()) > cache.n_tokens_max())
+        throw UsageError(fmt::format("simulate: positions {}..{} do not fit the KV cache of {} positions", pos0,
+                                     pos0 + static_cast<std::int64_t>(tokens.size()) - 1, cache.n_tokens_max()));
+    return forward(tokens, pos0, &cache, cost);
+}
+
+const VectorF& Transformer::forward_uncached(std::span<const TokenId> tokens, StepCost* cost) {
+    return forward(tokens, 0, nullptr, cost);
+}
+
+// RoPE on one position: q (H*D) and k (Hkv*D) rotated in place, pairs chosen by the weights' format.
+void Transformer::rope_row(float* q, float* k, std::int64_t pos) {
+    const std::int64_t D = cfg_.d_head, n_freq = D / 2;
+    for (std::int64_t i = 0; i < n_freq; ++i) {
+        const float angle = static_cast<float>(pos) * inv_freq_[static_cast<std::size_t>(i)];
+        rope_cos_[i] = std::cos(angle);
+        rope_sin_[i] = std::sin(angle);
+    }
+    const bool halves = w_.rope_pairing == RopePairing::halves;
+    auto rotate = [&](float* x, std::int64_t n_head) {
+        for (std::int64_t h = 0; h < n_head; ++h) {
+            float* xh = x + h * D;
+            for (std::int64_t i = 0; i < n_freq; ++i) {
+                float& a = halves ? xh[i] : xh[2 * i];
+                float& b = halves ? xh[i + n_freq] : xh[2 * i + 1];
+                const float a0 = a, b0 = b;
+                a = a0 * rope_cos_[i] - b0 * rope_sin_[i];
+                b = a0 * rope_sin_[i] + b0 * rope_cos_[i];
+            }
+        }
+    };
+    rotate(q, cfg_.n_head);
+    rotate(k, cfg_.n_head_kv);
+}
+
+const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_t pos0, KvCache* cache,
+                                    StepCost* cost) {
+    const auto n = static_cast<std::int64_t>(tokens.size());
+    if (n == 0 || pos0 + n > n_tokens_max_)
+        throw UsageError(fmt::format("simulate: {} tokens at position {} do not fit the {} positions allocated", n, pos0,
+                                     n_tokens_max_));
+    for (const TokenId t : tokens)
+        if (t < 0 || t >= cfg_.n_vocab)
+            throw UsageError(fmt::format("simulate: token id {} is outside the vocabulary [0, {})", t, cfg_.n_vocab));
+    const bool gpt2 = cfg_.family == Family::gpt2;
+    const std::int64_t d = cfg_.d_model, D = cfg_.d_head;
+    const float eps = static_cast<float>(cfg_.norm_eps);
+    const KvPlace place = cache ? KvPlace::cache : KvPlace::activations;
+    const AttentionShape shape{cfg_.n_head, cfg_.n_head_kv, D};
+
+    auto norm_rows = [&](const VectorF& w, const VectorF& b) {
+        for (std::int64_t i = 0; i < n; ++i) {
+            if (gpt2) layernorm_row(xb_.row(i).data(), x_.row(i).data(), w.data(), b.data(), d, eps);
+            else rmsnorm_row(xb_.row(i).data(), x_.row(i).data(), w.data(), d, eps);
+        }
+    };
+    auto norm_cost = [&](std::int64_t rows) { return gpt2 ? cost_layernorm(rows, d) : cost_rmsnorm(rows, d); };
+
+    // token embedding (+ learned positions for gpt2)
+    for (std::int64_t i = 0; i < n; ++i) x_.row(i) = w_.tok_embed.row(tokens[static_cast<std::size_t>(i)]);
+    count(cost, Op::embed, cost_embed(n, w_.tok_embed.cols()));
+    if (gpt2) {
+        x_.topRows(n) += w_.pos_embed.middleRows(pos0, n);
+        count(cost, Op::pos_embed, cost_pos_embed(n, w_.pos_embed.cols()));
+    }
+
+    for (std::int64_t l = 0; l < cfg_.n_layer; ++l) {
+        const LayerWeights& lw = w_.layers[static_cast<std::size_t>(l)];
+
+        // attention norm
+        norm_rows(lw.attn_norm, lw.attn_norm_bias);
+        count(cost, Op::attn_norm, norm_cost(n));
+
+        // q, k, v projections for the n new tokens
+        matmul(q_, xb_, n, lw.wq, lw.bq);
+        matmul(k_new_, xb_, n, lw.wk, lw.bk);
+        matmul(v_new_, xb_, n, lw.wv, lw.bv);
+        count_matmul(cost, Op::q_proj, n, lw.wq, lw.bq);
+        count_matmul(cost, Op::k_proj, n, lw.wk, lw.bk);
+        count_matmul(cost, Op::v_proj, n, lw.wv, lw.bv);
+
+        // RoPE on q and k (llama); keys are stored after rotation
+        if (!gpt2) {
+            for (std::int64_t i = 0; i < n; ++i) rope_row(q_.row(i).data(), k_new_.row(i).data(), pos0 + i);
+            count(cost, Op::rope, cost_rope(n, q_.cols() / D, k_new_.cols() / D, D));
+        }
+
+        // K and V go to the cache (cached) or to this layer's activations (uncached): the only
+        // difference between the two modes is where they are written and read.
+        MatrixRM& k_store = cache ? cache->k(l) : k_act_;
+        MatrixRM& v_store = cache ? cache->v(l) : v_act_;
+        const bool windowed = cfg_.sliding_window && cfg_.layer_windowed[static_cast<std::size_t>(l)];
+        auto store = [&](std::int64_t i) {
+            const std::int64_t row = cache ? cache->row_of(l, pos0 + i) : pos0 + i;
+            k_store.row(row) = k_new_.row(i);
+            v_store.row(row) = v_new_.row(i);
+        };
+        // attention of the query at row i over its keys; returns how many keys it attended
+        auto attend = [&](std::int64_t i, float* scores) {
+            const std::int64_t pos = pos0 + i;
+            const std::int64_t n_keys = windowed ? std::min(*cfg_.sliding_window, pos + 1) : pos + 1;
+            // cache rows 0..n_keys-1 hold exactly the attended positions (a full ring holds the window);
+            // activations hold position p in row p
+            const std::int64_t row0 = cache ? 0 : pos + 1 - n_keys;
+            attention_decode_ref(shape, q_.row(i).data(), k_store.row(row0).data(), v_store.row(row0).data(), n_keys,
+                                 att_.row(i).data(), scores);
+            return n_keys;
+        };
+        std::int64_t n_scores = 0;  // query-key pairs per head, over the n queries
+        const bool ring_wraps_in_call = cache && n > 1 && pos0 + n > cache->n_rows(l);
+        if (ring_wraps_in_call) {
+            // a later token would overwrite a key an earlier query still needs: store and attend in order
+            for (std::int64_t i = 0; i < n; ++i) {
+                store(i);
+                n_scores += attend(i, scores_.row(0).data());
+            }
+        } else {
+            for (std::int64_t i = 0; i < n; ++i) store(i);
+#pragma omp parallel for schedule(dynamic, 4) reduction(+ : n_scores) if (n > 1)
+            for (std::int64_t i = 0; i < n; ++i) n_scores += attend(i, scores_.row(omp_get_thread_num()).data());
+        }
+        const std::int64_t n_keys_first = windowed ? std::min(*cfg_.sliding_window, pos0 + 1) : pos0 + 1;
+        const std::int64_t n_key_rows = n - 1 + n_keys_first;  // distinct positions read: first query's oldest .. newest
+        count(cost, Op::kv_store, cost_kv_store(n, k_new_.cols(), place));
+        count(cost, Op::qk, cost_qk(n, shape.n_head, k_store.cols(), D, n_scores, n_key_rows, place));
+        count(cost, Op::softmax, cost_softmax(shape.n_head, n_scores));
+        count(cost, Op::av, cost_av(n, shape.n_head, v_store.cols(), D, n_scores, n_key_rows, place));
+
+        // output projection and residual
+        matmul(xb_, att_, n, lw.wo, lw.bo);
+        count_matmul(cost, Op::o_proj, n, lw.wo, lw.bo);
+        x_.topRows(n) += xb_.topRows(n);
+        count(cost, Op::attn_residual, cost_residual(n, d));
+
+        // MLP norm
+        norm_rows(lw.mlp_norm, lw.mlp_norm_bias);
+        count(cost, Op::mlp_norm, norm_cost(n));
+        if (gpt2) {
+            // gelu(x W_fc + b) W_proj + b
+            matmul(hb_, xb_, n, lw.w1, lw.b1);
+            count_matmul(cost, Op::mlp_up, n, lw.w1, lw.b1);
+            for (std::int64_t i = 0; i < n; ++i)
+                for (std::int64_t j = 0; j < hb_.cols(); ++j) hb_(i, j) = gelu_tanh(hb_(i, j));
+            count(cost, Op::activation, cost_gelu_tanh(n, hb_.cols()));
+        } else {
+            // w2(silu(w1 x) * w3 x)
+            matmul(hb_, xb_, n, lw.w1, lw.b1);
+            const VectorF no_bias;
+            matmul(hb2_, xb_, n, lw.w3, no_bias);
+            count_matmul(cost, Op::mlp_gate, n, lw.w1, lw.b1);
+            count_matmul(cost, Op::mlp_up, n, lw.w3, no_bias);
+            for (std::int64_t i = 0; i < n; ++i)
+                for (std::int64_t j = 0; j < hb_.cols(); ++j) hb_(i, j) = silu(hb_(i, j)) * hb2_(i, j);
+            count(cost, Op::activation, cost_swiglu(n, hb_.cols()));
+        }
+        matmul(xb_, hb_, n, lw.w2, lw.b2);
+        count_matmul(cost, Op::mlp_down, n, lw.w2, lw.b2);
+        x_.topRows(n) += xb_.topRows(n);
+        count(cost, Op::mlp_residual, cost_residual(n, d));
+    }
+
+    // final norm and classifier, last position only: that is all the next token needs
+    const float* x_last = x_.row(n - 1).data();
+    if (gpt2) layernorm_row(x_last_.data(), x_last, w_.final_norm.data(), w_.final_norm_bias.data(), d, eps);
+    else rmsnorm_row(x_last_.data(), x_last, w_.final_norm.data(), d, eps);
+    count(cost, Op::final_norm, norm_cost(1));
+    const MatrixRM& classifier = w_.classifier();
+    logits_.noalias() = classifier * x_last_;
+    count(cost, Op::lm_head, cost_matmul(1, classifier.cols(), classifier.rows(), false));
+    return logits_;
+}
+
+}  // namespace kvlab
