@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "kvlab/attention.hpp"
 #include "kvlab/cost.hpp"
 #include "kvlab/kv_cache.hpp"
 #include "kvlab/model_config.hpp"
@@ -14,6 +15,11 @@
 namespace kvlab {
 
 using TokenId = std::int32_t;
+
+// One query's attention, same layout and math as attention_decode_ref, vectorised with Eigen:
+// q (H*D); k, v (n_keys, Hkv*D) rows; out (H*D); scores (n_keys) scratch.
+void attention_rows(const AttentionShape& shape, const float* q, const float* k, const float* v, std::int64_t n_keys,
+                    float* out, float* scores);
 
 class Transformer {
 public:
