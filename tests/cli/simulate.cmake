@@ -1,0 +1,70 @@
+# CLI tests of `kvlab simulate` on the built binary: output, exit codes, traces.
+# Run by CTest as: cmake -DKVLAB=<kvlab> -DWORK=<scratch dir> -P simulate.cmake
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}")
+
+# run_kvlab(<expected exit code> <regex the combined output must match> <args...>)
+function(run_kvlab expected_rc regex)
+  execute_process(COMMAND "${KVLAB}" ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL expected_rc)
+    message(FATAL_ERROR "kvlab ${ARGN}: exit ${rc}, expected ${expected_rc}\nstdout:\n${out}\nstderr:\n${err}")
+  endif()
+  if(NOT "${out}${err}" MATCHES "${regex}")
+    message(FATAL_ERROR "kvlab ${ARGN}: output does not match '${regex}'\nstdout:\n${out}\nstderr:\n${err}")
+  endif()
+  set(last_out "${out}" PARENT_SCOPE)
+endfunction()
+
+set(small simulate --prompt-len 8 --steps 12 --threads 1 --quiet)
+
+# the side-by-side table, its ratio column and the growth note
+run_kvlab(0 "uncached / cached.*FLOPs.*step 1 -> step 11.*logits: max" ${small})
+# one mode only: no ratio column
+run_kvlab(0 "cached" ${small} --mode cached)
+if(last_out MATCHES "uncached / cached")
+  message(FATAL_ERROR "--mode cached printed a ratio column:\n${last_out}")
+endif()
+# gpt2 family, GQA llama with --layers, JSON output
+run_kvlab(0 "\"uncached_over_cached\"" ${small} --model gpt2 --layers 1 --format json)
+run_kvlab(0 "2 of 12 layers" simulate --model stories110m --layers 2 --prompt-len 4 --steps 3 --threads 1 -q)
+run_kvlab(0 "uncached / cached" ${small} --model stories260k)  # GQA: 8 query heads, 4 KV heads
+run_kvlab(0 "cached" ${small} --prompt-ids 1,2,3 --temperature 0.8 --top-k 5 --top-p 0.9)
+
+# errors: exit 2, one line naming the flag
+run_kvlab(2 "kvlab: error: --prompt-len \\+ --steps: 200 \\+ 100 = 300 positions exceed the context" simulate --prompt-len 200 --steps 100)
+run_kvlab(2 "--steps: 0; expected at least 1" simulate --steps 0)
+run_kvlab(2 "--prompt-len: -4; expected at least 1" simulate --prompt-len -4)
+run_kvlab(2 "--trace: cannot write.*does not exist" ${small} --trace "${WORK}/no/such/dir/t.csv")
+run_kvlab(2 "--trace:.*expected .csv or .jsonl" ${small} --trace "${WORK}/t.txt")
+run_kvlab(2 "mixture-of-experts.*not simulated" simulate --model mixtral-8x7b)
+run_kvlab(2 "--max-memory:.*try --layers [0-9]+" simulate --model llama-3-8b --max-memory 8GiB)
+run_kvlab(2 "--mode: unknown mode 'fast'" simulate --mode fast)
+run_kvlab(2 "--layers: 7; expected 1..6" simulate --layers 7)
+
+# traces: deterministic runs are byte-identical; JSONL parses; the CSV header documents units
+run_kvlab(0 "" ${small} --deterministic --trace "${WORK}/a.csv")
+run_kvlab(0 "" ${small} --deterministic --trace "${WORK}/b.csv")
+file(READ "${WORK}/a.csv" a)
+file(READ "${WORK}/b.csv" b)
+if(NOT a STREQUAL b)
+  message(FATAL_ERROR "--deterministic traces differ between two runs")
+endif()
+if(NOT a MATCHES "# units: .*\nmode,step,phase,position,n_tokens,n_keys,flops,")
+  message(FATAL_ERROR "CSV trace header missing units or columns:\n${a}")
+endif()
+if(a MATCHES "\nmode,[^\n]*wall_ns")
+  message(FATAL_ERROR "--deterministic trace has wall-time columns")
+endif()
+run_kvlab(0 "" ${small} --trace "${WORK}/t.jsonl")
+file(STRINGS "${WORK}/t.jsonl" lines)
+list(LENGTH lines n_lines)
+if(NOT n_lines EQUAL 25)  # header + 12 steps x 2 modes
+  message(FATAL_ERROR "JSONL trace has ${n_lines} lines, expected 25")
+endif()
+list(GET lines 24 last)
+string(JSON mode GET "${last}" mode)
+string(JSON n_tokens GET "${last}" n_tokens)
+string(JSON wall GET "${last}" wall_ns)
+if(NOT mode STREQUAL "uncached" OR NOT n_tokens EQUAL 19)  # prompt 8 + 11 generated tokens
+  message(FATAL_ERROR "last JSONL record: mode ${mode}, n_tokens ${n_tokens}")
+endif()

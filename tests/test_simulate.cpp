@@ -1,0 +1,223 @@
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "kvlab/error.hpp"
+#include "kvlab/kv_memory.hpp"
+#include "kvlab/random_weights.hpp"
+#include "kvlab/simulation_report.hpp"
+#include "kvlab/simulator.hpp"
+#include "kvlab/step_trace.hpp"
+#include "sim_configs.hpp"
+#include "test_support.hpp"
+
+using namespace kvlab;
+using kvlab::test::tiny_config;
+namespace fs = std::filesystem;
+
+namespace {
+
+SimulateOptions small_options() {
+    SimulateOptions o;
+    o.n_prompt = 5;
+    o.n_steps = 9;
+    return o;
+}
+
+std::string slurp(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+fs::path temp_dir() {
+    const fs::path dir = fs::temp_directory_path() / fmt::format("kvlab-test-sim-{}", ::getpid());
+    fs::create_directories(dir);
+    return dir;
+}
+
+}  // namespace
+
+TEST_CASE("Both modes decode the same tokens with matching logits and one record per step per mode") {
+    for (const auto& cfg : {tiny_config(Family::llama, 4, 2), tiny_config(Family::gpt2, 3, 3), tiny_config(Family::llama, 4, 1, 2, 3)}) {
+        INFO(cfg.name);
+        const Weights w = random_weights(cfg, 4, 0.2f);
+        const auto r = run_simulation(cfg, w, small_options());
+        CHECK(r.n_steps_done == 9);
+        CHECK(r.records.size() == 18);
+        CHECK(r.generated.size() == 9);
+        CHECK_FALSE(r.first_divergent_step.has_value());
+        CHECK(r.max_abs_dlogit < 1e-4);
+        // cached alone and uncached alone produce the tokens of the lockstep run
+        for (const SimMode m : {SimMode::cached, SimMode::uncached}) {
+            auto o = small_options();
+            o.mode = m;
+            CHECK(run_simulation(cfg, w, o).generated == r.generated);
+        }
+        // step 0 is the prefill: the cached mode runs the whole prompt, then one token per step
+        CHECK(r.records[0].mode == StepMode::cached);
+        CHECK(r.records[0].n_tokens == 5);
+        CHECK(r.records[2].n_tokens == 1);
+        CHECK(r.records[3].mode == StepMode::uncached);
+        CHECK(r.records[3].n_tokens == 6);  // prompt + one generated token
+        CHECK(r.records[17].position == 5 + 8 - 1);
+        CHECK(r.records[17].cost == closed_form_step_cost(cfg, StepMode::uncached, 0, 13));
+        CHECK(r.kv_cache_bytes == kv_bytes_sequence(cfg, DType::fp32, 14, WindowMode::cap).total());
+    }
+}
+
+TEST_CASE("A stop request ends the run after the current step with the steps done so far") {
+    const auto cfg = tiny_config(Family::llama, 4, 2);
+    const Weights w = random_weights(cfg, 4);
+    std::atomic<bool> stop{false};
+    auto o = small_options();
+    o.stop = &stop;
+    o.on_step = [&](std::int64_t done, std::int64_t) {
+        if (done == 3) stop.store(true);
+    };
+    const auto r = run_simulation(cfg, w, o);
+    CHECK(r.interrupted);
+    CHECK(r.n_steps_done == 3);
+    CHECK(r.records.size() == 6);
+}
+
+TEST_CASE("Counting can be switched off without changing the tokens") {
+    const auto cfg = tiny_config(Family::llama, 4, 2);
+    const Weights w = random_weights(cfg, 4);
+    auto o = small_options();
+    const auto counted = run_simulation(cfg, w, o);
+    o.count = false;
+    const auto silent = run_simulation(cfg, w, o);
+    CHECK(silent.generated == counted.generated);
+    CHECK(silent.records[4].cost.total().flops == 0);
+    CHECK(counted.records[4].cost.total().flops > 0);
+}
+
+TEST_CASE("Bad sizes and contexts are refused before any work") {
+    const auto cfg = tiny_config(Family::llama, 4, 2);  // 64 positions of context
+    auto o = small_options();
+    o.n_prompt = 60;
+    o.n_steps = 5;
+    CHECK_THROWS_WITH_AS(simulation_positions(cfg, o), doctest::Contains("exceed the context"), UsageError);
+    o.n_steps = 4;
+    CHECK(simulation_positions(cfg, o) == 64);
+    o.n_prompt = 0;
+    CHECK_THROWS_AS(simulation_positions(cfg, o), UsageError);
+    o.n_prompt = 5;
+    o.n_steps = 0;
+    CHECK_THROWS_AS(simulation_positions(cfg, o), UsageError);
+    o.n_steps = -3;
+    CHECK_THROWS_AS(simulation_positions(cfg, o), UsageError);
+    o.n_steps = 4;
+    o.prompt_ids = {1, 2, 50};
+    CHECK_THROWS_WITH_AS(simulation_positions(cfg, o), doctest::Contains("--prompt-ids"), UsageError);
+}
+
+TEST_CASE("Mixture-of-experts and MLA configs are refused; --layers keeps the real layer shapes") {
+    CHECK_THROWS_WITH_AS(simulation_config(load_preset("mixtral-8x7b"), std::nullopt), doctest::Contains("not simulated"), ConfigError);
+    CHECK_THROWS_WITH_AS(simulation_config(test::data_config("deepseek-mla.json"), std::nullopt), doctest::Contains("MLA"),
+                         ConfigError);
+    const auto full = load_preset("llama-3-8b");
+    const auto two = simulation_config(full, 2);
+    CHECK(two.n_layer == 2);
+    CHECK(two.d_model == full.d_model);
+    CHECK(two.n_head_kv == full.n_head_kv);
+    CHECK(two.layer_windowed.size() == 2);
+    CHECK_THROWS_AS(simulation_config(full, 0), UsageError);
+    CHECK_THROWS_AS(simulation_config(full, 33), UsageError);
+}
+
+TEST_CASE("The memory check refuses a run over the limit and suggests how many layers fit") {
+    const auto cfg = load_preset("llama-3-8b");
+    const auto e = estimate_simulation_memory(cfg, 64, SimMode::both);
+    CHECK(e.weights == weights_bytes(cfg));
+    CHECK(e.weights == 8030261248ull * 4);  // Llama-3-8B's published 8,030,261,248 parameters in fp32
+    CHECK(e.kv_cache == kv_bytes_sequence(cfg, DType::fp32, 64, WindowMode::cap).total());
+    CHECK_THROWS_WITH_AS(check_simulation_memory(cfg, 64, SimMode::both, 8ull << 30), doctest::Contains("--layers"), UsageError);
+    CHECK(check_simulation_memory(cfg, 64, SimMode::both, e.total()).total() == e.total());
+}
+
+TEST_CASE("CSV and JSONL traces parse back with one record per step per mode and documented columns") {
+    const auto cfg = tiny_config(Family::llama, 4, 2);
+    const Weights w = random_weights(cfg, 4);
+    const auto r = run_simulation(cfg, w, small_options());
+    const nlohmann::json inputs = {{"model", cfg.name}, {"steps", 9}};
+    const fs::path dir = temp_dir();
+
+    write_step_trace(dir / "t.csv", r.records, inputs, false);
+    std::istringstream csv(slurp(dir / "t.csv"));
+    std::string line;
+    std::vector<std::string> comments, rows;
+    while (std::getline(csv, line)) (line.rfind("#", 0) == 0 ? comments : rows).push_back(line);
+    CHECK(comments.size() == 4);  // title, units, two inputs
+    REQUIRE(rows.size() == 1 + 18);
+    const auto columns = trace_columns(false);
+    std::string header;
+    for (std::size_t i = 0; i < columns.size(); ++i) header += (i ? "," : "") + columns[i];
+    CHECK(rows[0] == header);
+    CHECK(rows[1].rfind("cached,0,prefill,4,5,", 0) == 0);  // mode, step, phase, position, n_tokens
+
+    write_step_trace(dir / "t.jsonl", r.records, inputs, false);
+    std::istringstream jsonl(slurp(dir / "t.jsonl"));
+    std::vector<nlohmann::json> lines;
+    while (std::getline(jsonl, line)) lines.push_back(nlohmann::json::parse(line));
+    REQUIRE(lines.size() == 1 + 18);
+    CHECK(lines[0]["kvlab_trace"] == trace_format_version);
+    CHECK(lines[0]["inputs"]["model"] == cfg.name);
+    const auto& last = lines[18];
+    CHECK(last["mode"] == "uncached");
+    CHECK(last["step"] == 8);
+    CHECK(last["flops"].get<std::uint64_t>() == r.records[17].cost.total().flops);
+    CHECK(last["n_keys"] == 13);
+    CHECK(last.contains("wall_ns"));
+    for (const auto& c : columns) CHECK(last.contains(c));
+    for (const auto& entry : fs::directory_iterator(dir)) CHECK(entry.path().filename().string()[0] != '.');  // no temp left
+    fs::remove_all(dir);
+}
+
+TEST_CASE("Deterministic traces of two runs are byte-identical and carry no wall time") {
+    const auto cfg = tiny_config(Family::gpt2, 3, 3);
+    const Weights w = random_weights(cfg, 4);
+    const fs::path dir = temp_dir();
+    for (const char* name : {"a.csv", "b.csv", "a.jsonl", "b.jsonl"})
+        write_step_trace(dir / name, run_simulation(cfg, w, small_options()).records, {{"seed", 4}}, true);
+    CHECK(slurp(dir / "a.csv") == slurp(dir / "b.csv"));
+    CHECK(slurp(dir / "a.jsonl") == slurp(dir / "b.jsonl"));
+    CHECK(slurp(dir / "a.csv").find(",wall_ns") == std::string::npos);  // the column, not the units line
+    fs::remove_all(dir);
+}
+
+TEST_CASE("An unwritable or misnamed trace path is refused before any work") {
+    CHECK_THROWS_WITH_AS(check_trace_writable("/nonexistent-dir-kvlab/t.csv"), doctest::Contains("does not exist"), UsageError);
+    CHECK_THROWS_WITH_AS(check_trace_writable("trace.txt"), doctest::Contains(".csv or .jsonl"), UsageError);
+    const fs::path dir = temp_dir();
+    CHECK_NOTHROW(check_trace_writable(dir / "ok.csv"));
+    CHECK(fs::is_empty(dir));  // the probe file is removed
+    fs::remove_all(dir);
+}
+
+TEST_CASE("The report shows cached and uncached side by side with their ratio") {
+    const auto cfg = tiny_config(Family::llama, 4, 2);
+    const Weights w = random_weights(cfg, 4);
+    const auto o = small_options();
+    const auto r = run_simulation(cfg, w, o);
+    const Report report = simulation_report(cfg, o, r, {{"model", cfg.name}}, UnitSystem::iec);
+    REQUIRE(report.tables.size() == 1);
+    const Table& t = report.tables[0];
+    REQUIRE(t.columns.size() == 4);
+    CHECK(t.columns[3].key == "uncached_over_cached");
+    const auto cached = mode_totals(r.records, StepMode::cached), uncached = mode_totals(r.records, StepMode::uncached);
+    CHECK(uncached.cost.flops > cached.cost.flops);
+    CHECK(t.rows[2][1].value == cached.cost.flops);  // the FLOPs row
+    bool growth = false;
+    for (const auto& n : t.notes) growth = growth || n.find("step 1 -> step 8") != std::string::npos;
+    CHECK(growth);
+}

@@ -1,0 +1,177 @@
+#include <doctest/doctest.h>
+
+#include <random>
+#include <vector>
+
+#include "kvlab/attention.hpp"
+#include "kvlab/error.hpp"
+#include "kvlab/kv_cache.hpp"
+#include "kvlab/kv_memory.hpp"
+#include "kvlab/random_weights.hpp"
+#include "kvlab/sampler.hpp"
+#include "kvlab/transformer.hpp"
+#include "sim_configs.hpp"
+#include "test_support.hpp"
+
+using namespace kvlab;
+using kvlab::test::tiny_config;
+
+namespace {
+
+std::vector<TokenId> tokens_for(std::int64_t n, std::int64_t n_vocab) {
+    std::vector<TokenId> t;
+    for (std::int64_t i = 0; i < n; ++i) t.push_back(static_cast<TokenId>((11 * i + 5) % n_vocab));
+    return t;
+}
+
+// Max |cached - uncached| logit over a prefill of n_prompt tokens and decode steps up to n_total.
+float max_mode_difference(const ModelConfig& cfg, const Weights& w, std::int64_t n_prompt, std::int64_t n_total) {
+    Transformer model(cfg, w, n_total);
+    KvCache cache(cfg, n_total);
+    const auto tokens = tokens_for(n_total, cfg.n_vocab);
+    float worst = 0.0f;
+    for (std::int64_t end = n_prompt; end <= n_total; ++end) {
+        const VectorF cached = end == n_prompt ? model.forward_cached(std::span(tokens).first(end), 0, cache, nullptr)
+                                               : model.forward_cached(std::span(tokens).subspan(end - 1, 1), end - 1, cache, nullptr);
+        const VectorF& uncached = model.forward_uncached(std::span(tokens).first(end), nullptr);
+        worst = std::max(worst, (cached - uncached).cwiseAbs().maxCoeff());
+    }
+    return worst;
+}
+
+}  // namespace
+
+TEST_CASE("Cached and uncached decoding give the same logits for both families and every attention layout") {
+    for (const auto& cfg : {tiny_config(Family::llama, 3, 3), tiny_config(Family::llama, 4, 2), tiny_config(Family::llama, 4, 1),
+                            tiny_config(Family::gpt2, 3, 3)}) {
+        INFO(cfg.name);
+        const Weights w = random_weights(cfg, 11, 0.2f);  // larger sigma: logits of order 1, differences visible
+        CHECK(max_mode_difference(cfg, w, 4, 20) < 1e-4f);
+    }
+}
+
+TEST_CASE("Rotate-half RoPE pairing changes the logits but the two modes still agree") {
+    const auto cfg = tiny_config(Family::llama, 4, 2);
+    Weights w = random_weights(cfg, 5, 0.2f);
+    Transformer neighbours(cfg, w, 6);
+    const auto tokens = tokens_for(6, cfg.n_vocab);
+    const VectorF a = neighbours.forward_uncached(tokens, nullptr);
+    w.rope_pairing = RopePairing::halves;
+    Transformer halves(cfg, w, 6);
+    const VectorF b = halves.forward_uncached(tokens, nullptr);
+    CHECK((a - b).cwiseAbs().maxCoeff() > 1e-3f);
+    CHECK(max_mode_difference(cfg, w, 2, 10) < 1e-4f);
+}
+
+TEST_CASE("A sliding-window ring buffer agrees with the uncached run restricted to the window") {
+    // window 4 on every layer, 14 positions: the ring wraps three times, including inside the prefill
+    for (const auto& cfg : {tiny_config(Family::llama, 4, 2, 2, 4), tiny_config(Family::gpt2, 3, 3, 2, 4)}) {
+        INFO(cfg.name);
+        const Weights w = random_weights(cfg, 21, 0.2f);
+        CHECK(max_mode_difference(cfg, w, 6, 14) < 1e-4f);  // prefill of 6 > window: stored and attended in order
+        CHECK(max_mode_difference(cfg, w, 2, 14) < 1e-4f);
+        // the window changes the result once T exceeds it: it is really applied
+        auto full = cfg;
+        full.sliding_window.reset();
+        Transformer windowed_model(cfg, w, 10), full_model(full, w, 10);
+        const auto tokens = tokens_for(10, cfg.n_vocab);
+        const VectorF a = windowed_model.forward_uncached(tokens, nullptr);
+        const VectorF b = full_model.forward_uncached(tokens, nullptr);
+        CHECK((a - b).cwiseAbs().maxCoeff() > 1e-4f);
+    }
+}
+
+TEST_CASE("The KV cache allocates exactly what kvcalc computes") {
+    for (const auto& cfg : {tiny_config(Family::llama, 4, 2), tiny_config(Family::llama, 4, 1, 3, 5), load_preset("stories15m"),
+                            load_preset("llama-3-8b")}) {
+        INFO(cfg.name);
+        const std::int64_t T = cfg.n_ctx_max < 64 ? cfg.n_ctx_max : 37;
+        const KvCache cache(cfg, T);
+        CHECK(cache.bytes() == kv_bytes_sequence(cfg, DType::fp32, static_cast<std::uint64_t>(T), WindowMode::cap).total());
+    }
+    // stories15M at 160 positions: 2 (K, V) * 6 layers * 160 * 288 * 4 B = 2,211,840
+    CHECK(KvCache(load_preset("stories15m"), 160).bytes() == 2211840);
+    // window 5 over 3 layers, 37 positions: each layer holds 5 rows: 2 * 3 * 5 * (1*8) * 4 B = 960
+    CHECK(KvCache(tiny_config(Family::llama, 4, 1, 3, 5), 37).bytes() == 960);
+}
+
+TEST_CASE("Vectorised attention matches the reference decode attention") {
+    const AttentionShape shape{8, 2, 16};
+    const std::int64_t n_keys = 23, d_kv = shape.n_head_kv * shape.d_head, d_q = shape.n_head * shape.d_head;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> q(static_cast<std::size_t>(d_q)), k(static_cast<std::size_t>(n_keys * d_kv)),
+        v(static_cast<std::size_t>(n_keys * d_kv));
+    for (auto* buf : {&q, &k, &v})
+        for (auto& x : *buf) x = normal(rng);
+    std::vector<float> out_ref(q.size()), out(q.size()), scores(static_cast<std::size_t>(n_keys));
+    attention_decode_ref(shape, q.data(), k.data(), v.data(), n_keys, out_ref.data(), scores.data());
+    attention_rows(shape, q.data(), k.data(), v.data(), n_keys, out.data(), scores.data());
+    for (std::size_t i = 0; i < out.size(); ++i) CHECK(out[i] == doctest::Approx(out_ref[i]).epsilon(1e-5));
+}
+
+TEST_CASE("Random weights are reproducible from the seed and sized by weights_bytes") {
+    const auto cfg = tiny_config(Family::llama, 4, 2);
+    const Weights a = random_weights(cfg, 9), b = random_weights(cfg, 9), c = random_weights(cfg, 10);
+    CHECK(a.layers[1].wk == b.layers[1].wk);
+    CHECK(a.tok_embed == b.tok_embed);
+    CHECK(a.layers[1].wk != c.layers[1].wk);
+    CHECK(a.layers[0].attn_norm == VectorF::Ones(cfg.d_model));
+    // sample std close to sigma = 0.02 over the 50*24 = 1200 embedding values
+    const double mean = a.tok_embed.mean();
+    const double var = (a.tok_embed.array() - mean).square().mean();
+    CHECK(std::sqrt(var) == doctest::Approx(0.02).epsilon(0.1));
+    for (const auto& cfg2 : {cfg, tiny_config(Family::gpt2, 3, 3), load_preset("stories260k")}) {
+        auto untied = cfg2;
+        untied.tied_embeddings = !cfg2.tied_embeddings;
+        for (const auto& cc : {cfg2, untied}) {
+            INFO(cc.name, " tied=", cc.tied_embeddings);
+            CHECK(weights_bytes_held(random_weights(cc, 1)) == weights_bytes(cc));
+        }
+    }
+}
+
+TEST_CASE("The transformer allocates the activation bytes it estimates") {
+    for (const auto& cfg : {tiny_config(Family::llama, 4, 2), tiny_config(Family::gpt2, 3, 3)}) {
+        const Weights w = random_weights(cfg, 1);
+        const Transformer model(cfg, w, 17);
+        CHECK(model.activation_bytes_held() == Transformer::activation_bytes(cfg, 17));
+    }
+}
+
+TEST_CASE("The transformer refuses token ids outside the vocabulary and calls beyond its positions") {
+    const auto cfg = tiny_config(Family::llama, 4, 2);
+    const Weights w = random_weights(cfg, 1);
+    Transformer model(cfg, w, 4);
+    KvCache cache(cfg, 4);
+    const std::vector<TokenId> bad = {static_cast<TokenId>(cfg.n_vocab)};
+    CHECK_THROWS_AS(model.forward_uncached(bad, nullptr), UsageError);
+    const std::vector<TokenId> five = {1, 2, 3, 4, 5};
+    CHECK_THROWS_AS(model.forward_uncached(five, nullptr), UsageError);
+    const std::vector<TokenId> one = {1};
+    CHECK_THROWS_AS(model.forward_cached(one, 4, cache, nullptr), UsageError);
+}
+
+TEST_CASE("Greedy sampling takes the argmax; seeded sampling is reproducible and respects top-k") {
+    VectorF logits(6);
+    logits << 0.1f, 2.0f, -1.0f, 1.9f, 0.0f, 0.5f;
+    Sampler greedy({}, 6);
+    CHECK(greedy.sample(logits) == 1);
+    Sampler top1({1.0, 1, 1.0, 3}, 6);
+    for (int i = 0; i < 20; ++i) CHECK(top1.sample(logits) == 1);
+    Sampler a({1.0, 2, 1.0, 42}, 6), b({1.0, 2, 1.0, 42}, 6);
+    std::vector<int> seen(6, 0);
+    for (int i = 0; i < 200; ++i) {
+        const auto x = a.sample(logits);
+        CHECK(x == b.sample(logits));
+        ++seen[static_cast<std::size_t>(x)];
+    }
+    CHECK(seen[1] > 0);
+    CHECK(seen[3] > 0);                         // both top-2 tokens drawn
+    CHECK(seen[0] + seen[2] + seen[4] + seen[5] == 0);  // nothing outside the top 2
+    Sampler nucleus({1.0, 0, 0.3, 1}, 6);       // token 1 alone holds ~42% > 30%
+    for (int i = 0; i < 20; ++i) CHECK(nucleus.sample(logits) == 1);
+    CHECK_THROWS_AS(validate_sampler_options({-1.0, 0, 1.0, 0}), UsageError);
+    CHECK_THROWS_AS(validate_sampler_options({1.0, -2, 1.0, 0}), UsageError);
+    CHECK_THROWS_AS(validate_sampler_options({1.0, 0, 0.0, 0}), UsageError);
+}
