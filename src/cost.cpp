@@ -195,6 +195,7 @@ StepCost closed_form_step_cost(const ModelConfig& cfg, StepMode mode, std::int64
     if (n <= 0 || pos0 < 0 || (mode == StepMode::uncached && pos0 != 0))
         throw UsageError("closed_form_step_cost: expected n > 0, pos0 >= 0, and pos0 = 0 for the uncached mode");
     const bool gpt2 = cfg.family == Family::gpt2;
+    const bool qkv_bias = gpt2 || cfg.attention_bias;  // Qwen2-style llama configs bias q, k, v only
     const std::int64_t d = cfg.d_model, d_q = cfg.n_head * cfg.d_head, d_kv = cfg.d_kv(), f = cfg.d_ff;
     const KvPlace place = mode == StepMode::cached ? KvPlace::cache : KvPlace::activations;
     StepCost s;
@@ -208,9 +209,9 @@ StepCost closed_form_step_cost(const ModelConfig& cfg, StepMode mode, std::int64
         const std::int64_t first_key = windowed ? std::max<std::int64_t>(0, pos0 - window + 1) : 0;
         const std::int64_t n_key_rows = pos0 + n - first_key;
         s.add(Op::attn_norm, gpt2 ? cost_layernorm(n, d) : cost_rmsnorm(n, d));
-        s.add(Op::q_proj, cost_matmul(n, d, d_q, gpt2));
-        s.add(Op::k_proj, cost_matmul(n, d, d_kv, gpt2));
-        s.add(Op::v_proj, cost_matmul(n, d, d_kv, gpt2));
+        s.add(Op::q_proj, cost_matmul(n, d, d_q, qkv_bias));
+        s.add(Op::k_proj, cost_matmul(n, d, d_kv, qkv_bias));
+        s.add(Op::v_proj, cost_matmul(n, d, d_kv, qkv_bias));
         if (!gpt2) s.add(Op::rope, cost_rope(n, cfg.n_head, cfg.n_head_kv, cfg.d_head));
         s.add(Op::kv_store, cost_kv_store(n, d_kv, place));
         s.add(Op::qk, cost_qk(n, cfg.n_head, d_kv, cfg.d_head, n_scores, n_key_rows, place));

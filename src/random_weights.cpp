@@ -55,7 +55,8 @@ std::uint64_t weights_bytes(const ModelConfig& cfg) {
     const std::int64_t d = cfg.d_model, d_q = cfg.n_head * cfg.d_head, d_kv = cfg.d_kv(), f = cfg.d_ff;
     std::uint64_t layer = mat(d_q, d) + 2 * mat(d_kv, d) + mat(d, d_q) + mat(f, d) + mat(d, f);
     layer += gpt2 ? 4 * static_cast<std::uint64_t>(d) + static_cast<std::uint64_t>(d_q + 2 * d_kv + d + f + d)  // norms + biases
-                  : mat(f, d) + 2 * static_cast<std::uint64_t>(d);  // w3 + norms
+                  : mat(f, d) + 2 * static_cast<std::uint64_t>(d) +  // w3 + norms
+                        (cfg.attention_bias ? static_cast<std::uint64_t>(d_q + 2 * d_kv) : 0);  // q, k, v biases
     std::uint64_t n_values = checked_mul(layer, static_cast<std::uint64_t>(cfg.n_layer), "weights bytes");
     n_values = checked_add(n_values, mat(cfg.n_vocab, d), "weights bytes");
     if (gpt2) n_values = checked_add(n_values, mat(cfg.n_ctx_max, d), "weights bytes");
@@ -92,6 +93,10 @@ Weights random_weights(const ModelConfig& cfg, std::uint64_t seed, float sigma) 
             lw.bo = VectorF::Zero(d);
             lw.b1 = VectorF::Zero(f);
             lw.b2 = VectorF::Zero(d);
+        } else if (cfg.attention_bias) {
+            lw.bq = VectorF::Zero(d_q);
+            lw.bk = VectorF::Zero(d_kv);
+            lw.bv = VectorF::Zero(d_kv);
         }
     }
     w.final_norm = VectorF::Ones(d);

@@ -75,6 +75,7 @@ TEST_CASE("Counted costs equal the closed form for every family, attention layou
         {"gpt2 MHA", tiny_config(Family::gpt2, 3, 3)},
         {"llama sliding window 4", tiny_config(Family::llama, 4, 2, 2, 4)},
         {"gpt2 sliding window 3", tiny_config(Family::gpt2, 3, 3, 1, 3)},
+        {"llama with q/k/v biases", [] { auto c = tiny_config(Family::llama, 4, 2); c.attention_bias = true; return c; }()},
     };
     for (const auto& c : cases) {
         INFO(c.what);

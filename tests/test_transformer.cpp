@@ -121,7 +121,9 @@ TEST_CASE("Random weights are reproducible from the seed and sized by weights_by
     const double mean = a.tok_embed.mean();
     const double var = (a.tok_embed.array() - mean).square().mean();
     CHECK(std::sqrt(var) == doctest::Approx(0.02).epsilon(0.1));
-    for (const auto& cfg2 : {cfg, tiny_config(Family::gpt2, 3, 3), load_preset("stories260k")}) {
+    auto biased = cfg;
+    biased.attention_bias = true;
+    for (const auto& cfg2 : {cfg, biased, tiny_config(Family::gpt2, 3, 3), load_preset("stories260k")}) {
         auto untied = cfg2;
         untied.tied_embeddings = !cfg2.tied_embeddings;
         for (const auto& cc : {cfg2, untied}) {
