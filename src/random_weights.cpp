@@ -1,7 +1,6 @@
 #include "kvlab/random_weights.hpp"
 
 #include <cmath>
-#include <numbers>
 
 #include "kvlab/checked.hpp"
 
@@ -16,19 +15,23 @@ std::uint64_t mix64(std::uint64_t x) {  // splitmix64 finaliser
     return x ^ (x >> 31);
 }
 
-// Fills `n` floats with N(0, sigma) by Box-Muller on counter-hashed uniforms.
+// Fills `n` floats with N(0, sigma): Marsaglia's polar method on counter-hashed uniforms (no trig;
+// a rejected pair draws again from the next counter, so each pair depends only on key and index).
 void fill_normal(float* out, std::int64_t n, std::uint64_t key, float sigma) {
     const std::int64_t n_pairs = (n + 1) / 2;
 #pragma omp parallel for schedule(static)
     for (std::int64_t j = 0; j < n_pairs; ++j) {
-        const std::uint64_t h1 = mix64(key + 2 * static_cast<std::uint64_t>(j));
-        const std::uint64_t h2 = mix64(key + 2 * static_cast<std::uint64_t>(j) + 1);
-        const double u1 = (static_cast<double>(h1 >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
-        const double u2 = static_cast<double>(h2 >> 11) * 0x1.0p-53;          // [0, 1)
-        const double r = std::sqrt(-2.0 * std::log(u1)) * sigma;
-        const double angle = 2.0 * std::numbers::pi * u2;
-        out[2 * j] = static_cast<float>(r * std::cos(angle));
-        if (2 * j + 1 < n) out[2 * j + 1] = static_cast<float>(r * std::sin(angle));
+        std::uint64_t counter = key + (static_cast<std::uint64_t>(j) << 8);  // 256 tries per pair, never reached
+        float u = 0.0f, v = 0.0f, s = 0.0f;
+        do {
+            const std::uint64_t h = mix64(counter++);
+            u = static_cast<float>(static_cast<double>(h >> 40) * 0x1.0p-23 - 1.0);               // [-1, 1)
+            v = static_cast<float>(static_cast<double>((h >> 16) & 0xFFFFFF) * 0x1.0p-23 - 1.0);  // [-1, 1)
+            s = u * u + v * v;
+        } while (s >= 1.0f || s == 0.0f);
+        const float scale = sigma * std::sqrt(-2.0f * std::log(s) / s);
+        out[2 * j] = u * scale;
+        if (2 * j + 1 < n) out[2 * j + 1] = v * scale;
     }
 }
 

@@ -83,6 +83,10 @@ void run(const SimulateCliOptions& o) {
     if (o.threads > 0) {
         omp_set_num_threads(o.threads);
         Eigen::setNbThreads(o.threads);
+    } else {
+        // all cores, but fewer when the machine is busy: libgomp then sizes teams by the load average,
+        // which avoids the many-fold slowdown of spinning threads on an oversubscribed machine
+        omp_set_dynamic(1);
     }
 
     // everything that can be wrong with the input is found before any allocation or work
@@ -175,7 +179,7 @@ void setup_simulate(CLI::App& app) {
     cmd->add_flag("--deterministic", o->deterministic, "Omit wall-time columns from the trace (byte-identical reruns)");
     cmd->add_flag("-q,--quiet", o->quiet, "No progress line on stderr");
     cmd->add_option("--max-memory", o->max_memory, "Refuse runs whose weights + KV + activations exceed this, e.g. 8GiB (default: 75% of RAM)");
-    cmd->add_option("--threads", o->threads, "Threads for matmuls and attention (0 = all cores)")->capture_default_str();
+    cmd->add_option("--threads", o->threads, "Threads for matmuls and attention (0 = all cores, fewer when the machine is busy)")->capture_default_str();
     cmd->add_option("--units", o->units, "iec (KiB/MiB/GiB) or si (KB/MB/GB)")->capture_default_str();
     cmd->add_option("-f,--format", o->format, "table, csv, json or markdown")->capture_default_str();
     cmd->callback([o] { run(*o); });
