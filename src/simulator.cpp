@@ -68,6 +68,8 @@ MemoryEstimate estimate_simulation_memory(const ModelConfig& cfg, std::int64_t n
     if (mode != SimMode::uncached)
         e.kv_cache = kv_bytes_sequence(cfg, DType::fp32, static_cast<std::uint64_t>(n_positions), WindowMode::cap).total();
     e.activations = Transformer::activation_bytes(cfg, n_positions);
+    const auto n_modes = static_cast<std::uint64_t>(mode == SimMode::both ? 2 : 1);
+    e.records = static_cast<std::uint64_t>(n_positions) * n_modes * sizeof(StepRecord);  // at most one per position
     return e;
 }
 
@@ -87,7 +89,7 @@ MemoryEstimate check_simulation_memory(const ModelConfig& cfg, std::int64_t n_po
                                  "more than the {} allowed{}",
                                  cfg.display_name, format_bytes(e.total(), UnitSystem::iec),
                                  format_bytes(e.weights, UnitSystem::iec), format_bytes(e.kv_cache, UnitSystem::iec),
-                                 format_bytes(e.activations, UnitSystem::iec), format_bytes(max_bytes, UnitSystem::iec), hint));
+                                 format_bytes(e.activations + e.records, UnitSystem::iec), format_bytes(max_bytes, UnitSystem::iec), hint));
 }
 
 namespace {

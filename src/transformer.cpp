@@ -73,6 +73,10 @@ void matmul(MatrixRM& out, const MatrixRM& x, std::int64_t n, const MatrixRM& w,
     if (bias.size() != 0) out.topRows(n).rowwise() += bias.transpose();
 }
 
+// Each thread's scores row starts 64-byte aligned (a multiple of 16 floats), so Eigen's vectorised sums
+// peel the same way whichever thread computes a query: results do not depend on the schedule.
+std::int64_t scores_row_floats(std::int64_t n_tokens_max) { return (n_tokens_max + 15) / 16 * 16; }
+
 void count(StepCost* cost, Op op, const OpCost& c) {
     if (cost) cost->add(op, c);
 }
@@ -121,7 +125,7 @@ Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, std::in
     att_.resize(T, d_q);
     hb_.resize(T, f);
     if (cfg.family == Family::llama) hb2_.resize(T, f);
-    scores_.resize(n_threads_, T);
+    scores_.resize(n_threads_, scores_row_floats(T));
     if (cfg.family == Family::llama) {
         const std::int64_t n_freq = cfg.d_head / 2;
         inv_freq_.resize(static_cast<std::size_t>(n_freq));
@@ -142,7 +146,7 @@ std::uint64_t Transformer::activation_bytes(const ModelConfig& cfg, std::int64_t
                d_kv = static_cast<std::uint64_t>(cfg.d_kv()), f = static_cast<std::uint64_t>(cfg.d_ff);
     const bool llama = cfg.family == Family::llama;
     std::uint64_t n = T * (2 * d + 2 * d_q + 4 * d_kv + (llama ? 2 : 1) * f);
-    n += static_cast<std::uint64_t>(omp_get_max_threads()) * T;             // scores
+    n += static_cast<std::uint64_t>(omp_get_max_threads() * scores_row_floats(n_tokens_max));  // scores
     if (llama) n += 3 * (static_cast<std::uint64_t>(cfg.d_head) / 2);       // inv_freq, cos, sin
     n += d + static_cast<std::uint64_t>(cfg.n_vocab);                       // x_last, logits
     return n * sizeof(float);

@@ -77,7 +77,8 @@ struct MemoryEstimate {
     std::uint64_t weights = 0;
     std::uint64_t kv_cache = 0;
     std::uint64_t activations = 0;
-    std::uint64_t total() const { return weights + kv_cache + activations; }
+    std::uint64_t records = 0;  // StepRecords kept for the report and trace
+    std::uint64_t total() const { return weights + kv_cache + activations + records; }
 };
 MemoryEstimate estimate_simulation_memory(const ModelConfig& cfg, std::int64_t n_positions, SimMode mode);
 // The estimate, or UsageError naming --max-memory with a --layers hint when it exceeds max_bytes.

@@ -61,7 +61,7 @@ private:
     MatrixRM att_;      // (T, H*D)    attention output
     MatrixRM hb_;       // (T, f)      MLP hidden (gate, then activation)
     MatrixRM hb2_;      // (T, f)      MLP up projection (llama)
-    MatrixRM scores_;   // (threads, T) attention scores scratch, one row per thread
+    MatrixRM scores_;   // (threads, T rounded up to 16) attention scores scratch, one row per thread
     VectorF rope_cos_;  // (D/2)
     VectorF rope_sin_;  // (D/2)
     VectorF x_last_;    // (d)         final-normed last position

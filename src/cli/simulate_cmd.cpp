@@ -74,7 +74,10 @@ std::vector<TokenId> parse_token_ids(const std::string& text) {
     return ids;
 }
 
-void run(const SimulateCliOptions& o) {
+void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given) {
+    if (model_given && !o.config.empty()) throw UsageError("--config and --model: give one or the other, not both");
+    if (prompt_len_given && !o.prompt_ids.empty())
+        throw UsageError("--prompt-len and --prompt-ids: give one or the other, not both");
     const Format format = parse_format(o.format, "--format");
     UnitSystem units = UnitSystem::iec;
     if (o.units == "si") units = UnitSystem::si;
@@ -83,9 +86,10 @@ void run(const SimulateCliOptions& o) {
     if (o.threads > 0) {
         omp_set_num_threads(o.threads);
         Eigen::setNbThreads(o.threads);
-    } else {
+    } else if (!o.deterministic) {
         // all cores, but fewer when the machine is busy: libgomp then sizes teams by the load average,
-        // which avoids the many-fold slowdown of spinning threads on an oversubscribed machine
+        // which avoids the many-fold slowdown of spinning threads on an oversubscribed machine.
+        // Not with --deterministic: GEMM blocking, and so float rounding, may depend on the team size.
         omp_set_dynamic(1);
     }
 
@@ -164,11 +168,11 @@ void run(const SimulateCliOptions& o) {
 void setup_simulate(CLI::App& app) {
     auto o = std::make_shared<SimulateCliOptions>();
     auto* cmd = app.add_subcommand("simulate", "Decode with and without the KV cache on a CPU transformer, counting FLOPs and bytes per step");
-    cmd->add_option("-m,--model", o->model, "Preset name, or a path to a config.json")->capture_default_str();
+    auto* model = cmd->add_option("-m,--model", o->model, "Preset name, or a path to a config.json")->capture_default_str();
     cmd->add_option("-c,--config", o->config, "A Hugging Face config.json, or a directory holding one (instead of --model)");
     cmd->add_option("--layers", o->layers, "Simulate only the first N layers, at their real shapes (0 = all)")->capture_default_str();
     cmd->add_option("--mode", o->mode, "cached, uncached or both (same tokens, logits compared)")->capture_default_str();
-    cmd->add_option("-p,--prompt-len", o->prompt_len, "Prompt length in tokens (random ids from --seed)")->capture_default_str();
+    auto* prompt_len = cmd->add_option("-p,--prompt-len", o->prompt_len, "Prompt length in tokens (random ids from --seed)")->capture_default_str();
     cmd->add_option("--prompt-ids", o->prompt_ids, "Comma-separated prompt token ids (instead of --prompt-len)");
     cmd->add_option("-n,--steps", o->steps, "Tokens to generate; step 0 is the prefill")->capture_default_str();
     cmd->add_option("--temperature", o->temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
@@ -182,7 +186,7 @@ void setup_simulate(CLI::App& app) {
     cmd->add_option("--threads", o->threads, "Threads for matmuls and attention (0 = all cores, fewer when the machine is busy)")->capture_default_str();
     cmd->add_option("--units", o->units, "iec (KiB/MiB/GiB) or si (KB/MB/GB)")->capture_default_str();
     cmd->add_option("-f,--format", o->format, "table, csv, json or markdown")->capture_default_str();
-    cmd->callback([o] { run(*o); });
+    cmd->callback([o, model, prompt_len] { run(*o, model->count() > 0, prompt_len->count() > 0); });
 }
 
 }  // namespace kvlab::cli

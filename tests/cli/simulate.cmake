@@ -28,7 +28,7 @@ endif()
 run_kvlab(0 "\"uncached_over_cached\"" ${small} --model gpt2 --layers 1 --format json)
 run_kvlab(0 "2 of 12 layers" simulate --model stories110m --layers 2 --prompt-len 4 --steps 3 --threads 1 -q)
 run_kvlab(0 "uncached / cached" ${small} --model stories260k)  # GQA: 8 query heads, 4 KV heads
-run_kvlab(0 "cached" ${small} --prompt-ids 1,2,3 --temperature 0.8 --top-k 5 --top-p 0.9)
+run_kvlab(0 "cached" simulate --steps 12 --threads 1 -q --prompt-ids 1,2,3 --temperature 0.8 --top-k 5 --top-p 0.9)
 
 # errors: exit 2, one line naming the flag
 run_kvlab(2 "kvlab: error: --prompt-len \\+ --steps: 200 \\+ 100 = 300 positions exceed the context" simulate --prompt-len 200 --steps 100)
@@ -40,6 +40,9 @@ run_kvlab(2 "mixture-of-experts.*not simulated" simulate --model mixtral-8x7b)
 run_kvlab(2 "--max-memory:.*try --layers [0-9]+" simulate --model llama-3-8b --max-memory 8GiB)
 run_kvlab(2 "--mode: unknown mode 'fast'" simulate --mode fast)
 run_kvlab(2 "--layers: 7; expected 1..6" simulate --layers 7)
+run_kvlab(2 "--prompt-len and --prompt-ids: give one or the other" simulate --prompt-len 3 --prompt-ids 1,2)
+run_kvlab(2 "--prompt-ids: token id 99999 is outside the vocabulary" simulate --prompt-ids 1,99999)
+run_kvlab(2 "--config and --model" simulate --model gpt2 --config "${WORK}")
 
 # traces: deterministic runs are byte-identical; JSONL parses; the CSV header documents units
 run_kvlab(0 "" ${small} --deterministic --trace "${WORK}/a.csv")
