@@ -1,0 +1,14 @@
+#include "kvlab/checkpoint.hpp"
+
+#include "kvlab/hf_checkpoint.hpp"
+#include "kvlab/llama2c_checkpoint.hpp"
+
+namespace kvlab {
+
+LoadedModel load_checkpoint(const std::filesystem::path& path) {
+    if (std::filesystem::is_directory(path)) return load_hf_checkpoint(path);
+    if (path.extension() == ".safetensors") return load_hf_checkpoint(path.has_parent_path() ? path.parent_path() : ".");
+    return load_llama2c_checkpoint(path);
+}
+
+}  // namespace kvlab
