@@ -1,0 +1,23 @@
+// GPU presets (presets/gpus.json): memory size, bandwidth and dense FP16/BF16 FLOP/s, with sources.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvlab {
+
+struct GpuSpec {
+    std::string name;                 // e.g. "h100-sxm-80gb"
+    std::string display_name;         // e.g. "NVIDIA H100 SXM 80GB"
+    std::uint64_t memory_bytes = 0;
+    std::uint64_t bandwidth_bytes_per_s = 0;
+    double fp16_dense_flops = 0;      // FLOP/s, dense (no sparsity)
+    double bf16_dense_flops = 0;
+    std::string source;
+};
+
+std::vector<GpuSpec> load_gpus();                 // throws ConfigError on a malformed gpus.json
+GpuSpec find_gpu(std::string_view name);          // UsageError with "did you mean" for unknown names
+
+}  // namespace kvlab
