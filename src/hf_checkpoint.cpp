@@ -95,9 +95,8 @@ private:
 
 Weights load_llama_weights(const TensorSource& src, const ModelConfig& cfg) {
     const std::int64_t d = cfg.d_model, d_q = cfg.n_head * cfg.d_head, d_kv = cfg.d_kv(), f = cfg.d_ff, v = cfg.n_vocab;
-    if (src.contains("model.layers.0.self_attn.q_proj.bias"))
-        throw FormatError(fmt::format("{}: tensor 'model.layers.0.self_attn.q_proj.bias' is present; kvlab's llama forward pass "
-                                      "has no attention biases (model_type '{}')",
+    if (cfg.attention_bias || src.contains("model.layers.0.self_attn.q_proj.bias"))
+        throw FormatError(fmt::format("{}: the model has attention biases (model_type '{}'); kvlab's llama forward pass has none",
                                       src.where(), cfg.model_type));
     Weights w;
     w.rope_pairing = RopePairing::halves;  // HF Llama rotates (x[i], x[i+D/2]); wq/wk rows are stored for that

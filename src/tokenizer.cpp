@@ -85,7 +85,12 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool bos, boo
     if (bos) tokens.push_back(bos_id);
 
     // SentencePiece's add_dummy_prefix: the text is read as if it began with a space.
-    const std::string padded = text.empty() ? std::string() : " " + std::string(text);
+    std::string padded;
+    if (!text.empty()) {
+        padded.reserve(text.size() + 1);
+        padded.push_back(' ');
+        padded.append(text);
+    }
 
     // A code point is a lead byte plus the continuation bytes (10xxxxxx) after it, at most 4 bytes.
     std::vector<std::int32_t> work;
