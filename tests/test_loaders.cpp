@@ -213,7 +213,7 @@ void check_tiny(const LoadedModel& m, const TinyDims& t, bool tied) {
 bool same_weights(const Weights& a, const Weights& b) {
     const auto eq = [](const auto& x, const auto& y) {
         return x.rows() == y.rows() && x.cols() == y.cols() &&
-               std::memcmp(x.data(), y.data(), static_cast<std::size_t>(x.size()) * sizeof(float)) == 0;
+               (x.size() == 0 || std::memcmp(x.data(), y.data(), static_cast<std::size_t>(x.size()) * sizeof(float)) == 0);
     };
     if (!eq(a.tok_embed, b.tok_embed) || !eq(a.final_norm, b.final_norm) || !eq(a.lm_head, b.lm_head)) return false;
     if (a.layers.size() != b.layers.size()) return false;
@@ -458,14 +458,15 @@ TEST_CASE("bf16 widening is the top half of an fp32") {
 namespace {
 
 // Tiny vocabulary: 0 <unk>, 1 BOS, 2 EOS, 3..258 the byte pieces <0x00>..<0xFF>, then
-// 259 " ", 260 "a", 261 "b", 262 "c", 263 "ab" (-1), 264 " a" (-2), 265 "abc" (-1.5), 266 " ab" (-3), 267 "é".
+// 259 " ", 260 "a", 261 "b", 262 "c", 263 "ab" (-1), 264 " a" (-2), 265 "abc" (-1.5), 266 " ab" (-3), 267 "é",
+// 268 "x", 269 "y", 270 "xy" (-1), 271 "yx" (-1).
 // Scores in parentheses; the rest score 0 (only merged pieces' scores matter).
 std::vector<std::pair<std::string, float>> tiny_vocab() {
     std::vector<std::pair<std::string, float>> v = {{"<unk>", 0.0f}, {"\n<s>\n", 0.0f}, {"\n</s>\n", 0.0f}};
     for (int b = 0; b < 256; ++b) v.emplace_back(fmt::format("<0x{:02X}>", b), 0.0f);
     for (const auto& [piece, score] : std::vector<std::pair<std::string, float>>{
              {" ", 0.0f}, {"a", 0.0f}, {"b", 0.0f}, {"c", 0.0f}, {"ab", -1.0f}, {" a", -2.0f}, {"abc", -1.5f}, {" ab", -3.0f},
-             {"\xC3\xA9", 0.0f}})
+             {"\xC3\xA9", 0.0f}, {"x", 0.0f}, {"y", 0.0f}, {"xy", -1.0f}, {"yx", -1.0f}})
         v.emplace_back(piece, score);
     return v;
 }
@@ -488,7 +489,7 @@ TEST_CASE("The tokenizer encodes by score-ordered merges, with dummy prefix, BOS
     const auto vocab = tiny_vocab();
     write_file(dir / "tok.bin", tokenizer_bytes(vocab, 7));  // longest piece "\n</s>\n" / "<0x00>": 6, 7 allowed
     const Tokenizer tok = Tokenizer::load(dir / "tok.bin", static_cast<std::int64_t>(vocab.size()));
-    REQUIRE(tok.n_vocab() == 268);
+    REQUIRE(tok.n_vocab() == 272);
     CHECK(tok.piece(265) == "abc");
     CHECK(tok.score(264) == -2.0f);
 
@@ -504,6 +505,8 @@ TEST_CASE("The tokenizer encodes by score-ordered merges, with dummy prefix, BOS
     CHECK(tok.encode("\xC3\xA9\xC3\xB1") == std::vector<std::int32_t>{1, 259, 267, 198, 180});
     CHECK(tok.encode("", true) == std::vector<std::int32_t>{1});  // no dummy prefix for empty text
     CHECK(tok.encode("", false).empty());
+    // "xyx" -> [" ", x, y, x]: "xy" and "yx" tie at -1; the leftmost pair merges -> [" ", xy, x].
+    CHECK(tok.encode("xyx") == std::vector<std::int32_t>{1, 259, 270, 268});
     CHECK(tok.encode("c", true, true) == std::vector<std::int32_t>{1, 259, 262, 2});
 }
 
@@ -523,7 +526,7 @@ TEST_CASE("The tokenizer decodes byte pieces to bytes and drops the leading spac
     std::string round_trip;
     for (std::size_t i = 1; i < ids.size(); ++i) round_trip += tok.decode(ids[i - 1], ids[i]);
     CHECK(round_trip == text);
-    CHECK_THROWS_AS(tok.decode(1, 268), UsageError);
+    CHECK_THROWS_AS(tok.decode(1, 272), UsageError);
     CHECK_THROWS_AS(tok.decode(1, -1), UsageError);
 }
 
@@ -534,7 +537,7 @@ TEST_CASE("Broken tokenizer files are FormatErrors naming the file and the offse
     const std::string good = tokenizer_bytes(vocab, 7);
     const fs::path path = dir / "tok.bin";
 
-    write_file(path, good.substr(0, good.size() - 1));  // last token ("é", 2 bytes) cut short
+    write_file(path, good.substr(0, good.size() - 1));  // last token ("yx", 2 bytes) cut short
     std::string msg = format_error([&] { Tokenizer::load(path, n); });
     CHECK(contains(msg, path.string()));
     CHECK(contains(msg, fmt::format("truncated at offset {}", good.size() - 2)));
@@ -554,7 +557,7 @@ TEST_CASE("Broken tokenizer files are FormatErrors naming the file and the offse
     CHECK(contains(format_error([&] { Tokenizer::load(path, n); }), "token 0 at offset 8 has length 0"));
 
     write_file(path, good);  // a model with a smaller vocabulary than the file
-    CHECK(contains(format_error([&] { Tokenizer::load(path, n - 1); }), "more tokens than the model's vocabulary (267)"));
+    CHECK(contains(format_error([&] { Tokenizer::load(path, n - 1); }), "more tokens than the model's vocabulary (271)"));
     CHECK(contains(format_error([&] { Tokenizer::load(path, n + 1); }), "truncated"));
 }
 
