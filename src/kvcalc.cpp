@@ -175,6 +175,11 @@ Report run_kvcalc(const KvcalcRequest& r) {
             const ModelConfig cfg = apply_variant(base, variant);
             const std::string att = variant.label == "native" ? cfg.attention_kind() + " (native)" : cfg.attention_kind();
             const auto gpu_cfg = per_gpu_config(cfg, r.tp);
+            if (r.tp > u(cfg.n_head_kv) && !cfg.mla)
+                report.notes.push_back(fmt::format("{} {}: TP {} exceeds {} KV heads, so each GPU holds 1 KV head and every head is replicated on {} GPUs",
+                                                   cfg.name, att, r.tp, cfg.n_head_kv, r.tp / u(cfg.n_head_kv)));
+            if (r.tp > 1 && cfg.mla)
+                report.notes.push_back(fmt::format("{} {}: the MLA latent is shared by all heads, so every one of the {} GPUs holds it whole", cfg.name, att, r.tp));
             for (const auto dtype : r.dtypes) {
                 const auto dn = std::string(dtype_name(dtype));
                 const auto layer = kv_bytes_per_token_layer(cfg, dtype);
