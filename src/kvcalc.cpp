@@ -140,8 +140,8 @@ Report run_kvcalc(const KvcalcRequest& r) {
     Table roofline{"", {}, {}, {}};
     Table budget{"", {}, {}, {}};
     if (r.gpu) {
-        gpu_fit = Table{fmt::format("Fit on {} ({} of {} usable, TP {})", r.gpu->display_name, fmt::format("{:.0f}%", r.mem_util * 100),
-                                    format_bytes(r.gpu->memory_bytes, U), r.tp),
+        gpu_fit = Table{fmt::format("Fit on {} ({} of {}{}, TP {})", r.gpu->display_name, fmt::format("{:.0f}%", r.mem_util * 100),
+                                    format_bytes(usable_gpu_bytes(*r.gpu), U), r.gpu->driver_bytes ? " driver-reported" : "", r.tp),
                         {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"parameters", "params"},
                          {"bytes_weights_per_gpu", "weights/GPU"}, {"bytes_kv_budget_per_gpu", "KV budget/GPU"}, {"max_tokens", "max tokens"},
                          {"context", "context"}, {"max_batch", "max batch"}, {"batch", "batch"}, {"max_context", "max context"}}, {}, {}};
@@ -236,17 +236,17 @@ Report run_kvcalc(const KvcalcRequest& r) {
                     const auto params = count_params(cfg);
                     const auto weights = ceil_div(checked_mul(params.total(), dtype_info(r.weights_dtype).block_bytes, "weights bytes") /
                                                       dtype_info(r.weights_dtype).block_values, r.tp);
-                    const auto usable = static_cast<std::uint64_t>(std::floor(static_cast<long double>(r.gpu->memory_bytes) * r.mem_util));
+                    const auto usable = static_cast<std::uint64_t>(std::floor(static_cast<long double>(usable_gpu_bytes(*r.gpu)) * r.mem_util));
                     const std::uint64_t kv_budget = usable > weights ? usable - weights : 0;
                     const auto per_token_gpu = kv_bytes_per_token(gpu_cfg, dtype).total();
                     const auto max_tokens = kv_budget / per_token_gpu;
                     if (r.explain)
                         report.notes.push_back(fmt::format("{} {} {} on {}: KV budget/GPU = {} B x {} - weights {} params x {} B / TP {} = {} B; max tokens = floor({} / {} B/token) = {}",
-                                                           cfg.name, att, dn, r.gpu->name, r.gpu->memory_bytes, r.mem_util, params.total(),
+                                                           cfg.name, att, dn, r.gpu->name, usable_gpu_bytes(*r.gpu), r.mem_util, params.total(),
                                                            dtype_name(r.weights_dtype), r.tp, kv_budget, kv_budget, per_token_gpu, max_tokens));
                     if (kv_budget == 0)
                         report.notes.push_back(fmt::format("warning: {} weights ({} per GPU) do not fit in {} x {} of {}", cfg.name,
-                                                           format_bytes(weights, U), format_bytes(r.gpu->memory_bytes, U), r.mem_util, r.gpu->name));
+                                                           format_bytes(weights, U), format_bytes(usable_gpu_bytes(*r.gpu), U), r.mem_util, r.gpu->name));
                     const auto limit = cfg.n_ctx_max > 0 ? u(cfg.n_ctx_max) : (std::uint64_t{1} << 40);
                     const auto n_rows = std::max(contexts.size(), r.batches.size());
                     for (std::size_t i = 0; i < n_rows; ++i) {
@@ -277,6 +277,9 @@ Report run_kvcalc(const KvcalcRequest& r) {
                         for (const auto b : r.batches) {
                             const auto kv_read = checked_mul(kv_bytes_sequence(gpu_cfg, dtype, t, r.window_mode).total(), b, "KV bytes read");
                             const auto total = checked_add(active_weights, kv_read, "bytes per step");
+                            if (kv_read > kv_budget)
+                                report.notes.push_back(fmt::format("warning: {} {} {}: batch {} at context {} needs {} of KV per GPU, more than the {} budget; its roofline row is hypothetical",
+                                                                   cfg.name, att, dn, b, t, format_bytes(kv_read, U), format_bytes(kv_budget, U)));
                             const double s = static_cast<double>(total) / static_cast<double>(r.gpu->bandwidth_bytes_per_s);
                             roofline.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(t), uint_cell(b),
                                                      bytes_cell(active_weights, U), bytes_cell(kv_read, U), real_cell(s * 1e3, 3),
@@ -305,9 +308,10 @@ Report run_kvcalc(const KvcalcRequest& r) {
     report.tables.push_back(std::move(per_token));
     report.tables.push_back(std::move(per_seq));
     if (r.gpu) {
-        in["gpu"] = {{"name", r.gpu->name}, {"memory_bytes", r.gpu->memory_bytes}, {"bandwidth_bytes_per_s", r.gpu->bandwidth_bytes_per_s}};
+        in["gpu"] = {{"name", r.gpu->name}, {"memory_bytes", r.gpu->memory_bytes}, {"usable_memory_bytes", usable_gpu_bytes(*r.gpu)}, {"bandwidth_bytes_per_s", r.gpu->bandwidth_bytes_per_s}};
         in["weights_dtype"] = std::string(dtype_name(r.weights_dtype));
         in["mem_util"] = r.mem_util;
+        gpu_fit.notes.push_back("The fit counts weights and KV only: activations, CUDA graphs and framework buffers also take memory, so engines report a smaller KV budget (use --kv-budget with the engine's figure).");
         report.tables.push_back(std::move(gpu_fit));
         report.tables.push_back(std::move(roofline));
     }
