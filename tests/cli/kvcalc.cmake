@@ -61,3 +61,8 @@ kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --no-such-flag ERR "no-such-flag")
 kvlab_expect(RC 2 ARGS kvcalc -m llama-2-70b --tp 4,16 ERR "--tp: '4,16' is not a count")
 kvlab_expect(RC 0 ARGS kvcalc -m llama-2-70b -d fp16 --context 4096 --tp 16 OUT "every head is replicated on 2 GPUs")
 kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b -d fp16 --context 1000 --batch 8 --block-size 16 OUT "1000 +8 +1000 +504.00 MiB +3.94 GiB +63 +32.00 MiB")
+# MLA: vs MHA compares with H x (nope + rope) keys and H x v_head_dim values: 61 x 128 x (192 + 128) x 2 B / 70272 B = 71.11x
+kvlab_expect(RC 0 ARGS kvcalc --config ${DATA}/deepseek-mla.json -d bf16 --context 4096 OUT "MLA \\(native\\) +61 +128 +1 +576 +bf16 +1.12 KiB +0 B +68.62 KiB +71.11x")
+kvlab_expect(RC 2 ARGS kvcalc --config ${DATA}/deepseek-mla.json -a mha ERR "uses MLA")
+# floor(24e9 B x 0.95) = 22800000000 exactly; Llama-2-7B weights 6738415616 x 2 B = 13476831232; budget 9323168768
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b --gpu-mem 24GB --mem-util 0.95 -d fp16 --context 4096 --format csv OUT ",13476831232,9323168768," )
