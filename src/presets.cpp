@@ -51,7 +51,7 @@ std::vector<std::string> closest_names(std::string_view name, const std::vector<
     std::vector<std::pair<std::size_t, std::string>> scored;
     for (const auto& n : names) {
         std::size_t d = edit_distance(name, n);
-        if (n.find(name) != std::string::npos) d = std::min<std::size_t>(d, 1);  // "70b" → llama-2-70b
+        if (n.find(name) != std::string::npos) d = std::min<std::size_t>(d, 2);  // "70b" → llama-2-70b
         scored.emplace_back(d, n);
     }
     std::sort(scored.begin(), scored.end());

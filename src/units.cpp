@@ -38,7 +38,9 @@ void split_number(const std::string& s, std::string& number, std::string& suffix
 }
 
 // number * multiplier as an exact integer; fractional results are an error (bytes and counts are whole).
-std::uint64_t scaled(const std::string& number, long double multiplier, std::string_view text, std::string_view flag, std::string_view expected) {
+// With floor_fraction, a fractional result is rounded down (a printed "11.12GiB" is not a whole byte count).
+std::uint64_t scaled(const std::string& number, long double multiplier, std::string_view text, std::string_view flag, std::string_view expected,
+                     bool floor_fraction = false) {
     if (number.empty() || number[0] == '-' || number[0] == '+')
         throw UsageError(fmt::format("{}: '{}' is not valid; expected {}", flag, text, expected));
     std::size_t used = 0;
@@ -53,6 +55,7 @@ std::uint64_t scaled(const std::string& number, long double multiplier, std::str
     const long double v = x * multiplier;
     if (v >= 18446744073709551615.0L)
         throw OverflowError(fmt::format("{}: '{}' overflows 64-bit arithmetic; expected {}", flag, text, expected));
+    if (floor_fraction && multiplier > 1) return static_cast<std::uint64_t>(std::floor(v));
     if (v != std::floor(v))
         throw UsageError(fmt::format("{}: '{}' is not a whole number; expected {}", flag, text, expected));
     return static_cast<std::uint64_t>(v);
@@ -92,7 +95,7 @@ std::uint64_t parse_size(std::string_view text, std::string_view flag) {
     else if (u == "tb") m = 1e12L;
     else
         throw UsageError(fmt::format("{}: unknown unit '{}' in '{}'; expected B, KiB, MiB, GiB, TiB (2^10 steps) or KB, MB, GB, TB (10^3 steps)", flag, suffix, text));
-    const std::uint64_t bytes = scaled(number, m, text, flag, "a size such as 80GiB, 40GB or 1073741824");
+    const std::uint64_t bytes = scaled(number, m, text, flag, "a size such as 80GiB, 40GB or 1073741824", true);
     if (bytes == 0) throw UsageError(fmt::format("{}: '{}' is zero; expected a positive size", flag, text));
     return bytes;
 }
