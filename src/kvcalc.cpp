@@ -68,8 +68,9 @@ std::uint64_t max_context(const ModelConfig& cfg, DType dtype, std::uint64_t bat
 
 // floor(memory x util) in exact integer arithmetic: util is taken to 6 decimals (0.9 -> 900000 / 10^6).
 std::uint64_t usable_bytes(std::uint64_t memory, double util) {
-    const auto ppm = static_cast<unsigned __int128>(std::llround(util * 1e6));
-    return static_cast<std::uint64_t>(static_cast<unsigned __int128>(memory) * ppm / 1000000u);
+    __extension__ using u128 = unsigned __int128;  // memory x 10^6 can exceed 64 bits
+    const auto ppm = static_cast<u128>(std::llround(util * 1e6));
+    return static_cast<std::uint64_t>(static_cast<u128>(memory) * ppm / 1000000u);
 }
 
 // MLA has no MHA twin in its config; the equivalent MHA caches K of H x (nope + rope) and V of H x v_head_dim.
