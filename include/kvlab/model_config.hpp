@@ -17,6 +17,9 @@ enum class Family { llama, gpt2 };  // which forward pass the simulator runs
 struct MlaShape {
     std::int64_t kv_lora_rank = 0;
     std::int64_t qk_rope_head_dim = 0;
+    std::int64_t q_lora_rank = 0;       // 0: queries projected directly (no q LoRA)
+    std::int64_t qk_nope_head_dim = 0;  // per-head non-RoPE query/key width
+    std::int64_t v_head_dim = 0;
 };
 
 struct ModelConfig {
@@ -38,6 +41,10 @@ struct ModelConfig {
     std::int64_t n_ctx_max = 0;   // max_position_embeddings
     std::int64_t n_expert = 1;        // MoE experts per layer (1 = dense)
     std::int64_t n_expert_active = 1; // experts used per token
+    std::int64_t d_ff_expert = 0;     // moe_intermediate_size when it differs from d_ff (DeepSeek), else 0
+    std::int64_t n_expert_shared = 0; // DeepSeek shared experts per MoE layer
+    std::int64_t n_layer_dense = 0;   // DeepSeek first_k_dense_replace: leading dense layers
+    bool attention_bias = false;      // q/k/v(/o) projections carry biases (Qwen2: q/k/v only)
     double rope_theta = 10000.0;
     double norm_eps = 1e-5;
     bool tied_embeddings = false;

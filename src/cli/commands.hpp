@@ -1,0 +1,10 @@
+// One setup function per subcommand; each adds its options to `app` and runs on parse.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace kvlab::cli {
+
+void setup_kvcalc(CLI::App& app);
+void setup_presets(CLI::App& app);
+
+}  // namespace kvlab::cli

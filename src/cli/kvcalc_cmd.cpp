@@ -1,0 +1,122 @@
+// `kvlab kvcalc`: KV-cache memory per token, sequence, batch and GPU for presets or any HF config.json.
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "kvlab/error.hpp"
+#include "kvlab/kvcalc.hpp"
+#include "kvlab/presets.hpp"
+#include "kvlab/units.hpp"
+
+namespace kvlab::cli {
+
+struct KvcalcOptions {
+    std::vector<std::string> models;     // empty: every "llama" family preset
+    std::string config;                  // a config.json or a directory holding one
+    std::string attention = "native";
+    std::string kv_heads;                // empty: not given
+    std::string dtypes = "fp16,fp8";
+    std::string contexts;                // empty: 4096 and each model's max context
+    std::string batches = "1";
+    std::string window_mode = "cap";
+    std::string block_size = "0";
+    std::string tp = "1";
+    std::string gpu;
+    std::string gpu_mem;
+    std::string gpu_bandwidth;
+    std::string weights_dtype = "bf16";
+    double mem_util = 0.9;
+    std::string kv_budget;
+    std::string units = "iec";
+    std::string format = "table";
+    bool explain = false;
+};
+
+namespace {
+
+KvcalcRequest make_request(const KvcalcOptions& o) {
+    KvcalcRequest r;
+    if (!o.config.empty() && !o.models.empty()) throw UsageError("--config and --model: give one or the other, not both");
+    if (!o.config.empty()) {
+        r.models.push_back(load_model_config(o.config));
+    } else if (!o.models.empty()) {
+        for (const auto& m : o.models)
+            for (const auto& name : split_list(m)) r.models.push_back(load_preset(name));
+    } else {
+        for (const auto& name : preset_names()) {
+            auto cfg = load_preset(name);
+            if (cfg.preset_family == "llama") r.models.push_back(std::move(cfg));
+        }
+    }
+    if (!o.kv_heads.empty() && o.attention != "native") throw UsageError("--kv-heads and --attention: give one or the other, not both");
+    if (!o.kv_heads.empty()) {
+        const auto n = static_cast<std::int64_t>(parse_count(o.kv_heads, "--kv-heads"));
+        r.variants = {{fmt::format("kv:{}", n), n}};
+    } else {
+        r.variants = parse_attention_variants(o.attention);
+    }
+    r.dtypes.clear();
+    for (const auto& d : split_list(o.dtypes)) r.dtypes.push_back(parse_dtype(d, "--dtype"));
+    if (!o.contexts.empty()) r.contexts = parse_count_list(o.contexts, "--context");
+    r.batches = parse_count_list(o.batches, "--batch");
+    if (o.window_mode == "cap") r.window_mode = WindowMode::cap;
+    else if (o.window_mode == "ignore") r.window_mode = WindowMode::ignore;
+    else throw UsageError(fmt::format("--window-mode: '{}'; expected cap or ignore", o.window_mode));
+    r.block_size = o.block_size == "0" ? 0 : parse_count(o.block_size, "--block-size");
+    r.tp = parse_count(o.tp, "--tp");
+    if (!o.gpu.empty() && !o.gpu_mem.empty()) throw UsageError("--gpu and --gpu-mem: give one or the other, not both");
+    if (!o.gpu.empty()) r.gpu = find_gpu(o.gpu);
+    if (!o.gpu_mem.empty()) {
+        GpuSpec g;
+        g.name = g.display_name = fmt::format("GPU with {}", o.gpu_mem);
+        g.memory_bytes = parse_size(o.gpu_mem, "--gpu-mem");
+        r.gpu = g;
+    }
+    if (!o.gpu_bandwidth.empty()) {
+        if (!r.gpu) throw UsageError("--gpu-bandwidth: needs --gpu or --gpu-mem");
+        r.gpu->bandwidth_bytes_per_s = parse_size(o.gpu_bandwidth, "--gpu-bandwidth");
+    }
+    r.weights_dtype = parse_dtype(o.weights_dtype, "--weights-dtype");
+    if (!(o.mem_util > 0.0 && o.mem_util <= 1.0)) throw UsageError(fmt::format("--mem-util: {}; expected a fraction in (0, 1]", o.mem_util));
+    r.mem_util = o.mem_util;
+    if (!o.kv_budget.empty()) r.kv_budget = parse_size(o.kv_budget, "--kv-budget");
+    if (o.units == "iec") r.units = UnitSystem::iec;
+    else if (o.units == "si") r.units = UnitSystem::si;
+    else throw UsageError(fmt::format("--units: '{}'; expected iec (KiB, MiB, GiB) or si (KB, MB, GB)", o.units));
+    r.explain = o.explain;
+    return r;
+}
+
+}  // namespace
+
+void setup_kvcalc(CLI::App& app) {
+    auto o = std::make_shared<KvcalcOptions>();
+    auto* cmd = app.add_subcommand("kvcalc", "KV-cache memory for Llama-style models: per token, sequence, batch and GPU");
+    cmd->add_option("-m,--model", o->models, "Preset name(s), repeatable or comma-separated (default: all Llama-family presets)");
+    cmd->add_option("-c,--config", o->config, "A Hugging Face config.json, or a directory holding one");
+    cmd->add_option("-a,--attention", o->attention, "Attention layouts: native,mha,gqa:N,mqa")->capture_default_str();
+    cmd->add_option("--kv-heads", o->kv_heads, "What-if KV head count (instead of --attention)");
+    cmd->add_option("-d,--dtype", o->dtypes, "KV dtypes: fp32,fp16,bf16,fp8 (=fp8_e4m3),fp8_e5m2,int8,int4,q8_0,q4_0")->capture_default_str();
+    cmd->add_option("--context", o->contexts, "Context lengths in tokens, e.g. 4k,32k,128k (k = 1024; default: 4096 and the model's max)");
+    cmd->add_option("-b,--batch", o->batches, "Batch sizes (sequences), e.g. 1,8,64")->capture_default_str();
+    cmd->add_option("--window-mode", o->window_mode, "Sliding-window layers: cap (hold min(W,T) tokens) or ignore")->capture_default_str();
+    cmd->add_option("--block-size", o->block_size, "Paged allocation: tokens per block (vLLM default 16); 0 = contiguous")->capture_default_str();
+    cmd->add_option("--tp", o->tp, "Tensor-parallel degree")->capture_default_str();
+    cmd->add_option("--gpu", o->gpu, "GPU preset (presets/gpus.json), e.g. h100-sxm-80gb");
+    cmd->add_option("--gpu-mem", o->gpu_mem, "GPU memory instead of a preset, e.g. 80GiB or 24GB");
+    cmd->add_option("--gpu-bandwidth", o->gpu_bandwidth, "Memory bandwidth in bytes/s for the roofline, e.g. 3350GB (per second)");
+    cmd->add_option("--weights-dtype", o->weights_dtype, "dtype of the weights for the GPU fit")->capture_default_str();
+    cmd->add_option("--mem-util", o->mem_util, "Fraction of GPU memory the engine may use (vLLM gpu_memory_utilization)")->capture_default_str();
+    cmd->add_option("--kv-budget", o->kv_budget, "KV budget an engine reported, per GPU, e.g. 3.8125GiB: gives blocks, tokens, concurrency");
+    cmd->add_option("--units", o->units, "iec (KiB/MiB/GiB = 2^10..) or si (KB/MB/GB = 10^3..)")->capture_default_str();
+    cmd->add_option("-f,--format", o->format, "table, csv, json or markdown")->capture_default_str();
+    cmd->add_flag("--explain", o->explain, "Print each formula with the numbers substituted");
+    cmd->callback([o] {
+        const auto format = parse_format(o->format, "--format");
+        const auto report = run_kvcalc(make_request(*o));
+        print_report(std::cout, report, format);
+    });
+}
+
+}  // namespace kvlab::cli

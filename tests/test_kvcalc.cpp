@@ -1,0 +1,139 @@
+#include <doctest/doctest.h>
+
+#include <sstream>
+
+#include "kvlab/error.hpp"
+#include "kvlab/kvcalc.hpp"
+#include "kvlab/units.hpp"
+#include "test_support.hpp"
+
+using namespace kvlab;
+
+namespace {
+
+const Table& table_named(const Report& r, const std::string& prefix) {
+    for (const auto& t : r.tables)
+        if (t.title.rfind(prefix, 0) == 0) return t;
+    FAIL("no table " << prefix);
+    return r.tables.front();
+}
+
+const nlohmann::json& cell(const Table& t, std::size_t row, const std::string& key) {
+    for (std::size_t c = 0; c < t.columns.size(); ++c)
+        if (t.columns[c].key == key) return t.rows.at(row)[c].value;
+    FAIL("no column " << key);
+    return t.rows.at(row)[0].value;
+}
+
+}  // namespace
+
+TEST_CASE("vLLM's block count for Llama-3.1-8B at a 3.8125 GiB budget is reproduced exactly") {
+    // 3.8125 GiB / (16 tokens x 131072 B) = 4093640704 / 2097152 = 1952 blocks (vLLM issue #10517)
+    const auto fit = fit_budget(parse_size("3.8125GiB", "--kv-budget"), 131072, 16);
+    CHECK(fit.n_blocks == 1952);
+    CHECK(fit.n_tokens == 1952 * 16);
+    KvcalcRequest r;
+    r.models = {load_preset("llama-3.1-8b")};
+    r.dtypes = {DType::bf16};
+    r.contexts = {20000};
+    r.kv_budget = parse_size("3.8125GiB", "--kv-budget");
+    const auto report = run_kvcalc(r);
+    const auto& t = table_named(report, "KV budget");
+    CHECK(cell(t, 0, "gpu_blocks") == 1952);
+    CHECK(t.rows[0][7].text == "1.56x");  // 1952 x 16 / 20000 = 1.5616, printed like vLLM
+}
+
+TEST_CASE("vLLM's Llama-3-8B figures (11.12GiB, 5691 blocks, 11.12x at 8192) agree within the budget's rounding") {
+    const auto per_token = kv_bytes_per_token(load_preset("llama-3-8b"), DType::bf16).total();  // 131072
+    // The printed budget is rounded to 2 decimals, so the true one lies in [11.115, 11.125) GiB.
+    const auto lo = fit_budget(parse_size("11.115GiB", "--kv-budget"), per_token, 16).n_blocks;
+    const auto hi = fit_budget(parse_size("11.125GiB", "--kv-budget"), per_token, 16).n_blocks;
+    CHECK(lo <= 5691);
+    CHECK(5691 <= hi);
+    // 5691 blocks x 16 tokens / 8192 tokens per request = 11.115... printed as 11.12x (vLLM issue #12330)
+    CHECK(5691.0 * 16 / 8192 == doctest::Approx(11.115).epsilon(1e-4));
+}
+
+TEST_CASE("Paged allocation rounds each sequence up to whole blocks and reports the waste") {
+    KvcalcRequest r;
+    r.models = {load_preset("llama-2-7b")};
+    r.dtypes = {DType::fp16};
+    r.contexts = {1000};
+    r.batches = {8};
+    r.block_size = 16;
+    const auto report = run_kvcalc(r);
+    const auto& t = table_named(report, "KV cache per sequence");
+    CHECK(cell(t, 0, "blocks_per_sequence") == 63);                              // ceil(1000 / 16)
+    CHECK(cell(t, 0, "bytes_per_sequence") == 63ull * 16 * 524288);              // 1008 tokens x 512 KiB
+    CHECK(cell(t, 0, "bytes_paging_waste_per_batch") == 8ull * 8 * 524288);      // 8 unused slots x 8 sequences
+}
+
+TEST_CASE("Tensor parallelism splits KV heads and replicates them when TP exceeds them") {
+    const auto cfg = load_preset("llama-2-70b");  // 8 KV heads
+    CHECK(per_gpu_config(cfg, 4).n_head_kv == 2);
+    CHECK(per_gpu_config(cfg, 16).n_head_kv == 1);  // 16 GPUs share 8 heads: each GPU holds one, replicated twice
+    CHECK_THROWS_AS(per_gpu_config(cfg, 3), UsageError);
+}
+
+TEST_CASE("GPU fit subtracts the weights from usable memory and divides by bytes per token") {
+    KvcalcRequest r;
+    r.models = {load_preset("llama-3-8b")};
+    r.dtypes = {DType::fp16};
+    r.contexts = {8192};
+    r.batches = {1};
+    GpuSpec g;
+    g.name = g.display_name = "test";
+    g.memory_bytes = 80ull << 30;
+    g.bandwidth_bytes_per_s = 2000000000000ull;
+    r.gpu = g;
+    r.mem_util = 0.9;
+    const auto report = run_kvcalc(r);
+    const auto& t = table_named(report, "Fit on");
+    const std::uint64_t weights = 8030261248ull * 2;                               // computed parameters x 2 B (bf16)
+    const std::uint64_t usable = static_cast<std::uint64_t>((80ull << 30) * 0.9);  // 77309411328
+    CHECK(cell(t, 0, "bytes_weights_per_gpu") == weights);
+    CHECK(cell(t, 0, "bytes_kv_budget_per_gpu") == usable - weights);
+    CHECK(cell(t, 0, "max_tokens") == (usable - weights) / 131072);
+    CHECK(cell(t, 0, "max_batch") == (usable - weights) / (131072ull * 8192));
+    CHECK(cell(t, 0, "max_context").get<std::uint64_t>() == 8192);  // one sequence fits the model's whole context
+    const auto& roof = table_named(report, "Decode roofline");
+    // (weights + 8192 x 131072 B of KV) / 2e12 B/s
+    CHECK(cell(roof, 0, "min_ms_per_step").get<double>() == doctest::Approx((weights + 8192.0 * 131072) / 2e12 * 1e3));
+}
+
+TEST_CASE("A batch of 1e15 sequences overflows instead of wrapping") {
+    KvcalcRequest r;
+    r.models = {load_preset("llama-2-7b")};
+    r.contexts = {4096};
+    r.batches = {1000000000000000ull};
+    CHECK_THROWS_AS(run_kvcalc(r), OverflowError);
+}
+
+TEST_CASE("Attention variants parse and reject unknown names") {
+    const auto v = parse_attention_variants("native,mha,gqa:8,mqa");
+    REQUIRE(v.size() == 4);
+    CHECK(v[2].n_head_kv == 8);
+    CHECK(v[3].n_head_kv == 1);
+    CHECK_THROWS_AS(parse_attention_variants("mha,foo"), UsageError);
+}
+
+TEST_CASE("Every output format carries the exact byte counts") {
+    KvcalcRequest r;
+    r.models = {load_preset("llama-2-7b")};
+    r.dtypes = {DType::fp16};
+    r.contexts = {4096};
+    const auto report = run_kvcalc(r);
+    std::ostringstream json, csv, md, table;
+    print_report(json, report, Format::json);
+    print_report(csv, report, Format::csv);
+    print_report(md, report, Format::markdown);
+    print_report(table, report, Format::table);
+    const auto j = nlohmann::json::parse(json.str());
+    CHECK(j["tables"][0]["rows"][0]["bytes_per_token"] == 524288);
+    CHECK(j["tables"][1]["rows"][0]["bytes_per_sequence"] == 2147483648ull);
+    CHECK(j["inputs"]["models"][0]["n_layer"] == 32);
+    CHECK(csv.str().find(",524288,") != std::string::npos);
+    CHECK(md.str().find("| 512.00 KiB |") != std::string::npos);
+    CHECK(table.str().find("2.00 GiB") != std::string::npos);
+    CHECK(table.str().find(" GB") == std::string::npos);  // IEC output never says GB
+}

@@ -1,0 +1,13 @@
+// Helpers shared by the unit tests: test data paths and preset loading.
+#pragma once
+#include <string>
+
+#include "kvlab/model_config.hpp"
+#include "kvlab/presets.hpp"
+
+namespace kvlab::test {
+
+inline std::string data_path(const std::string& name) { return std::string(KVLAB_TEST_DATA_DIR) + "/" + name; }
+inline ModelConfig data_config(const std::string& name) { return load_model_config(data_path(name)); }
+
+}  // namespace kvlab::test

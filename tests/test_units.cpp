@@ -1,0 +1,35 @@
+#include <doctest/doctest.h>
+
+#include "kvlab/error.hpp"
+#include "kvlab/units.hpp"
+
+using namespace kvlab;
+
+TEST_CASE("Bytes print with IEC units for 2^10 steps and SI units for 10^3 steps") {
+    CHECK(format_bytes(524288, UnitSystem::iec) == "512.00 KiB");
+    CHECK(format_bytes(2147483648ull, UnitSystem::iec) == "2.00 GiB");
+    CHECK(format_bytes(2147483648ull, UnitSystem::si) == "2.15 GB");  // 2^31 / 10^9
+    CHECK(format_bytes(40, UnitSystem::iec) == "40 B");
+}
+
+TEST_CASE("Sizes parse with explicit binary or decimal units") {
+    CHECK(parse_size("80GiB", "--gpu-mem") == 80ull << 30);
+    CHECK(parse_size("40 GB", "--gpu-mem") == 40000000000ull);
+    CHECK(parse_size("3.8125GiB", "--kv-budget") == 4093640704ull);  // 3.8125 x 2^30
+    CHECK(parse_size("1073741824", "--gpu-mem") == 1073741824ull);
+    CHECK_THROWS_AS(parse_size("80 gigs", "--gpu-mem"), UsageError);
+    CHECK_THROWS_AS(parse_size("-1GiB", "--gpu-mem"), UsageError);
+    CHECK_THROWS_AS(parse_size("1.5", "--gpu-mem"), UsageError);  // half a byte
+    CHECK(parse_size("11.12GiB", "--kv-budget") == 11940009082ull);  // floor(11.12 x 2^30 = 11940009082.88): unit sizes round down to whole bytes
+}
+
+TEST_CASE("Counts accept k and m suffixes and reject zero, negatives and fractions") {
+    CHECK(parse_count("4k", "--context") == 4096);
+    CHECK(parse_count("128K", "--context") == 131072);
+    CHECK(parse_count("1e3", "--batch") == 1000);
+    CHECK(parse_count_list("4k,32k,128k", "--context") == std::vector<std::uint64_t>{4096, 32768, 131072});
+    CHECK_THROWS_AS(parse_count("0", "--batch"), UsageError);
+    CHECK_THROWS_AS(parse_count("-3", "--batch"), UsageError);
+    CHECK_THROWS_AS(parse_count("2.5", "--batch"), UsageError);
+    CHECK_THROWS_AS(parse_count("1e30", "--batch"), OverflowError);
+}
