@@ -8,7 +8,6 @@
 #include <cmath>
 #include <random>
 
-#include <Eigen/Core>
 #include <fmt/format.h>
 
 #include "kvlab/checked.hpp"
@@ -17,8 +16,6 @@
 namespace kvlab {
 
 namespace {
-
-using MatrixRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 // Tokens one attention block scores at a time (src/cuda/decode_attention.cu kChunk); bounds the splits.
 constexpr std::uint64_t chunk_tokens = 256;
@@ -227,15 +224,22 @@ std::vector<GpuAttentionCheck> gpu_attention_check(const GpuAttentionProblem& sh
         // Uncached reference: K, V = X W_kv in fp32, rounded to the dtype as the GEMM stores them.
         const std::int64_t d_kv = p.shape.n_head_kv * p.shape.d_head;
         const std::int64_t rows = p.n_batch * p.n_tokens;
-        const Eigen::Map<const MatrixRM> x(c.in.x.data(), rows, p.d_model);     // (B*T, d)
-        const Eigen::Map<const MatrixRM> w(c.in.w_kv.data(), p.d_model, 2 * d_kv);  // (d, 2*Hkv*D)
-        const MatrixRM kv = x * w;                                                   // (B*T, 2*Hkv*D)
+        std::vector<float> kv(static_cast<std::size_t>(rows * 2 * d_kv), 0.0f);  // (B*T, 2*Hkv*D) = X (B*T, d) W (d, 2*Hkv*D)
+        for (std::int64_t r = 0; r < rows; ++r) {
+            float* kv_r = kv.data() + r * 2 * d_kv;
+            for (std::int64_t j = 0; j < p.d_model; ++j) {
+                const float x_rj = c.in.x[static_cast<std::size_t>(r * p.d_model + j)];
+                const float* w_j = c.in.w_kv.data() + j * 2 * d_kv;
+                for (std::int64_t col = 0; col < 2 * d_kv; ++col) kv_r[col] += x_rj * w_j[col];
+            }
+        }
         std::vector<float> k(static_cast<std::size_t>(rows * d_kv));
         std::vector<float> v(k.size());
         for (std::int64_t r = 0; r < rows; ++r)
             for (std::int64_t j = 0; j < d_kv; ++j) {
-                k[static_cast<std::size_t>(r * d_kv + j)] = round_to_dtype(kv(r, j), p.dtype);
-                v[static_cast<std::size_t>(r * d_kv + j)] = round_to_dtype(kv(r, d_kv + j), p.dtype);
+                k[static_cast<std::size_t>(r * d_kv + j)] = round_to_dtype(kv[static_cast<std::size_t>(r * 2 * d_kv + j)], p.dtype);
+                v[static_cast<std::size_t>(r * d_kv + j)] =
+                    round_to_dtype(kv[static_cast<std::size_t>(r * 2 * d_kv + d_kv + j)], p.dtype);
             }
         checks.push_back(compare(GpuAttentionPath::uncached, p, got.n_split, got.out_uncached,
                                  reference_outputs(p, c.in.q, k, v)));

@@ -1,8 +1,6 @@
 // `kvlab gpu attention`: time one decode step of attention on a CUDA GPU, cached (read the KV cache)
 // against uncached (recompute K and V with a GEMM), for MHA/GQA/MQA variants of one shape.
 // Correctness against the CPU reference comes first; no timing is printed if any check fails.
-#include "gpu_cmd.hpp"
-
 #include <algorithm>
 #include <iostream>
 #include <memory>
@@ -11,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "commands.hpp"
 #include "kvlab/error.hpp"
 #include "kvlab/gpu_attention.hpp"
 #include "kvlab/presets.hpp"
@@ -91,10 +90,14 @@ void run_gpu_attention(const GpuAttentionOptions& o) {
         p.dtype = s.dtype;
         return p;
     };
+    // Each part checked under the flag that sets it: the shape, then the dtypes, then the grid.
+    const std::string shape_flag = o.model.empty() ? "--heads/--kv-heads/--head-dim" : "--model " + o.model;
+    validate_gpu_attention_problem(problem_for(Setting{DType::fp16, 1, 1}, native), shape_flag);
+    for (const DType dtype : dtypes) validate_gpu_attention_problem(problem_for(Setting{dtype, 1, 1}, native), "--dtype");
     for (const Setting& s : settings)
         for (const AttentionShape& shape : variants) {
             const GpuAttentionProblem p = problem_for(s, shape);
-            validate_gpu_attention_problem(p, "--batch/--context/--dtype/--attention");
+            validate_gpu_attention_problem(p, "--batch/--context");
             (void)gpu_attention_cost(p);  // throws on 64-bit overflow
         }
 
@@ -239,7 +242,7 @@ void run_gpu_attention(const GpuAttentionOptions& o) {
 
 }  // namespace
 
-void add_gpu_command(CLI::App& app) {
+void setup_gpu(CLI::App& app) {
     CLI::App* gpu = app.add_subcommand("gpu", "Time KV-cache work on a CUDA GPU (needs a CUDA build and a device)");
     gpu->require_subcommand(1);
     auto o = std::make_shared<GpuAttentionOptions>();
