@@ -148,7 +148,7 @@ CheckInputs random_inputs(const GpuAttentionProblem& shape_of, std::int64_t n_ba
     c.problem.n_batch = n_batch;
     c.problem.n_tokens = n_tokens;
     // A small hidden width keeps the CPU GEMM quick; the kernel paths do not depend on d.
-    c.problem.d_model = std::min<std::int64_t>(shape_of.d_model, 256);
+    c.problem.d_model = std::min<std::int64_t>(shape_of.d_model, 128);
     const AttentionShape& s = c.problem.shape;
     const std::int64_t d_kv = s.n_head_kv * s.d_head;
     std::uniform_real_distribution<float> unit(-1.0f, 1.0f);

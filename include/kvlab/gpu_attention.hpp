@@ -82,8 +82,8 @@ struct GpuAttentionCheck {
 // dtype at max(1, max_abs_ref) (fp16 2^-10, bf16 2^-7), covering the output's own rounding plus fp32
 // summation order; NaN never passes.
 double gpu_attention_tolerance(DType dtype, double max_abs_ref);
-// Runs both paths on small random problems with `shape_of`'s H, Hkv, D and dtype (T = 1, 300 and 1300,
-// the last also with T unsplit), against the CPU reference on the same rounded inputs.
+// Runs both paths on small random problems with `shape_of`'s H, Hkv, D and dtype (hidden min(d, 128);
+// T = 1, 300 and 1300, the last also with T unsplit), against the CPU reference on the same rounded inputs.
 // Throws UnavailableError without CUDA or a device.
 std::vector<GpuAttentionCheck> gpu_attention_check(const GpuAttentionProblem& shape_of, std::uint64_t seed);
 
