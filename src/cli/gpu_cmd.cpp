@@ -232,8 +232,8 @@ void run_gpu_attention(const GpuAttentionOptions& o) {
                            "GB/s = cached bytes / time; % of copy = GB/s / D2D copy GB/s");
     timing.notes.push_back("FLOPs: attention 4*B*H*D*T; uncached adds the K,V GEMM 2*(B*T)*d*(2*Hkv*D); "
                            "uncached/cached = uncached time / cached time");
-    timing.notes.push_back("t / t(first) and KV bytes / first compare each attention variant with the first listed "
-                           "one at the same dtype, batch and context");
+    timing.notes.push_back("t / t(first) and KV bytes / first compare each attention variant with the first one timed "
+                           "at the same dtype, batch and context");
     report.tables.push_back(device);
     report.tables.push_back(checks);
     report.tables.push_back(timing);
