@@ -6,5 +6,6 @@ namespace kvlab::cli {
 
 void setup_kvcalc(CLI::App& app);
 void setup_presets(CLI::App& app);
+void setup_gpu(CLI::App& app);
 
 }  // namespace kvlab::cli
