@@ -1,5 +1,6 @@
 #include "kvlab/gpu.hpp"
 
+#include <algorithm>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -33,6 +34,8 @@ std::vector<GpuSpec> load_gpus() {
             s.fp16_dense_flops = g.at("fp16_dense_flops").get<double>();
             s.bf16_dense_flops = g.value("bf16_dense_flops", s.fp16_dense_flops);
             s.source = g.value("source", "");
+            s.driver_bytes = g.value("driver_reported_bytes", std::uint64_t{0});
+            s.aliases = g.value("aliases", std::vector<std::string>{});
         } catch (const nlohmann::json::exception& e) {
             throw ConfigError(fmt::format("{}: GPU entry {}: {}", path.string(), g.dump(), e.what()));
         }
@@ -47,11 +50,13 @@ GpuSpec find_gpu(std::string_view name) {
     const auto gpus = load_gpus();
     std::vector<std::string> names;
     for (const auto& g : gpus) {
-        if (g.name == name) return g;
+        if (g.name == name || std::find(g.aliases.begin(), g.aliases.end(), name) != g.aliases.end()) return g;
         names.push_back(g.name);
     }
     throw UsageError(fmt::format("--gpu: unknown GPU '{}'; did you mean: {}? (known: {})", name, fmt::join(closest_names(name, names, 3), ", "),
                                  fmt::join(names, ", ")));
 }
+
+std::uint64_t usable_gpu_bytes(const GpuSpec& gpu) { return gpu.driver_bytes ? gpu.driver_bytes : gpu.memory_bytes; }
 
 }  // namespace kvlab

@@ -17,6 +17,9 @@ std::uint64_t u(std::int64_t x) { return static_cast<std::uint64_t>(x); }
 
 ModelConfig apply_variant(const ModelConfig& cfg, const AttentionVariant& v) {
     if (v.n_head_kv == 0) return cfg;
+    if (cfg.mla)
+        throw UsageError(fmt::format("--attention {}: {} uses MLA, whose cache is one shared latent; what-if head counts do not apply (the 'vs MHA' column compares with the equivalent MHA)",
+                                     v.label, cfg.name));
     if (v.label == "mha") return with_kv_heads(cfg, cfg.n_head);
     return with_kv_heads(cfg, v.n_head_kv);
 }
@@ -61,6 +64,32 @@ std::uint64_t max_context(const ModelConfig& cfg, DType dtype, std::uint64_t bat
         (fits(mid) ? lo : hi) = mid;
     }
     return lo;
+}
+
+// floor(memory x util) in exact integer arithmetic: util is taken to 6 decimals (0.9 -> 900000 / 10^6).
+std::uint64_t usable_bytes(std::uint64_t memory, double util) {
+    __extension__ using u128 = unsigned __int128;  // memory x 10^6 can exceed 64 bits
+    const auto ppm = static_cast<u128>(std::llround(util * 1e6));
+    return static_cast<std::uint64_t>(static_cast<u128>(memory) * ppm / 1000000u);
+}
+
+// MLA has no MHA twin in its config; the equivalent MHA caches K of H x (nope + rope) and V of H x v_head_dim.
+std::uint64_t mha_equivalent_bytes_per_token(const ModelConfig& cfg, DType dtype) {
+    if (!cfg.mla) return kv_bytes_per_token(with_kv_heads(cfg, cfg.n_head), dtype).total();
+    const auto h = u(cfg.n_head);
+    const auto k = row_bytes(dtype, h * u(cfg.mla->qk_nope_head_dim + cfg.mla->qk_rope_head_dim));
+    const auto v = row_bytes(dtype, h * u(cfg.mla->v_head_dim));
+    return checked_mul(checked_add(k, v, "KV bytes"), u(cfg.n_layer), "KV bytes per token");
+}
+
+std::string window_formula(const ModelConfig& cfg, std::uint64_t n_tokens, const KvcalcRequest& r, std::uint64_t layer_bytes, std::uint64_t token_bytes) {
+    const auto t = allocated_tokens(n_tokens, r.block_size);
+    const std::string paged = r.block_size ? fmt::format(" (T = ceil({} / {}) x {} = {} paged tokens)", n_tokens, r.block_size, r.block_size, t) : "";
+    if (!cfg.sliding_window || r.window_mode == WindowMode::ignore) return fmt::format("{} tokens x {} B/token{}", t, token_bytes, paged);
+    const auto n_win = static_cast<std::uint64_t>(std::count(cfg.layer_windowed.begin(), cfg.layer_windowed.end(), true));
+    const auto held = std::min<std::uint64_t>(t, static_cast<std::uint64_t>(*cfg.sliding_window));
+    return fmt::format("({} windowed layers x min(W={}, T={}) = {} + {} global layers x {}) tokens x {} B/token/layer{}", n_win, *cfg.sliding_window, t, held,
+                       u(cfg.n_layer) - n_win, t, layer_bytes, paged);
 }
 
 }  // namespace
@@ -140,8 +169,8 @@ Report run_kvcalc(const KvcalcRequest& r) {
     Table roofline{"", {}, {}, {}};
     Table budget{"", {}, {}, {}};
     if (r.gpu) {
-        gpu_fit = Table{fmt::format("Fit on {} ({} of {} usable, TP {})", r.gpu->display_name, fmt::format("{:.0f}%", r.mem_util * 100),
-                                    format_bytes(r.gpu->memory_bytes, U), r.tp),
+        gpu_fit = Table{fmt::format("Fit on {} ({} of {}{}, TP {})", r.gpu->display_name, fmt::format("{:.0f}%", r.mem_util * 100),
+                                    format_bytes(usable_gpu_bytes(*r.gpu), U), r.gpu->driver_bytes ? " driver-reported" : "", r.tp),
                         {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"parameters", "params"},
                          {"bytes_weights_per_gpu", "weights/GPU"}, {"bytes_kv_budget_per_gpu", "KV budget/GPU"}, {"max_tokens", "max tokens"},
                          {"context", "context"}, {"max_batch", "max batch"}, {"batch", "batch"}, {"max_context", "max context"}}, {}, {}};
@@ -152,7 +181,7 @@ Report run_kvcalc(const KvcalcRequest& r) {
     }
     if (r.kv_budget) {
         const auto bs = r.block_size ? r.block_size : 16;
-        budget = Table{fmt::format("KV budget {} per GPU, block size {}", format_bytes(*r.kv_budget, U), bs),
+        budget = Table{fmt::format("KV budget {} ({} B) per GPU, block size {}", format_bytes(*r.kv_budget, U), *r.kv_budget, bs),
                        {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "dtype", false}, {"bytes_per_token_per_gpu", "KV/token/GPU"},
                         {"gpu_blocks", "# GPU blocks"}, {"tokens", "tokens"}, {"context", "tokens/request"}, {"max_concurrency", "max concurrency"}}, {}, {}};
     }
@@ -163,25 +192,30 @@ Report run_kvcalc(const KvcalcRequest& r) {
                              {"d_head", base.d_head}, {"max_position_embeddings", base.n_ctx_max}, {"attention", base.attention_kind()},
                              {"head_dim_rule", base.head_dim_rule}, {"kv_heads_rule", base.kv_heads_rule}, {"window_rule", base.window_rule}};
         if (base.sliding_window) mj["sliding_window"] = *base.sliding_window;
+        const auto contexts = contexts_for(base, r);
+        mj["contexts"] = contexts;
         in["models"].push_back(mj);
         report.notes.push_back(fmt::format("{}: {}; {}; {}", base.name, base.head_dim_rule, base.kv_heads_rule, base.window_rule));
-        const auto contexts = contexts_for(base, r);
         for (auto t : contexts)
             if (base.n_ctx_max > 0 && t > u(base.n_ctx_max))
                 report.notes.push_back(fmt::format("warning: context {} exceeds {}'s max_position_embeddings {}", t, base.name, base.n_ctx_max));
-        const auto mha = base.mla ? base : with_kv_heads(base, base.n_head);
 
         for (const auto& variant : r.variants) {
             const ModelConfig cfg = apply_variant(base, variant);
             const std::string att = variant.label == "native" ? cfg.attention_kind() + " (native)" : cfg.attention_kind();
             const auto gpu_cfg = per_gpu_config(cfg, r.tp);
+            if (r.tp > u(cfg.n_head_kv) && !cfg.mla)
+                report.notes.push_back(fmt::format("{} {}: TP {} exceeds {} KV heads, so each GPU holds 1 KV head and every head is replicated on {} GPUs",
+                                                   cfg.name, att, r.tp, cfg.n_head_kv, r.tp / u(cfg.n_head_kv)));
+            if (r.tp > 1 && cfg.mla)
+                report.notes.push_back(fmt::format("{} {}: the MLA latent is shared by all heads, so every one of the {} GPUs holds it whole", cfg.name, att, r.tp));
             for (const auto dtype : r.dtypes) {
                 const auto dn = std::string(dtype_name(dtype));
                 const auto layer = kv_bytes_per_token_layer(cfg, dtype);
                 const auto token = kv_bytes_per_token(cfg, dtype).total();
-                const auto token_mha = kv_bytes_per_token(mha, dtype).total();
+                const auto token_mha = mha_equivalent_bytes_per_token(base, dtype);
                 per_token.rows.push_back({text_cell(cfg.name), text_cell(att), int_cell(cfg.n_layer), int_cell(cfg.n_head),
-                                          int_cell(cfg.mla ? 1 : cfg.n_head_kv), int_cell(cfg.d_head), text_cell(dn),
+                                          int_cell(cfg.mla ? 1 : cfg.n_head_kv), int_cell(cfg.mla ? cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim : cfg.d_head), text_cell(dn),
                                           bytes_cell(layer.k, U), bytes_cell(layer.v, U), bytes_cell(token, U),
                                           ratio_cell(static_cast<double>(token_mha) / static_cast<double>(token))});
                 if (r.explain) {
@@ -190,7 +224,7 @@ Report run_kvcalc(const KvcalcRequest& r) {
                                                            cfg.n_layer, dtype_formula(dtype, u(cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim)),
                                                            cfg.mla->kv_lora_rank, cfg.mla->qk_rope_head_dim, token, format_bytes(token, U)));
                     else
-                        report.notes.push_back(fmt::format("{} {} {}: KV/token = 2 (K and V) x {} layers x ({} KV heads x {} head dim =) {} = {} B = {}", cfg.name, att,
+                        report.notes.push_back(fmt::format("{} {} {}: KV/token = 2 (K and V) x {} layers x ({} KV head(s) x {} head dim =) {} = {} B = {}", cfg.name, att,
                                                            dn, cfg.n_layer, cfg.n_head_kv, cfg.d_head, dtype_formula(dtype, u(cfg.d_kv())), token,
                                                            format_bytes(token, U)));
                 }
@@ -201,9 +235,7 @@ Report run_kvcalc(const KvcalcRequest& r) {
                     for (std::int64_t l = 0; l < cfg.n_layer; ++l) held = std::max(held, kv_tokens_held(cfg, l, t, r.window_mode));
                     if (r.explain) {
                         report.notes.push_back(fmt::format("{} {} {}: KV/sequence at T={} = {} = {} B = {}", cfg.name, att, dn, t,
-                                                           cfg.sliding_window && r.window_mode == WindowMode::cap
-                                                               ? fmt::format("sum over layers of min(W={}, T) or T on global layers x {} B/token/layer", *cfg.sliding_window, layer.total())
-                                                               : fmt::format("{} tokens x {} B/token", r.block_size ? allocated_tokens(t, r.block_size) : t, token),
+                                                           window_formula(cfg, t, r, layer.total(), token),
                                                            seq, format_bytes(seq, U)));
                     }
                     for (const auto b : r.batches) {
@@ -231,17 +263,18 @@ Report run_kvcalc(const KvcalcRequest& r) {
                     const auto params = count_params(cfg);
                     const auto weights = ceil_div(checked_mul(params.total(), dtype_info(r.weights_dtype).block_bytes, "weights bytes") /
                                                       dtype_info(r.weights_dtype).block_values, r.tp);
-                    const auto usable = static_cast<std::uint64_t>(std::floor(static_cast<long double>(r.gpu->memory_bytes) * r.mem_util));
+                    const auto usable = usable_bytes(usable_gpu_bytes(*r.gpu), r.mem_util);
                     const std::uint64_t kv_budget = usable > weights ? usable - weights : 0;
                     const auto per_token_gpu = kv_bytes_per_token(gpu_cfg, dtype).total();
                     const auto max_tokens = kv_budget / per_token_gpu;
                     if (r.explain)
-                        report.notes.push_back(fmt::format("{} {} {} on {}: KV budget/GPU = {} B x {} - weights {} params x {} B / TP {} = {} B; max tokens = floor({} / {} B/token) = {}",
-                                                           cfg.name, att, dn, r.gpu->name, r.gpu->memory_bytes, r.mem_util, params.total(),
+                        report.notes.push_back(fmt::format("{} {} {} on {}: KV budget/GPU = floor({} B x {}) - weights {} params x {} B ({}) / TP {} = {} B; max tokens = floor({} / {} B/token) = {}",
+                                                           cfg.name, att, dn, r.gpu->name, usable_gpu_bytes(*r.gpu), r.mem_util, params.total(),
+                                                           static_cast<double>(dtype_info(r.weights_dtype).block_bytes) / static_cast<double>(dtype_info(r.weights_dtype).block_values),
                                                            dtype_name(r.weights_dtype), r.tp, kv_budget, kv_budget, per_token_gpu, max_tokens));
                     if (kv_budget == 0)
                         report.notes.push_back(fmt::format("warning: {} weights ({} per GPU) do not fit in {} x {} of {}", cfg.name,
-                                                           format_bytes(weights, U), format_bytes(r.gpu->memory_bytes, U), r.mem_util, r.gpu->name));
+                                                           format_bytes(weights, U), format_bytes(usable_gpu_bytes(*r.gpu), U), r.mem_util, r.gpu->name));
                     const auto limit = cfg.n_ctx_max > 0 ? u(cfg.n_ctx_max) : (std::uint64_t{1} << 40);
                     const auto n_rows = std::max(contexts.size(), r.batches.size());
                     for (std::size_t i = 0; i < n_rows; ++i) {
@@ -265,6 +298,7 @@ Report run_kvcalc(const KvcalcRequest& r) {
                         }
                         gpu_fit.rows.push_back(std::move(row));
                     }
+                    if (r.gpu->bandwidth_bytes_per_s == 0) continue;  // --gpu-mem without --gpu-bandwidth: no roofline
                     // Decode roofline: every step reads the active weights once and every resident KV byte once.
                     const auto active_weights = ceil_div(checked_mul(params.active_per_token, dtype_info(r.weights_dtype).block_bytes, "weights bytes") /
                                                              dtype_info(r.weights_dtype).block_values, r.tp);
@@ -272,6 +306,9 @@ Report run_kvcalc(const KvcalcRequest& r) {
                         for (const auto b : r.batches) {
                             const auto kv_read = checked_mul(kv_bytes_sequence(gpu_cfg, dtype, t, r.window_mode).total(), b, "KV bytes read");
                             const auto total = checked_add(active_weights, kv_read, "bytes per step");
+                            if (kv_read > kv_budget)
+                                report.notes.push_back(fmt::format("warning: {} {} {}: batch {} at context {} needs {} of KV per GPU, more than the {} budget; its roofline row is hypothetical",
+                                                                   cfg.name, att, dn, b, t, format_bytes(kv_read, U), format_bytes(kv_budget, U)));
                             const double s = static_cast<double>(total) / static_cast<double>(r.gpu->bandwidth_bytes_per_s);
                             roofline.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(t), uint_cell(b),
                                                      bytes_cell(active_weights, U), bytes_cell(kv_read, U), real_cell(s * 1e3, 3),
@@ -300,11 +337,13 @@ Report run_kvcalc(const KvcalcRequest& r) {
     report.tables.push_back(std::move(per_token));
     report.tables.push_back(std::move(per_seq));
     if (r.gpu) {
-        in["gpu"] = {{"name", r.gpu->name}, {"memory_bytes", r.gpu->memory_bytes}, {"bandwidth_bytes_per_s", r.gpu->bandwidth_bytes_per_s}};
+        in["gpu"] = {{"name", r.gpu->name}, {"memory_bytes", r.gpu->memory_bytes}, {"usable_memory_bytes", usable_gpu_bytes(*r.gpu)}, {"bandwidth_bytes_per_s", r.gpu->bandwidth_bytes_per_s}};
         in["weights_dtype"] = std::string(dtype_name(r.weights_dtype));
         in["mem_util"] = r.mem_util;
+        gpu_fit.notes.push_back("The fit counts weights and KV only: activations, CUDA graphs and framework buffers also take memory, so engines report a smaller KV budget (use --kv-budget with the engine's figure).");
         report.tables.push_back(std::move(gpu_fit));
-        report.tables.push_back(std::move(roofline));
+        if (r.gpu->bandwidth_bytes_per_s) report.tables.push_back(std::move(roofline));
+        else report.notes.push_back("no decode roofline: give --gpu-bandwidth (bytes per second) with --gpu-mem");
     }
     if (r.kv_budget) {
         in["kv_budget_bytes"] = *r.kv_budget;

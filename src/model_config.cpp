@@ -233,8 +233,10 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
     cfg.attention_bias = f.boolean("attention_bias", false) || cfg.model_type == "qwen2";
     cfg.rope_theta = f.positive_real({"rope_theta"}, 10000.0);
     cfg.norm_eps = f.positive_real({"rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"}, 1e-5);
-    // HF PretrainedConfig defaults tie_word_embeddings to true when a config omits it.
-    cfg.tied_embeddings = FieldReader(root, where).boolean("tie_word_embeddings", f.boolean("tie_word_embeddings", true));
+    // When a config omits tie_word_embeddings, the model class's default applies: LlamaConfig, MistralConfig
+    // and most decoder configs default to false; GPT-2 always ties and Gemma configs default to true.
+    const bool tie_default = cfg.family == Family::gpt2 || cfg.model_type.rfind("gemma", 0) == 0;
+    cfg.tied_embeddings = FieldReader(root, where).boolean("tie_word_embeddings", f.boolean("tie_word_embeddings", tie_default));
     read_sliding_window(f, j, where, cfg);
     return cfg;
 }

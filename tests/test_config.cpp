@@ -129,3 +129,8 @@ TEST_CASE("An unknown preset suggests the closest names") {
         CHECK(std::string(e.what()).find("did you mean: llama-2-7b") != std::string::npos);
     }
 }
+
+TEST_CASE("tie_word_embeddings defaults follow the model class: false for Llama, true for GPT-2") {
+    CHECK_FALSE(test::data_config("no-kv-heads.json").tied_embeddings);  // LlamaConfig default
+    CHECK(load_preset("gpt2").tied_embeddings);
+}

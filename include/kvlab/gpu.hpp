@@ -10,7 +10,9 @@ namespace kvlab {
 struct GpuSpec {
     std::string name;                 // e.g. "h100-sxm-80gb"
     std::string display_name;         // e.g. "NVIDIA H100 SXM 80GB"
-    std::uint64_t memory_bytes = 0;
+    std::uint64_t memory_bytes = 0;           // nominal capacity ("80GB" = 80 GiB, see gpus.json)
+    std::uint64_t driver_bytes = 0;           // nvidia-smi memory.total: what an engine sees; 0 = unknown
+    std::vector<std::string> aliases;         // e.g. "h100"
     std::uint64_t bandwidth_bytes_per_s = 0;
     double fp16_dense_flops = 0;      // FLOP/s, dense (no sparsity)
     double bf16_dense_flops = 0;
@@ -18,6 +20,8 @@ struct GpuSpec {
 };
 
 std::vector<GpuSpec> load_gpus();                 // throws ConfigError on a malformed gpus.json
-GpuSpec find_gpu(std::string_view name);          // UsageError with "did you mean" for unknown names
+GpuSpec find_gpu(std::string_view name);          // name or alias; UsageError with "did you mean" for unknown names
+// Memory an engine can allocate from: the driver-reported total when known, else the nominal capacity.
+std::uint64_t usable_gpu_bytes(const GpuSpec& gpu);
 
 }  // namespace kvlab

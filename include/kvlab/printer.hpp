@@ -46,8 +46,8 @@ struct Report {
     std::vector<std::string> notes;         // report-wide notes (warnings, rules applied)
 };
 
-// Writes `report` to `out`. CSV: each table as a header line + rows of exact values, tables
-// separated by a blank line; inputs as leading "# key=value" lines unless csv_comments is false.
+// Writes `report` to `out`. CSV: each table as a header line + rows of exact values (the rows carry
+// their inputs as columns); with several tables, each starts with a "# <title>" line after a blank line.
 void print_report(std::ostream& out, const Report& report, Format format);
 
 }  // namespace kvlab

@@ -6,6 +6,7 @@ namespace kvlab::cli {
 
 void setup_kvcalc(CLI::App& app);
 void setup_presets(CLI::App& app);
+void setup_gpu(CLI::App& app);
 void setup_simulate(CLI::App& app);
 
 }  // namespace kvlab::cli

@@ -15,13 +15,13 @@ struct KvcalcOptions {
     std::vector<std::string> models;     // empty: every "llama" family preset
     std::string config;                  // a config.json or a directory holding one
     std::string attention = "native";
-    std::int64_t kv_heads = 0;           // 0: not given
+    std::string kv_heads;                // empty: not given
     std::string dtypes = "fp16,fp8";
     std::string contexts;                // empty: 4096 and each model's max context
     std::string batches = "1";
     std::string window_mode = "cap";
-    std::uint64_t block_size = 0;
-    std::uint64_t tp = 1;
+    std::string block_size = "0";
+    std::string tp = "1";
     std::string gpu;
     std::string gpu_mem;
     std::string gpu_bandwidth;
@@ -49,8 +49,13 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
             if (cfg.preset_family == "llama") r.models.push_back(std::move(cfg));
         }
     }
-    if (o.kv_heads > 0 && o.attention != "native") throw UsageError("--kv-heads and --attention: give one or the other, not both");
-    r.variants = o.kv_heads > 0 ? std::vector<AttentionVariant>{{fmt::format("kv:{}", o.kv_heads), o.kv_heads}} : parse_attention_variants(o.attention);
+    if (!o.kv_heads.empty() && o.attention != "native") throw UsageError("--kv-heads and --attention: give one or the other, not both");
+    if (!o.kv_heads.empty()) {
+        const auto n = static_cast<std::int64_t>(parse_count(o.kv_heads, "--kv-heads"));
+        r.variants = {{fmt::format("kv:{}", n), n}};
+    } else {
+        r.variants = parse_attention_variants(o.attention);
+    }
     r.dtypes.clear();
     for (const auto& d : split_list(o.dtypes)) r.dtypes.push_back(parse_dtype(d, "--dtype"));
     if (!o.contexts.empty()) r.contexts = parse_count_list(o.contexts, "--context");
@@ -58,8 +63,8 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
     if (o.window_mode == "cap") r.window_mode = WindowMode::cap;
     else if (o.window_mode == "ignore") r.window_mode = WindowMode::ignore;
     else throw UsageError(fmt::format("--window-mode: '{}'; expected cap or ignore", o.window_mode));
-    r.block_size = o.block_size;
-    r.tp = o.tp;
+    r.block_size = o.block_size == "0" ? 0 : parse_count(o.block_size, "--block-size");
+    r.tp = parse_count(o.tp, "--tp");
     if (!o.gpu.empty() && !o.gpu_mem.empty()) throw UsageError("--gpu and --gpu-mem: give one or the other, not both");
     if (!o.gpu.empty()) r.gpu = find_gpu(o.gpu);
     if (!o.gpu_mem.empty()) {
@@ -91,13 +96,13 @@ void setup_kvcalc(CLI::App& app) {
     cmd->add_option("-m,--model", o->models, "Preset name(s), repeatable or comma-separated (default: all Llama-family presets)");
     cmd->add_option("-c,--config", o->config, "A Hugging Face config.json, or a directory holding one");
     cmd->add_option("-a,--attention", o->attention, "Attention layouts: native,mha,gqa:N,mqa")->capture_default_str();
-    cmd->add_option("--kv-heads", o->kv_heads, "What-if KV head count (instead of --attention)")->check(CLI::PositiveNumber);
+    cmd->add_option("--kv-heads", o->kv_heads, "What-if KV head count (instead of --attention)");
     cmd->add_option("-d,--dtype", o->dtypes, "KV dtypes: fp32,fp16,bf16,fp8 (=fp8_e4m3),fp8_e5m2,int8,int4,q8_0,q4_0")->capture_default_str();
     cmd->add_option("--context", o->contexts, "Context lengths in tokens, e.g. 4k,32k,128k (k = 1024; default: 4096 and the model's max)");
     cmd->add_option("-b,--batch", o->batches, "Batch sizes (sequences), e.g. 1,8,64")->capture_default_str();
     cmd->add_option("--window-mode", o->window_mode, "Sliding-window layers: cap (hold min(W,T) tokens) or ignore")->capture_default_str();
     cmd->add_option("--block-size", o->block_size, "Paged allocation: tokens per block (vLLM default 16); 0 = contiguous")->capture_default_str();
-    cmd->add_option("--tp", o->tp, "Tensor-parallel degree")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--tp", o->tp, "Tensor-parallel degree")->capture_default_str();
     cmd->add_option("--gpu", o->gpu, "GPU preset (presets/gpus.json), e.g. h100-sxm-80gb");
     cmd->add_option("--gpu-mem", o->gpu_mem, "GPU memory instead of a preset, e.g. 80GiB or 24GB");
     cmd->add_option("--gpu-bandwidth", o->gpu_bandwidth, "Memory bandwidth in bytes/s for the roofline, e.g. 3350GB (per second)");

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", "kvlab 0.1.0");
     kvlab::cli::setup_kvcalc(app);
     kvlab::cli::setup_presets(app);
+    kvlab::cli::setup_gpu(app);
     kvlab::cli::setup_simulate(app);
     try {
         app.parse(argc, argv);

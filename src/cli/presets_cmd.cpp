@@ -17,7 +17,7 @@ struct PresetsOptions {
 void setup_presets(CLI::App& app) {
     auto opts = std::make_shared<PresetsOptions>();
     auto* cmd = app.add_subcommand("presets", "List model presets (name, family, layers, heads, head dim, attention, max context, parameters)");
-    cmd->add_option("--format", opts->format, "table, csv, json or markdown")->capture_default_str();
+    cmd->add_option("-f,--format", opts->format, "table, csv, json or markdown")->capture_default_str();
     cmd->callback([opts] {
         const auto format = parse_format(opts->format, "--format");
         Table t{"Model presets (" + presets_dir().string() + ")",

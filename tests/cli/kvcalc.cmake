@@ -1,1 +1,68 @@
-message("placeholder")
+include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
+
+# README main job: every Llama-family preset, default dtypes fp16 and fp8.
+kvlab_expect(RC 0 ARGS kvcalc OUT "llama-2-7b +MHA \\(native\\).*fp16.*512.00 KiB" "llama-3-8b +GQA-8 \\(native\\).*fp16.*128.00 KiB" "fp8_e4m3"
+             NOT_OUT "gpt2" "stories15m" " GB")
+
+# Seeds: Llama-2-70B MHA 2.5 MiB/token, GQA-8 320 KiB (8x), MQA 40 KiB (64x). 2*80*64*128*2 B = 2621440
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-70b -a mha,gqa:8,mqa -d fp16 --context 4096
+             OUT "MHA +80 +64 +64 +128 +fp16 .* 2.50 MiB +1.00x" "GQA-8 .* 320.00 KiB +8.00x" "MQA .* 40.00 KiB +64.00x" "1.25 GiB")
+
+# JSON parses back with exact integers: Llama-2-7B fp16 524288 B/token, 2 GiB at 4096.
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b -d fp16 --context 4096 --format json)
+string(JSON bpt GET "${KVLAB_OUT}" tables 0 rows 0 bytes_per_token)
+string(JSON seq GET "${KVLAB_OUT}" tables 1 rows 0 bytes_per_sequence)
+string(JSON layers GET "${KVLAB_OUT}" inputs models 0 n_layer)
+if(NOT bpt EQUAL 524288 OR NOT seq STREQUAL "2147483648" OR NOT layers EQUAL 32)
+  message(FATAL_ERROR "json: bytes_per_token=${bpt} bytes_per_sequence=${seq} n_layer=${layers}")
+endif()
+
+# CSV: a header line and rows with exact bytes, readable by a script.
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b -d fp16,fp8 --context 8k --batch 1,8 --format csv
+             OUT "model,attention,n_layer,n_head,n_head_kv,d_head,dtype,bytes_k_per_token_layer,bytes_v_per_token_layer,bytes_per_token,reduction_vs_mha"
+                 "llama-3-8b,GQA-8 \\(native\\),32,32,8,128,fp16,2048,2048,131072,4"
+                 "llama-3-8b,GQA-8 \\(native\\),fp16,8192,8,8192,1073741824,8589934592")
+
+# Markdown table.
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b -d fp16 --format markdown OUT "\\| llama-2-7b \\| MHA \\(native\\) \\|" "\\| ---: \\|")
+
+# llama.cpp golden: 36 layers x 8 KV heads x 128, -c 8192: 1152.00 MiB f16, 612.00 MiB q8_0.
+# 1152 MiB = 1207959552 B (prints as 1.12 GiB); 612 MiB = 641728512 B.
+kvlab_expect(RC 0 ARGS kvcalc --config ${DATA}/llamacpp-36l.json -d f16,q8_0 --context 8192 --format csv
+             OUT "fp16,8192,1,8192,1207959552,1207959552" "q8_0,8192,1,8192,641728512,641728512")
+kvlab_expect(RC 0 ARGS kvcalc --config ${DATA}/llamacpp-36l.json -d q8_0 --context 8192 OUT "612.00 MiB")
+
+# vLLM golden: Llama-3.1-8B, 3.8125 GiB budget, block 16 -> 1952 blocks; 1.56x at 20000 tokens.
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-8b -d bf16 --kv-budget 3.8125GiB --context 20000 OUT "1952 +31232 +20000 +1.56x")
+
+# --explain prints the formula with numbers.
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b -d fp16 --context 4096 --explain
+             OUT "KV/token = 2 \\(K and V\\) x 32 layers x \\(32 KV head\\(s\\) x 128 head dim =\\) 4096 x 2 B \\(fp16\\) = 524288 B = 512.00 KiB")
+
+# SI units print GB, IEC never does.
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b -d fp16 --context 4096 --units si OUT "2.15 GB" "524.29 KB")
+
+# Sliding window cap vs ignore, context warning, paging, TP, GPU fit.
+kvlab_expect(RC 0 ARGS kvcalc -m mistral-7b-v0.1 -d fp16 --context 32k OUT "32768 +1 +4096 +512.00 MiB +512.00 MiB +4.00 GiB")
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b -d fp16 --context 8k OUT "warning: context 8192 exceeds llama-2-7b's max_position_embeddings 4096")
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-70b -d fp16 --context 4096 --tp 16 OUT "kv heads/GPU" "4096 +1 +4096 +1.25 GiB +1.25 GiB +1 +160.00 MiB")
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b -d fp16 --gpu h100-sxm-80gb --context 8k --batch 64 OUT "Fit on NVIDIA H100" "Decode roofline")
+
+# Errors: one line, exit 2, naming the flag/file and value.
+kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7 ERR "unknown preset 'llama-2-7'; did you mean: llama-2-7b")
+kvlab_expect(RC 2 ARGS kvcalc --config ${DATA}/bad/heads-not-divisible.json ERR "heads-not-divisible.json: num_attention_heads \\(32\\) is not a multiple of num_key_value_heads \\(5\\)")
+kvlab_expect(RC 2 ARGS kvcalc --config ${DATA}/bad/malformed.json ERR "malformed.json: malformed JSON")
+kvlab_expect(RC 2 ARGS kvcalc --config ${DATA}/bad/zero-layers.json ERR "num_hidden_layers = 0; expected a positive integer")
+kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --batch 1e15 --context 4096 ERR "overflows")
+kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --dtype fp7 ERR "--dtype: unknown dtype 'fp7'")
+kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --batch 0 ERR "--batch: '0' is zero")
+kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --format xml ERR "--format: unknown format 'xml'")
+kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --no-such-flag ERR "no-such-flag")
+kvlab_expect(RC 2 ARGS kvcalc -m llama-2-70b --tp 4,16 ERR "--tp: '4,16' is not a count")
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-70b -d fp16 --context 4096 --tp 16 OUT "every head is replicated on 2 GPUs")
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b -d fp16 --context 1000 --batch 8 --block-size 16 OUT "1000 +8 +1000 +504.00 MiB +3.94 GiB +63 +32.00 MiB")
+# MLA: vs MHA compares with H x (nope + rope) keys and H x v_head_dim values: 61 x 128 x (192 + 128) x 2 B / 70272 B = 71.11x
+kvlab_expect(RC 0 ARGS kvcalc --config ${DATA}/deepseek-mla.json -d bf16 --context 4096 OUT "MLA \\(native\\) +61 +128 +1 +576 +bf16 +1.12 KiB +0 B +68.62 KiB +71.11x")
+kvlab_expect(RC 2 ARGS kvcalc --config ${DATA}/deepseek-mla.json -a mha ERR "uses MLA")
+# floor(24e9 B x 0.95) = 22800000000 exactly; Llama-2-7B weights 6738415616 x 2 B = 13476831232; budget 9323168768
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b --gpu-mem 24GB --mem-util 0.95 -d fp16 --context 4096 --format csv OUT ",13476831232,9323168768," )

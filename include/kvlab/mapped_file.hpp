@@ -1,0 +1,33 @@
+// A whole file mapped read-only into memory, so readers index its bytes and check every range
+// against size_bytes() before touching it. Non-goal: writing; files that change while mapped.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+
+namespace kvlab {
+
+class MappedFile {
+public:
+    // Throws IoError when the file cannot be opened, is not a regular file, or cannot be mapped.
+    explicit MappedFile(const std::filesystem::path& path);
+    ~MappedFile();
+    MappedFile(MappedFile&& other) noexcept;
+    MappedFile& operator=(MappedFile&& other) noexcept;
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+
+    std::span<const std::byte> bytes() const { return {static_cast<const std::byte*>(data_), size_bytes_}; }
+    std::uint64_t size_bytes() const { return size_bytes_; }
+    const std::filesystem::path& path() const { return path_; }
+
+private:
+    void release() noexcept;
+
+    std::filesystem::path path_;
+    void* data_ = nullptr;  // nullptr for an empty file (mmap cannot map 0 bytes)
+    std::uint64_t size_bytes_ = 0;
+};
+
+}  // namespace kvlab

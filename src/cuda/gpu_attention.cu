@@ -1,0 +1,372 @@
+// The device half of include/kvlab/gpu_attention.hpp: device query, buffers, the cuBLAS K,V projection,
+// the correctness run and the event timing with an L2 flush before every repeat.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "decode_attention.cuh"
+#include "kvlab/error.hpp"
+#include "kvlab/gpu_attention.hpp"
+
+namespace kvlab {
+
+namespace {
+
+void check_cuda(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) throw IoError(std::string("CUDA ") + what + " failed: " + cudaGetErrorString(e));
+}
+
+void check_blas(cublasStatus_t s, const char* what) {
+    if (s != CUBLAS_STATUS_SUCCESS) throw IoError(std::string("cuBLAS ") + what + " failed: " + cublasGetStatusString(s));
+}
+
+class DeviceBuffer {
+public:
+    DeviceBuffer(std::uint64_t bytes, const char* what) : bytes_(bytes) {
+        if (bytes == 0) return;
+        const cudaError_t e = cudaMalloc(&ptr_, bytes);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();  // an allocation failure is not sticky; clear it
+            throw UnavailableError(std::string("CUDA could not allocate ") + std::to_string(bytes) + " bytes for " +
+                                   what + ": " + cudaGetErrorString(e));
+        }
+    }
+    ~DeviceBuffer() {
+        if (ptr_ != nullptr) (void)cudaFree(ptr_);
+    }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+    void* get() const { return ptr_; }
+    std::uint64_t bytes() const { return bytes_; }
+
+private:
+    void* ptr_ = nullptr;
+    std::uint64_t bytes_ = 0;
+};
+
+class Event {
+public:
+    Event() { check_cuda(cudaEventCreate(&event_), "cudaEventCreate"); }
+    ~Event() { (void)cudaEventDestroy(event_); }
+    Event(const Event&) = delete;
+    Event& operator=(const Event&) = delete;
+    cudaEvent_t get() const { return event_; }
+
+private:
+    cudaEvent_t event_{};
+};
+
+class Blas {
+public:
+    Blas() { check_blas(cublasCreate(&handle_), "cublasCreate"); }
+    ~Blas() { (void)cublasDestroy(handle_); }
+    Blas(const Blas&) = delete;
+    Blas& operator=(const Blas&) = delete;
+    cublasHandle_t get() const { return handle_; }
+
+private:
+    cublasHandle_t handle_{};
+};
+
+std::uint64_t element_bytes() { return 2; }  // fp16 and bf16
+
+__device__ inline void store(__half* p, float x) { *p = __float2half_rn(x); }
+__device__ inline void store(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
+
+// x (n) of pseudo-random values in [-scale, scale): never zeros, which would hide unwritten or misread data.
+template <typename T>
+__global__ void fill_random_kernel(T* x, long long n, unsigned long long seed, float scale) {
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<long long>(gridDim.x) * blockDim.x) {
+        unsigned long long h = (static_cast<unsigned long long>(i) + seed) * 0x9E3779B97F4A7C15ull;  // splitmix64 mix
+        h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+        h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+        h ^= h >> 31;
+        const float u = static_cast<float>(h >> 40) * (2.0f / 16777216.0f) - 1.0f;  // 24 random bits
+        store(x + i, scale * u);
+    }
+}
+
+void fill_random(void* x, std::uint64_t n, DType dtype, unsigned long long seed, float scale) {
+    if (n == 0) return;
+    const long long count = static_cast<long long>(n);
+    if (dtype == DType::bf16)
+        fill_random_kernel<<<1024, 256>>>(static_cast<__nv_bfloat16*>(x), count, seed, scale);
+    else
+        fill_random_kernel<<<1024, 256>>>(static_cast<__half*>(x), count, seed, scale);
+    check_cuda(cudaGetLastError(), "fill_random launch");
+}
+
+std::vector<std::uint16_t> to_device_bits(const std::vector<float>& values, DType dtype) {
+    std::vector<std::uint16_t> bits(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i) {
+        if (dtype == DType::bf16) {
+            const __nv_bfloat16 h = __float2bfloat16_rn(values[i]);
+            std::memcpy(&bits[i], &h, 2);
+        } else {
+            const __half h = __float2half_rn(values[i]);
+            std::memcpy(&bits[i], &h, 2);
+        }
+    }
+    return bits;
+}
+
+std::vector<float> from_device_bits(const std::vector<std::uint16_t>& bits, DType dtype) {
+    std::vector<float> values(bits.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) {
+        if (dtype == DType::bf16) {
+            __nv_bfloat16 h;
+            std::memcpy(&h, &bits[i], 2);
+            values[i] = __bfloat162float(h);
+        } else {
+            __half h;
+            std::memcpy(&h, &bits[i], 2);
+            values[i] = __half2float(h);
+        }
+    }
+    return values;
+}
+
+void upload(const DeviceBuffer& dst, const std::vector<float>& values, DType dtype) {
+    const std::vector<std::uint16_t> bits = to_device_bits(values, dtype);
+    check_cuda(cudaMemcpy(dst.get(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), "cudaMemcpy upload");
+}
+
+std::vector<float> download(const DeviceBuffer& src, std::size_t n, DType dtype) {
+    std::vector<std::uint16_t> bits(n);
+    check_cuda(cudaMemcpy(bits.data(), src.get(), n * 2, cudaMemcpyDeviceToHost), "cudaMemcpy download");
+    return from_device_bits(bits, dtype);
+}
+
+// kv (rows, n_cols) = x (rows, d) w (d, n_cols), all row-major, fp32 accumulation. cuBLAS is
+// column-major, so this is the column-major product kv^T (n_cols, rows) = w^T (n_cols, d) x^T (d, rows).
+void project_kv(cublasHandle_t blas, DType dtype, const void* x, const void* w, void* kv, int rows, int d, int n_cols) {
+    const cudaDataType_t t = dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const float alpha = 1.0f;
+    const float beta = 0.0f;
+    check_blas(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, n_cols, rows, d, &alpha, w, t, n_cols, x, t, d, &beta, kv, t,
+                            n_cols, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx K,V = X W_kv");
+}
+
+std::uint64_t count(const std::vector<float>& v) { return v.size(); }
+
+void expect_size(const std::vector<float>& v, std::uint64_t n, const char* name) {
+    if (count(v) != n)
+        throw UsageError(std::string("gpu_attention_run: ") + name + " has " + std::to_string(v.size()) +
+                         " values, expected " + std::to_string(n));
+}
+
+// Buffers of one problem on the device.
+struct ProblemBuffers {
+    ProblemBuffers(const GpuAttentionProblem& p, GpuAttentionPath path, int n_split)
+        : n_q(static_cast<std::uint64_t>(p.n_batch * p.shape.n_head * p.shape.d_head)),
+          n_kv(static_cast<std::uint64_t>(p.n_batch * p.n_tokens * p.shape.n_head_kv * p.shape.d_head)),
+          n_x(path == GpuAttentionPath::uncached ? static_cast<std::uint64_t>(p.n_batch * p.n_tokens * p.d_model) : 0),
+          n_w(path == GpuAttentionPath::uncached
+                  ? static_cast<std::uint64_t>(p.d_model * 2 * p.shape.n_head_kv * p.shape.d_head)
+                  : 0),
+          q(n_q * element_bytes(), "q (B, H*D)"),
+          kv(2 * n_kv * element_bytes(), "K and V (B*T, 2*Hkv*D)"),
+          out(n_q * element_bytes(), "out (B, H*D)"),
+          x(n_x * element_bytes(), "hidden states X (B*T, d)"),
+          w(n_w * element_bytes(), "W_kv (d, 2*Hkv*D)"),
+          partials(cuda::decode_attention_workspace_bytes(p.shape, p.n_batch, n_split), "split partials") {}
+    std::uint64_t n_q;   // B*H*D
+    std::uint64_t n_kv;  // B*T*Hkv*D, each of K and V
+    std::uint64_t n_x;   // B*T*d (uncached only)
+    std::uint64_t n_w;   // d*2*Hkv*D (uncached only)
+    DeviceBuffer q;
+    DeviceBuffer kv;     // cached: K then V, each (B*T, Hkv*D); uncached: rows [K | V] of width 2*Hkv*D
+    DeviceBuffer out;
+    DeviceBuffer x;
+    DeviceBuffer w;
+    DeviceBuffer partials;
+};
+
+cuda::DecodeAttentionArgs attention_args(const GpuAttentionProblem& p, GpuAttentionPath path, const ProblemBuffers& b,
+                                         int n_split) {
+    const std::int64_t d_kv = p.shape.n_head_kv * p.shape.d_head;
+    char* kv = static_cast<char*>(b.kv.get());
+    cuda::DecodeAttentionArgs a;
+    a.q = b.q.get();
+    if (path == GpuAttentionPath::cached) {
+        a.k = kv;
+        a.v = kv + b.n_kv * element_bytes();
+        a.ld_kv = d_kv;
+    } else {
+        a.k = kv;
+        a.v = kv + static_cast<std::uint64_t>(d_kv) * element_bytes();
+        a.ld_kv = 2 * d_kv;
+    }
+    a.out = b.out.get();
+    a.partials = static_cast<float*>(b.partials.get());
+    a.dtype = p.dtype;
+    a.shape = p.shape;
+    a.n_batch = p.n_batch;
+    a.n_tokens = p.n_tokens;
+    a.n_split = n_split;
+    return a;
+}
+
+// One step of `path`: for uncached, the GEMM that recomputes K and V, then the attention.
+void enqueue_step(const GpuAttentionProblem& p, GpuAttentionPath path, const ProblemBuffers& b, cublasHandle_t blas,
+                  const cuda::DecodeAttentionArgs& args) {
+    if (path == GpuAttentionPath::uncached)
+        project_kv(blas, p.dtype, b.x.get(), b.w.get(), b.kv.get(), static_cast<int>(p.n_batch * p.n_tokens),
+                   static_cast<int>(p.d_model), static_cast<int>(2 * p.shape.n_head_kv * p.shape.d_head));
+    cuda::decode_attention_launch(args, nullptr);
+}
+
+double median_of(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    const std::size_t n = values.size();
+    return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// Times `enqueue` n_repeat times after n_warmup untimed runs; before each timed run `before` (untimed).
+template <typename Enqueue, typename Before>
+GpuTiming time_events(int n_warmup, int n_repeat, Enqueue enqueue, Before before) {
+    if (n_repeat < 1) throw UsageError("--repeats " + std::to_string(n_repeat) + ": expected at least 1");
+    for (int i = 0; i < n_warmup; ++i) enqueue();
+    check_cuda(cudaDeviceSynchronize(), "warm-up");
+    Event start;
+    Event stop;
+    std::vector<double> times_ns;
+    for (int r = 0; r < n_repeat; ++r) {
+        before(r);
+        check_cuda(cudaEventRecord(start.get(), nullptr), "cudaEventRecord");
+        enqueue();
+        check_cuda(cudaEventRecord(stop.get(), nullptr), "cudaEventRecord");
+        check_cuda(cudaEventSynchronize(stop.get()), "timed run");
+        float ms = 0.0f;
+        check_cuda(cudaEventElapsedTime(&ms, start.get(), stop.get()), "cudaEventElapsedTime");
+        times_ns.push_back(static_cast<double>(ms) * 1e6);
+    }
+    GpuTiming t;
+    t.n_repeat = n_repeat;
+    t.min_ns = *std::min_element(times_ns.begin(), times_ns.end());
+    t.median_ns = median_of(times_ns);
+    return t;
+}
+
+}  // namespace
+
+bool cuda_built() { return true; }
+
+CudaDevice cuda_device() {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        (void)cudaGetLastError();
+        throw UnavailableError(std::string("no CUDA device present (cudaGetDeviceCount: ") +
+                               (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") + ")");
+    }
+    check_cuda(cudaSetDevice(0), "cudaSetDevice");
+    cudaDeviceProp prop{};
+    check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    int l2 = 0;
+    check_cuda(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0), "cudaDeviceGetAttribute(L2)");
+    std::size_t free_bytes = 0;
+    std::size_t total_bytes = 0;
+    check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    CudaDevice d;
+    d.name = prop.name;
+    d.cc_major = prop.major;
+    d.cc_minor = prop.minor;
+    d.n_sm = prop.multiProcessorCount;
+    d.l2_bytes = static_cast<std::uint64_t>(l2);
+    d.memory_bytes = total_bytes;
+    d.memory_free_bytes = free_bytes;
+    return d;
+}
+
+GpuAttentionOutputs gpu_attention_run(const GpuAttentionProblem& p, const GpuAttentionInputs& in, int n_split) {
+    validate_gpu_attention_problem(p, "gpu_attention_run");
+    const CudaDevice dev = cuda_device();
+    const std::uint64_t d_kv = static_cast<std::uint64_t>(p.shape.n_head_kv * p.shape.d_head);
+    const std::uint64_t rows = static_cast<std::uint64_t>(p.n_batch * p.n_tokens);
+    expect_size(in.q, static_cast<std::uint64_t>(p.n_batch * p.shape.n_head * p.shape.d_head), "q");
+    expect_size(in.k, rows * d_kv, "k");
+    expect_size(in.v, rows * d_kv, "v");
+    expect_size(in.x, rows * static_cast<std::uint64_t>(p.d_model), "x");
+    expect_size(in.w_kv, static_cast<std::uint64_t>(p.d_model) * 2 * d_kv, "w_kv");
+
+    GpuAttentionOutputs result;
+    result.n_split = cuda::decode_attention_splits(p.shape, p.n_batch, p.n_tokens, dev.n_sm, n_split);
+    Blas blas;
+    for (const GpuAttentionPath path : {GpuAttentionPath::cached, GpuAttentionPath::uncached}) {
+        const ProblemBuffers b(p, path, result.n_split);
+        upload(b.q, in.q, p.dtype);
+        if (path == GpuAttentionPath::cached) {
+            std::vector<float> kv = in.k;
+            kv.insert(kv.end(), in.v.begin(), in.v.end());
+            upload(b.kv, kv, p.dtype);
+        } else {
+            upload(b.x, in.x, p.dtype);
+            upload(b.w, in.w_kv, p.dtype);
+            check_cuda(cudaMemset(b.kv.get(), 0xFF, b.kv.bytes()), "cudaMemset");  // NaN until the GEMM writes it
+        }
+        // All-ones bits are NaN in fp16 and bf16: an output the kernels leave unwritten fails the check.
+        check_cuda(cudaMemset(b.out.get(), 0xFF, b.out.bytes()), "cudaMemset");
+        enqueue_step(p, path, b, blas.get(), attention_args(p, path, b, result.n_split));
+        check_cuda(cudaDeviceSynchronize(), "attention run");
+        std::vector<float> out = download(b.out, b.n_q, p.dtype);
+        (path == GpuAttentionPath::cached ? result.out_cached : result.out_uncached) = std::move(out);
+    }
+    return result;
+}
+
+GpuTiming gpu_attention_time(const GpuAttentionProblem& p, GpuAttentionPath path, int n_warmup, int n_repeat) {
+    validate_gpu_attention_problem(p, "gpu_attention_time");
+    const CudaDevice dev = cuda_device();
+    const GpuAttentionCost cost = gpu_attention_cost(p);
+    const std::uint64_t flush_bytes = 2 * dev.l2_bytes;  // twice L2 evicts everything the last run left there
+    const std::uint64_t need =
+        (path == GpuAttentionPath::cached ? cost.cached_device_bytes : cost.uncached_device_bytes) + flush_bytes;
+    if (need > dev.memory_free_bytes)
+        throw UsageError("batch " + std::to_string(p.n_batch) + " x context " + std::to_string(p.n_tokens) + ": the " +
+                         std::string(gpu_attention_path_name(path)) + " step needs " + std::to_string(need) +
+                         " bytes of device memory, " + std::to_string(dev.memory_free_bytes) + " are free");
+    const int n_split = cuda::decode_attention_splits(p.shape, p.n_batch, p.n_tokens, dev.n_sm, 0);
+    const ProblemBuffers b(p, path, n_split);
+    DeviceBuffer flush(flush_bytes, "the L2 flush buffer");
+    fill_random(b.q.get(), b.n_q, p.dtype, 1, 1.0f);
+    if (path == GpuAttentionPath::cached) {
+        fill_random(b.kv.get(), 2 * b.n_kv, p.dtype, 2, 1.0f);
+    } else {
+        fill_random(b.x.get(), b.n_x, p.dtype, 3, 1.0f);
+        fill_random(b.w.get(), b.n_w, p.dtype, 4, 1.0f / std::sqrt(static_cast<float>(p.d_model)));
+    }
+    check_cuda(cudaDeviceSynchronize(), "random fill");
+    Blas blas;
+    const cuda::DecodeAttentionArgs args = attention_args(p, path, b, n_split);
+    GpuTiming t = time_events(
+        n_warmup, n_repeat, [&] { enqueue_step(p, path, b, blas.get(), args); },
+        [&](int r) {
+            check_cuda(cudaMemsetAsync(flush.get(), r & 0xFF, flush.bytes(), nullptr), "L2 flush");
+        });
+    t.n_split = n_split;
+    return t;
+}
+
+GpuTiming cuda_copy_time(std::uint64_t bytes, int n_warmup, int n_repeat) {
+    cuda_device();
+    DeviceBuffer src(bytes, "the copy source");
+    DeviceBuffer dst(bytes, "the copy destination");
+    fill_random(src.get(), bytes / 2, DType::fp16, 5, 1.0f);
+    check_cuda(cudaDeviceSynchronize(), "random fill");
+    return time_events(
+        n_warmup, n_repeat,
+        [&] { check_cuda(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, nullptr), "copy"); },
+        [](int) {});
+}
+
+}  // namespace kvlab

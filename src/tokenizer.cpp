@@ -1,0 +1,161 @@
+#include "kvlab/tokenizer.hpp"
+
+#include <bit>
+#include <cstring>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "kvlab/error.hpp"
+#include "kvlab/mapped_file.hpp"
+
+static_assert(std::endian::native == std::endian::little, "tokenizer.bin is little-endian; so must the host be");
+
+namespace kvlab {
+namespace {
+
+int hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+// "<0xNN>" -> the byte NN, else -1.
+int byte_piece_value(const std::string& piece) {
+    if (piece.size() != 6 || piece.compare(0, 3, "<0x") != 0 || piece[5] != '>') return -1;
+    const int hi = hex_value(piece[3]), lo = hex_value(piece[4]);
+    return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(std::vector<std::string> pieces, std::vector<float> scores, std::string where)
+    : pieces_(std::move(pieces)), scores_(std::move(scores)), where_(std::move(where)) {
+    if (pieces_.size() != scores_.size())
+        throw FormatError(fmt::format("{}: {} pieces but {} scores", where_, pieces_.size(), scores_.size()));
+    ids_.reserve(pieces_.size());
+    for (std::size_t i = 0; i < pieces_.size(); ++i) ids_.emplace(pieces_[i], static_cast<std::int32_t>(i));
+}
+
+Tokenizer Tokenizer::load(const std::filesystem::path& path, std::int64_t n_vocab) {
+    const std::string where = path.string();
+    if (n_vocab <= 0 || n_vocab > INT32_MAX)
+        throw UsageError(fmt::format("{}: vocabulary size {} is not a positive int32", where, n_vocab));
+    const MappedFile file(path);
+    const std::byte* data = file.bytes().data();
+    const std::uint64_t size = file.size_bytes();
+    if (size < 4) throw FormatError(fmt::format("{}: truncated at offset 0: {} bytes, the 4-byte max_token_length header is missing", where, size));
+    std::uint32_t max_token_length = 0;
+    std::memcpy(&max_token_length, data, 4);
+
+    std::vector<std::string> pieces(static_cast<std::size_t>(n_vocab));
+    std::vector<float> scores(static_cast<std::size_t>(n_vocab));
+    std::uint64_t offset = 4;
+    for (std::int64_t i = 0; i < n_vocab; ++i) {
+        if (size - offset < 8)
+            throw FormatError(fmt::format("{}: truncated at offset {}: token {} of {} needs an 8-byte score and length, {} bytes left",
+                                          where, offset, i, n_vocab, size - offset));
+        std::int32_t len = 0;
+        std::memcpy(&scores[static_cast<std::size_t>(i)], data + offset, 4);
+        std::memcpy(&len, data + offset + 4, 4);
+        if (len <= 0 || static_cast<std::uint32_t>(len) > max_token_length)
+            throw FormatError(fmt::format("{}: token {} at offset {} has length {}; expected 1..{} (max_token_length)",
+                                          where, i, offset + 4, len, max_token_length));
+        offset += 8;
+        if (size - offset < static_cast<std::uint64_t>(len))
+            throw FormatError(fmt::format("{}: truncated at offset {}: token {} needs {} bytes, {} left", where, offset, i, len,
+                                          size - offset));
+        pieces[static_cast<std::size_t>(i)].assign(reinterpret_cast<const char*>(data + offset), static_cast<std::size_t>(len));
+        offset += static_cast<std::uint64_t>(len);
+    }
+    if (offset != size)
+        throw FormatError(fmt::format("{}: {} bytes remain after token {} at offset {}: the file holds more tokens than the model's vocabulary ({})",
+                                      where, size - offset, n_vocab - 1, offset, n_vocab));
+    return Tokenizer(std::move(pieces), std::move(scores), where);
+}
+
+std::int32_t Tokenizer::find(const std::string& piece) const {
+    const auto it = ids_.find(piece);
+    return it == ids_.end() ? -1 : it->second;
+}
+
+std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool bos, bool eos) const {
+    std::vector<std::int32_t> tokens;
+    if (bos) tokens.push_back(bos_id);
+
+    // SentencePiece's add_dummy_prefix: the text is read as if it began with a space.
+    std::string padded;
+    if (!text.empty()) {
+        padded.reserve(text.size() + 1);
+        padded.push_back(' ');
+        padded.append(text);
+    }
+
+    // A code point is a lead byte plus the continuation bytes (10xxxxxx) after it, at most 4 bytes.
+    std::vector<std::int32_t> work;
+    for (std::size_t start = 0; start < padded.size();) {
+        std::size_t end = start + 1;
+        while (end < padded.size() && end - start < 4 && (static_cast<unsigned char>(padded[end]) & 0xC0u) == 0x80u) ++end;
+        const std::string point = padded.substr(start, end - start);
+        const std::int32_t id = find(point);
+        if (id >= 0) {
+            work.push_back(id);
+        } else {
+            for (const char c : point) {
+                const std::int32_t byte_id = static_cast<std::int32_t>(static_cast<unsigned char>(c)) + byte_fallback_offset;
+                if (byte_id >= n_vocab())
+                    throw FormatError(fmt::format("{}: byte 0x{:02X} of the text is not in the vocabulary and its fallback token {} "
+                                                  "is outside it ({} tokens)",
+                                                  where_, static_cast<unsigned char>(c), byte_id, n_vocab()));
+                work.push_back(byte_id);
+            }
+        }
+        start = end;
+    }
+
+    // Merge the best-scoring adjacent pair until no pair's concatenation is a token.
+    std::string merged;
+    while (true) {
+        std::int32_t best_id = -1;
+        std::size_t best_at = 0;
+        for (std::size_t i = 0; i + 1 < work.size(); ++i) {
+            merged = pieces_[static_cast<std::size_t>(work[i])];
+            merged += pieces_[static_cast<std::size_t>(work[i + 1])];
+            const std::int32_t id = find(merged);
+            if (id >= 0 && (best_id < 0 || scores_[static_cast<std::size_t>(id)] > scores_[static_cast<std::size_t>(best_id)])) {
+                best_id = id;
+                best_at = i;
+            }
+        }
+        if (best_id < 0) break;
+        work[best_at] = best_id;
+        work.erase(work.begin() + static_cast<std::ptrdiff_t>(best_at) + 1);
+    }
+
+    tokens.insert(tokens.end(), work.begin(), work.end());
+    if (eos) tokens.push_back(eos_id);
+    return tokens;
+}
+
+const std::string& Tokenizer::piece(std::int32_t token) const {
+    if (token < 0 || token >= n_vocab())
+        throw UsageError(fmt::format("{}: token id {} is outside the vocabulary (0..{})", where_, token, n_vocab() - 1));
+    return pieces_[static_cast<std::size_t>(token)];
+}
+
+float Tokenizer::score(std::int32_t token) const {
+    piece(token);  // range check
+    return scores_[static_cast<std::size_t>(token)];
+}
+
+std::string Tokenizer::decode(std::int32_t prev_token, std::int32_t token) const {
+    const std::string& text = piece(token);
+    const int byte = byte_piece_value(text);
+    if (byte >= 0) return std::string(1, static_cast<char>(byte));
+    // SentencePiece strips the dummy-prefix space from the first piece after BOS.
+    if (prev_token == bos_id && !text.empty() && text[0] == ' ') return text.substr(1);
+    return text;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,41 @@
+# `kvlab gpu attention`: usage errors come before any device work in every build; then the outcome this
+# build and machine must give: without CUDA exit 1 "built without CUDA"; CUDA but no device exit 1
+# "no CUDA device present"; CUDA and a device exit 0 with every correctness check passed and timings.
+# Called with -DCUDA_ENABLED=ON|OFF besides common.cmake's arguments.
+include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
+
+kvlab_expect(RC 2 ARGS gpu attention --heads 8 --head-dim 100 --batch 1 --context 64
+             ERR "^kvlab: error: .*head dim 100 is not supported by the CUDA kernel; expected a multiple of 8 up to 256")
+kvlab_expect(RC 2 ARGS gpu attention --model llama-3-8b --attention gqa:5
+             ERR "'gqa:5' needs a KV head count that divides the 32 query heads")
+kvlab_expect(RC 2 ARGS gpu attention --model llama-3-8b --dtype fp32
+             ERR "dtype fp32 is not supported on the GPU path; expected fp16 or bf16")
+kvlab_expect(RC 2 ARGS gpu attention --batch 1
+             ERR "give --model PRESET, or --heads and --head-dim")
+
+set(tiny gpu attention --heads 8 --kv-heads 2 --head-dim 64 --batch 2 --context 300
+         --attention native,mha,mqa --warmup 1 --repeats 3 --format csv)
+if(NOT CUDA_ENABLED)
+  kvlab_expect(RC 1 ARGS ${tiny}
+               ERR "^kvlab: error: this kvlab was built without CUDA \\(configure with -DKVLAB_CUDA=ON on a machine with nvcc\\)\n$")
+  kvlab_expect(RC 1 ARGS gpu attention --model llama-3-8b --batch 64 --context 8k ERR "built without CUDA")
+  return()
+endif()
+
+execute_process(COMMAND ${KVLAB} ${tiny} RESULT_VARIABLE probe_rc OUTPUT_QUIET ERROR_VARIABLE probe_err)
+if(probe_err MATCHES "no CUDA device present")
+  kvlab_expect(RC 1 ARGS ${tiny} ERR "^kvlab: error: no CUDA device present \\(cudaGetDeviceCount: [^\n]+\\)\n$")
+  kvlab_expect(RC 1 ARGS gpu attention --model llama-3-8b --batch 64 --context 8k ERR "no CUDA device present")
+  message(STATUS "no CUDA device on this machine: checked the message; the kernels' run is owed")
+  return()
+endif()
+
+kvlab_expect(RC 0 ARGS ${tiny})
+# 3 variants x 4 check cases x 2 paths, every one passed; one timing row per variant.
+string(REGEX MATCHALL "\n(native|mha|mqa),[0-9]+,fp16,(cached|uncached),[^\n]*,yes" passed "${KVLAB_OUT}")
+string(REGEX MATCHALL "\n(native|mha|mqa),[0-9]+,fp16,2,300,[0-9]+,[0-9.]+" timed "${KVLAB_OUT}")
+list(LENGTH passed n_passed)
+list(LENGTH timed n_timed)
+if(NOT n_passed EQUAL 24 OR NOT n_timed EQUAL 3)
+  message(FATAL_ERROR "expected 24 passed checks and 3 timing rows, found ${n_passed} and ${n_timed}\n${KVLAB_OUT}")
+endif()

@@ -1,0 +1,151 @@
+// The GPU attention path: host-side counts, variants and rounding everywhere; the kernels against the
+// CPU reference only where a CUDA device is present (elsewhere the device test says why it skipped).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+
+#include "kvlab/error.hpp"
+#include "kvlab/gpu_attention.hpp"
+
+using namespace kvlab;
+
+namespace {
+
+GpuAttentionProblem llama3_8b_problem() {
+    GpuAttentionProblem p;
+    p.shape = AttentionShape{32, 8, 128};  // Llama-3-8B: 32 query heads, 8 KV heads, head dim 128
+    p.d_model = 4096;
+    p.n_batch = 64;
+    p.n_tokens = 8192;
+    p.dtype = DType::fp16;
+    return p;
+}
+
+// True when this build has CUDA and a device answers; otherwise `why` says which is missing.
+bool device_present(std::string& why) {
+    try {
+        (void)cuda_device();
+        return true;
+    } catch (const UnavailableError& e) {
+        why = e.what();
+        return false;
+    }
+}
+
+}  // namespace
+
+TEST_CASE("The cached and uncached step costs of a Llama-3-8B layer at batch 64 and 8k context are counted exactly") {
+    const GpuAttentionCost c = gpu_attention_cost(llama3_8b_problem());
+    CHECK(c.kv_bytes == 2147483648ull);          // 64 B * 8192 T * 8 Hkv * 128 D * 2 (K,V) * 2 B = 2 GiB
+    CHECK(c.cached_bytes == 2148532224ull);      // + q and out, 64*32*128*2 B = 512 KiB each
+    CHECK(c.cached_flops == 8589934592.0);       // 4 * 64 * 32 * 128 * 8192
+    // X 64*8192*4096*2 B + W 4096*2048*2 B + K,V written and read 2 * 2 GiB + q + out
+    CHECK(c.uncached_bytes == 8607760384ull);
+    CHECK(c.uncached_flops == 8804682956800.0);  // GEMM 2*(64*8192)*4096*(2*1024) + attention 4*64*32*128*8192
+    CHECK(c.uncached_device_bytes > c.cached_device_bytes);
+}
+
+TEST_CASE("The cost of an fp16 step does not depend on the hidden size for the cached path") {
+    GpuAttentionProblem a = llama3_8b_problem();
+    GpuAttentionProblem b = a;
+    b.d_model = 8192;
+    CHECK(gpu_attention_cost(a).cached_bytes == gpu_attention_cost(b).cached_bytes);
+    CHECK(gpu_attention_cost(a).uncached_bytes < gpu_attention_cost(b).uncached_bytes);
+}
+
+TEST_CASE("Attention variants set the KV head count and reject counts that do not divide the query heads") {
+    const AttentionShape native{32, 8, 128};
+    CHECK(attention_variant(native, "native", "--attention").n_head_kv == 8);
+    CHECK(attention_variant(native, "mha", "--attention").n_head_kv == 32);
+    CHECK(attention_variant(native, "mqa", "--attention").n_head_kv == 1);
+    CHECK(attention_variant(native, "gqa:4", "--attention").n_head_kv == 4);
+    CHECK(attention_variant(native, "gqa:4", "--attention").d_head == 128);
+    CHECK_THROWS_AS(attention_variant(native, "gqa:5", "--attention"), UsageError);   // 32 % 5 != 0
+    CHECK_THROWS_AS(attention_variant(native, "gqa:64", "--attention"), UsageError);  // more KV heads than heads
+    CHECK_THROWS_AS(attention_variant(native, "gqa:x", "--attention"), UsageError);
+    CHECK_THROWS_WITH_AS(attention_variant(native, "mla", "--attention"),
+                         doctest::Contains("unknown attention variant 'mla'"), UsageError);
+}
+
+TEST_CASE("Problems the kernel cannot run are rejected before any device work") {
+    GpuAttentionProblem p = llama3_8b_problem();
+    CHECK_NOTHROW(validate_gpu_attention_problem(p, "--test"));
+    p.dtype = DType::fp32;
+    CHECK_THROWS_WITH_AS(validate_gpu_attention_problem(p, "--dtype"), doctest::Contains("expected fp16 or bf16"),
+                         UsageError);
+    p = llama3_8b_problem();
+    p.shape.d_head = 100;  // not a multiple of 8
+    CHECK_THROWS_AS(validate_gpu_attention_problem(p, "--head-dim"), UsageError);
+    p.shape.d_head = 512;  // above the 256 the kernel handles
+    CHECK_THROWS_AS(validate_gpu_attention_problem(p, "--head-dim"), UsageError);
+    p = llama3_8b_problem();
+    p.shape.n_head_kv = 3;  // 32 % 3 != 0
+    CHECK_THROWS_AS(validate_gpu_attention_problem(p, "--kv-heads"), UsageError);
+    p = llama3_8b_problem();
+    p.n_tokens = 1ll << 30;  // 64 * 2^30 rows exceed cuBLAS's int
+    CHECK_THROWS_AS(validate_gpu_attention_problem(p, "--context"), UsageError);
+}
+
+TEST_CASE("Rounding to fp16 and bf16 is round-to-nearest-even as the device stores values") {
+    CHECK(round_to_dtype(1.0f, DType::fp16) == 1.0f);
+    CHECK(round_to_dtype(1.0f + std::ldexp(1.0f, -11), DType::fp16) == 1.0f);  // halfway, ties to even 1.0
+    // 1 + 3*2^-11 is halfway between 1 + 2^-10 (odd) and 1 + 2^-9 (even)
+    CHECK(round_to_dtype(1.0f + 3 * std::ldexp(1.0f, -11), DType::fp16) == 1.0f + std::ldexp(1.0f, -9));
+    CHECK(round_to_dtype(65519.0f, DType::fp16) == 65504.0f);  // fp16 max; half an ulp (16) above it overflows
+    CHECK(std::isinf(round_to_dtype(65520.0f, DType::fp16)));
+    CHECK(round_to_dtype(std::ldexp(1.0f, -24), DType::fp16) == std::ldexp(1.0f, -24));  // smallest subnormal
+    CHECK(round_to_dtype(std::ldexp(1.0f, -26), DType::fp16) == 0.0f);
+    CHECK(round_to_dtype(-1.0f - std::ldexp(1.0f, -8), DType::bf16) == -1.0f);  // halfway, ties to even
+    CHECK(round_to_dtype(1.0f + 3 * std::ldexp(1.0f, -8), DType::bf16) == 1.0f + std::ldexp(1.0f, -6));
+    // 3e38 = 1.7632 * 2^127; 1.7632 * 128 = 225.69 rounds to 226: 226 * 2^120
+    CHECK(round_to_dtype(3.0e38f, DType::bf16) == std::ldexp(226.0f, 120));
+    CHECK(std::isinf(round_to_dtype(3.4e38f, DType::bf16)));  // 1.998 * 2^127 rounds up to 2^128: overflow
+    CHECK_THROWS_AS(round_to_dtype(1.0f, DType::fp32), UsageError);
+}
+
+TEST_CASE("The check tolerance is two fp16 or bf16 ulps at the output's magnitude") {
+    CHECK(gpu_attention_tolerance(DType::fp16, 0.5) == std::ldexp(1.0, -9));   // 2 * 2^-10, floor at 1
+    CHECK(gpu_attention_tolerance(DType::bf16, 0.5) == std::ldexp(1.0, -6));   // 2 * 2^-7
+    CHECK(gpu_attention_tolerance(DType::fp16, 4.0) == std::ldexp(1.0, -7));   // 4 * 2 * 2^-10
+}
+
+TEST_CASE("Without CUDA in the build or a device, the device calls say which is missing") {
+    std::string why;
+    if (device_present(why)) {
+        MESSAGE("a CUDA device is present: " << cuda_device().name);
+        CHECK(cuda_built());
+        return;
+    }
+    if (cuda_built())
+        CHECK(why.find("no CUDA device present") != std::string::npos);
+    else
+        CHECK(why.find("built without CUDA") != std::string::npos);
+    CHECK_THROWS_AS(cuda_copy_time(1 << 20, 1, 1), UnavailableError);
+    CHECK_THROWS_AS(gpu_attention_time(llama3_8b_problem(), GpuAttentionPath::cached, 1, 1), UnavailableError);
+}
+
+TEST_CASE("The CUDA kernels match the CPU reference on small problems") {
+    std::string why;
+    if (!device_present(why)) {
+        MESSAGE("skipped: " << why);
+        return;
+    }
+    // MHA with D=64 (8 lanes, one head per block), GQA-4 with D=128, MQA with 16 query heads (two tiles
+    // of 8) and D=96 (lanes beyond the head idle), and D=256 (32 lanes).
+    const AttentionShape shapes[] = {{4, 4, 64}, {8, 2, 128}, {16, 1, 96}, {6, 3, 256}};
+    for (const DType dtype : {DType::fp16, DType::bf16})
+        for (const AttentionShape& shape : shapes) {
+            GpuAttentionProblem p;
+            p.shape = shape;
+            p.d_model = 192;
+            p.dtype = dtype;
+            for (const GpuAttentionCheck& c : gpu_attention_check(p, 7)) {
+                INFO(dtype_name(dtype) << " H=" << shape.n_head << " Hkv=" << shape.n_head_kv << " D=" << shape.d_head
+                                       << " " << gpu_attention_path_name(c.path) << " B=" << c.n_batch
+                                       << " T=" << c.n_tokens << " splits=" << c.n_split
+                                       << " error=" << c.max_abs_error << " tolerance=" << c.tolerance);
+                CHECK(c.passed);
+            }
+        }
+}
