@@ -8,13 +8,36 @@
 
 namespace kvlab {
 
-LoadedModel load_checkpoint(const std::filesystem::path& path) {
+namespace {
+
+enum class Reader { hf, llama2c };
+
+// Which reader a path needs, and for Hugging Face the directory it names.
+Reader pick_reader(const std::filesystem::path& path, std::filesystem::path& hf_dir) {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec))
         throw UsageError(fmt::format("{}: checkpoint not found; expected a llama2.c .bin file or a Hugging Face directory", path.string()));
-    if (std::filesystem::is_directory(path)) return load_hf_checkpoint(path);
-    if (path.extension() == ".safetensors") return load_hf_checkpoint(path.has_parent_path() ? path.parent_path() : ".");
-    return load_llama2c_checkpoint(path);
+    if (std::filesystem::is_directory(path)) {
+        hf_dir = path;
+        return Reader::hf;
+    }
+    if (path.extension() == ".safetensors") {
+        hf_dir = path.has_parent_path() ? path.parent_path() : ".";
+        return Reader::hf;
+    }
+    return Reader::llama2c;
+}
+
+}  // namespace
+
+LoadedModel load_checkpoint(const std::filesystem::path& path) {
+    std::filesystem::path hf_dir;
+    return pick_reader(path, hf_dir) == Reader::hf ? load_hf_checkpoint(hf_dir) : load_llama2c_checkpoint(path);
+}
+
+ModelConfig load_checkpoint_config(const std::filesystem::path& path) {
+    std::filesystem::path hf_dir;
+    return pick_reader(path, hf_dir) == Reader::hf ? load_model_config(hf_dir) : load_llama2c_config(path);
 }
 
 }  // namespace kvlab

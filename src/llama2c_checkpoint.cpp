@@ -289,8 +289,16 @@ std::uint64_t llama2c_file_bytes(const ModelConfig& cfg, Llama2cVersion version)
     return checked_add(header, checked_mul(n_floats, 4, "llama2.c file size"), "llama2.c file size");
 }
 
-LoadedModel load_llama2c_checkpoint(const std::filesystem::path& path) {
-    const MappedFile file(path);
+namespace {
+
+// The header of a mapped file, validated against the file size; nothing past the header is read.
+struct Llama2cLayout {
+    ModelConfig config;
+    Llama2cVersion version = Llama2cVersion::v0;
+};
+
+Llama2cLayout read_layout(const MappedFile& file) {
+    const std::filesystem::path& path = file.path();
     const std::span<const std::byte> bytes = file.bytes();
     const std::uint64_t size = file.size_bytes();
     if (size < llama2c_v0_header_bytes)
@@ -324,8 +332,8 @@ LoadedModel load_llama2c_checkpoint(const std::filesystem::path& path) {
         // abs(INT32_MIN) does not exist; leave it negative so validation rejects it.
         vocab = header.vocab_size == std::numeric_limits<std::int32_t>::min() ? header.vocab_size : std::abs(header.vocab_size);
     }
-    LoadedModel model{config_from_header(header, vocab, tied, path, version), {}};
-    const ModelConfig& cfg = model.config;
+    Llama2cLayout layout{config_from_header(header, vocab, tied, path, version), version};
+    const ModelConfig& cfg = layout.config;
 
     std::uint64_t expected = 0;
     try {
@@ -349,10 +357,21 @@ LoadedModel load_llama2c_checkpoint(const std::filesystem::path& path) {
         throw FormatError(fmt::format("{}: llama2.c {} header ({}) implies {} bytes, but the file has {} bytes{}", path.string(),
                                       version_name(version), describe(header, tied), expected, size, hint));
     }
+    return layout;
+}
 
+}  // namespace
+
+ModelConfig load_llama2c_config(const std::filesystem::path& path) { return read_layout(MappedFile(path)).config; }
+
+LoadedModel load_llama2c_checkpoint(const std::filesystem::path& path) {
+    const MappedFile file(path);
+    Llama2cLayout layout = read_layout(file);
+    LoadedModel model{std::move(layout.config), {}};
+    const ModelConfig& cfg = model.config;
     model.weights.rope_pairing = RopePairing::neighbours;
     model.weights.layers.resize(static_cast<std::size_t>(cfg.n_layer));
-    if (version == Llama2cVersion::v0) {
+    if (layout.version == Llama2cVersion::v0) {
         FloatReader in(file, llama2c_v0_header_bytes);
         read_weights_v0(in, cfg, model.weights);
     } else {
@@ -362,11 +381,12 @@ LoadedModel load_llama2c_checkpoint(const std::filesystem::path& path) {
     return model;
 }
 
-void save_llama2c_v0(const std::filesystem::path& path, const ModelConfig& cfg, const Weights& weights) {
+void check_llama2c_v0_config(const std::filesystem::path& path, const ModelConfig& cfg) {
     if (cfg.family != Family::llama) throw unwritable(path, "only the llama family fits the format (this is gpt2)");
     if (cfg.mla || cfg.n_expert != 1) throw unwritable(path, "MLA and mixture-of-experts models do not fit the format");
     const bool windowed = std::find(cfg.layer_windowed.begin(), cfg.layer_windowed.end(), true) != cfg.layer_windowed.end();
     if (windowed) throw unwritable(path, "sliding-window attention does not fit the format");
+    if (cfg.attention_bias) throw unwritable(path, "the model has attention biases; llama2.c has none");
     if (cfg.rope_theta != 10000.0)
         throw unwritable(path, fmt::format("rope_theta is {}; the format has no field for it and readers assume 10000", cfg.rope_theta));
     if (cfg.norm_eps != 1e-5)
@@ -375,6 +395,14 @@ void save_llama2c_v0(const std::filesystem::path& path, const ModelConfig& cfg, 
         throw unwritable(path, fmt::format("n_head ({}) x d_head ({}) != d_model ({}); the format derives the head size from dim",
                                            cfg.n_head, cfg.d_head, cfg.d_model));
     if (cfg.d_head % 2 != 0) throw unwritable(path, fmt::format("d_head ({}) is odd", cfg.d_head));
+    for (const auto& [name, value] : {std::pair<const char*, std::int64_t>{"d_model", cfg.d_model}, {"d_ff", cfg.d_ff},
+                                      {"n_layer", cfg.n_layer}, {"n_head", cfg.n_head}, {"n_head_kv", cfg.n_head_kv},
+                                      {"n_vocab", cfg.n_vocab}, {"n_ctx_max", cfg.n_ctx_max}})
+        header_int(path, name, value);
+}
+
+void save_llama2c_v0(const std::filesystem::path& path, const ModelConfig& cfg, const Weights& weights) {
+    check_llama2c_v0_config(path, cfg);
     check_weights(path, cfg, weights);
 
     const bool tied = weights.lm_head.size() == 0;

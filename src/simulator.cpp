@@ -105,18 +105,22 @@ std::int64_t keys_of_newest(const ModelConfig& cfg, std::int64_t pos) {
 
 }  // namespace
 
+std::vector<TokenId> simulation_prompt(const ModelConfig& cfg, const SimulateOptions& o) {
+    if (!o.prompt_ids.empty()) return o.prompt_ids;
+    std::vector<TokenId> prompt;
+    std::mt19937_64 rng(o.seed);
+    for (std::int64_t i = 0; i < o.n_prompt; ++i)
+        prompt.push_back(static_cast<TokenId>(rng() % static_cast<std::uint64_t>(cfg.n_vocab)));
+    return prompt;
+}
+
 SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, const SimulateOptions& o) {
     using clock = std::chrono::steady_clock;
     const std::int64_t n_positions = simulation_positions(cfg, o);
     const bool run_cached = o.mode != SimMode::uncached, run_uncached = o.mode != SimMode::cached;
 
     SimulationResult r;
-    r.prompt = o.prompt_ids;
-    if (r.prompt.empty()) {
-        std::mt19937_64 rng(o.seed);
-        for (std::int64_t i = 0; i < o.n_prompt; ++i)
-            r.prompt.push_back(static_cast<TokenId>(rng() % static_cast<std::uint64_t>(cfg.n_vocab)));
-    }
+    r.prompt = simulation_prompt(cfg, o);
 
     // everything the loop touches is allocated here
     Transformer model(cfg, weights, n_positions);
@@ -199,6 +203,7 @@ SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, 
         seq.push_back(next);
         r.generated.push_back(next);
         r.n_steps_done = step + 1;
+        if (o.on_token) o.on_token(next);
         if (o.on_step) o.on_step(step + 1, o.n_steps);
     }
     return r;

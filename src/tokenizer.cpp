@@ -158,4 +158,53 @@ std::string Tokenizer::decode(std::int32_t prev_token, std::int32_t token) const
     return text;
 }
 
+std::string TextDecoder::next(std::int32_t token) {
+    const std::int32_t prev = prev_;
+    prev_ = token;
+    if (prev < 0 && token == Tokenizer::bos_id) {
+        tokenizer_.piece(token);  // range check
+        return {};
+    }
+    return printable_piece(tokenizer_.decode(prev, token));
+}
+
+std::string printable_piece(std::string piece) {
+    if (piece.size() != 1) return piece;
+    const auto c = static_cast<unsigned char>(piece[0]);
+    const bool whitespace = c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+    if ((c < 0x20 && !whitespace) || c == 0x7F) return {};
+    return piece;
+}
+
+std::string to_valid_utf8(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    std::size_t i = 0;
+    while (i < text.size()) {
+        const auto c = static_cast<unsigned char>(text[i]);
+        // sequence length from the lead byte, and the smallest code point it may encode (no overlongs)
+        std::size_t n = 0;
+        std::uint32_t cp = 0, min_cp = 0;
+        if (c < 0x80) n = 1, cp = c;
+        else if ((c & 0xE0) == 0xC0) n = 2, cp = c & 0x1Fu, min_cp = 0x80;
+        else if ((c & 0xF0) == 0xE0) n = 3, cp = c & 0x0Fu, min_cp = 0x800;
+        else if ((c & 0xF8) == 0xF0) n = 4, cp = c & 0x07u, min_cp = 0x10000;
+        bool ok = n > 0 && i + n <= text.size();
+        for (std::size_t k = 1; ok && k < n; ++k) {
+            const auto cc = static_cast<unsigned char>(text[i + k]);
+            ok = (cc & 0xC0) == 0x80;
+            cp = (cp << 6) | (cc & 0x3Fu);
+        }
+        ok = ok && cp >= min_cp && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
+        if (ok) {
+            out.append(text.substr(i, n));
+            i += n;
+        } else {
+            out += "\xEF\xBF\xBD";  // U+FFFD
+            ++i;
+        }
+    }
+    return out;
+}
+
 }  // namespace kvlab

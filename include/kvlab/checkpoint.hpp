@@ -17,5 +17,7 @@ struct LoadedModel {
 // A directory (or a *.safetensors file inside one) -> load_hf_checkpoint; any other file ->
 // load_llama2c_checkpoint. Throws FormatError / ConfigError on bad contents, IoError when unreadable.
 LoadedModel load_checkpoint(const std::filesystem::path& path);
+// The same choice of reader, config only (no tensor is read): for checks before allocating.
+ModelConfig load_checkpoint_config(const std::filesystem::path& path);
 
 }  // namespace kvlab

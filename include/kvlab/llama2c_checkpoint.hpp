@@ -23,6 +23,13 @@ std::uint64_t llama2c_file_bytes(const ModelConfig& cfg, Llama2cVersion version)
 // n_ctx_max = seq_len, name = file stem; weights use RopePairing::neighbours.
 // Throws FormatError naming the file for any header, size or dimension problem; IoError if unreadable.
 LoadedModel load_llama2c_checkpoint(const std::filesystem::path& path);
+// The config alone (header checked against the file size, no tensor read): what a run must know
+// before it allocates anything. Same errors as load_llama2c_checkpoint.
+ModelConfig load_llama2c_config(const std::filesystem::path& path);
+
+// Throws ConfigError (naming `path`) when `cfg` cannot be written as llama2.c v0; checks the config
+// only, so a caller can refuse before building any weights. save_llama2c_v0 calls it first.
+void check_llama2c_v0_config(const std::filesystem::path& path, const ModelConfig& cfg);
 
 // Writes `weights` as llama2.c v0 via a temporary file renamed into place. Untied iff weights.lm_head
 // is non-empty. Weights with RopePairing::halves get their wq/wk rows permuted to neighbour order, so

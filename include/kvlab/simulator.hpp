@@ -31,6 +31,7 @@ struct SimulateOptions {
     bool count = true;                      // false: no cost counting (benchmarks measure its overhead)
     const std::atomic<bool>* stop = nullptr;  // when set (SIGINT), stop after the current step
     std::function<void(std::int64_t n_done, std::int64_t n_steps)> on_step;  // progress, may be empty
+    std::function<void(TokenId token)> on_token;  // each generated token as soon as it is chosen, may be empty
 };
 
 // One forward call of one mode. Costs are summed over layers.
@@ -84,6 +85,10 @@ MemoryEstimate estimate_simulation_memory(const ModelConfig& cfg, std::int64_t n
 // The estimate, or UsageError naming --max-memory with a --layers hint when it exceeds max_bytes.
 MemoryEstimate check_simulation_memory(const ModelConfig& cfg, std::int64_t n_positions, SimMode mode,
                                        std::uint64_t max_bytes);
+
+// The prompt a run decodes: options.prompt_ids, or n_prompt ids drawn uniformly from the vocabulary
+// with options.seed. Call simulation_positions first (it validates the sizes).
+std::vector<TokenId> simulation_prompt(const ModelConfig& cfg, const SimulateOptions& options);
 
 SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, const SimulateOptions& options);
 

@@ -44,4 +44,25 @@ private:
     std::string where_;
 };
 
+// Turns a stream of ids into printable text one id at a time, as generation produces them: a BOS
+// opening the stream prints nothing; every other id prints printable_piece(decode(previous id, id)).
+class TextDecoder {
+public:
+    explicit TextDecoder(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+    std::string next(std::int32_t token);  // throws UsageError for ids outside the vocabulary
+
+private:
+    const Tokenizer& tokenizer_;
+    std::int32_t prev_ = -1;  // -1: nothing decoded yet
+};
+
+// What to print for a decoded piece: "" for a single byte that is a control character other than
+// whitespace (llama2.c's safe printing); bytes >= 0x80 are kept, as parts of UTF-8 sequences that
+// byte-fallback tokens spell one byte at a time.
+std::string printable_piece(std::string piece);
+
+// `text` with each byte that does not start or continue a valid UTF-8 sequence replaced by U+FFFD,
+// so generated text can go into JSON (whose writer refuses invalid UTF-8).
+std::string to_valid_utf8(std::string_view text);
+
 }  // namespace kvlab

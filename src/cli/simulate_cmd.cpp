@@ -1,10 +1,12 @@
 // `kvlab simulate`: decode one prompt with and without the KV cache on a random-weight model of any
-// preset's shape, counting FLOPs and bytes per step; prints the side-by-side totals, writes a trace.
+// preset's shape or on a loaded checkpoint, counting FLOPs and bytes per step; streams the generated
+// tokens, prints the side-by-side totals, writes a trace.
 #include <atomic>
 #include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -15,12 +17,15 @@
 #include <omp.h>
 
 #include "commands.hpp"
+#include "kvlab/checkpoint.hpp"
 #include "kvlab/error.hpp"
+#include "kvlab/llama2c_checkpoint.hpp"
 #include "kvlab/presets.hpp"
 #include "kvlab/random_weights.hpp"
 #include "kvlab/simulation_report.hpp"
 #include "kvlab/simulator.hpp"
 #include "kvlab/step_trace.hpp"
+#include "kvlab/tokenizer.hpp"
 #include "kvlab/units.hpp"
 
 namespace kvlab::cli {
@@ -28,6 +33,10 @@ namespace kvlab::cli {
 struct SimulateCliOptions {
     std::string model = "stories15m";  // preset name or path to a config.json
     std::string config;                // a config.json or a directory holding one
+    std::string checkpoint;            // llama2.c .bin or Hugging Face directory: real config and weights
+    std::string tokenizer;             // llama2.c tokenizer.bin: text prompt in, text out
+    std::string prompt;                // text prompt, encoded with --tokenizer (BOS first)
+    std::string save_checkpoint;       // write the model run as llama2.c v0
     std::int64_t layers = 0;           // 0: all of the model's layers
     std::string mode = "both";
     std::int64_t prompt_len = 32;
@@ -74,10 +83,54 @@ std::vector<TokenId> parse_token_ids(const std::string& text) {
     return ids;
 }
 
-void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given) {
+// Prints tokens on stdout as the run produces them: text through the tokenizer, else ids.
+class TokenEcho {
+public:
+    explicit TokenEcho(const Tokenizer* tokenizer) {
+        if (tokenizer) decoder_.emplace(*tokenizer);
+    }
+    void prompt(const std::vector<TokenId>& ids) {
+        if (!decoder_) std::cout << "prompt ids:";
+        for (const TokenId id : ids) put(id);
+        if (!decoder_) std::cout << "\ngenerated ids:";
+        std::cout.flush();
+    }
+    void token(TokenId id) {
+        put(id);
+        std::cout.flush();
+    }
+    void end() { std::cout << "\n\n"; }  // ends the text line, then one blank line before the table
+
+private:
+    void put(TokenId id) {
+        if (decoder_) std::cout << decoder_->next(id);
+        else std::cout << ' ' << id;
+    }
+    std::optional<TextDecoder> decoder_;
+};
+
+// The directory a new file would go to must exist: refuse before any work rather than after the run.
+void check_save_path(const std::string& path, const ModelConfig& cfg) {
+    const std::filesystem::path p(path);
+    const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec))
+        throw UsageError(fmt::format("--save-checkpoint: {}: directory {} does not exist", path, dir.string()));
+    if (std::filesystem::is_directory(p, ec))
+        throw UsageError(fmt::format("--save-checkpoint: {} is a directory; expected a file name such as model.bin", path));
+    check_llama2c_v0_config(p, cfg);
+}
+
+void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given, bool prompt_given) {
     if (model_given && !o.config.empty()) throw UsageError("--config and --model: give one or the other, not both");
+    if (!o.checkpoint.empty() && (model_given || !o.config.empty()))
+        throw UsageError("--checkpoint and --model/--config: the checkpoint carries its own config; give one or the other");
     if (prompt_len_given && !o.prompt_ids.empty())
         throw UsageError("--prompt-len and --prompt-ids: give one or the other, not both");
+    if (prompt_given && o.tokenizer.empty())
+        throw UsageError("--prompt: text needs --tokenizer FILE (llama2.c tokenizer.bin) to become token ids; without one, give --prompt-ids");
+    if (prompt_given && (prompt_len_given || !o.prompt_ids.empty()))
+        throw UsageError("--prompt and --prompt-len/--prompt-ids: give one prompt, not both");
     const Format format = parse_format(o.format, "--format");
     UnitSystem units = UnitSystem::iec;
     if (o.units == "si") units = UnitSystem::si;
@@ -94,18 +147,24 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given) {
     }
 
     // everything that can be wrong with the input is found before any allocation or work
-    const ModelConfig full = o.config.empty() ? load_model(o.model) : load_model_config(o.config);
+    const ModelConfig full = !o.checkpoint.empty() ? load_checkpoint_config(o.checkpoint)
+                             : o.config.empty()    ? load_model(o.model)
+                                                   : load_model_config(o.config);
     const ModelConfig cfg = simulation_config(full, o.layers > 0 ? std::optional<std::int64_t>(o.layers) : std::nullopt);
     if (o.layers < 0) throw UsageError(fmt::format("--layers: {}; expected 1..{}", o.layers, full.n_layer));
     SimulateOptions sim;
     sim.mode = parse_sim_mode(o.mode, "--mode");
     sim.n_prompt = o.prompt_len;
     if (!o.prompt_ids.empty()) sim.prompt_ids = parse_token_ids(o.prompt_ids);
+    std::optional<Tokenizer> tokenizer;
+    if (!o.tokenizer.empty()) tokenizer.emplace(Tokenizer::load(o.tokenizer, full.n_vocab));
+    if (prompt_given) sim.prompt_ids = tokenizer->encode(o.prompt, true, false);
     sim.n_steps = o.steps;
     sim.sampler = {o.temperature, o.top_k, o.top_p, o.seed};
     sim.seed = o.seed;
     const std::int64_t n_positions = simulation_positions(cfg, sim);
     if (!o.trace.empty()) check_trace_writable(o.trace);
+    if (!o.save_checkpoint.empty()) check_save_path(o.save_checkpoint, cfg);
     const std::uint64_t max_memory =
         o.max_memory.empty() ? physical_memory_bytes() / 4 * 3 : parse_size(o.max_memory, "--max-memory");
     const MemoryEstimate memory = check_simulation_memory(cfg, n_positions, sim.mode, max_memory);
@@ -121,7 +180,8 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given) {
         {"steps", o.steps},
         {"positions", n_positions},
         {"seed", o.seed},
-        {"weights", fmt::format("random N(0, {}), norms 1, seed {}", default_weight_sigma, o.seed)},
+        {"weights", o.checkpoint.empty() ? fmt::format("random N(0, {}), norms 1, seed {}", default_weight_sigma, o.seed)
+                                         : full.source},
         {"temperature", o.temperature},
         {"top_k", o.top_k},
         {"top_p", o.top_p},
@@ -129,10 +189,31 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given) {
         {"memory_estimate_bytes", memory.total()},
     };
 
-    const Weights weights = random_weights(cfg, o.seed);
+    if (!o.checkpoint.empty()) inputs["checkpoint"] = o.checkpoint;
+    if (!o.tokenizer.empty()) inputs["tokenizer"] = o.tokenizer;
+    if (prompt_given) inputs["prompt"] = to_valid_utf8(o.prompt);
+    if (!o.save_checkpoint.empty()) inputs["save_checkpoint"] = o.save_checkpoint;
+
+    Weights weights;
+    if (o.checkpoint.empty()) {
+        weights = random_weights(cfg, o.seed);
+    } else {
+        weights = load_checkpoint(o.checkpoint).weights;
+        weights.layers.resize(static_cast<std::size_t>(cfg.n_layer));  // --layers keeps the first N
+    }
+    if (!o.save_checkpoint.empty()) save_llama2c_v0(o.save_checkpoint, cfg, weights);
+
+    // the table format streams tokens on stdout as they come; the other formats carry them in the report
+    sim.prompt_ids = simulation_prompt(cfg, sim);
+    std::optional<TokenEcho> echo;
+    if (format == Format::table) {
+        echo.emplace(tokenizer ? &*tokenizer : nullptr);
+        echo->prompt(sim.prompt_ids);
+        sim.on_token = [&](TokenId id) { echo->token(id); };
+    }
 
     // progress on stderr only when a person watches it
-    const bool show_progress = !o.quiet && ::isatty(STDERR_FILENO);
+    const bool show_progress = !o.quiet && ::isatty(STDERR_FILENO) && !(echo && ::isatty(STDOUT_FILENO));
     auto last_print = std::chrono::steady_clock::now();
     if (show_progress)
         sim.on_step = [&](std::int64_t done, std::int64_t total) {
@@ -155,8 +236,15 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given) {
     std::signal(SIGINT, previous);
     if (show_progress) std::fprintf(stderr, "\r\033[K");
 
+    if (echo) echo->end();
+
     if (!o.trace.empty()) write_step_trace(o.trace, result.records, inputs, o.deterministic);
-    print_report(std::cout, simulation_report(cfg, sim, result, inputs, units), format);
+    Report report = simulation_report(cfg, sim, result, inputs, units);
+    if (!echo) report.tables.push_back(simulation_tokens_table(result, tokenizer ? &*tokenizer : nullptr));
+    if (!o.save_checkpoint.empty())
+        report.notes.push_back(fmt::format("saved the model run as llama2.c v0: {} ({} bytes)", o.save_checkpoint,
+                                           llama2c_file_bytes(cfg, Llama2cVersion::v0)));
+    print_report(std::cout, report, format);
     std::cout.flush();
     if (result.first_divergent_step)
         throw Error(fmt::format("cached and uncached logits diverge at step {}: max |delta logit| {:.3g} > tolerance {:.3g}",
@@ -170,8 +258,11 @@ void setup_simulate(CLI::App& app) {
     auto* cmd = app.add_subcommand("simulate", "Decode with and without the KV cache on a CPU transformer, counting FLOPs and bytes per step");
     auto* model = cmd->add_option("-m,--model", o->model, "Preset name, or a path to a config.json")->capture_default_str();
     cmd->add_option("-c,--config", o->config, "A Hugging Face config.json, or a directory holding one (instead of --model)");
+    cmd->add_option("--checkpoint", o->checkpoint, "Real weights: a llama2.c .bin (v0 or v1) or a Hugging Face directory with safetensors (instead of --model/--config)");
     cmd->add_option("--layers", o->layers, "Simulate only the first N layers, at their real shapes (0 = all)")->capture_default_str();
     cmd->add_option("--mode", o->mode, "cached, uncached or both (same tokens, logits compared)")->capture_default_str();
+    cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer.bin for the model's vocabulary: --prompt text in, text out");
+    auto* prompt = cmd->add_option("--prompt", o->prompt, "Prompt text, encoded with --tokenizer (BOS first)");
     auto* prompt_len = cmd->add_option("-p,--prompt-len", o->prompt_len, "Prompt length in tokens (random ids from --seed)")->capture_default_str();
     cmd->add_option("--prompt-ids", o->prompt_ids, "Comma-separated prompt token ids (instead of --prompt-len)");
     cmd->add_option("-n,--steps", o->steps, "Tokens to generate; step 0 is the prefill")->capture_default_str();
@@ -179,6 +270,7 @@ void setup_simulate(CLI::App& app) {
     cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
     cmd->add_option("--top-p", o->top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
     cmd->add_option("-s,--seed", o->seed, "Seed for weights, prompt and sampler")->capture_default_str();
+    cmd->add_option("--save-checkpoint", o->save_checkpoint, "Write the model run (e.g. random weights) as a llama2.c v0 FILE.bin");
     cmd->add_option("--trace", o->trace, "Write one record per step per mode to FILE.csv or FILE.jsonl");
     cmd->add_flag("--deterministic", o->deterministic, "Omit wall-time columns from the trace (byte-identical reruns)");
     cmd->add_flag("-q,--quiet", o->quiet, "No progress line on stderr");
@@ -186,7 +278,7 @@ void setup_simulate(CLI::App& app) {
     cmd->add_option("--threads", o->threads, "Threads for matmuls and attention (0 = all cores, fewer when the machine is busy)")->capture_default_str();
     cmd->add_option("--units", o->units, "iec (KiB/MiB/GiB) or si (KB/MB/GB)")->capture_default_str();
     cmd->add_option("-f,--format", o->format, "table, csv, json or markdown")->capture_default_str();
-    cmd->callback([o, model, prompt_len] { run(*o, model->count() > 0, prompt_len->count() > 0); });
+    cmd->callback([o, model, prompt_len, prompt] { run(*o, model->count() > 0, prompt_len->count() > 0, prompt->count() > 0); });
 }
 
 }  // namespace kvlab::cli

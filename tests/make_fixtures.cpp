@@ -1,0 +1,170 @@
+// Writes the files the checkpoint CLI test runs kvlab on: a tiny tokenizer.bin, tiny llama2.c and
+// Hugging Face checkpoints, and broken variants of each. Usage: kvlab_make_fixtures DIR. Test-only.
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kvlab/llama2c_checkpoint.hpp"
+#include "kvlab/random_weights.hpp"
+
+namespace fs = std::filesystem;
+using namespace kvlab;
+
+namespace {
+
+template <typename T>
+void put(std::string& out, T value) {
+    char raw[sizeof(T)];
+    std::memcpy(raw, &value, sizeof(T));
+    out.append(raw, sizeof(T));
+}
+
+void write_file(const fs::path& path, const std::string& bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+// 512 tokens: 0 <unk>, 1 BOS, 2 EOS, 3..258 <0x00>..<0xFF>, 259 " ", 260..285 a..z, 286 "hi" (-1),
+// 287 " hi" (-2), then filler pieces "#288".."#511" that no merge of letters can form.
+std::string tokenizer_512() {
+    std::vector<std::pair<std::string, float>> vocab = {{"<unk>", 0.0f}, {"\n<s>\n", 0.0f}, {"\n</s>\n", 0.0f}};
+    for (int b = 0; b < 256; ++b) vocab.emplace_back(fmt::format("<0x{:02X}>", b), 0.0f);
+    vocab.emplace_back(" ", 0.0f);
+    for (char c = 'a'; c <= 'z'; ++c) vocab.emplace_back(std::string(1, c), 0.0f);
+    vocab.emplace_back("hi", -1.0f);
+    vocab.emplace_back(" hi", -2.0f);
+    while (vocab.size() < 512) vocab.emplace_back(fmt::format("#{}", vocab.size()), -100.0f);
+    std::string out;
+    put<std::uint32_t>(out, 7);
+    for (const auto& [piece, score] : vocab) {
+        put<float>(out, score);
+        put<std::int32_t>(out, static_cast<std::int32_t>(piece.size()));
+        out += piece;
+    }
+    return out;
+}
+
+// Tiny Llama with the tokenizer's vocabulary: d 16, f 24, 2 layers, 4 heads, 2 KV heads (D 4), 64 positions.
+ModelConfig tiny_config() {
+    ModelConfig c;
+    c.name = c.display_name = "tiny";
+    c.model_type = "llama";
+    c.n_layer = 2, c.d_model = 16, c.n_head = 4, c.n_head_kv = 2, c.d_head = 4, c.d_ff = 24, c.n_vocab = 512;
+    c.n_ctx_max = 64, c.tied_embeddings = true;
+    c.layer_windowed.assign(2, false);
+    return c;
+}
+
+std::string f32_bytes(const float* data, std::int64_t n) { return std::string(reinterpret_cast<const char*>(data), static_cast<std::size_t>(n) * 4); }
+
+struct StTensor {
+    std::string name;
+    std::string dtype;
+    std::vector<std::int64_t> shape;
+    std::string data;
+};
+
+std::string safetensors(const std::vector<StTensor>& tensors) {
+    nlohmann::json header = nlohmann::json::object();
+    std::string buffer;
+    for (const auto& t : tensors) {
+        header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {buffer.size(), buffer.size() + t.data.size()}}};
+        buffer += t.data;
+    }
+    const std::string text = header.dump();
+    std::string out;
+    put<std::uint64_t>(out, text.size());
+    return out + text + buffer;
+}
+
+// Neighbour-paired q/k rows -> HF's rotate-half order: halves row j*D/2 + i of a head is neighbour row 2i + j.
+MatrixRM to_halves(const MatrixRM& w, std::int64_t d_head) {
+    MatrixRM out(w.rows(), w.cols());
+    const std::int64_t half = d_head / 2;
+    for (std::int64_t head = 0; head < w.rows() / d_head; ++head)
+        for (std::int64_t i = 0; i < half; ++i)
+            for (std::int64_t j = 0; j < 2; ++j) out.row(head * d_head + j * half + i) = w.row(head * d_head + 2 * i + j);
+    return out;
+}
+
+// The tiny model as a Hugging Face directory (F32), the same function as tiny.bin; `edit` may break
+// the tensor list.
+void write_hf(const fs::path& dir, const Weights& w, const std::function<void(std::vector<StTensor>&)>& edit) {
+    fs::create_directories(dir);
+    const nlohmann::json config = {{"model_type", "llama"}, {"hidden_size", 16}, {"intermediate_size", 24},
+                                   {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                                   {"vocab_size", 512}, {"max_position_embeddings", 64}, {"rms_norm_eps", 1e-5},
+                                   {"rope_theta", 10000.0}, {"tie_word_embeddings", true}};
+    write_file(dir / "config.json", config.dump(2));
+    std::vector<StTensor> t;
+    const auto mat = [&](const std::string& name, const MatrixRM& m) {
+        t.push_back({name, "F32", {m.rows(), m.cols()}, f32_bytes(m.data(), m.size())});
+    };
+    const auto vec = [&](const std::string& name, const VectorF& v) { t.push_back({name, "F32", {v.size()}, f32_bytes(v.data(), v.size())}); };
+    mat("model.embed_tokens.weight", w.tok_embed);
+    for (std::size_t l = 0; l < w.layers.size(); ++l) {
+        const LayerWeights& lw = w.layers[l];
+        const std::string p = fmt::format("model.layers.{}.", l);
+        vec(p + "input_layernorm.weight", lw.attn_norm);
+        mat(p + "self_attn.q_proj.weight", to_halves(lw.wq, 4));
+        mat(p + "self_attn.k_proj.weight", to_halves(lw.wk, 4));
+        mat(p + "self_attn.v_proj.weight", lw.wv);
+        mat(p + "self_attn.o_proj.weight", lw.wo);
+        vec(p + "post_attention_layernorm.weight", lw.mlp_norm);
+        mat(p + "mlp.gate_proj.weight", lw.w1);
+        mat(p + "mlp.up_proj.weight", lw.w3);
+        mat(p + "mlp.down_proj.weight", lw.w2);
+    }
+    vec("model.norm.weight", w.final_norm);
+    edit(t);
+    write_file(dir / "model.safetensors", safetensors(t));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc != 2) {
+        std::cerr << "usage: kvlab_make_fixtures DIR\n";
+        return 2;
+    }
+    const fs::path dir = argv[1];
+    fs::create_directories(dir);
+
+    const std::string tok = tokenizer_512();
+    write_file(dir / "tok512.bin", tok);
+    write_file(dir / "tok512_truncated.bin", tok.substr(0, tok.size() - 3));
+
+    const ModelConfig cfg = tiny_config();
+    const Weights w = random_weights(cfg, 7, 0.5f);
+    save_llama2c_v0(dir / "tiny.bin", cfg, w);
+    std::string bin;
+    {
+        std::ifstream in(dir / "tiny.bin", std::ios::binary);
+        bin.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    write_file(dir / "truncated.bin", bin.substr(0, bin.size() - 4));
+    std::string v1_bad;
+    put<std::uint32_t>(v1_bad, llama2c_v1_magic);  // "ak42" as export.py packs it: a little-endian uint32
+    put<std::int32_t>(v1_bad, 7);                  // version 7
+    v1_bad.resize(256, '\0');
+    write_file(dir / "v1_version7.bin", v1_bad);
+    write_file(dir / "text.bin", std::string("this is not a checkpoint, just some text padding it out\n"));
+
+    write_hf(dir / "hf_ok", w, [](std::vector<StTensor>&) {});
+    write_hf(dir / "hf_missing", w, [](std::vector<StTensor>& t) { t.pop_back(); });  // model.norm.weight
+    write_hf(dir / "hf_shape", w, [](std::vector<StTensor>& t) { t[3].shape = {16, 8}; });  // k_proj is (8, 16)
+    write_hf(dir / "hf_dtype", w, [](std::vector<StTensor>& t) { t[1].dtype = "F7"; });
+    write_hf(dir / "hf_ok_then_truncated", w, [](std::vector<StTensor>&) {});
+    fs::resize_file(dir / "hf_ok_then_truncated" / "model.safetensors", fs::file_size(dir / "hf_ok_then_truncated" / "model.safetensors") - 8);
+    return 0;
+}
