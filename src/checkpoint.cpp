@@ -30,9 +30,16 @@ Reader pick_reader(const std::filesystem::path& path, std::filesystem::path& hf_
 
 }  // namespace
 
-LoadedModel load_checkpoint(const std::filesystem::path& path) {
+LoadedModel load_checkpoint(const std::filesystem::path& path, std::optional<std::int64_t> n_layers) {
     std::filesystem::path hf_dir;
-    return pick_reader(path, hf_dir) == Reader::hf ? load_hf_checkpoint(hf_dir) : load_llama2c_checkpoint(path);
+    return pick_reader(path, hf_dir) == Reader::hf ? load_hf_checkpoint(hf_dir, n_layers) : load_llama2c_checkpoint(path, n_layers);
+}
+
+std::int64_t layers_to_read(const ModelConfig& cfg, std::optional<std::int64_t> n_layers, const std::filesystem::path& path) {
+    if (!n_layers) return cfg.n_layer;
+    if (*n_layers < 1 || *n_layers > cfg.n_layer)
+        throw UsageError(fmt::format("--layers: {}; expected 1..{} (the layers of {})", *n_layers, cfg.n_layer, path.string()));
+    return *n_layers;
 }
 
 ModelConfig load_checkpoint_config(const std::filesystem::path& path) {

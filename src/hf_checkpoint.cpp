@@ -93,7 +93,7 @@ private:
     std::string where_;
 };
 
-Weights load_llama_weights(const TensorSource& src, const ModelConfig& cfg) {
+Weights load_llama_weights(const TensorSource& src, const ModelConfig& cfg, std::int64_t n_read) {
     const std::int64_t d = cfg.d_model, d_q = cfg.n_head * cfg.d_head, d_kv = cfg.d_kv(), f = cfg.d_ff, v = cfg.n_vocab;
     if (cfg.attention_bias || src.contains("model.layers.0.self_attn.q_proj.bias"))
         throw FormatError(fmt::format("{}: the model has attention biases (model_type '{}'); kvlab's llama forward pass has none",
@@ -101,8 +101,8 @@ Weights load_llama_weights(const TensorSource& src, const ModelConfig& cfg) {
     Weights w;
     w.rope_pairing = RopePairing::halves;  // HF Llama rotates (x[i], x[i+D/2]); wq/wk rows are stored for that
     w.tok_embed = src.matrix("model.embed_tokens.weight", v, d);
-    w.layers.resize(static_cast<std::size_t>(cfg.n_layer));
-    for (std::int64_t i = 0; i < cfg.n_layer; ++i) {
+    w.layers.resize(static_cast<std::size_t>(n_read));
+    for (std::int64_t i = 0; i < n_read; ++i) {
         LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
         const std::string p = fmt::format("model.layers.{}.", i);
         l.attn_norm = src.vector(p + "input_layernorm.weight", d);
@@ -131,7 +131,7 @@ MatrixRM conv1d(const TensorSource& src, const std::string& name, std::int64_t d
     return src.matrix(name, d_in, d_out).transpose();
 }
 
-Weights load_gpt2_weights(const TensorSource& src, const ModelConfig& cfg) {
+Weights load_gpt2_weights(const TensorSource& src, const ModelConfig& cfg, std::int64_t n_read) {
     const std::int64_t d = cfg.d_model, f = cfg.d_ff, v = cfg.n_vocab;
     if (cfg.n_head * cfg.d_head != d || cfg.n_head_kv != cfg.n_head)
         throw FormatError(fmt::format("{}: gpt2 needs n_head x d_head == d_model and no grouped KV heads ({} x {} vs {}, {} KV heads)",
@@ -141,8 +141,8 @@ Weights load_gpt2_weights(const TensorSource& src, const ModelConfig& cfg) {
     Weights w;
     w.tok_embed = src.matrix(root + "wte.weight", v, d);
     w.pos_embed = src.matrix(root + "wpe.weight", cfg.n_ctx_max, d);
-    w.layers.resize(static_cast<std::size_t>(cfg.n_layer));
-    for (std::int64_t i = 0; i < cfg.n_layer; ++i) {
+    w.layers.resize(static_cast<std::size_t>(n_read));
+    for (std::int64_t i = 0; i < n_read; ++i) {
         LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
         const std::string p = fmt::format("{}h.{}.", root, i);
         l.attn_norm = src.vector(p + "ln_1.weight", d);
@@ -172,14 +172,15 @@ Weights load_gpt2_weights(const TensorSource& src, const ModelConfig& cfg) {
 
 }  // namespace
 
-LoadedModel load_hf_checkpoint(const std::filesystem::path& dir) {
+LoadedModel load_hf_checkpoint(const std::filesystem::path& dir, std::optional<std::int64_t> n_layers) {
     LoadedModel model{load_model_config(dir), {}};
     const ModelConfig& cfg = model.config;
     if (cfg.mla) throw FormatError(fmt::format("{}: multi-head latent attention weights are not supported", dir.string()));
     if (cfg.n_expert != 1)
         throw FormatError(fmt::format("{}: mixture-of-experts weights ({} experts) are not supported", dir.string(), cfg.n_expert));
     const TensorSource src(dir);
-    model.weights = cfg.family == Family::gpt2 ? load_gpt2_weights(src, cfg) : load_llama_weights(src, cfg);
+    const std::int64_t n_read = layers_to_read(cfg, n_layers, dir);
+    model.weights = cfg.family == Family::gpt2 ? load_gpt2_weights(src, cfg, n_read) : load_llama_weights(src, cfg, n_read);
     return model;
 }
 

@@ -130,18 +130,31 @@ private:
     std::uint64_t offset_;
 };
 
+// The readers fill w.layers (the first w.layers.size() layers) and skip the tensors of the layers
+// after them: every tensor kind is stored for all n_layer layers in turn.
 void read_weights_v0(FloatReader& in, const ModelConfig& cfg, Weights& w) {
     const std::int64_t d = cfg.d_model, d_q = cfg.n_head * cfg.d_head, d_kv = cfg.d_kv(), f = cfg.d_ff;
+    const auto n_skipped = static_cast<std::uint64_t>(cfg.n_layer) - w.layers.size();
+    const auto skip = [&](std::int64_t rows, std::int64_t cols) { in.skip(n_skipped * static_cast<std::uint64_t>(rows * cols)); };
     w.tok_embed = in.matrix(cfg.n_vocab, d);
     for (auto& l : w.layers) l.attn_norm = in.vector(d);
+    skip(d, 1);
     for (auto& l : w.layers) l.wq = in.matrix(d_q, d);
+    skip(d_q, d);
     for (auto& l : w.layers) l.wk = in.matrix(d_kv, d);
+    skip(d_kv, d);
     for (auto& l : w.layers) l.wv = in.matrix(d_kv, d);
+    skip(d_kv, d);
     for (auto& l : w.layers) l.wo = in.matrix(d, d_q);
+    skip(d, d_q);
     for (auto& l : w.layers) l.mlp_norm = in.vector(d);
+    skip(d, 1);
     for (auto& l : w.layers) l.w1 = in.matrix(f, d);
+    skip(f, d);
     for (auto& l : w.layers) l.w2 = in.matrix(d, f);
+    skip(d, f);
     for (auto& l : w.layers) l.w3 = in.matrix(f, d);
+    skip(f, d);
     w.final_norm = in.vector(d);
     // Legacy freq_cis_real and freq_cis_imag tables: (seq_len, D/2) each; kvlab computes RoPE itself.
     in.skip(2 * static_cast<std::uint64_t>(cfg.n_ctx_max) * static_cast<std::uint64_t>(cfg.d_head / 2));
@@ -150,17 +163,28 @@ void read_weights_v0(FloatReader& in, const ModelConfig& cfg, Weights& w) {
 
 void read_weights_v1(FloatReader& in, const ModelConfig& cfg, Weights& w) {
     const std::int64_t d = cfg.d_model, d_q = cfg.n_head * cfg.d_head, d_kv = cfg.d_kv(), f = cfg.d_ff;
+    const auto n_skipped = static_cast<std::uint64_t>(cfg.n_layer) - w.layers.size();
+    const auto skip = [&](std::int64_t rows, std::int64_t cols) { in.skip(n_skipped * static_cast<std::uint64_t>(rows * cols)); };
     for (auto& l : w.layers) l.attn_norm = in.vector(d);
+    skip(d, 1);
     for (auto& l : w.layers) l.mlp_norm = in.vector(d);
+    skip(d, 1);
     w.final_norm = in.vector(d);
     w.tok_embed = in.matrix(cfg.n_vocab, d);
     for (auto& l : w.layers) l.wq = in.matrix(d_q, d);
+    skip(d_q, d);
     for (auto& l : w.layers) l.wk = in.matrix(d_kv, d);
+    skip(d_kv, d);
     for (auto& l : w.layers) l.wv = in.matrix(d_kv, d);
+    skip(d_kv, d);
     for (auto& l : w.layers) l.wo = in.matrix(d, d_q);
+    skip(d, d_q);
     for (auto& l : w.layers) l.w1 = in.matrix(f, d);
+    skip(f, d);
     for (auto& l : w.layers) l.w2 = in.matrix(d, f);
+    skip(d, f);
     for (auto& l : w.layers) l.w3 = in.matrix(f, d);
+    skip(f, d);
     if (!cfg.tied_embeddings) w.lm_head = in.matrix(cfg.n_vocab, d);
 }
 
@@ -364,13 +388,13 @@ Llama2cLayout read_layout(const MappedFile& file) {
 
 ModelConfig load_llama2c_config(const std::filesystem::path& path) { return read_layout(MappedFile(path)).config; }
 
-LoadedModel load_llama2c_checkpoint(const std::filesystem::path& path) {
+LoadedModel load_llama2c_checkpoint(const std::filesystem::path& path, std::optional<std::int64_t> n_layers) {
     const MappedFile file(path);
     Llama2cLayout layout = read_layout(file);
     LoadedModel model{std::move(layout.config), {}};
     const ModelConfig& cfg = model.config;
     model.weights.rope_pairing = RopePairing::neighbours;
-    model.weights.layers.resize(static_cast<std::size_t>(cfg.n_layer));
+    model.weights.layers.resize(static_cast<std::size_t>(layers_to_read(cfg, n_layers, path)));
     if (layout.version == Llama2cVersion::v0) {
         FloatReader in(file, llama2c_v0_header_bytes);
         read_weights_v0(in, cfg, model.weights);

@@ -431,3 +431,31 @@ TEST_CASE("The tokens table carries ids as arrays and text decoded with the stre
     CHECK(with_text.rows[0][3].text == "b\\n a");    // one line in a table cell
     CHECK(simulation_tokens_table(r, nullptr).columns.size() == 2);
 }
+
+TEST_CASE("Loading the first N layers reads those layers and skips the rest, in every format") {
+    ScratchDir dir;
+    const ModelConfig cfg = llama_config(false);  // 2 layers, untied: the classifier comes after the skipped layer
+    const Weights w = known_llama_weights(cfg, 15);
+    write_file(dir / "v0.bin", llama2c_v0_bytes(cfg, w));
+    write_file(dir / "v1.bin", llama2c_v1_bytes(cfg, w));
+    write_hf_llama(dir / "hf", cfg, w);
+    for (const char* name : {"v0.bin", "v1.bin", "hf"}) {
+        CAPTURE(name);
+        const LoadedModel one = load_checkpoint(dir / name, 1);
+        CHECK(one.config.n_layer == 2);  // the config still describes the whole model
+        REQUIRE(one.weights.layers.size() == 1);
+        // the one-layer model built in memory from the same numbers: same logits
+        const ModelConfig cfg1 = simulation_config(cfg, 1);
+        Weights w1 = w;
+        w1.layers.resize(1);
+        ModelConfig loaded1 = one.config;
+        loaded1.n_layer = 1;
+        loaded1.layer_windowed.resize(1);
+        const LoadedModel as_one{loaded1, one.weights};
+        check_same_logits(cfg1, w1, as_one, std::string(name) == "hf" ? 1e-5 : 0.0);
+        CHECK(one.weights.lm_head == w.lm_head);
+        CHECK(one.weights.final_norm == w.final_norm);
+        CHECK_THROWS_WITH_AS(load_checkpoint(dir / name, 3), doctest::Contains("--layers: 3; expected 1..2"), UsageError);
+        CHECK_THROWS_AS(load_checkpoint(dir / name, 0), UsageError);
+    }
+}

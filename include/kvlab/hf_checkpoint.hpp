@@ -3,6 +3,7 @@
 // Non-goal: pytorch_model.bin pickles, biases on Llama-style attention, mixture-of-experts weights.
 #pragma once
 #include <filesystem>
+#include <optional>
 
 #include "kvlab/checkpoint.hpp"
 
@@ -12,6 +13,7 @@ namespace kvlab {
 // Llama family: weights.rope_pairing = halves, wq/wk used as stored. GPT-2: Conv1D (in, out) weights
 // transposed to (out, in), c_attn split into q, k, v. Throws FormatError naming the file and tensor
 // (missing, wrong shape, unknown dtype), ConfigError for a bad config.json, IoError if unreadable.
-LoadedModel load_hf_checkpoint(const std::filesystem::path& dir);
+// n_layers: see load_checkpoint.
+LoadedModel load_hf_checkpoint(const std::filesystem::path& dir, std::optional<std::int64_t> n_layers = std::nullopt);
 
 }  // namespace kvlab

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 
 #include "kvlab/checkpoint.hpp"
 
@@ -22,7 +23,8 @@ std::uint64_t llama2c_file_bytes(const ModelConfig& cfg, Llama2cVersion version)
 // Reads either layout (v1 recognised by its magic). Config: family llama, rope_theta 10000, eps 1e-5,
 // n_ctx_max = seq_len, name = file stem; weights use RopePairing::neighbours.
 // Throws FormatError naming the file for any header, size or dimension problem; IoError if unreadable.
-LoadedModel load_llama2c_checkpoint(const std::filesystem::path& path);
+// n_layers: see load_checkpoint.
+LoadedModel load_llama2c_checkpoint(const std::filesystem::path& path, std::optional<std::int64_t> n_layers = std::nullopt);
 // The config alone (header checked against the file size, no tensor read): what a run must know
 // before it allocates anything. Same errors as load_llama2c_checkpoint.
 ModelConfig load_llama2c_config(const std::filesystem::path& path);

@@ -198,8 +198,7 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given, b
     if (o.checkpoint.empty()) {
         weights = random_weights(cfg, o.seed);
     } else {
-        weights = load_checkpoint(o.checkpoint).weights;
-        weights.layers.resize(static_cast<std::size_t>(cfg.n_layer));  // --layers keeps the first N
+        weights = load_checkpoint(o.checkpoint, cfg.n_layer).weights;  // --layers: only the first N are read
     }
     if (!o.save_checkpoint.empty()) save_llama2c_v0(o.save_checkpoint, cfg, weights);
 
