@@ -90,9 +90,9 @@ kvlab_expect(RC 2 ARGS ${run} --checkpoint tiny.bin --tokenizer tok512_truncated
 kvlab_expect(RC 2 ARGS ${run} --tokenizer tok512.bin --prompt hi ERR "tok512.bin: truncated at offset")  # stories15m: 32000 tokens
 
 # --- the README lines, as written: the same tokens from the preset and from its saved file
-kvlab_expect(RC 0 ARGS simulate --model stories260k --save-checkpoint s260k.bin OUT "saved the model run as llama2.c v0: s260k.bin")
+kvlab_expect(RC 0 ARGS simulate --model stories260k -n 16 --save-checkpoint s260k.bin OUT "saved the model run as llama2.c v0: s260k.bin")
 string(REGEX MATCH "generated ids:[^\n]*" readme_preset "${KVLAB_OUT}")
-kvlab_expect(RC 0 ARGS simulate --checkpoint s260k.bin)
+kvlab_expect(RC 0 ARGS simulate --checkpoint s260k.bin -n 16)
 string(REGEX MATCH "generated ids:[^\n]*" readme_file "${KVLAB_OUT}")
 if(readme_preset STREQUAL "" OR NOT readme_preset STREQUAL readme_file)
   message(FATAL_ERROR "README save/load: '${readme_preset}' vs '${readme_file}'")
