@@ -183,12 +183,24 @@ std::string to_valid_utf8(std::string_view text) {
     while (i < text.size()) {
         const auto c = static_cast<unsigned char>(text[i]);
         // sequence length from the lead byte, and the smallest code point it may encode (no overlongs)
-        std::size_t n = 0;
+        std::size_t n = 0;  // 0: not a lead byte
         std::uint32_t cp = 0, min_cp = 0;
-        if (c < 0x80) n = 1, cp = c;
-        else if ((c & 0xE0) == 0xC0) n = 2, cp = c & 0x1Fu, min_cp = 0x80;
-        else if ((c & 0xF0) == 0xE0) n = 3, cp = c & 0x0Fu, min_cp = 0x800;
-        else if ((c & 0xF8) == 0xF0) n = 4, cp = c & 0x07u, min_cp = 0x10000;
+        if (c < 0x80) {
+            n = 1;
+            cp = c;
+        } else if ((c & 0xE0) == 0xC0) {
+            n = 2;
+            cp = c & 0x1Fu;
+            min_cp = 0x80;
+        } else if ((c & 0xF0) == 0xE0) {
+            n = 3;
+            cp = c & 0x0Fu;
+            min_cp = 0x800;
+        } else if ((c & 0xF8) == 0xF0) {
+            n = 4;
+            cp = c & 0x07u;
+            min_cp = 0x10000;
+        }
         bool ok = n > 0 && i + n <= text.size();
         for (std::size_t k = 1; ok && k < n; ++k) {
             const auto cc = static_cast<unsigned char>(text[i + k]);
