@@ -237,8 +237,9 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given, b
 
     if (echo) echo->end();
 
-    if (!o.trace.empty()) write_step_trace(o.trace, result.records, inputs, o.deterministic);
-    Report report = simulation_report(cfg, sim, result, inputs, units);
+    const RunSummary summary = run_summary(cfg, sim, result);
+    if (!o.trace.empty()) write_step_trace(o.trace, summary, result.records, inputs, o.deterministic);
+    Report report = simulation_report(summary, result.records, inputs, units);
     if (!echo) report.tables.push_back(simulation_tokens_table(result, tokenizer ? &*tokenizer : nullptr));
     if (!o.save_checkpoint.empty())
         report.notes.push_back(fmt::format("saved the model run as llama2.c v0: {} ({} bytes)", o.save_checkpoint,
@@ -270,8 +271,8 @@ void setup_simulate(CLI::App& app) {
     cmd->add_option("--top-p", o->top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
     cmd->add_option("-s,--seed", o->seed, "Seed for weights, prompt and sampler")->capture_default_str();
     cmd->add_option("--save-checkpoint", o->save_checkpoint, "Write the model run (e.g. random weights) as a llama2.c v0 FILE.bin");
-    cmd->add_option("--trace", o->trace, "Write one record per step per mode to FILE.csv or FILE.jsonl");
-    cmd->add_flag("--deterministic", o->deterministic, "Omit wall-time columns from the trace (byte-identical reruns)");
+    cmd->add_option("--trace", o->trace, "Write one record per step per mode to FILE.csv, FILE.jsonl or FILE.json (Perfetto timeline)");
+    cmd->add_flag("--deterministic", o->deterministic, "Omit wall time from the trace, modelled time in Perfetto (byte-identical reruns)");
     cmd->add_flag("-q,--quiet", o->quiet, "No progress line on stderr");
     cmd->add_option("--max-memory", o->max_memory, "Refuse runs whose weights + KV + activations exceed this, e.g. 8GiB (default: 75% of RAM)");
     cmd->add_option("--threads", o->threads, "Threads for matmuls and attention (0 = all cores, fewer when the machine is busy)")->capture_default_str();
