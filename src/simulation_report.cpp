@@ -1,7 +1,6 @@
 #include "kvlab/simulation_report.hpp"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 namespace kvlab {
 
@@ -165,35 +164,6 @@ Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& r
         report.notes.push_back(fmt::format("interrupted: stopped after {} of {} steps", run.n_steps_done, run.n_steps));
     report.tables.push_back(std::move(t));
     return report;
-}
-
-Table simulation_tokens_table(const SimulationResult& result, const Tokenizer* tokenizer) {
-    Table t;
-    t.title = "tokens";
-    auto ids_cell = [](const std::vector<TokenId>& ids) {
-        return Cell{fmt::format("{}", fmt::join(ids, " ")), nlohmann::json(ids)};
-    };
-    // one line per cell in the table/markdown text; the exact text in the value
-    auto text_cell_of = [](const std::string& text) {
-        const std::string valid = to_valid_utf8(text);
-        std::string shown;
-        for (const char c : valid) shown += c == '\n' ? std::string("\\n") : std::string(1, c);
-        return Cell{shown, valid};
-    };
-    t.columns = {{"prompt_ids", "prompt ids", false}, {"generated_ids", "generated ids", false}};
-    std::vector<Cell> row = {ids_cell(result.prompt), ids_cell(result.generated)};
-    if (tokenizer) {
-        TextDecoder decoder(*tokenizer);
-        std::string prompt_text, generated_text;
-        for (const TokenId id : result.prompt) prompt_text += decoder.next(id);
-        for (const TokenId id : result.generated) generated_text += decoder.next(id);
-        t.columns.push_back({"prompt_text", "prompt", false});
-        t.columns.push_back({"generated_text", "generated", false});
-        row.push_back(text_cell_of(prompt_text));
-        row.push_back(text_cell_of(generated_text));
-    }
-    t.rows.push_back(std::move(row));
-    return t;
 }
 
 }  // namespace kvlab

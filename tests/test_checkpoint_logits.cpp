@@ -23,7 +23,6 @@
 #include "kvlab/llama2c_checkpoint.hpp"
 #include "kvlab/presets.hpp"
 #include "kvlab/random_weights.hpp"
-#include "kvlab/simulation_report.hpp"
 #include "kvlab/simulator.hpp"
 #include "kvlab/tokenizer.hpp"
 #include "kvlab/transformer.hpp"
@@ -413,23 +412,6 @@ TEST_CASE("Text for JSON keeps valid UTF-8 and replaces each stray byte with U+F
     CHECK(to_valid_utf8("\xC0\xAF") == "\xEF\xBF\xBD\xEF\xBF\xBD");         // overlong '/'
     CHECK(to_valid_utf8("\xED\xA0\x80") == "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate U+D800
     CHECK(nlohmann::json(to_valid_utf8("x\xFFy")).dump() == "\"x\xEF\xBF\xBDy\"");
-}
-
-TEST_CASE("The tokens table carries ids as arrays and text decoded with the streaming rules") {
-    std::vector<std::string> pieces = {"<unk>", "\n<s>\n", "\n</s>\n", " a", "b", "\n"};
-    const Tokenizer tok(pieces, std::vector<float>(pieces.size(), 0.0f), "tiny");
-    SimulationResult r;
-    r.prompt = {1, 3};
-    r.generated = {4, 5, 3};
-    const Table with_text = simulation_tokens_table(r, &tok);
-    REQUIRE(with_text.rows.size() == 1);
-    REQUIRE(with_text.columns.size() == 4);
-    CHECK(with_text.rows[0][0].value == nlohmann::json::array({1, 3}));
-    CHECK(with_text.rows[0][1].value == nlohmann::json::array({4, 5, 3}));
-    CHECK(with_text.rows[0][2].value == "a");        // BOS, then " a" with its space dropped
-    CHECK(with_text.rows[0][3].value == "b\n a");
-    CHECK(with_text.rows[0][3].text == "b\\n a");    // one line in a table cell
-    CHECK(simulation_tokens_table(r, nullptr).columns.size() == 2);
 }
 
 TEST_CASE("Loading the first N layers reads those layers and skips the rest, in every format") {

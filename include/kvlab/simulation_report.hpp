@@ -9,7 +9,6 @@
 
 #include "kvlab/printer.hpp"
 #include "kvlab/simulator.hpp"
-#include "kvlab/tokenizer.hpp"
 
 namespace kvlab {
 
@@ -49,10 +48,5 @@ Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& r
                          UnitSystem units);
 Report simulation_report(const ModelConfig& cfg, const SimulateOptions& options, const SimulationResult& result,
                          const nlohmann::json& inputs, UnitSystem units);
-
-// The tokens of the run as one row: prompt_ids and generated_ids (JSON arrays), and with a tokenizer
-// prompt_text and generated_text (TextDecoder rules, invalid UTF-8 replaced by U+FFFD). For the
-// csv/json/markdown reports; the table format streams the same text while the run goes.
-Table simulation_tokens_table(const SimulationResult& result, const Tokenizer* tokenizer);
 
 }  // namespace kvlab

@@ -83,29 +83,31 @@ std::vector<TokenId> parse_token_ids(const std::string& text) {
     return ids;
 }
 
-// Prints tokens on stdout as the run produces them: text through the tokenizer, else ids.
+// Prints tokens as the run produces them: text through the tokenizer, else ids. On stdout before the
+// table (table format), or on stderr, so that a csv/json/markdown stdout stays one document.
 class TokenEcho {
 public:
-    explicit TokenEcho(const Tokenizer* tokenizer) {
+    TokenEcho(std::ostream& out, const Tokenizer* tokenizer) : out_(out) {
         if (tokenizer) decoder_.emplace(*tokenizer);
     }
     void prompt(const std::vector<TokenId>& ids) {
-        if (!decoder_) std::cout << "prompt ids:";
+        if (!decoder_) out_ << "prompt ids:";
         for (const TokenId id : ids) put(id);
-        if (!decoder_) std::cout << "\ngenerated ids:";
-        std::cout.flush();
+        if (!decoder_) out_ << "\ngenerated ids:";
+        out_.flush();
     }
     void token(TokenId id) {
         put(id);
-        std::cout.flush();
+        out_.flush();
     }
-    void end() { std::cout << "\n\n"; }  // ends the text line, then one blank line before the table
+    void end() { out_ << "\n"; }
 
 private:
     void put(TokenId id) {
-        if (decoder_) std::cout << decoder_->next(id);
-        else std::cout << ' ' << id;
+        if (decoder_) out_ << decoder_->next(id);
+        else out_ << ' ' << id;
     }
+    std::ostream& out_;
     std::optional<TextDecoder> decoder_;
 };
 
@@ -202,17 +204,21 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given, b
     }
     if (!o.save_checkpoint.empty()) save_llama2c_v0(o.save_checkpoint, cfg, weights);
 
-    // the table format streams tokens on stdout as they come; the other formats carry them in the report
+    // tokens stream as they come when they mean something (a tokenizer, a given prompt or real
+    // weights): on stdout above the table, else on stderr (not with --quiet)
+    const bool tokens_meaningful = tokenizer || !sim.prompt_ids.empty() || !o.checkpoint.empty();
     sim.prompt_ids = simulation_prompt(cfg, sim);
+    const bool echo_on_stdout = format == Format::table && tokens_meaningful;
     std::optional<TokenEcho> echo;
-    if (format == Format::table) {
-        echo.emplace(tokenizer ? &*tokenizer : nullptr);
+    if (echo_on_stdout || (tokens_meaningful && !o.quiet)) {
+        echo.emplace(echo_on_stdout ? std::cout : std::cerr, tokenizer ? &*tokenizer : nullptr);
         echo->prompt(sim.prompt_ids);
         sim.on_token = [&](TokenId id) { echo->token(id); };
     }
 
-    // progress on stderr only when a person watches it
-    const bool show_progress = !o.quiet && ::isatty(STDERR_FILENO) && !(echo && ::isatty(STDOUT_FILENO));
+    // progress on stderr only when a person watches it and sees no tokens streaming there or on a
+    // terminal stdout
+    const bool show_progress = !o.quiet && ::isatty(STDERR_FILENO) && (!echo || (echo_on_stdout && !::isatty(STDOUT_FILENO)));
     auto last_print = std::chrono::steady_clock::now();
     if (show_progress)
         sim.on_step = [&](std::int64_t done, std::int64_t total) {
@@ -236,11 +242,11 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given, b
     if (show_progress) std::fprintf(stderr, "\r\033[K");
 
     if (echo) echo->end();
+    if (echo_on_stdout) std::cout << "\n";  // one blank line between the tokens and the table
 
     const RunSummary summary = run_summary(cfg, sim, result);
     if (!o.trace.empty()) write_step_trace(o.trace, summary, result.records, inputs, o.deterministic);
     Report report = simulation_report(summary, result.records, inputs, units);
-    if (!echo) report.tables.push_back(simulation_tokens_table(result, tokenizer ? &*tokenizer : nullptr));
     if (!o.save_checkpoint.empty())
         report.notes.push_back(fmt::format("saved the model run as llama2.c v0: {} ({} bytes)", o.save_checkpoint,
                                            llama2c_file_bytes(cfg, Llama2cVersion::v0)));
@@ -273,7 +279,7 @@ void setup_simulate(CLI::App& app) {
     cmd->add_option("--save-checkpoint", o->save_checkpoint, "Write the model run (e.g. random weights) as a llama2.c v0 FILE.bin");
     cmd->add_option("--trace", o->trace, "Write one record per step per mode to FILE.csv, FILE.jsonl or FILE.json (Perfetto timeline)");
     cmd->add_flag("--deterministic", o->deterministic, "Omit wall time from the trace, modelled time in Perfetto (byte-identical reruns)");
-    cmd->add_flag("-q,--quiet", o->quiet, "No progress line on stderr");
+    cmd->add_flag("-q,--quiet", o->quiet, "No progress line on stderr (csv/json/markdown: no token stream there either)");
     cmd->add_option("--max-memory", o->max_memory, "Refuse runs whose weights + KV + activations exceed this, e.g. 8GiB (default: 75% of RAM)");
     cmd->add_option("--threads", o->threads, "Threads for matmuls and attention (0 = all cores, fewer when the machine is busy)")->capture_default_str();
     cmd->add_option("--units", o->units, "iec (KiB/MiB/GiB) or si (KB/MB/GB)")->capture_default_str();

@@ -8,63 +8,50 @@ if(NOT rc EQUAL 0)
 endif()
 
 set(run simulate --threads 1 --quiet --steps 6)
+set(run_loud simulate --threads 1 --steps 6)  # no --quiet: csv/json/markdown runs stream tokens on stderr
 
-# generated ids of a JSON report (the "tokens" table) as a ;-list
-function(generated_ids json out_var)
-  string(JSON n LENGTH "${json}" tables 1 rows 0 generated_ids)
-  math(EXPR last "${n} - 1")
-  set(ids "")
-  foreach(i RANGE ${last})
-    string(JSON id GET "${json}" tables 1 rows 0 generated_ids ${i})
-    list(APPEND ids ${id})
-  endforeach()
-  set(${out_var} "${ids}" PARENT_SCOPE)
-endfunction()
-
-# --- text in, text out: "hi" -> [" ", h, i] -> [" ", "hi"] -> [" hi"]: ids 1 (BOS), 287
-kvlab_expect(RC 0 ARGS ${run} --checkpoint tiny.bin --tokenizer tok512.bin --prompt hi --format json)
-string(JSON p0 GET "${KVLAB_OUT}" tables 1 rows 0 prompt_ids 0)
-string(JSON p1 GET "${KVLAB_OUT}" tables 1 rows 0 prompt_ids 1)
-string(JSON prompt_text GET "${KVLAB_OUT}" tables 1 rows 0 prompt_text)
-string(JSON given GET "${KVLAB_OUT}" inputs prompt)
-if(NOT p0 EQUAL 1 OR NOT p1 EQUAL 287 OR NOT prompt_text STREQUAL "hi" OR NOT given STREQUAL "hi")
-  message(FATAL_ERROR "--prompt hi: prompt ids ${p0},${p1}, text '${prompt_text}', input '${given}'; expected 1,287 and 'hi'")
-endif()
-generated_ids("${KVLAB_OUT}" text_run_ids)
-# the table format streams the text first (prompt included), then one blank line, then the table
+# --- text in, text out: "hi" -> [" ", h, i] -> [" ", "hi"] -> [" hi"]: ids 1 (BOS), 287.
+# The table format streams the text first (prompt included), then one blank line, then the table.
 kvlab_expect(RC 0 ARGS ${run} --checkpoint tiny.bin --tokenizer tok512.bin --prompt hi
              OUT "^hi" "\n\nkvlab simulate: tiny, prompt 2 tokens, 6 steps\n")
-# without a tokenizer: the same model on ids gives the same tokens, printed as ids
-kvlab_expect(RC 0 ARGS ${run} --checkpoint tiny.bin --prompt-ids 1,287 --format json)
-generated_ids("${KVLAB_OUT}" id_run_ids)
-if(NOT id_run_ids STREQUAL text_run_ids)
-  message(FATAL_ERROR "text prompt and the same ids generate different tokens: ${text_run_ids} vs ${id_run_ids}")
+string(FIND "${KVLAB_OUT}" "\n\nkvlab simulate: " at)
+string(SUBSTRING "${KVLAB_OUT}" 0 ${at} text_from_prompt)
+# the same ids given directly decode to the same text
+kvlab_expect(RC 0 ARGS ${run} --checkpoint tiny.bin --tokenizer tok512.bin --prompt-ids 1,287)
+string(FIND "${KVLAB_OUT}" "\n\nkvlab simulate: " at)
+string(SUBSTRING "${KVLAB_OUT}" 0 ${at} text_from_ids)
+if(NOT text_from_prompt STREQUAL text_from_ids)
+  message(FATAL_ERROR "--prompt hi and --prompt-ids 1,287 stream different text:\n${text_from_prompt}\n---\n${text_from_ids}")
 endif()
-string(REPLACE ";" " " id_line "${id_run_ids}")
+# with --format json the text goes to stderr and stdout is the report alone, the same as without text
+kvlab_expect(RC 0 ARGS ${run_loud} --checkpoint tiny.bin --tokenizer tok512.bin --prompt hi --format json ERR "^hi")
+string(JSON prompt_len GET "${KVLAB_OUT}" inputs prompt_len)
+string(JSON given GET "${KVLAB_OUT}" inputs prompt)
+string(JSON n_tables LENGTH "${KVLAB_OUT}" tables)
+if(NOT prompt_len EQUAL 2 OR NOT given STREQUAL "hi" OR NOT n_tables EQUAL 1)
+  message(FATAL_ERROR "--prompt hi --format json: prompt_len ${prompt_len}, prompt '${given}', ${n_tables} tables")
+endif()
+kvlab_expect(RC 0 ARGS ${run} --checkpoint tiny.bin --tokenizer tok512.bin --prompt hi --format csv --quiet)
+if(NOT KVLAB_ERR STREQUAL "")
+  message(FATAL_ERROR "--quiet with --format csv still streamed on stderr: ${KVLAB_ERR}")
+endif()
+
+# --- without a tokenizer: ids in, ids out
 kvlab_expect(RC 0 ARGS ${run} --checkpoint tiny.bin --prompt-ids 1,287
-             OUT "^prompt ids: 1 287\ngenerated ids: ${id_line}\n\nkvlab simulate: ")
+             OUT "^prompt ids: 1 287\ngenerated ids:( [0-9]+)+\n\nkvlab simulate: ")
+string(REGEX MATCH "generated ids:[^\n]*" tiny_ids "${KVLAB_OUT}")
+kvlab_expect(RC 0 ARGS ${run_loud} --checkpoint tiny.bin --prompt-ids 1,287 --format json ERR "^prompt ids: 1 287\n${tiny_ids}\n$")
 
 # --- the Hugging Face directory holds the same model with rotate-half q/k rows: same tokens
-kvlab_expect(RC 0 ARGS ${run} --checkpoint hf_ok --prompt-ids 1,287 --format json)
-generated_ids("${KVLAB_OUT}" hf_ids)
-if(NOT hf_ids STREQUAL id_run_ids)
-  message(FATAL_ERROR "HF and llama2.c copies of one model generate different tokens: ${hf_ids} vs ${id_run_ids}")
-endif()
+kvlab_expect(RC 0 ARGS ${run} --checkpoint hf_ok --prompt-ids 1,287 OUT "\n${tiny_ids}\n")
 # --layers trims a loaded model too
 kvlab_expect(RC 0 ARGS ${run} --checkpoint tiny.bin --layers 1 OUT "tiny \\(1 of 2 layers\\)")
 
 # --- a random-weight preset saved as llama2.c v0 runs identically from the file
-kvlab_expect(RC 0 ARGS ${run} --model stories260k --prompt-ids 1,2,3 --save-checkpoint s260k.bin --format json)
-generated_ids("${KVLAB_OUT}" preset_ids)
-string(JSON note GET "${KVLAB_OUT}" notes 0)
-if(NOT note MATCHES "saved the model run as llama2.c v0: s260k.bin")
-  message(FATAL_ERROR "no save note: ${note}")
-endif()
-kvlab_expect(RC 0 ARGS ${run} --checkpoint s260k.bin --prompt-ids 1,2,3 --format json)
-generated_ids("${KVLAB_OUT}" saved_ids)
-if(NOT saved_ids STREQUAL preset_ids)
-  message(FATAL_ERROR "stories260k in memory and from its saved file generate different tokens: ${preset_ids} vs ${saved_ids}")
-endif()
+kvlab_expect(RC 0 ARGS ${run} --model stories260k --prompt-ids 1,2,3 --save-checkpoint s260k.bin
+             OUT "saved the model run as llama2.c v0: s260k.bin")
+string(REGEX MATCH "generated ids:[^\n]*" preset_ids "${KVLAB_OUT}")
+kvlab_expect(RC 0 ARGS ${run} --checkpoint s260k.bin --prompt-ids 1,2,3 OUT "\n${preset_ids}\n")
 
 # --- usage errors: exit 2, one line
 kvlab_expect(RC 2 ARGS ${run} --checkpoint tiny.bin --model stories15m ERR "--checkpoint and --model/--config")
@@ -90,10 +77,17 @@ kvlab_expect(RC 2 ARGS ${run} --checkpoint tiny.bin --tokenizer tok512_truncated
 kvlab_expect(RC 2 ARGS ${run} --tokenizer tok512.bin --prompt hi ERR "tok512.bin: truncated at offset")  # stories15m: 32000 tokens
 
 # --- the README lines, as written: the same tokens from the preset and from its saved file
-kvlab_expect(RC 0 ARGS simulate --model stories260k -n 16 --save-checkpoint s260k.bin OUT "saved the model run as llama2.c v0: s260k.bin")
+kvlab_expect(RC 0 ARGS simulate --model stories260k -n 16 --prompt-ids 1,2,3 --save-checkpoint s260k.bin OUT "saved the model run as llama2.c v0: s260k.bin")
 string(REGEX MATCH "generated ids:[^\n]*" readme_preset "${KVLAB_OUT}")
-kvlab_expect(RC 0 ARGS simulate --checkpoint s260k.bin -n 16)
+kvlab_expect(RC 0 ARGS simulate --checkpoint s260k.bin -n 16 --prompt-ids 1,2,3)
 string(REGEX MATCH "generated ids:[^\n]*" readme_file "${KVLAB_OUT}")
 if(readme_preset STREQUAL "" OR NOT readme_preset STREQUAL readme_file)
   message(FATAL_ERROR "README save/load: '${readme_preset}' vs '${readme_file}'")
+endif()
+
+# random weights on a random prompt: the tokens mean nothing, the output is the table alone
+kvlab_expect(RC 0 ARGS ${run} --model stories260k OUT "^kvlab simulate: " NOT_OUT "generated ids")
+kvlab_expect(RC 0 ARGS ${run_loud} --model stories260k --format json)
+if(NOT KVLAB_ERR STREQUAL "")
+  message(FATAL_ERROR "random run streamed on stderr: ${KVLAB_ERR}")
 endif()
