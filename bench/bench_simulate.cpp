@@ -15,12 +15,18 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <Eigen/Core>
 #include <fmt/format.h>
 #include <omp.h>
 
 #include "kvlab/error.hpp"
+#include "kvlab/kv_memory.hpp"
 #include "kvlab/llama2c_checkpoint.hpp"
 #include "kvlab/presets.hpp"
 #include "kvlab/printer.hpp"
@@ -101,6 +107,47 @@ Stat gemm_rate(std::int64_t n, int repeats) {
     }
     if (!std::isfinite(c(0, 0))) throw Error("GEMM reference: non-finite result");
     return stat_of(rates);
+}
+
+// Peak resident set (bytes) of a child process running `args` (args[0] a path), from the kernel's
+// accounting of the child (wait4), as /usr/bin/time -v reports it. Its output goes to /dev/null.
+std::uint64_t child_peak_rss(const std::vector<std::string>& args) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) throw IoError(fmt::format("peak RSS: cannot fork to run {}", args[0]));
+    if (pid == 0) {
+        const int devnull = ::open("/dev/null", O_WRONLY);
+        ::dup2(devnull, STDOUT_FILENO);
+        ::dup2(devnull, STDERR_FILENO);
+        ::execv(argv[0], argv.data());
+        ::_exit(127);
+    }
+    int status = 0;
+    rusage usage{};
+    if (::wait4(pid, &status, 0, &usage) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        throw IoError(fmt::format("peak RSS: '{} {}' failed (status {})", args[0], args[1], status));
+    return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // ru_maxrss is in KiB on Linux
+}
+
+struct RssResult {
+    std::string name;
+    std::uint64_t peak = 0, model_bytes = 0;  // model_bytes: weights + KV cache + logits
+};
+
+// `kvlab simulate` (the CLI this bench was built with), cached mode, default prompt and steps.
+RssResult bench_rss(const std::string& model, const BenchOptions& o, int n_threads) {
+    const ModelConfig cfg = simulation_config(load_model(model), std::nullopt);
+    const auto n_positions = static_cast<std::uint64_t>(o.prompt_len + o.steps);
+    RssResult r;
+    r.name = cfg.display_name;
+    r.model_bytes = weights_bytes(cfg) + kv_bytes_sequence(cfg, DType::fp32, n_positions, WindowMode::cap).total() +
+                    static_cast<std::uint64_t>(cfg.n_vocab) * sizeof(float);
+    r.peak = child_peak_rss({KVLAB_CLI_PATH, "simulate", "-q", "-m", model, "--mode", "cached", "-p",
+                             std::to_string(o.prompt_len), "-n", std::to_string(o.steps), "--threads",
+                             std::to_string(n_threads), "-f", "json"});
+    return r;
 }
 
 // One measured run's throughputs, from its step records.
@@ -262,7 +309,8 @@ std::string utc_now() {
 double spread_percent(const Stat& s) { return s.median > 0 ? 100.0 * (s.max - s.min) / s.median : 0.0; }
 
 Report make_report(const BenchOptions& o, int n_threads, const Stat& bw, const Stat& gemm,
-                   const std::vector<ModelResult>& models, const PeerResult& peer) {
+                   const std::vector<ModelResult>& models, const std::vector<RssResult>& rss, std::uint64_t rss_floor,
+                   const PeerResult& peer) {
     Report report;
     report.inputs = {{"cpu", cpu_model()},         {"threads", n_threads},        {"date_utc", utc_now()},
                      {"repeats", o.repeats},       {"prompt_len", o.prompt_len},  {"steps", o.steps},
@@ -321,6 +369,20 @@ Report make_report(const BenchOptions& o, int n_threads, const Stat& bw, const S
     counting.notes.push_back("negative overheads are run-to-run noise");
     report.tables.push_back(std::move(counting));
 
+    Table mem;
+    mem.title = "peak resident memory of kvlab simulate --mode cached (kernel accounting, as /usr/bin/time -v)";
+    mem.columns = {{"model", "model", false}, {"peak_rss_bytes", "peak RSS"}, {"model_bytes", "weights+KV+logits"},
+                   {"ratio", "ratio"}, {"ratio_above_floor", "above floor"}, {"met", "<= 1.10", false}};
+    for (const RssResult& r : rss) {
+        const double ratio = static_cast<double>(r.peak) / static_cast<double>(r.model_bytes);
+        const double above = static_cast<double>(r.peak - std::min(r.peak, rss_floor)) / static_cast<double>(r.model_bytes);
+        mem.rows.push_back({text_cell(r.name), bytes_cell(r.peak, UnitSystem::iec), bytes_cell(r.model_bytes, UnitSystem::iec),
+                            real_cell(ratio, 3), real_cell(above, 3), yes_no(ratio <= 1.1)});
+    }
+    mem.notes.push_back(fmt::format("floor: `kvlab --help` peaks at {} (code and shared libraries); 'above floor' "
+                                    "subtracts it", format_bytes(rss_floor, UnitSystem::iec)));
+    report.tables.push_back(std::move(mem));
+
     if (peer.ran) {
         Table t;
         t.title = "decode vs llama2.c run.c, same stories15M-shaped checkpoint, greedy, same positions";
@@ -370,9 +432,12 @@ int main(int argc, char** argv) {
         const Stat gemm = gemm_rate(o.gemm_n, o.repeats);
         std::vector<ModelResult> models;
         for (const auto& name : o.models) models.push_back(bench_model(name, o));
+        std::vector<RssResult> rss;
+        for (const auto& name : o.models) rss.push_back(bench_rss(name, o, n_threads));
+        const std::uint64_t rss_floor = child_peak_rss({KVLAB_CLI_PATH, "--help"});
         const PeerResult peer = bench_peer(o, n_threads);
 
-        const Report report = make_report(o, n_threads, bw, gemm, models, peer);
+        const Report report = make_report(o, n_threads, bw, gemm, models, rss, rss_floor, peer);
         print_report(std::cout, report, format);
         if (!o.json.empty()) {
             std::ofstream out(o.json);
