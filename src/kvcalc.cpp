@@ -224,8 +224,8 @@ Report run_kvcalc(const KvcalcRequest& r) {
                                                            cfg.n_layer, dtype_formula(dtype, u(cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim)),
                                                            cfg.mla->kv_lora_rank, cfg.mla->qk_rope_head_dim, token, format_bytes(token, U)));
                     else
-                        report.notes.push_back(fmt::format("{} {} {}: KV/token = 2 (K and V) x {} layers x ({} KV head(s) x {} head dim =) {} = {} B = {}", cfg.name, att,
-                                                           dn, cfg.n_layer, cfg.n_head_kv, cfg.d_head, dtype_formula(dtype, u(cfg.d_kv())), token,
+                        report.notes.push_back(fmt::format("{} {} {}: KV/token = 2 (K and V) x {} layers x ({} KV head{} x {} head dim =) {} = {} B = {}", cfg.name, att,
+                                                           dn, cfg.n_layer, cfg.n_head_kv, cfg.n_head_kv == 1 ? "" : "s", cfg.d_head, dtype_formula(dtype, u(cfg.d_kv())), token,
                                                            format_bytes(token, U)));
                 }
                 for (const auto t : contexts) {

@@ -4,11 +4,12 @@
 #include <cstring>
 #include <fstream>
 #include <system_error>
-#include <unistd.h>
 
 #include <fmt/format.h>
 
+#include "kvlab/atomic_write.hpp"
 #include "kvlab/error.hpp"
+#include "kvlab/perfetto_trace.hpp"
 
 namespace kvlab {
 
@@ -19,11 +20,7 @@ namespace {
 const char* units_line =
     "flops and transcendentals: operations (a multiply-add = 2 FLOPs); bytes_* and kv_bytes_resident: bytes; "
     "wall_ns: nanoseconds; gflop_per_s: 1e9 FLOP/s; gb_per_s: 1e9 bytes/s; flop_per_byte: FLOP per byte moved; "
-    "max_abs_dlogit: logit units";
-
-fs::path temp_path_for(const fs::path& path) {
-    return path.parent_path() / fmt::format(".{}.tmp-{}", path.filename().string(), ::getpid());
-}
+    "max_abs_dlogit: logit units; <op>.*: the same per op, summed over layers";
 
 double ratio(double num, double den) { return den > 0.0 ? num / den : 0.0; }
 
@@ -34,13 +31,33 @@ std::string csv_value(const nlohmann::json& v) {
     return v.dump();
 }
 
+// A header value: strings as they are, unless they would read back as something else (a number,
+// true, "quoted", empty) or hold a line break; those, and non-strings, as JSON.
+std::string csv_header_value(const nlohmann::json& v) {
+    if (!v.is_string()) return v.dump();
+    const auto s = v.get<std::string>();
+    if (s.empty() || s.find_first_of("\r\n") != std::string::npos || nlohmann::json::accept(s)) return v.dump();
+    return s;
+}
+
 }  // namespace
+
+std::string_view trace_format_name(TraceFormat format) {
+    switch (format) {
+        case TraceFormat::csv: return "csv";
+        case TraceFormat::jsonl: return "jsonl";
+        case TraceFormat::perfetto: return "perfetto";
+    }
+    return "csv";
+}
 
 TraceFormat trace_format_for(const fs::path& path) {
     const auto ext = path.extension().string();
     if (ext == ".csv") return TraceFormat::csv;
     if (ext == ".jsonl") return TraceFormat::jsonl;
-    throw UsageError(fmt::format("--trace: '{}' has extension '{}'; expected .csv or .jsonl", path.string(), ext));
+    if (ext == ".json") return TraceFormat::perfetto;
+    throw UsageError(fmt::format("--trace: '{}' has extension '{}'; expected .csv, .jsonl or .json (Perfetto)",
+                                 path.string(), ext));
 }
 
 void check_trace_writable(const fs::path& path) {
@@ -60,6 +77,13 @@ void check_trace_writable(const fs::path& path) {
     fs::remove(probe, ec);
 }
 
+std::vector<std::string> trace_op_fields(bool deterministic) {
+    std::vector<std::string> fields = {"flops",          "transcendentals",   "bytes_weights_read", "bytes_act_read",
+                                       "bytes_act_written", "bytes_kv_read", "bytes_kv_written"};
+    if (!deterministic) fields.push_back("wall_ns");
+    return fields;
+}
+
 std::vector<std::string> trace_columns(bool deterministic) {
     std::vector<std::string> cols = {
         "mode", "step", "phase", "position", "n_tokens", "n_keys", "flops", "flops_matmul", "flops_attention",
@@ -67,6 +91,9 @@ std::vector<std::string> trace_columns(bool deterministic) {
         "bytes_kv_written", "bytes_total", "kv_bytes_resident", "flop_per_byte", "token", "max_abs_dlogit",
         "argmax_flip"};
     if (!deterministic) cols.insert(cols.end(), {"wall_ns", "gflop_per_s", "gb_per_s"});
+    const auto fields = trace_op_fields(deterministic);
+    for (int i = 0; i < n_ops; ++i)
+        for (const auto& f : fields) cols.push_back(fmt::format("{}.{}", op_name(static_cast<Op>(i)), f));
     return cols;
 }
 
@@ -101,21 +128,54 @@ nlohmann::json trace_record_json(const StepRecord& r, bool deterministic) {
         j["gflop_per_s"] = ratio(static_cast<double>(total.flops) * 1e-9, seconds);
         j["gb_per_s"] = ratio(static_cast<double>(total.bytes_total()) * 1e-9, seconds);
     }
+    for (int i = 0; i < n_ops; ++i) {
+        const Op op = static_cast<Op>(i);
+        const OpCost& c = r.cost.at(op);
+        const auto prefix = std::string(op_name(op)) + ".";
+        j[prefix + "flops"] = c.flops;
+        j[prefix + "transcendentals"] = c.transcendentals;
+        j[prefix + "bytes_weights_read"] = c.bytes_weights_read;
+        j[prefix + "bytes_act_read"] = c.bytes_act_read;
+        j[prefix + "bytes_act_written"] = c.bytes_act_written;
+        j[prefix + "bytes_kv_read"] = c.bytes_kv_read;
+        j[prefix + "bytes_kv_written"] = c.bytes_kv_written;
+        if (!deterministic) j[prefix + "wall_ns"] = r.cost.wall_ns_of(op);
+    }
     return j;
 }
 
-void write_step_trace(const fs::path& path, const std::vector<StepRecord>& records, const nlohmann::json& inputs,
-                      bool deterministic) {
+nlohmann::json run_summary_json(const RunSummary& run) {
+    return {
+        {"display_name", run.display_name},
+        {"mode", run.mode == SimMode::both ? "both" : run.mode == SimMode::cached ? "cached" : "uncached"},
+        {"prompt_tokens", run.n_prompt},
+        {"steps_requested", run.n_steps},
+        {"steps_done", run.n_steps_done},
+        {"interrupted", run.interrupted},
+        {"counted", run.counted},
+        {"kv_cache_bytes", run.kv_cache_bytes},
+        {"max_abs_dlogit", run.max_abs_dlogit},
+        {"argmax_flips", run.n_argmax_flips},
+        {"first_divergent_step", run.first_divergent_step ? nlohmann::json(*run.first_divergent_step) : nlohmann::json(nullptr)},
+        {"divergent_dlogit", run.divergent_dlogit},
+        {"divergent_tolerance", run.divergent_tolerance},
+    };
+}
+
+void write_step_trace(const fs::path& path, const RunSummary& run, const std::vector<StepRecord>& records,
+                      const nlohmann::json& inputs, bool deterministic) {
     const TraceFormat format = trace_format_for(path);
     const auto columns = trace_columns(deterministic);
-    const fs::path temp = temp_path_for(path);
-    {
-        std::ofstream out(temp, std::ios::binary);
-        if (!out) throw IoError(fmt::format("--trace: cannot write '{}': {}", temp.string(), std::strerror(errno)));
-        if (format == TraceFormat::csv) {
+    write_atomically(path, "--trace", [&](std::ostream& out) {
+        if (format == TraceFormat::perfetto) {
+            write_perfetto_trace(out, run, records, inputs, deterministic);
+        } else if (format == TraceFormat::csv) {
             out << fmt::format("# kvlab simulate step trace, format {} (docs/trace-format.md)\n", trace_format_version);
             out << "# units: " << units_line << "\n";
-            for (const auto& [key, value] : inputs.items()) out << "# " << key << "=" << csv_value(value) << "\n";
+            const nlohmann::json run_json = run_summary_json(run);
+            for (const auto& [key, value] : run_json.items())
+                out << "# run." << key << "=" << csv_header_value(value) << "\n";
+            for (const auto& [key, value] : inputs.items()) out << "# " << key << "=" << csv_header_value(value) << "\n";
             for (std::size_t c = 0; c < columns.size(); ++c) out << (c ? "," : "") << columns[c];
             out << "\n";
             for (const auto& r : records) {
@@ -127,24 +187,12 @@ void write_step_trace(const fs::path& path, const std::vector<StepRecord>& recor
             nlohmann::json header = {{"kvlab_trace", trace_format_version},
                                      {"units", units_line},
                                      {"columns", columns},
+                                     {"run", run_summary_json(run)},
                                      {"inputs", inputs}};
             out << header.dump() << "\n";
             for (const auto& r : records) out << trace_record_json(r, deterministic).dump() << "\n";
         }
-        out.flush();
-        if (!out) {
-            std::error_code ec;
-            fs::remove(temp, ec);
-            throw IoError(fmt::format("--trace: writing '{}' failed: {}", temp.string(), std::strerror(errno)));
-        }
-    }
-    std::error_code ec;
-    fs::rename(temp, path, ec);
-    if (ec) {
-        const std::string reason = ec.message();
-        fs::remove(temp, ec);
-        throw IoError(fmt::format("--trace: cannot rename '{}' to '{}': {}", temp.string(), path.string(), reason));
-    }
+    });
 }
 
 }  // namespace kvlab

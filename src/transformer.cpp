@@ -3,7 +3,9 @@
 #include "kvlab/transformer.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <initializer_list>
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -109,6 +111,47 @@ void count(StepCost* cost, Op op, const OpCost& c) {
 void count_matmul(StepCost* cost, Op op, std::int64_t n, const MatrixRM& w, const VectorF& bias) {
     if (cost) cost->add(op, cost_matmul(n, w.cols(), w.rows(), bias.size() != 0));
 }
+
+// Per-op wall time: each mark charges the time since the previous mark to the op just run. No clock
+// reads when counting is off. ~25 ns per mark, about 20 marks per layer.
+class OpTimer {
+public:
+    explicit OpTimer(StepCost* cost) : cost_(cost) {
+        if (cost_) last_ = std::chrono::steady_clock::now();
+    }
+    void mark(Op op) {
+        if (cost_) cost_->wall_ns[static_cast<std::size_t>(op)] += lap();
+    }
+    // Ops that run fused in one pass (qk, softmax and av in attention; q/k/v, gate/up/activation, a
+    // projection and its residual): the pass's time is split in proportion to the ops' FLOPs counted
+    // so far in this call.
+    void mark_split(std::initializer_list<Op> ops) {
+        if (!cost_) return;
+        const std::int64_t ns = lap();
+        double total_flops = 0.0;
+        for (const Op op : ops) total_flops += static_cast<double>(cost_->at(op).flops);
+        std::int64_t given = 0;
+        for (const Op op : ops) {
+            const bool last = op == *(ops.end() - 1);
+            const std::int64_t share = last ? ns - given
+                                            : (total_flops > 0.0 ? static_cast<std::int64_t>(static_cast<double>(ns) *
+                                                                     static_cast<double>(cost_->at(op).flops) / total_flops)
+                                                                 : 0);
+            cost_->wall_ns[static_cast<std::size_t>(op)] += share;
+            given += share;
+        }
+    }
+
+private:
+    std::int64_t lap() {
+        const auto now = std::chrono::steady_clock::now();
+        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_).count();
+        last_ = now;
+        return ns;
+    }
+    StepCost* cost_;
+    std::chrono::steady_clock::time_point last_{};
+};
 
 }  // namespace
 
@@ -243,13 +286,16 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
         }
     };
     auto norm_cost = [&](std::int64_t rows) { return gpt2 ? cost_layernorm(rows, d) : cost_rmsnorm(rows, d); };
+    OpTimer timer(cost);
 
     // token embedding (+ learned positions for gpt2)
     for (std::int64_t i = 0; i < n; ++i) x_.row(i) = w_.tok_embed.row(tokens[static_cast<std::size_t>(i)]);
     count(cost, Op::embed, cost_embed(n, w_.tok_embed.cols()));
+    timer.mark(Op::embed);
     if (gpt2) {
         x_.topRows(n) += w_.pos_embed.middleRows(pos0, n);
         count(cost, Op::pos_embed, cost_pos_embed(n, w_.pos_embed.cols()));
+        timer.mark(Op::pos_embed);
     }
 
     for (std::int64_t l = 0; l < cfg_.n_layer; ++l) {
@@ -258,6 +304,7 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
         // attention norm
         norm_rows(lw.attn_norm, lw.attn_norm_bias);
         count(cost, Op::attn_norm, norm_cost(n));
+        timer.mark(Op::attn_norm);
 
         // q, k, v projections for the n new tokens, in one pass over the three weight matrices
 #pragma omp parallel
@@ -269,12 +316,14 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
         count_matmul(cost, Op::q_proj, n, lw.wq, lw.bq);
         count_matmul(cost, Op::k_proj, n, lw.wk, lw.bk);
         count_matmul(cost, Op::v_proj, n, lw.wv, lw.bv);
+        timer.mark_split({Op::q_proj, Op::k_proj, Op::v_proj});  // one fused pass
 
         // RoPE on q and k (llama); keys are stored after rotation
         if (!gpt2) {
 #pragma omp parallel for if (n > 1)
             for (std::int64_t i = 0; i < n; ++i) rope_row(q_.row(i).data(), k_new_.row(i).data(), pos0 + i);
             count(cost, Op::rope, cost_rope(n, q_.cols() / D, k_new_.cols() / D, D));
+            timer.mark(Op::rope);
         }
 
         // K and V go to the cache (cached) or to this layer's activations (uncached): the only
@@ -306,6 +355,7 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
             }
         } else {
             for (std::int64_t i = 0; i < n; ++i) store(i);
+            timer.mark(Op::kv_store);
             // one task per (query, head): a decode step spreads its heads over the threads, a prefill its queries
             const std::int64_t n_tasks = n * shape.n_head;
 #pragma omp parallel for schedule(dynamic) if (n_tasks > 1)
@@ -321,6 +371,7 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
         count(cost, Op::qk, cost_qk(n, shape.n_head, k_store.cols(), D, n_scores, n_key_rows, place));
         count(cost, Op::softmax, cost_softmax(shape.n_head, n_scores));
         count(cost, Op::av, cost_av(n, shape.n_head, v_store.cols(), D, n_scores, n_key_rows, place));
+        timer.mark_split({Op::qk, Op::softmax, Op::av});  // a wrapping ring's interleaved stores land here too
 
         // output projection and residual, the residual on each thread's block of the output
 #pragma omp parallel
@@ -330,10 +381,12 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
         }
         count_matmul(cost, Op::o_proj, n, lw.wo, lw.bo);
         count(cost, Op::attn_residual, cost_residual(n, d));
+        timer.mark_split({Op::o_proj, Op::attn_residual});
 
         // MLP norm
         norm_rows(lw.mlp_norm, lw.mlp_norm_bias);
         count(cost, Op::mlp_norm, norm_cost(n));
+        timer.mark(Op::mlp_norm);
         if (gpt2) {
             // gelu(x W_fc + b) W_proj + b; GELU on each thread's block while it is in cache
 #pragma omp parallel
@@ -345,6 +398,7 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
             }
             count_matmul(cost, Op::mlp_up, n, lw.w1, lw.b1);
             count(cost, Op::activation, cost_gelu_tanh(n, hb_.cols()));
+            timer.mark_split({Op::mlp_up, Op::activation});
         } else {
             // w2(silu(w1 x) * w3 x): gate and up share the block split, so SwiGLU runs on each
             // thread's block while it is in cache
@@ -358,6 +412,7 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
             count_matmul(cost, Op::mlp_gate, n, lw.w1, lw.b1);
             count_matmul(cost, Op::mlp_up, n, lw.w3, no_bias);
             count(cost, Op::activation, cost_swiglu(n, hb_.cols()));
+            timer.mark_split({Op::mlp_gate, Op::mlp_up, Op::activation});
         }
 #pragma omp parallel
         {
@@ -366,6 +421,7 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
         }
         count_matmul(cost, Op::mlp_down, n, lw.w2, lw.b2);
         count(cost, Op::mlp_residual, cost_residual(n, d));
+        timer.mark_split({Op::mlp_down, Op::mlp_residual});
     }
 
     // final norm and classifier, last position only: that is all the next token needs
@@ -373,6 +429,7 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
     if (gpt2) layernorm_row(x_last_.data(), x_last, w_.final_norm.data(), w_.final_norm_bias.data(), d, eps);
     else rmsnorm_row(x_last_.data(), x_last, w_.final_norm.data(), d, eps);
     count(cost, Op::final_norm, norm_cost(1));
+    timer.mark(Op::final_norm);
     const MatrixRM& classifier = w_.classifier();
 #pragma omp parallel
     {
@@ -380,6 +437,7 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
         logits_.segment(b.begin, b.size).noalias() = classifier.middleRows(b.begin, b.size) * x_last_;
     }
     count(cost, Op::lm_head, cost_matmul(1, classifier.cols(), classifier.rows(), false));
+    timer.mark(Op::lm_head);
     return logits_;
 }
 

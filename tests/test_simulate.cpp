@@ -152,12 +152,13 @@ TEST_CASE("CSV and JSONL traces parse back with one record per step per mode and
     const nlohmann::json inputs = {{"model", cfg.name}, {"steps", 9}};
     const fs::path dir = temp_dir();
 
-    write_step_trace(dir / "t.csv", r.records, inputs, false);
+    const RunSummary run = run_summary(cfg, small_options(), r);
+    write_step_trace(dir / "t.csv", run, r.records, inputs, false);
     std::istringstream csv(slurp(dir / "t.csv"));
     std::string line;
     std::vector<std::string> comments, rows;
     while (std::getline(csv, line)) (line.rfind("#", 0) == 0 ? comments : rows).push_back(line);
-    CHECK(comments.size() == 4);  // title, units, two inputs
+    CHECK(comments.size() == 2 + run_summary_json(run).size() + 2);  // title, units, run summary, two inputs
     REQUIRE(rows.size() == 1 + 18);
     const auto columns = trace_columns(false);
     std::string header;
@@ -165,7 +166,7 @@ TEST_CASE("CSV and JSONL traces parse back with one record per step per mode and
     CHECK(rows[0] == header);
     CHECK(rows[1].rfind("cached,0,prefill,4,5,", 0) == 0);  // mode, step, phase, position, n_tokens
 
-    write_step_trace(dir / "t.jsonl", r.records, inputs, false);
+    write_step_trace(dir / "t.jsonl", run, r.records, inputs, false);
     std::istringstream jsonl(slurp(dir / "t.jsonl"));
     std::vector<nlohmann::json> lines;
     while (std::getline(jsonl, line)) lines.push_back(nlohmann::json::parse(line));
@@ -187,17 +188,20 @@ TEST_CASE("Deterministic traces of two runs are byte-identical and carry no wall
     const auto cfg = tiny_config(Family::gpt2, 3, 3);
     const Weights w = random_weights(cfg, 4);
     const fs::path dir = temp_dir();
-    for (const char* name : {"a.csv", "b.csv", "a.jsonl", "b.jsonl"})
-        write_step_trace(dir / name, run_simulation(cfg, w, small_options()).records, {{"seed", 4}}, true);
+    for (const char* name : {"a.csv", "b.csv", "a.jsonl", "b.jsonl", "a.json", "b.json"}) {
+        const auto r = run_simulation(cfg, w, small_options());
+        write_step_trace(dir / name, run_summary(cfg, small_options(), r), r.records, {{"seed", 4}}, true);
+    }
     CHECK(slurp(dir / "a.csv") == slurp(dir / "b.csv"));
     CHECK(slurp(dir / "a.jsonl") == slurp(dir / "b.jsonl"));
+    CHECK(slurp(dir / "a.json") == slurp(dir / "b.json"));  // Perfetto: modelled time, no measurement
     CHECK(slurp(dir / "a.csv").find(",wall_ns") == std::string::npos);  // the column, not the units line
     fs::remove_all(dir);
 }
 
 TEST_CASE("An unwritable or misnamed trace path is refused before any work") {
     CHECK_THROWS_WITH_AS(check_trace_writable("/nonexistent-dir-kvlab/t.csv"), doctest::Contains("does not exist"), UsageError);
-    CHECK_THROWS_WITH_AS(check_trace_writable("trace.txt"), doctest::Contains(".csv or .jsonl"), UsageError);
+    CHECK_THROWS_WITH_AS(check_trace_writable("trace.txt"), doctest::Contains(".csv, .jsonl or .json"), UsageError);
     const fs::path dir = temp_dir();
     CHECK_NOTHROW(check_trace_writable(dir / "ok.csv"));
     CHECK(fs::is_empty(dir));  // the probe file is removed

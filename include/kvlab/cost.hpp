@@ -42,14 +42,18 @@ struct OpCost {
 };
 
 // The cost of one forward call (a step), per op, summed over layers. Fixed size: no allocation.
+// wall_ns is measured, not modelled: the forward pass's wall time per op, summed over layers (0 when
+// counting is off). Equality compares the costs only, so measured and closed-form costs compare.
 struct StepCost {
     std::array<OpCost, n_ops> ops{};
+    std::array<std::int64_t, n_ops> wall_ns{};
 
     void add(Op op, const OpCost& cost) { ops[static_cast<int>(op)] += cost; }
     const OpCost& at(Op op) const { return ops[static_cast<int>(op)]; }
+    std::int64_t wall_ns_of(Op op) const { return wall_ns[static_cast<std::size_t>(op)]; }
     OpCost total() const;
     std::uint64_t flops(OpCategory category) const;
-    bool operator==(const StepCost& other) const = default;
+    bool operator==(const StepCost& other) const { return ops == other.ops; }
 };
 
 // Where attention's K and V rows live: the KV cache (cached mode) or activations (uncached mode).

@@ -8,5 +8,6 @@ void setup_kvcalc(CLI::App& app);
 void setup_presets(CLI::App& app);
 void setup_gpu(CLI::App& app);
 void setup_simulate(CLI::App& app);
+void setup_trace(CLI::App& app);
 
 }  // namespace kvlab::cli

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
     kvlab::cli::setup_presets(app);
     kvlab::cli::setup_gpu(app);
     kvlab::cli::setup_simulate(app);
+    kvlab::cli::setup_trace(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

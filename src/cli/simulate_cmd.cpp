@@ -155,8 +155,9 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given) {
     std::signal(SIGINT, previous);
     if (show_progress) std::fprintf(stderr, "\r\033[K");
 
-    if (!o.trace.empty()) write_step_trace(o.trace, result.records, inputs, o.deterministic);
-    print_report(std::cout, simulation_report(cfg, sim, result, inputs, units), format);
+    const RunSummary summary = run_summary(cfg, sim, result);
+    if (!o.trace.empty()) write_step_trace(o.trace, summary, result.records, inputs, o.deterministic);
+    print_report(std::cout, simulation_report(summary, result.records, inputs, units), format);
     std::cout.flush();
     if (result.first_divergent_step)
         throw Error(fmt::format("cached and uncached logits diverge at step {}: max |delta logit| {:.3g} > tolerance {:.3g}",
@@ -179,8 +180,8 @@ void setup_simulate(CLI::App& app) {
     cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
     cmd->add_option("--top-p", o->top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
     cmd->add_option("-s,--seed", o->seed, "Seed for weights, prompt and sampler")->capture_default_str();
-    cmd->add_option("--trace", o->trace, "Write one record per step per mode to FILE.csv or FILE.jsonl");
-    cmd->add_flag("--deterministic", o->deterministic, "Omit wall-time columns from the trace (byte-identical reruns)");
+    cmd->add_option("--trace", o->trace, "Write one record per step per mode to FILE.csv, FILE.jsonl or FILE.json (Perfetto timeline)");
+    cmd->add_flag("--deterministic", o->deterministic, "Omit wall time from the trace, modelled time in Perfetto (byte-identical reruns)");
     cmd->add_flag("-q,--quiet", o->quiet, "No progress line on stderr");
     cmd->add_option("--max-memory", o->max_memory, "Refuse runs whose weights + KV + activations exceed this, e.g. 8GiB (default: 75% of RAM)");
     cmd->add_option("--threads", o->threads, "Threads for matmuls and attention (0 = all cores, fewer when the machine is busy)")->capture_default_str();

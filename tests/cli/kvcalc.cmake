@@ -37,7 +37,7 @@ kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-8b -d bf16 --kv-budget 3.8125GiB --co
 
 # --explain prints the formula with numbers.
 kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b -d fp16 --context 4096 --explain
-             OUT "KV/token = 2 \\(K and V\\) x 32 layers x \\(32 KV head\\(s\\) x 128 head dim =\\) 4096 x 2 B \\(fp16\\) = 524288 B = 512.00 KiB")
+             OUT "KV/token = 2 \\(K and V\\) x 32 layers x \\(32 KV heads x 128 head dim =\\) 4096 x 2 B \\(fp16\\) = 524288 B = 512.00 KiB")
 
 # SI units print GB, IEC never does.
 kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b -d fp16 --context 4096 --units si OUT "2.15 GB" "524.29 KB")

@@ -35,7 +35,7 @@ run_kvlab(2 "kvlab: error: --prompt-len \\+ --steps: 200 \\+ 100 = 300 positions
 run_kvlab(2 "--steps: 0; expected at least 1" simulate --steps 0)
 run_kvlab(2 "--prompt-len: -4; expected at least 1" simulate --prompt-len -4)
 run_kvlab(2 "--trace: cannot write.*does not exist" ${small} --trace "${WORK}/no/such/dir/t.csv")
-run_kvlab(2 "--trace:.*expected .csv or .jsonl" ${small} --trace "${WORK}/t.txt")
+run_kvlab(2 "--trace:.*expected .csv, .jsonl or .json" ${small} --trace "${WORK}/t.txt")
 run_kvlab(2 "mixture-of-experts.*not simulated" simulate --model mixtral-8x7b)
 run_kvlab(2 "--max-memory:.*try --layers [0-9]+" simulate --model llama-3-8b --max-memory 8GiB)
 run_kvlab(2 "--mode: unknown mode 'fast'" simulate --mode fast)

@@ -1,0 +1,119 @@
+// `kvlab trace`: read step traces written by `kvlab simulate --trace` (CSV, JSON Lines, Perfetto JSON):
+// summary (simulate's table again), steps (per step and per op), compare (two traces), plot (gnuplot).
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "kvlab/error.hpp"
+#include "kvlab/trace_plot.hpp"
+#include "kvlab/trace_reader.hpp"
+#include "kvlab/trace_report.hpp"
+#include "kvlab/units.hpp"
+
+namespace kvlab::cli {
+
+struct TraceSummaryOptions {
+    std::string file;
+    std::string units = "iec";
+    std::string format = "table";
+};
+
+struct TraceStepsOptions {
+    std::string file;
+    std::int64_t every = 1;
+    bool ops = false;
+    std::string units = "iec";
+    std::string format = "table";
+};
+
+struct TraceCompareOptions {
+    std::string file_a;
+    std::string file_b;
+    std::int64_t every = 1;
+    std::string units = "iec";
+    std::string format = "table";
+};
+
+struct TracePlotOptions {
+    std::string file;
+    std::string output;
+    bool log = false;
+    bool linear = false;
+};
+
+namespace {
+
+UnitSystem parse_units(const std::string& text) {
+    if (text == "iec") return UnitSystem::iec;
+    if (text == "si") return UnitSystem::si;
+    throw UsageError(fmt::format("--units: '{}'; expected iec or si", text));
+}
+
+void print(const Report& report, const std::string& format) {
+    print_report(std::cout, report, parse_format(format, "--format"));
+    std::cout.flush();
+}
+
+}  // namespace
+
+void setup_trace(CLI::App& app) {
+    auto* trace = app.add_subcommand("trace", "Read step traces from kvlab simulate --trace: summary, steps, compare, plot");
+    trace->require_subcommand(1);
+
+    auto so = std::make_shared<TraceSummaryOptions>();
+    auto* summary = trace->add_subcommand("summary", "The cached-vs-uncached table simulate printed, rebuilt from a trace");
+    summary->add_option("file", so->file, "Trace file (.csv, .jsonl or Perfetto .json)")->required();
+    summary->add_option("--units", so->units, "iec (KiB/MiB/GiB) or si (KB/MB/GB)")->capture_default_str();
+    summary->add_option("-f,--format", so->format, "table, csv, json or markdown")->capture_default_str();
+    summary->callback([so] {
+        const Format format = parse_format(so->format, "--format");
+        const UnitSystem units = parse_units(so->units);
+        print_report(std::cout, trace_summary_report(read_step_trace(so->file), units), format);
+    });
+
+    auto st = std::make_shared<TraceStepsOptions>();
+    auto* steps = trace->add_subcommand("steps", "One row per step per mode; --ops adds one row per op");
+    steps->add_option("file", st->file, "Trace file (.csv, .jsonl or Perfetto .json)")->required();
+    steps->add_option("--every", st->every, "Show every K-th step (and the last)")->capture_default_str();
+    steps->add_flag("--ops", st->ops, "Add the per-op breakdown of each shown step");
+    steps->add_option("--units", st->units, "iec (KiB/MiB/GiB) or si (KB/MB/GB)")->capture_default_str();
+    steps->add_option("-f,--format", st->format, "table, csv, json or markdown")->capture_default_str();
+    steps->callback([st] {
+        const UnitSystem units = parse_units(st->units);
+        parse_format(st->format, "--format");
+        steps_shown(1, st->every);  // --every checked before the file is read
+        print(trace_steps_report(read_step_trace(st->file), st->every, st->ops, units), st->format);
+    });
+
+    auto co = std::make_shared<TraceCompareOptions>();
+    auto* compare = trace->add_subcommand("compare", "Compare trace B against trace A: totals and per-step deltas and ratios");
+    compare->add_option("a", co->file_a, "Trace A (the reference)")->required();
+    compare->add_option("b", co->file_b, "Trace B")->required();
+    compare->add_option("--every", co->every, "Show every K-th step (and the last)")->capture_default_str();
+    compare->add_option("--units", co->units, "iec (KiB/MiB/GiB) or si (KB/MB/GB)")->capture_default_str();
+    compare->add_option("-f,--format", co->format, "table, csv, json or markdown")->capture_default_str();
+    compare->callback([co] {
+        const UnitSystem units = parse_units(co->units);
+        parse_format(co->format, "--format");
+        steps_shown(1, co->every);
+        const StepTrace a = read_step_trace(co->file_a);
+        const StepTrace b = read_step_trace(co->file_b);
+        print(trace_compare_report(a, b, co->file_a, co->file_b, co->every, units), co->format);
+    });
+
+    auto po = std::make_shared<TracePlotOptions>();
+    auto* plot = trace->add_subcommand("plot", "Chart per-step FLOPs, bytes, wall time and KV bytes with gnuplot (.svg or .png)");
+    plot->add_option("file", po->file, "Trace file (.csv, .jsonl or Perfetto .json)")->required();
+    plot->add_option("-o,--output", po->output, "Chart file: .svg or .png")->required();
+    auto* log = plot->add_flag("--log", po->log, "Logarithmic y axes (the default)");
+    plot->add_flag("--linear", po->linear, "Linear y axes")->excludes(log);
+    plot->callback([po] {
+        const StepTrace t = read_step_trace(po->file);
+        plot_trace(t, po->output, po->linear ? PlotScale::linear : PlotScale::log);
+        std::cout << fmt::format("wrote {}\n", po->output);
+    });
+}
+
+}  // namespace kvlab::cli

@@ -1,0 +1,101 @@
+# CLI tests of `kvlab trace` on traces generated here: summary round trip, steps, compare, errors.
+# Run by CTest as: cmake -DKVLAB=<kvlab> -DWORK=<scratch dir> -P trace.cmake
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}")
+
+# run_kvlab(<expected exit code> <regex the combined output must match> <args...>)
+function(run_kvlab expected_rc regex)
+  execute_process(COMMAND "${KVLAB}" ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL expected_rc)
+    message(FATAL_ERROR "kvlab ${ARGN}: exit ${rc}, expected ${expected_rc}\nstdout:\n${out}\nstderr:\n${err}")
+  endif()
+  if(NOT "${out}${err}" MATCHES "${regex}")
+    message(FATAL_ERROR "kvlab ${ARGN}: output does not match '${regex}'\nstdout:\n${out}\nstderr:\n${err}")
+  endif()
+  set(last_out "${out}" PARENT_SCOPE)
+endfunction()
+
+set(small simulate --prompt-len 8 --steps 12 --threads 1 --quiet)
+
+# round trip: simulate --format json and trace summary --format json print the same report, for
+# every trace format (measured wall time included: it is stored in the trace)
+foreach(ext csv jsonl json)
+  run_kvlab(0 "" ${small} --trace "${WORK}/run.${ext}" --format json)
+  set(printed "${last_out}")
+  run_kvlab(0 "" trace summary "${WORK}/run.${ext}" --format json)
+  if(NOT printed STREQUAL last_out)
+    message(FATAL_ERROR "trace summary of run.${ext} differs from what simulate printed:\n${printed}\n---\n${last_out}")
+  endif()
+endforeach()
+# the table, markdown and csv forms of the same summary
+run_kvlab(0 "uncached / cached.*FLOPs.*step 1 -> step 11" trace summary "${WORK}/run.json")
+run_kvlab(0 "\\| +\\| cached \\| uncached \\|" trace summary "${WORK}/run.csv" --format markdown)
+run_kvlab(0 "metric,cached,uncached" trace summary "${WORK}/run.jsonl" --format csv)
+
+# deterministic: equal apart from the wall-time rows, which the trace does not have
+run_kvlab(0 "" ${small} --deterministic --trace "${WORK}/det.json" --format json)
+set(printed "${last_out}")
+run_kvlab(0 "no wall time" trace summary "${WORK}/det.json" --format json)
+string(JSON n_printed LENGTH "${printed}" tables 0 rows)
+string(JSON n_read LENGTH "${last_out}" tables 0 rows)
+math(EXPR n_expected "${n_printed} - 4")  # wall_ms, tokens_per_s, gflop_per_s, gb_per_s
+if(NOT n_read EQUAL n_expected)
+  message(FATAL_ERROR "deterministic summary has ${n_read} rows, expected ${n_expected}")
+endif()
+math(EXPR last_row "${n_read} - 1")
+foreach(i RANGE ${last_row})
+  string(JSON a GET "${printed}" tables 0 rows ${i})
+  string(JSON b GET "${last_out}" tables 0 rows ${i})
+  if(NOT a STREQUAL b)
+    message(FATAL_ERROR "deterministic summary row ${i} differs:\n${a}\n${b}")
+  endif()
+endforeach()
+# the Perfetto file of a deterministic run says its time is modelled
+file(READ "${WORK}/det.json" det)
+string(JSON time GET "${det}" otherData time)
+if(NOT time STREQUAL "modelled")
+  message(FATAL_ERROR "otherData.time is '${time}', expected modelled")
+endif()
+
+# steps, with and without ops, in each format
+run_kvlab(0 "step.*mode.*FLOPs.*KV resident.*wall" trace steps "${WORK}/run.csv")
+run_kvlab(0 "per op.*q_proj.*lm_head" trace steps "${WORK}/run.json" --every 5 --ops)
+run_kvlab(0 "modelled" trace steps "${WORK}/det.json" --ops --format markdown)
+run_kvlab(0 "" trace steps "${WORK}/run.jsonl" --every 4 --format json)
+string(JSON n_rows LENGTH "${last_out}" tables 0 rows)
+if(NOT n_rows EQUAL 8)  # steps 0, 4, 8, 11 x two modes
+  message(FATAL_ERROR "trace steps --every 4 printed ${n_rows} rows, expected 8")
+endif()
+
+# compare: MHA (stories15m, 6 KV heads) vs a GQA variant with 2 KV heads: KV bytes a third
+file(READ "${DATA}/../../presets/stories15m.json" cfg)
+string(JSON cfg SET "${cfg}" num_key_value_heads 2)
+file(WRITE "${WORK}/gqa/config.json" "${cfg}")
+run_kvlab(0 "" ${small} --deterministic --trace "${WORK}/mha.csv" -f json)
+run_kvlab(0 "" ${small} --deterministic --config "${WORK}/gqa" --trace "${WORK}/gqa.jsonl" -f json)
+run_kvlab(0 "kv_bytes_resident.*0\\.33x.*per step" trace compare "${WORK}/mha.csv" "${WORK}/gqa.jsonl")
+run_kvlab(0 "" trace compare "${WORK}/mha.csv" "${WORK}/gqa.jsonl" --format json --every 11)
+string(JSON n_rows LENGTH "${last_out}" tables 1 rows)
+if(NOT n_rows EQUAL 4)  # steps 0 and 11, two modes
+  message(FATAL_ERROR "trace compare --every 11 printed ${n_rows} per-step rows, expected 4")
+endif()
+
+# errors: exit 2, one line naming the file and line
+file(WRITE "${WORK}/empty.csv" "")
+run_kvlab(2 "kvlab: error: .*empty.csv: line 1: empty file" trace summary "${WORK}/empty.csv")
+file(READ "${WORK}/run.jsonl" jsonl)
+string(LENGTH "${jsonl}" n)
+math(EXPR n "${n} - 30")
+string(SUBSTRING "${jsonl}" 0 ${n} cut)
+file(WRITE "${WORK}/cut.jsonl" "${cut}")
+run_kvlab(2 "cut.jsonl: line 25: not a JSON object \\(the file is truncated\\)" trace steps "${WORK}/cut.jsonl")
+file(READ "${WORK}/run.csv" csv)
+string(REPLACE "n_keys" "keys" bad "${csv}")
+file(WRITE "${WORK}/columns.csv" "${bad}")
+run_kvlab(2 "columns.csv: line [0-9]+: unknown column 'keys'" trace summary "${WORK}/columns.csv")
+file(WRITE "${WORK}/mixed.jsonl" "${jsonl}${csv}")
+run_kvlab(2 "mixed.jsonl: line 26: not a JSON object" trace summary "${WORK}/mixed.jsonl")
+run_kvlab(1 "missing.csv: cannot open" trace summary "${WORK}/missing.csv")
+run_kvlab(2 "--every: 0; expected 1 or more" trace steps "${WORK}/run.csv" --every 0)
+run_kvlab(2 "--format" trace summary "${WORK}/run.csv" --format yaml)
+run_kvlab(2 "" trace)

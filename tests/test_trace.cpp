@@ -1,0 +1,332 @@
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "kvlab/error.hpp"
+#include "kvlab/perfetto_trace.hpp"
+#include "kvlab/random_weights.hpp"
+#include "kvlab/simulation_report.hpp"
+#include "kvlab/simulator.hpp"
+#include "kvlab/step_trace.hpp"
+#include "kvlab/trace_plot.hpp"
+#include "kvlab/trace_reader.hpp"
+#include "kvlab/trace_report.hpp"
+#include "sim_configs.hpp"
+
+using namespace kvlab;
+using kvlab::test::tiny_config;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+    ModelConfig cfg;
+    SimulateOptions options;
+    SimulationResult result;
+    RunSummary summary;
+    nlohmann::json inputs;
+};
+
+Run simulate(const ModelConfig& cfg, SimMode mode = SimMode::both) {
+    Run r{cfg, {}, {}, {}, {}};
+    r.options.n_prompt = 5;
+    r.options.n_steps = 9;
+    r.options.mode = mode;
+    r.result = run_simulation(cfg, random_weights(cfg, 4), r.options);
+    r.summary = run_summary(cfg, r.options, r.result);
+    r.inputs = {{"model", cfg.name}, {"steps", 9}, {"seed", 4}, {"model_source", "1e5"}, {"note", "a, b"}};
+    return r;
+}
+
+fs::path temp_dir() {
+    const fs::path dir = fs::temp_directory_path() / fmt::format("kvlab-test-trace-{}", ::getpid());
+    fs::create_directories(dir);
+    return dir;
+}
+
+std::string slurp(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+void spit(const fs::path& p, const std::string& text) {
+    std::ofstream out(p, std::ios::binary);
+    out << text;
+}
+
+std::string as_json(const Report& report) {
+    std::ostringstream s;
+    print_report(s, report, Format::json);
+    return s.str();
+}
+
+// simulate's report without the rows a --deterministic trace cannot have
+nlohmann::json without_wall_rows(nlohmann::json report) {
+    for (auto& table : report["tables"]) {
+        nlohmann::json rows = nlohmann::json::array();
+        for (auto& row : table["rows"]) {
+            const auto metric = row["metric"].get<std::string>();
+            if (metric != "wall_ms" && metric != "tokens_per_s" && metric != "gflop_per_s" && metric != "gb_per_s")
+                rows.push_back(row);
+        }
+        table["rows"] = rows;
+        auto& notes = table["notes"];
+        for (auto it = notes.begin(); it != notes.end();)
+            it = it->get<std::string>().rfind("no wall time", 0) == 0 ? notes.erase(it) : std::next(it);
+    }
+    return report;
+}
+
+}  // namespace
+
+TEST_CASE("Per-op wall time is measured inside the step and equality still compares costs only") {
+    const Run r = simulate(tiny_config(Family::llama, 4, 2));
+    for (const auto& rec : r.result.records) {
+        std::int64_t sum = 0;
+        for (const auto ns : rec.cost.wall_ns) {
+            CHECK(ns >= 0);
+            sum += ns;
+        }
+        CHECK(sum > 0);
+        CHECK(sum <= rec.wall_ns);  // the op timers run inside the timed forward call
+    }
+    StepCost a = r.result.records[0].cost, b = a;
+    b.wall_ns[0] += 1000;
+    CHECK(a == b);
+}
+
+TEST_CASE("The Perfetto trace has two named processes, nested per-op slices and numeric counters") {
+    const Run r = simulate(tiny_config(Family::llama, 4, 2));
+    const fs::path dir = temp_dir();
+    for (const bool deterministic : {false, true}) {
+        INFO("deterministic " << deterministic);
+        write_step_trace(dir / "t.json", r.summary, r.result.records, r.inputs, deterministic);
+        const auto doc = nlohmann::json::parse(slurp(dir / "t.json"));
+        REQUIRE(doc["traceEvents"].is_array());
+        CHECK(doc["displayTimeUnit"] == "ms");
+        CHECK(doc["otherData"]["time"] == (deterministic ? "modelled" : "measured"));
+        CHECK(doc["otherData"]["kvlab_trace"] == trace_format_version);
+        std::map<int, std::string> process_names;
+        std::map<int, int> n_steps, n_counters;
+        std::map<int, std::pair<double, double>> open_step;  // pid -> [ts, end] of its latest step
+        std::map<int, double> last_step_end;
+        for (const auto& ev : doc["traceEvents"]) {
+            const std::string ph = ev["ph"];
+            REQUIRE((ph == "M" || ph == "X" || ph == "C"));
+            const int pid = ev["pid"];
+            CHECK(ev["tid"] == 1);
+            if (ph == "M") {
+                if (ev["name"] == "process_name") process_names[pid] = ev["args"]["name"];
+                continue;
+            }
+            REQUIRE(ev["ts"].is_number());
+            if (ph == "C") {
+                ++n_counters[pid];
+                REQUIRE(ev["args"].size() == 1);
+                for (const auto& [key, value] : ev["args"].items()) CHECK(value.is_number());
+                continue;
+            }
+            REQUIRE(ev["dur"].is_number());
+            const double ts = ev["ts"], end = ts + ev["dur"].get<double>();
+            CHECK(ev["dur"].get<double>() >= 0.0);
+            if (ev["cat"] == "step") {
+                ++n_steps[pid];
+                CHECK(ts >= last_step_end[pid] - 1e-6);  // steps of one process do not overlap
+                last_step_end[pid] = end;
+                open_step[pid] = {ts, end};
+                CHECK(ev["args"]["flops"].is_number_unsigned());
+                CHECK(ev["args"]["mode"] == (pid == 1 ? "cached" : "uncached"));
+            } else {
+                REQUIRE(ev["cat"] == "op");
+                REQUIRE(open_step.count(pid));
+                CHECK(ts >= open_step[pid].first - 1e-6);  // the op lies within its step
+                CHECK(end <= open_step[pid].second + 1e-6);
+                CHECK(ev["args"]["flops"].is_number_unsigned());
+            }
+        }
+        CHECK(process_names[1].rfind("cached", 0) == 0);
+        CHECK(process_names[2].rfind("uncached", 0) == 0);
+        CHECK(n_steps[1] == 9);
+        CHECK(n_steps[2] == 9);
+        CHECK(n_counters[1] == 3 * 9);  // FLOPs, bytes and KV resident per step
+    }
+    fs::remove_all(dir);
+}
+
+TEST_CASE("Modelled op time is the roofline max(flops / F, bytes / B)") {
+    OpCost c;
+    c.flops = 2'000'000;          // 2e6 / 200e9 = 10 us
+    c.bytes_weights_read = 1000;  // 1e3 / 50e9 = 0.02 us
+    CHECK(modelled_op_ns(c) == 10'000);
+    c.bytes_weights_read = 5'000'000;  // 5e6 / 50e9 = 100 us, memory-bound
+    CHECK(modelled_op_ns(c) == 100'000);
+}
+
+TEST_CASE("Every trace format reads back to the same records and the same summary simulate printed") {
+    const fs::path dir = temp_dir();
+    for (const auto& cfg : {tiny_config(Family::llama, 4, 2), tiny_config(Family::gpt2, 3, 3)}) {
+        for (const SimMode mode : {SimMode::both, SimMode::cached, SimMode::uncached}) {
+            const Run r = simulate(cfg, mode);
+            const std::string printed = as_json(simulation_report(r.cfg, r.options, r.result, r.inputs, UnitSystem::iec));
+            for (const char* name : {"t.csv", "t.jsonl", "t.json"}) {
+                for (const bool deterministic : {false, true}) {
+                    INFO(cfg.name << " " << name << " deterministic " << deterministic);
+                    write_step_trace(dir / name, r.summary, r.result.records, r.inputs, deterministic);
+                    const StepTrace t = read_step_trace(dir / name);
+                    CHECK(t.format == trace_format_for(dir / name));
+                    CHECK(t.inputs == r.inputs);  // "1e5" stays a string
+                    REQUIRE(t.records.size() == r.result.records.size());
+                    for (std::size_t i = 0; i < t.records.size(); ++i) {
+                        const StepRecord &a = t.records[i], &b = r.result.records[i];
+                        CHECK(a.cost == b.cost);
+                        CHECK(a.mode == b.mode);
+                        CHECK(a.step == b.step);
+                        CHECK(a.token == b.token);
+                        CHECK(a.kv_bytes_resident == b.kv_bytes_resident);
+                        CHECK(a.max_abs_dlogit == b.max_abs_dlogit);
+                        CHECK(a.wall_ns == (deterministic ? 0 : b.wall_ns));
+                        if (!deterministic) CHECK(a.cost.wall_ns == b.cost.wall_ns);
+                    }
+                    const std::string read_back = as_json(trace_summary_report(t, UnitSystem::iec));
+                    if (deterministic)
+                        CHECK(without_wall_rows(nlohmann::json::parse(read_back)) ==
+                              without_wall_rows(nlohmann::json::parse(printed)));
+                    else
+                        CHECK(read_back == printed);  // byte for byte, wall time included
+                }
+            }
+        }
+    }
+    fs::remove_all(dir);
+}
+
+TEST_CASE("Bad trace files are refused with the file and line named") {
+    const Run r = simulate(tiny_config(Family::llama, 4, 2));
+    const fs::path dir = temp_dir();
+    write_step_trace(dir / "good.csv", r.summary, r.result.records, r.inputs, false);
+    write_step_trace(dir / "good.jsonl", r.summary, r.result.records, r.inputs, false);
+    write_step_trace(dir / "good.json", r.summary, r.result.records, r.inputs, false);
+    const std::string csv = slurp(dir / "good.csv"), jsonl = slurp(dir / "good.jsonl"), perfetto = slurp(dir / "good.json");
+    auto refused = [&](const std::string& name, const std::string& text, const std::string& expected) {
+        INFO(name << ": " << expected);
+        spit(dir / name, text);
+        CHECK_THROWS_WITH_AS(read_step_trace(dir / name), doctest::Contains(((dir / name).string() + ": line ").c_str()), FormatError);
+        CHECK_THROWS_WITH_AS(read_step_trace(dir / name), doctest::Contains(expected.c_str()), FormatError);
+    };
+    const auto csv_lines = std::count(csv.begin(), csv.end(), '\n');
+    refused("empty.csv", "", "line 1: empty file");
+    refused("blank.jsonl", "\n \n", "empty file");
+    // truncated: cut inside the last row / record / event
+    refused("cut.csv", csv.substr(0, csv.size() - 40), fmt::format("line {}: ", csv_lines));
+    refused("cut.csv", csv.substr(0, csv.size() - 40), "truncated");
+    refused("cut.jsonl", jsonl.substr(0, jsonl.size() - 40), "truncated");
+    refused("cut.json", perfetto.substr(0, perfetto.size() / 2), "truncated");
+    // a whole record missing at the end
+    refused("short.csv", csv.substr(0, csv.rfind('\n', csv.size() - 2) + 1), "the file is truncated");
+    // wrong columns
+    {
+        std::string bad = csv;
+        bad.replace(bad.find("n_keys"), 6, "n_kays");
+        refused("columns.csv", bad, "unknown column 'n_kays'");
+        std::string bad_jsonl = jsonl;
+        const auto at = bad_jsonl.find("\"n_keys\"", bad_jsonl.find('\n'));
+        bad_jsonl.replace(at, 8, "\"n_kays\"");
+        refused("columns.jsonl", bad_jsonl, "line 2: unknown column 'n_kays'");
+    }
+    // mixed formats: JSON Lines records after CSV, CSV rows after a JSON Lines header, two traces concatenated
+    refused("mixed.csv", csv + jsonl.substr(jsonl.find('\n') + 1), fmt::format("line {}: ", csv_lines + 1));
+    refused("mixed.jsonl", jsonl + csv.substr(csv.rfind('\n', csv.size() - 2) + 1), "not a JSON object");
+    refused("twice.csv", csv + csv, "two traces concatenated");
+    refused("twice.jsonl", jsonl + jsonl, "two traces concatenated");
+    // a hand-edited total that is no longer the sum of its ops
+    {
+        std::string bad = jsonl;
+        const auto line2 = bad.find('\n') + 1;
+        const auto at = bad.find("\"flops\":", line2) + 8;
+        bad.insert(at, "1");
+        refused("edited.jsonl", bad, "line 2: flops is 1");
+    }
+    refused("not-a-trace.json", "{\"a\": 1}\n", "without a 'traceEvents' array");
+    refused("text.csv", "hello,world\n1,2\n", "line 1: 'hello,world' is not a kvlab trace header");
+    CHECK_THROWS_AS(read_step_trace(dir / "missing.csv"), IoError);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("The steps table shows every K-th step and the last, with an optional per-op breakdown") {
+    CHECK(steps_shown(9, 1).size() == 9);
+    CHECK(steps_shown(9, 4) == std::vector<std::int64_t>{0, 4, 8});
+    CHECK(steps_shown(10, 4) == std::vector<std::int64_t>{0, 4, 8, 9});
+    CHECK_THROWS_AS(steps_shown(9, 0), UsageError);
+    const Run r = simulate(tiny_config(Family::llama, 4, 2));
+    const fs::path dir = temp_dir();
+    write_step_trace(dir / "t.jsonl", r.summary, r.result.records, r.inputs, false);
+    const StepTrace t = read_step_trace(dir / "t.jsonl");
+    const Report plain = trace_steps_report(t, 4, false, UnitSystem::iec);
+    REQUIRE(plain.tables.size() == 1);
+    CHECK(plain.tables[0].rows.size() == 3 * 2);  // steps 0, 4, 8, both modes
+    const Report ops = trace_steps_report(t, 4, true, UnitSystem::iec);
+    REQUIRE(ops.tables.size() == 2);
+    // llama runs 19 of the 21 ops (no pos_embed, no gelu activation apart from swiglu): rows per step and mode
+    CHECK(ops.tables[1].rows.size() == 3 * 2 * 20);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("Comparing MHA with GQA traces shows KV bytes falling by the head ratio") {
+    const Run mha = simulate(tiny_config(Family::llama, 4, 4));
+    const Run gqa = simulate(tiny_config(Family::llama, 4, 1));
+    const fs::path dir = temp_dir();
+    write_step_trace(dir / "mha.csv", mha.summary, mha.result.records, mha.inputs, true);
+    write_step_trace(dir / "gqa.json", gqa.summary, gqa.result.records, gqa.inputs, true);
+    const Report report =
+        trace_compare_report(read_step_trace(dir / "mha.csv"), read_step_trace(dir / "gqa.json"), "mha", "gqa", 1, UnitSystem::iec);
+    REQUIRE(report.tables.size() == 2);
+    const auto j = nlohmann::json::parse(as_json(report));
+    bool seen = false;
+    for (const auto& row : j["tables"][0]["rows"])
+        if (row["mode"] == "cached" && row["metric"] == "kv_bytes_resident") {
+            seen = true;
+            CHECK(row["ratio"].get<double>() == doctest::Approx(0.25));  // 1 KV head of 4: a quarter of the cache
+            CHECK(row["delta"].get<std::int64_t>() < 0);
+        }
+    CHECK(seen);
+    CHECK(j["tables"][1]["rows"].size() == 9 * 2);
+    CHECK(j["tables"][1]["rows"][2]["kv_read_ratio"].get<double>() == doctest::Approx(0.25));  // step 1, cached
+    fs::remove_all(dir);
+}
+
+TEST_CASE("Plots are drawn by gnuplot, and its absence names the package") {
+    const Run r = simulate(tiny_config(Family::llama, 4, 2));
+    const fs::path dir = temp_dir();
+    write_step_trace(dir / "t.csv", r.summary, r.result.records, r.inputs, false);
+    const StepTrace t = read_step_trace(dir / "t.csv");
+    CHECK_THROWS_WITH_AS(plot_trace(t, dir / "chart.pdf", PlotScale::log), doctest::Contains("expected .svg or .png"), UsageError);
+    ::setenv("KVLAB_GNUPLOT", "/nonexistent/gnuplot", 1);
+    CHECK_THROWS_WITH_AS(plot_trace(t, dir / "chart.svg", PlotScale::log), doctest::Contains("gnuplot-nox"), UnavailableError);
+    ::unsetenv("KVLAB_GNUPLOT");
+    bool have_gnuplot = true;
+    try {
+        find_gnuplot();
+    } catch (const UnavailableError&) {
+        have_gnuplot = false;
+    }
+    if (have_gnuplot) {
+        plot_trace(t, dir / "chart.svg", PlotScale::log);
+        CHECK(slurp(dir / "chart.svg").find("<svg") != std::string::npos);
+        plot_trace(t, dir / "chart.png", PlotScale::linear);
+        CHECK(slurp(dir / "chart.png").substr(1, 3) == "PNG");
+        for (const auto& entry : fs::directory_iterator(dir)) CHECK(entry.path().filename().string()[0] != '.');
+    } else {
+        MESSAGE("gnuplot not installed: drawing not checked");
+    }
+    fs::remove_all(dir);
+}
