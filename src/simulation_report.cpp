@@ -6,7 +6,6 @@ namespace kvlab {
 
 namespace {
 
-
 double per_second(double amount, std::int64_t ns) { return ns > 0 ? amount / (static_cast<double>(ns) * 1e-9) : 0.0; }
 double ratio(double num, double den) { return den > 0.0 ? num / den : 0.0; }
 

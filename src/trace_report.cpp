@@ -14,7 +14,6 @@ namespace kvlab {
 
 namespace {
 
-
 // B - A with a sign, in the unit's human form; the exact signed difference for scripts
 Cell delta_cell(std::uint64_t a, std::uint64_t b, bool bytes, UnitSystem units) {
     const bool negative = b < a;
