@@ -116,6 +116,17 @@ Cell bytes_cell(std::uint64_t bytes, UnitSystem units) { return {format_bytes(by
 Cell real_cell(double value, int decimals) { return {fmt::format("{:.{}f}", value, decimals), value}; }
 Cell ratio_cell(double value) { return {fmt::format("{:.2f}x", value), value}; }
 
+Cell count_cell(std::uint64_t value, const char* unit) {
+    static const char* prefixes[] = {"", "k", "M", "G", "T", "P", "E"};
+    double v = static_cast<double>(value);
+    int i = 0;
+    while (v >= 1000.0 && i < 6) {
+        v /= 1000.0;
+        ++i;
+    }
+    return {i == 0 ? fmt::format("{} {}", value, unit) : fmt::format("{:.2f} {}{}", v, prefixes[i], unit), value};
+}
+
 void print_report(std::ostream& out, const Report& report, Format format) {
     switch (format) {
     case Format::table:

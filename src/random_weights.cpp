@@ -1,5 +1,6 @@
 #include "kvlab/random_weights.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kvlab/checked.hpp"
@@ -15,23 +16,30 @@ std::uint64_t mix64(std::uint64_t x) {  // splitmix64 finaliser
     return x ^ (x >> 31);
 }
 
-// Fills `n` floats with N(0, sigma): Marsaglia's polar method on counter-hashed uniforms (no trig;
-// a rejected pair draws again from the next counter, so each pair depends only on key and index).
+// Fills `n` floats with N(0, sigma): the Box-Muller transform on counter-hashed uniforms, in blocks of
+// 2*K values so that Eigen vectorises log, sqrt, sin and cos. Each block depends only on the key and its
+// index, so the weights do not depend on the thread count.
 void fill_normal(float* out, std::int64_t n, std::uint64_t key, float sigma) {
-    const std::int64_t n_pairs = (n + 1) / 2;
-#pragma omp parallel for schedule(static)
-    for (std::int64_t j = 0; j < n_pairs; ++j) {
-        std::uint64_t counter = key + (static_cast<std::uint64_t>(j) << 8);  // 256 tries per pair, never reached
-        float u = 0.0f, v = 0.0f, s = 0.0f;
-        do {
-            const std::uint64_t h = mix64(counter++);
-            u = static_cast<float>(static_cast<double>(h >> 40) * 0x1.0p-23 - 1.0);               // [-1, 1)
-            v = static_cast<float>(static_cast<double>((h >> 16) & 0xFFFFFF) * 0x1.0p-23 - 1.0);  // [-1, 1)
-            s = u * u + v * v;
-        } while (s >= 1.0f || s == 0.0f);
-        const float scale = sigma * std::sqrt(-2.0f * std::log(s) / s);
-        out[2 * j] = u * scale;
-        if (2 * j + 1 < n) out[2 * j + 1] = v * scale;
+    constexpr std::int64_t K = 512;  // pairs per block
+    constexpr float two_pi = 6.28318530717958647692f;
+    const std::int64_t n_blocks = (n + 2 * K - 1) / (2 * K);
+#pragma omp parallel
+    {
+        Eigen::ArrayXf u1(K), u2(K), radius(K), angle(K);  // (K) per thread
+#pragma omp for schedule(static)
+        for (std::int64_t block = 0; block < n_blocks; ++block) {
+            for (std::int64_t j = 0; j < K; ++j) {
+                const std::uint64_t h = mix64(key + static_cast<std::uint64_t>(block * K + j));
+                u1[j] = static_cast<float>((h >> 40) + 1) * 0x1.0p-24f;          // (0, 1]: log is finite
+                u2[j] = static_cast<float>((h >> 16) & 0xFFFFFF) * 0x1.0p-24f;   // [0, 1)
+            }
+            radius = sigma * (-2.0f * u1.log()).sqrt();
+            angle = two_pi * u2;
+            float* dst = out + 2 * K * block;
+            const std::int64_t n_left = std::min(2 * K, n - 2 * K * block);
+            Eigen::Map<Eigen::ArrayXf>(dst, std::min(K, n_left)) = (radius * angle.cos()).head(std::min(K, n_left));
+            if (n_left > K) Eigen::Map<Eigen::ArrayXf>(dst + K, n_left - K) = (radius * angle.sin()).head(n_left - K);
+        }
     }
 }
 

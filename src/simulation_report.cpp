@@ -6,18 +6,6 @@ namespace kvlab {
 
 namespace {
 
-// "30.38 MFLOP" for people, the exact count for scripts
-Cell count_cell(std::uint64_t value, const char* unit) {
-    static const char* prefixes[] = {"", "k", "M", "G", "T", "P", "E"};
-    double v = static_cast<double>(value);
-    int i = 0;
-    while (v >= 1000.0 && i < 6) {
-        v /= 1000.0;
-        ++i;
-    }
-    return {i == 0 ? fmt::format("{} {}", value, unit) : fmt::format("{:.2f} {}{}", v, prefixes[i], unit), value};
-}
-
 double per_second(double amount, std::int64_t ns) { return ns > 0 ? amount / (static_cast<double>(ns) * 1e-9) : 0.0; }
 double ratio(double num, double den) { return den > 0.0 ? num / den : 0.0; }
 

@@ -14,18 +14,6 @@ namespace kvlab {
 
 namespace {
 
-// "30.38 MFLOP" for people, the exact count for scripts (as in simulate's table)
-Cell count_cell(std::uint64_t value, const char* unit) {
-    static const char* prefixes[] = {"", "k", "M", "G", "T", "P", "E"};
-    double v = static_cast<double>(value);
-    int i = 0;
-    while (v >= 1000.0 && i < 6) {
-        v /= 1000.0;
-        ++i;
-    }
-    return {i == 0 ? fmt::format("{} {}", value, unit) : fmt::format("{:.2f} {}{}", v, prefixes[i], unit), value};
-}
-
 // B - A with a sign, in the unit's human form; the exact signed difference for scripts
 Cell delta_cell(std::uint64_t a, std::uint64_t b, bool bytes, UnitSystem units) {
     const bool negative = b < a;

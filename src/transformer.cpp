@@ -15,30 +15,38 @@
 
 namespace kvlab {
 
-// softmax(q K^T / sqrt(D)) V per head for one query: the math of attention_decode_ref (same argument
-// layout: q (H*D), k and v (n_keys, Hkv*D) rows, out (H*D), scores (n_keys)) on Eigen's vectorised
-// GEMV and exp. A test holds the two to 1e-5.
-void attention_rows(const AttentionShape& shape, const float* q, const float* k, const float* v, std::int64_t n_keys,
-                    float* out, float* scores) {
+namespace {
+
+// softmax(q_h K_h^T / sqrt(D)) V_h for one query and one head h; same layout as attention_rows.
+// Runs on Eigen's vectorised GEMV and exp. `scores` (n_keys) is scratch.
+void attention_head(const AttentionShape& shape, std::int64_t h, const float* q, const float* k, const float* v,
+                    std::int64_t n_keys, float* out, float* scores) {
     using StridedRows = Eigen::Map<const MatrixRM, 0, Eigen::OuterStride<>>;
     const std::int64_t D = shape.d_head, d_kv = shape.n_head_kv * D, n_group = shape.n_head / shape.n_head_kv;
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const std::int64_t kv_off = (h / n_group) * D;  // column of this head's KV head in a (Hkv*D) row
+    const StridedRows k_h(k + kv_off, n_keys, D, Eigen::OuterStride<>(d_kv));  // (n_keys, D)
+    const StridedRows v_h(v + kv_off, n_keys, D, Eigen::OuterStride<>(d_kv));  // (n_keys, D)
+    Eigen::Map<const VectorF> q_h(q + h * D, D);
+    Eigen::Map<VectorF> out_h(out + h * D, D);
     Eigen::Map<VectorF> s(scores, n_keys);  // (n_keys)
-    for (std::int64_t h = 0; h < shape.n_head; ++h) {
-        const std::int64_t kv_off = (h / n_group) * D;  // column of this head's KV head in a (Hkv*D) row
-        const StridedRows k_h(k + kv_off, n_keys, D, Eigen::OuterStride<>(d_kv));  // (n_keys, D)
-        const StridedRows v_h(v + kv_off, n_keys, D, Eigen::OuterStride<>(d_kv));  // (n_keys, D)
-        Eigen::Map<const VectorF> q_h(q + h * D, D);
-        Eigen::Map<VectorF> out_h(out + h * D, D);
-        // scores = K_h q_h / sqrt(D), then softmax, max-subtracted
-        s.noalias() = k_h * q_h;
-        s *= scale;
-        s = (s.array() - s.maxCoeff()).exp();
-        const float sum = s.sum();
-        // out_h = V_h^T p
-        out_h.noalias() = v_h.transpose() * s;
-        out_h /= sum;
-    }
+    // scores = K_h q_h / sqrt(D), then softmax, max-subtracted
+    s.noalias() = k_h * q_h;
+    s *= scale;
+    s = (s.array() - s.maxCoeff()).exp();
+    const float sum = s.sum();
+    // out_h = V_h^T p
+    out_h.noalias() = v_h.transpose() * s;
+    out_h /= sum;
+}
+
+}  // namespace
+
+// softmax(q K^T / sqrt(D)) V per head for one query: the math of attention_decode_ref (same argument
+// layout: q (H*D), k and v (n_keys, Hkv*D) rows, out (H*D), scores (n_keys)). A test holds the two to 1e-5.
+void attention_rows(const AttentionShape& shape, const float* q, const float* k, const float* v, std::int64_t n_keys,
+                    float* out, float* scores) {
+    for (std::int64_t h = 0; h < shape.n_head; ++h) attention_head(shape, h, q, k, v, n_keys, out, scores);
 }
 
 namespace {
@@ -62,17 +70,34 @@ void layernorm_row(float* out, const float* x, const float* w, const float* b, s
     for (std::int64_t i = 0; i < d; ++i) out[i] = (x[i] - mean) * inv * w[i] + b[i];
 }
 
-float silu(float g) { return g / (1.0f + std::exp(-g)); }
+// A thread's share of [0, n) inside a parallel region: contiguous, starting at a multiple of 16 (one
+// 64-byte line of floats), so each thread streams its own rows of a weight matrix.
+struct Block {
+    std::int64_t begin = 0, size = 0;
+};
 
-float gelu_tanh(float x) {
-    constexpr float c = 0.7978845608028654f;  // sqrt(2/pi)
-    return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
+Block thread_block(std::int64_t n) {
+    const std::int64_t n_threads = omp_get_num_threads(), t = omp_get_thread_num(), n_lines = (n + 15) / 16;
+    const std::int64_t begin = std::min(n, n_lines * t / n_threads * 16), end = std::min(n, n_lines * (t + 1) / n_threads * 16);
+    return {begin, end - begin};
 }
 
-// W (d_out, d_in) @ x rows (n, d_in) -> out rows (n, d_out), plus bias when the weights carry one
-void matmul(MatrixRM& out, const MatrixRM& x, std::int64_t n, const MatrixRM& w, const VectorF& bias) {
-    out.topRows(n).noalias() = x.topRows(n) * w.transpose();
-    if (bias.size() != 0) out.topRows(n).rowwise() += bias.transpose();
+// W (d_out, d_in) @ x rows (n, d_in) -> out rows (n, d_out) (+ bias), this thread's block of output
+// features; called inside a parallel region, where every thread computes its own block. One token is a
+// GEMV that streams each weight once (memory-bound); several tokens are a GEMM (Eigen, reusing weights).
+Block matmul_block(MatrixRM& out, const MatrixRM& x, std::int64_t n, const MatrixRM& w, const VectorF& bias) {
+    const Block b = thread_block(w.rows());
+    if (b.size == 0) return b;
+    const auto w_b = w.middleRows(b.begin, b.size);  // (size, d_in)
+    auto out_b = out.block(0, b.begin, n, b.size);   // (n, size)
+    if (n == 1) {
+        Eigen::Map<VectorF> y(out.row(0).data() + b.begin, b.size);
+        y.noalias() = w_b * Eigen::Map<const VectorF>(x.row(0).data(), w.cols());
+    } else {
+        out_b.noalias() = x.topRows(n) * w_b.transpose();
+    }
+    if (bias.size() != 0) out_b.rowwise() += bias.segment(b.begin, b.size).transpose();
+    return b;
 }
 
 // Each thread's scores row starts 64-byte aligned (a multiple of 16 floats), so Eigen's vectorised sums
@@ -97,8 +122,9 @@ public:
     void mark(Op op) {
         if (cost_) cost_->wall_ns[static_cast<std::size_t>(op)] += lap();
     }
-    // Ops that run fused in one kernel (qk, softmax and av in attention_rows): the kernel's time is
-    // split in proportion to the ops' FLOPs counted so far in this call.
+    // Ops that run fused in one pass (qk, softmax and av in attention; q/k/v, gate/up/activation, a
+    // projection and its residual): the pass's time is split in proportion to the ops' FLOPs counted
+    // so far in this call.
     void mark_split(std::initializer_list<Op> ops) {
         if (!cost_) return;
         const std::int64_t ns = lap();
@@ -175,8 +201,6 @@ Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, std::in
         for (std::int64_t i = 0; i < n_freq; ++i)
             inv_freq_[static_cast<std::size_t>(i)] =
                 1.0f / std::pow(static_cast<float>(cfg.rope_theta), static_cast<float>(2 * i) / static_cast<float>(cfg.d_head));
-        rope_cos_.resize(n_freq);
-        rope_sin_.resize(n_freq);
     }
     x_last_.resize(d);
     logits_.resize(cfg.n_vocab);
@@ -189,7 +213,7 @@ std::uint64_t Transformer::activation_bytes(const ModelConfig& cfg, std::int64_t
     const bool llama = cfg.family == Family::llama;
     std::uint64_t n = T * (2 * d + 2 * d_q + 4 * d_kv + (llama ? 2 : 1) * f);
     n += static_cast<std::uint64_t>(omp_get_max_threads() * scores_row_floats(n_tokens_max));  // scores
-    if (llama) n += 3 * (static_cast<std::uint64_t>(cfg.d_head) / 2);       // inv_freq, cos, sin
+    if (llama) n += static_cast<std::uint64_t>(cfg.d_head) / 2;            // inv_freq
     n += d + static_cast<std::uint64_t>(cfg.n_vocab);                       // x_last, logits
     return n * sizeof(float);
 }
@@ -197,8 +221,7 @@ std::uint64_t Transformer::activation_bytes(const ModelConfig& cfg, std::int64_t
 std::uint64_t Transformer::activation_bytes_held() const {
     const auto n = x_.size() + xb_.size() + q_.size() + k_new_.size() + v_new_.size() + k_act_.size() +
                    v_act_.size() + att_.size() + hb_.size() + hb2_.size() + scores_.size() +
-                   static_cast<Eigen::Index>(inv_freq_.size()) + rope_cos_.size() + rope_sin_.size() +
-                   x_last_.size() + logits_.size();
+                   static_cast<Eigen::Index>(inv_freq_.size()) + x_last_.size() + logits_.size();
     return static_cast<std::uint64_t>(n) * sizeof(float);
 }
 
@@ -215,30 +238,30 @@ const VectorF& Transformer::forward_uncached(std::span<const TokenId> tokens, St
 }
 
 // RoPE on one position: q (H*D) and k (Hkv*D) rotated in place, pairs chosen by the weights' format.
-void Transformer::rope_row(float* q, float* k, std::int64_t pos) {
+// One sin and cos per frequency, shared by every head.
+void Transformer::rope_row(float* q, float* k, std::int64_t pos) const {
     const std::int64_t D = cfg_.d_head, n_freq = D / 2;
+    const bool halves = w_.rope_pairing == RopePairing::halves;
     for (std::int64_t i = 0; i < n_freq; ++i) {
         const float angle = static_cast<float>(pos) * inv_freq_[static_cast<std::size_t>(i)];
-        rope_cos_[i] = std::cos(angle);
-        rope_sin_[i] = std::sin(angle);
-    }
-    const bool halves = w_.rope_pairing == RopePairing::halves;
-    auto rotate = [&](float* x, std::int64_t n_head) {
-        for (std::int64_t h = 0; h < n_head; ++h) {
-            float* xh = x + h * D;
-            for (std::int64_t i = 0; i < n_freq; ++i) {
-                float& a = halves ? xh[i] : xh[2 * i];
-                float& b = halves ? xh[i + n_freq] : xh[2 * i + 1];
+        const float cos_a = std::cos(angle), sin_a = std::sin(angle);
+        auto rotate = [&](float* x, std::int64_t n_head) {
+            for (std::int64_t h = 0; h < n_head; ++h) {
+                float& a = halves ? x[h * D + i] : x[h * D + 2 * i];
+                float& b = halves ? x[h * D + i + n_freq] : x[h * D + 2 * i + 1];
                 const float a0 = a, b0 = b;
-                a = a0 * rope_cos_[i] - b0 * rope_sin_[i];
-                b = a0 * rope_sin_[i] + b0 * rope_cos_[i];
+                a = a0 * cos_a - b0 * sin_a;
+                b = a0 * sin_a + b0 * cos_a;
             }
-        }
-    };
-    rotate(q, cfg_.n_head);
-    rotate(k, cfg_.n_head_kv);
+        };
+        rotate(q, cfg_.n_head);
+        rotate(k, cfg_.n_head_kv);
+    }
 }
 
+// Threads: every matmul runs in one parallel region where each thread computes its block of output
+// features (matmul_block), with the elementwise work that follows on the same block; attention runs one
+// task per (query, head); row-wise work over several tokens is split by rows.
 const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_t pos0, KvCache* cache,
                                     StepCost* cost) {
     const auto n = static_cast<std::int64_t>(tokens.size());
@@ -253,8 +276,10 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
     const float eps = static_cast<float>(cfg_.norm_eps);
     const KvPlace place = cache ? KvPlace::cache : KvPlace::activations;
     const AttentionShape shape{cfg_.n_head, cfg_.n_head_kv, D};
+    const VectorF no_bias;
 
     auto norm_rows = [&](const VectorF& w, const VectorF& b) {
+#pragma omp parallel for if (n > 1)
         for (std::int64_t i = 0; i < n; ++i) {
             if (gpt2) layernorm_row(xb_.row(i).data(), x_.row(i).data(), w.data(), b.data(), d, eps);
             else rmsnorm_row(xb_.row(i).data(), x_.row(i).data(), w.data(), d, eps);
@@ -281,19 +306,21 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
         count(cost, Op::attn_norm, norm_cost(n));
         timer.mark(Op::attn_norm);
 
-        // q, k, v projections for the n new tokens
-        matmul(q_, xb_, n, lw.wq, lw.bq);
-        timer.mark(Op::q_proj);
-        matmul(k_new_, xb_, n, lw.wk, lw.bk);
-        timer.mark(Op::k_proj);
-        matmul(v_new_, xb_, n, lw.wv, lw.bv);
-        timer.mark(Op::v_proj);
+        // q, k, v projections for the n new tokens, in one pass over the three weight matrices
+#pragma omp parallel
+        {
+            matmul_block(q_, xb_, n, lw.wq, lw.bq);
+            matmul_block(k_new_, xb_, n, lw.wk, lw.bk);
+            matmul_block(v_new_, xb_, n, lw.wv, lw.bv);
+        }
         count_matmul(cost, Op::q_proj, n, lw.wq, lw.bq);
         count_matmul(cost, Op::k_proj, n, lw.wk, lw.bk);
         count_matmul(cost, Op::v_proj, n, lw.wv, lw.bv);
+        timer.mark_split({Op::q_proj, Op::k_proj, Op::v_proj});  // one fused pass
 
         // RoPE on q and k (llama); keys are stored after rotation
         if (!gpt2) {
+#pragma omp parallel for if (n > 1)
             for (std::int64_t i = 0; i < n; ++i) rope_row(q_.row(i).data(), k_new_.row(i).data(), pos0 + i);
             count(cost, Op::rope, cost_rope(n, q_.cols() / D, k_new_.cols() / D, D));
             timer.mark(Op::rope);
@@ -309,80 +336,92 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
             k_store.row(row) = k_new_.row(i);
             v_store.row(row) = v_new_.row(i);
         };
-        // attention of the query at row i over its keys; returns how many keys it attended
-        auto attend = [&](std::int64_t i, float* scores) {
-            const std::int64_t pos = pos0 + i;
-            const std::int64_t n_keys = windowed ? std::min(*cfg_.sliding_window, pos + 1) : pos + 1;
-            // cache rows 0..n_keys-1 hold exactly the attended positions (a full ring holds the window);
-            // activations hold position p in row p
-            const std::int64_t row0 = cache ? 0 : pos + 1 - n_keys;
-            attention_rows(shape, q_.row(i).data(), k_store.row(row0).data(), v_store.row(row0).data(), n_keys,
-                           att_.row(i).data(), scores);
-            return n_keys;
+        // keys the query at row i attends
+        auto n_keys_of = [&](std::int64_t i) {
+            return windowed ? std::min(*cfg_.sliding_window, pos0 + i + 1) : pos0 + i + 1;
         };
+        // first stored row of those keys: cache rows 0..n_keys-1 hold exactly the attended positions (a
+        // full ring holds the window); activations hold position p in row p
+        auto first_row_of = [&](std::int64_t i) { return cache ? 0 : pos0 + i + 1 - n_keys_of(i); };
         std::int64_t n_scores = 0;  // query-key pairs per head, over the n queries
         const bool ring_wraps_in_call = cache && n > 1 && pos0 + n > cache->n_rows(l);
         if (ring_wraps_in_call) {
             // a later token would overwrite a key an earlier query still needs: store and attend in order
             for (std::int64_t i = 0; i < n; ++i) {
                 store(i);
-                n_scores += attend(i, scores_.row(0).data());
+                const std::int64_t row0 = first_row_of(i);
+                attention_rows(shape, q_.row(i).data(), k_store.row(row0).data(), v_store.row(row0).data(), n_keys_of(i),
+                               att_.row(i).data(), scores_.row(0).data());
             }
         } else {
             for (std::int64_t i = 0; i < n; ++i) store(i);
             timer.mark(Op::kv_store);
-#pragma omp parallel for schedule(dynamic, 4) reduction(+ : n_scores) if (n > 1)
-            for (std::int64_t i = 0; i < n; ++i) n_scores += attend(i, scores_.row(omp_get_thread_num()).data());
+            // one task per (query, head): a decode step spreads its heads over the threads, a prefill its queries
+            const std::int64_t n_tasks = n * shape.n_head;
+#pragma omp parallel for schedule(dynamic) if (n_tasks > 1)
+            for (std::int64_t task = 0; task < n_tasks; ++task) {
+                const std::int64_t i = task / shape.n_head, h = task % shape.n_head, row0 = first_row_of(i);
+                attention_head(shape, h, q_.row(i).data(), k_store.row(row0).data(), v_store.row(row0).data(), n_keys_of(i),
+                               att_.row(i).data(), scores_.row(omp_get_thread_num()).data());
+            }
         }
-        const std::int64_t n_keys_first = windowed ? std::min(*cfg_.sliding_window, pos0 + 1) : pos0 + 1;
-        const std::int64_t n_key_rows = n - 1 + n_keys_first;  // distinct positions read: first query's oldest .. newest
+        for (std::int64_t i = 0; i < n; ++i) n_scores += n_keys_of(i);
+        const std::int64_t n_key_rows = n - 1 + n_keys_of(0);  // distinct positions read: first query's oldest .. newest
         count(cost, Op::kv_store, cost_kv_store(n, k_new_.cols(), place));
         count(cost, Op::qk, cost_qk(n, shape.n_head, k_store.cols(), D, n_scores, n_key_rows, place));
         count(cost, Op::softmax, cost_softmax(shape.n_head, n_scores));
         count(cost, Op::av, cost_av(n, shape.n_head, v_store.cols(), D, n_scores, n_key_rows, place));
         timer.mark_split({Op::qk, Op::softmax, Op::av});  // a wrapping ring's interleaved stores land here too
 
-        // output projection and residual
-        matmul(xb_, att_, n, lw.wo, lw.bo);
+        // output projection and residual, the residual on each thread's block of the output
+#pragma omp parallel
+        {
+            const Block b = matmul_block(xb_, att_, n, lw.wo, lw.bo);
+            x_.block(0, b.begin, n, b.size) += xb_.block(0, b.begin, n, b.size);
+        }
         count_matmul(cost, Op::o_proj, n, lw.wo, lw.bo);
-        timer.mark(Op::o_proj);
-        x_.topRows(n) += xb_.topRows(n);
         count(cost, Op::attn_residual, cost_residual(n, d));
-        timer.mark(Op::attn_residual);
+        timer.mark_split({Op::o_proj, Op::attn_residual});
 
         // MLP norm
         norm_rows(lw.mlp_norm, lw.mlp_norm_bias);
         count(cost, Op::mlp_norm, norm_cost(n));
         timer.mark(Op::mlp_norm);
         if (gpt2) {
-            // gelu(x W_fc + b) W_proj + b
-            matmul(hb_, xb_, n, lw.w1, lw.b1);
+            // gelu(x W_fc + b) W_proj + b; GELU on each thread's block while it is in cache
+#pragma omp parallel
+            {
+                const Block b = matmul_block(hb_, xb_, n, lw.w1, lw.b1);
+                auto u = hb_.block(0, b.begin, n, b.size).array();
+                constexpr float c = 0.7978845608028654f;  // sqrt(2/pi)
+                u = 0.5f * u * (1.0f + (c * (u + 0.044715f * u * u * u)).tanh());
+            }
             count_matmul(cost, Op::mlp_up, n, lw.w1, lw.b1);
-            timer.mark(Op::mlp_up);
-            for (std::int64_t i = 0; i < n; ++i)
-                for (std::int64_t j = 0; j < hb_.cols(); ++j) hb_(i, j) = gelu_tanh(hb_(i, j));
             count(cost, Op::activation, cost_gelu_tanh(n, hb_.cols()));
-            timer.mark(Op::activation);
+            timer.mark_split({Op::mlp_up, Op::activation});
         } else {
-            // w2(silu(w1 x) * w3 x)
-            matmul(hb_, xb_, n, lw.w1, lw.b1);
-            timer.mark(Op::mlp_gate);
-            const VectorF no_bias;
-            matmul(hb2_, xb_, n, lw.w3, no_bias);
-            timer.mark(Op::mlp_up);
+            // w2(silu(w1 x) * w3 x): gate and up share the block split, so SwiGLU runs on each
+            // thread's block while it is in cache
+#pragma omp parallel
+            {
+                const Block b = matmul_block(hb_, xb_, n, lw.w1, lw.b1);
+                matmul_block(hb2_, xb_, n, lw.w3, no_bias);
+                auto g = hb_.block(0, b.begin, n, b.size).array();
+                g = g / (1.0f + (-g).exp()) * hb2_.block(0, b.begin, n, b.size).array();
+            }
             count_matmul(cost, Op::mlp_gate, n, lw.w1, lw.b1);
             count_matmul(cost, Op::mlp_up, n, lw.w3, no_bias);
-            for (std::int64_t i = 0; i < n; ++i)
-                for (std::int64_t j = 0; j < hb_.cols(); ++j) hb_(i, j) = silu(hb_(i, j)) * hb2_(i, j);
             count(cost, Op::activation, cost_swiglu(n, hb_.cols()));
-            timer.mark(Op::activation);
+            timer.mark_split({Op::mlp_gate, Op::mlp_up, Op::activation});
         }
-        matmul(xb_, hb_, n, lw.w2, lw.b2);
+#pragma omp parallel
+        {
+            const Block b = matmul_block(xb_, hb_, n, lw.w2, lw.b2);
+            x_.block(0, b.begin, n, b.size) += xb_.block(0, b.begin, n, b.size);
+        }
         count_matmul(cost, Op::mlp_down, n, lw.w2, lw.b2);
-        timer.mark(Op::mlp_down);
-        x_.topRows(n) += xb_.topRows(n);
         count(cost, Op::mlp_residual, cost_residual(n, d));
-        timer.mark(Op::mlp_residual);
+        timer.mark_split({Op::mlp_down, Op::mlp_residual});
     }
 
     // final norm and classifier, last position only: that is all the next token needs
@@ -392,7 +431,11 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
     count(cost, Op::final_norm, norm_cost(1));
     timer.mark(Op::final_norm);
     const MatrixRM& classifier = w_.classifier();
-    logits_.noalias() = classifier * x_last_;
+#pragma omp parallel
+    {
+        const Block b = thread_block(classifier.rows());
+        logits_.segment(b.begin, b.size).noalias() = classifier.middleRows(b.begin, b.size) * x_last_;
+    }
     count(cost, Op::lm_head, cost_matmul(1, classifier.cols(), classifier.rows(), false));
     timer.mark(Op::lm_head);
     return logits_;

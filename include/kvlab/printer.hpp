@@ -32,6 +32,7 @@ Cell uint_cell(std::uint64_t value);
 Cell bytes_cell(std::uint64_t bytes, UnitSystem units);  // text "512.00 KiB", value 524288
 Cell real_cell(double value, int decimals);               // text fixed-point, value the double
 Cell ratio_cell(double value);                            // text "4.00x", value the double
+Cell count_cell(std::uint64_t value, const char* unit);   // text "30.38 MFLOP" (10^3 steps), value exact
 
 struct Table {
     std::string title;                      // printed above the table (table/markdown), "table" key in JSON

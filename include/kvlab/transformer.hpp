@@ -42,7 +42,7 @@ private:
     const VectorF& forward(std::span<const TokenId> tokens, std::int64_t pos0, KvCache* cache, StepCost* cost);
     void norm(const VectorF& weight, const VectorF& bias, std::int64_t row0, std::int64_t n, MatrixRM& out,
               const MatrixRM& in) const;
-    void rope_row(float* q, float* k, std::int64_t pos);
+    void rope_row(float* q, float* k, std::int64_t pos) const;
 
     const ModelConfig& cfg_;
     const Weights& w_;
@@ -62,8 +62,6 @@ private:
     MatrixRM hb_;       // (T, f)      MLP hidden (gate, then activation)
     MatrixRM hb2_;      // (T, f)      MLP up projection (llama)
     MatrixRM scores_;   // (threads, T rounded up to 16) attention scores scratch, one row per thread
-    VectorF rope_cos_;  // (D/2)
-    VectorF rope_sin_;  // (D/2)
     VectorF x_last_;    // (d)         final-normed last position
     VectorF logits_;    // (V)
 };

@@ -66,3 +66,8 @@ kvlab_expect(RC 0 ARGS kvcalc --config ${DATA}/deepseek-mla.json -d bf16 --conte
 kvlab_expect(RC 2 ARGS kvcalc --config ${DATA}/deepseek-mla.json -a mha ERR "uses MLA")
 # floor(24e9 B x 0.95) = 22800000000 exactly; Llama-2-7B weights 6738415616 x 2 B = 13476831232; budget 9323168768
 kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b --gpu-mem 24GB --mem-util 0.95 -d fp16 --context 4096 --format csv OUT ",13476831232,9323168768," )
+
+# The README's examples, verbatim.
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b,llama-3-8b -d fp16 --context 4096 OUT "llama-3-8b +GQA-8 \\(native\\) +fp16 +4096 +1 +4096 +512.00 MiB +512.00 MiB")
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-70b -a native,mha,gqa:8,mqa -d fp16 OUT "MQA .* 40.00 KiB +64.00x")
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b --gpu h100-sxm-80gb --context 8k,32k --batch 1,64 --explain OUT "Decode roofline" "max tokens = floor")

@@ -1,0 +1,452 @@
+// Speed of `kvlab simulate` as ratios to references measured in the same run with the same threads:
+// a STREAM-style read bandwidth (sum over a buffer much larger than the LLC) and Eigen GEMM FLOP/s.
+// Optionally compares decode speed with llama2.c's run.c (KVLAB_PEER_RUNC). Not a test: run
+// `build/release/bench/kvlab_bench_simulate [--json FILE]`; method and results in docs/performance.md.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <Eigen/Core>
+#include <fmt/format.h>
+#include <omp.h>
+
+#include "kvlab/error.hpp"
+#include "kvlab/kv_memory.hpp"
+#include "kvlab/llama2c_checkpoint.hpp"
+#include "kvlab/presets.hpp"
+#include "kvlab/printer.hpp"
+#include "kvlab/random_weights.hpp"
+#include "kvlab/simulation_report.hpp"
+#include "kvlab/simulator.hpp"
+
+namespace {
+
+using namespace kvlab;
+using clock_type = std::chrono::steady_clock;
+
+struct BenchOptions {
+    std::vector<std::string> models = {"stories15m", "stories110m"};
+    int threads = 0;                    // 0: every core
+    int repeats = 5;                    // each measure is the median over repeats
+    std::int64_t prompt_len = 32;       // cached and uncached runs
+    std::int64_t steps = 128;           // cached decode steps
+    std::int64_t uncached_steps = 32;   // uncached steps (quadratic work: fewer)
+    std::int64_t prefill_len = 128;     // prompt of the prefill measure
+    std::int64_t stream_mib = 1024;     // read-bandwidth buffer
+    std::int64_t gemm_n = 1024;         // GEMM reference: (n, n) @ (n, n)
+    std::int64_t peer_steps = 255;      // llama2.c comparison: positions 0..254, both time 1..254
+    std::string json;                   // also write the JSON report here
+    std::string format = "table";
+};
+
+double seconds_since(clock_type::time_point t0) {
+    return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+struct Stat {
+    double median = 0, min = 0, max = 0;
+};
+
+Stat stat_of(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    const std::size_t n = values.size();
+    const double median = n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+    return {median, values.front(), values.back()};
+}
+
+// STREAM-style read bandwidth: each thread sums its static share of a buffer far larger than the
+// last-level cache. Bytes/s of the median repeat; the buffer is freed before returning.
+Stat read_bandwidth(std::int64_t mib, int repeats) {
+    const std::int64_t n = mib * 1024 * 1024 / static_cast<std::int64_t>(sizeof(float));
+    const std::unique_ptr<float[]> buffer(new float[static_cast<std::size_t>(n)]);
+    float* data = buffer.get();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) data[i] = 1.0f;  // first touch by the thread that reads it
+    std::vector<double> rates;
+    for (int r = 0; r <= repeats; ++r) {  // repeat 0 warms up
+        const auto t0 = clock_type::now();
+        double sum = 0.0;
+#pragma omp parallel reduction(+ : sum)
+        {
+            const std::int64_t n_threads = omp_get_num_threads(), t = omp_get_thread_num();
+            const std::int64_t i0 = n * t / n_threads, i1 = n * (t + 1) / n_threads;
+            sum += static_cast<double>(Eigen::Map<const Eigen::VectorXf>(data + i0, i1 - i0).sum());
+        }
+        const double s = seconds_since(t0);
+        if (sum <= 0.0) throw Error("read bandwidth: the sum of ones is not positive");  // keeps the reads live
+        if (r > 0) rates.push_back(static_cast<double>(n) * sizeof(float) / s);
+    }
+    return stat_of(rates);
+}
+
+// Eigen GEMM FLOP/s, (n, n) @ (n, n) with Eigen's own threads (the same number).
+Stat gemm_rate(std::int64_t n, int repeats) {
+    const MatrixRM a = MatrixRM::Random(n, n), b = MatrixRM::Random(n, n);
+    MatrixRM c(n, n);
+    std::vector<double> rates;
+    for (int r = 0; r <= repeats; ++r) {
+        const auto t0 = clock_type::now();
+        c.noalias() = a * b;
+        const double s = seconds_since(t0);
+        if (r > 0) rates.push_back(2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / s);
+    }
+    if (!std::isfinite(c(0, 0))) throw Error("GEMM reference: non-finite result");
+    return stat_of(rates);
+}
+
+// Peak resident set (bytes) of a child process running `args` (args[0] a path), from the kernel's
+// accounting of the child (wait4), as /usr/bin/time -v reports it. Its output goes to /dev/null.
+std::uint64_t child_peak_rss(const std::vector<std::string>& args) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) throw IoError(fmt::format("peak RSS: cannot fork to run {}", args[0]));
+    if (pid == 0) {
+        const int devnull = ::open("/dev/null", O_WRONLY);
+        ::dup2(devnull, STDOUT_FILENO);
+        ::dup2(devnull, STDERR_FILENO);
+        ::execv(argv[0], argv.data());
+        ::_exit(127);
+    }
+    int status = 0;
+    rusage usage{};
+    if (::wait4(pid, &status, 0, &usage) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        throw IoError(fmt::format("peak RSS: '{} {}' failed (status {})", args[0], args[1], status));
+    return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // ru_maxrss is in KiB on Linux
+}
+
+struct RssResult {
+    std::string name;
+    std::uint64_t peak = 0, model_bytes = 0;  // model_bytes: weights + KV cache + logits
+};
+
+// `kvlab simulate` (the CLI this bench was built with), cached mode, default prompt and steps.
+RssResult bench_rss(const std::string& model, const BenchOptions& o, int n_threads) {
+    const ModelConfig cfg = simulation_config(load_model(model), std::nullopt);
+    const auto n_positions = static_cast<std::uint64_t>(o.prompt_len + o.steps);
+    RssResult r;
+    r.name = cfg.display_name;
+    r.model_bytes = weights_bytes(cfg) + kv_bytes_sequence(cfg, DType::fp32, n_positions, WindowMode::cap).total() +
+                    static_cast<std::uint64_t>(cfg.n_vocab) * sizeof(float);
+    r.peak = child_peak_rss({KVLAB_CLI_PATH, "simulate", "-q", "-m", model, "--mode", "cached", "-p",
+                             std::to_string(o.prompt_len), "-n", std::to_string(o.steps), "--threads",
+                             std::to_string(n_threads), "-f", "json"});
+    return r;
+}
+
+// One measured run's throughputs, from its step records.
+struct RunRates {
+    double tokens_per_s = 0;
+    double bytes_per_s = 0;  // weights read + KV read + KV written
+    double flops_per_s = 0;
+};
+
+RunRates rates_of(const std::vector<StepRecord>& records, std::size_t first, std::int64_t tokens) {
+    std::int64_t wall_ns = 0;
+    std::uint64_t bytes = 0, flops = 0;
+    for (std::size_t i = first; i < records.size(); ++i) {
+        const OpCost c = records[i].cost.total();
+        wall_ns += records[i].wall_ns;
+        bytes += c.bytes_weights_read + c.bytes_kv_read + c.bytes_kv_written;
+        flops += c.flops;
+    }
+    const double s = static_cast<double>(wall_ns) * 1e-9;
+    return {static_cast<double>(tokens) / s, static_cast<double>(bytes) / s, static_cast<double>(flops) / s};
+}
+
+SimulateOptions sim_options(SimMode mode, std::int64_t prompt_len, std::int64_t steps, bool count) {
+    SimulateOptions o;
+    o.mode = mode;
+    o.n_prompt = prompt_len;
+    o.n_steps = steps;
+    o.count = count;
+    return o;
+}
+
+struct ModelResult {
+    std::string name;
+    std::uint64_t weights_bytes = 0;
+    Stat decode_tok, decode_bytes, uncached_tok, uncached_flops, prefill_tok, prefill_flops;
+    Stat decode_tok_nocount, uncached_tok_nocount;
+};
+
+ModelResult bench_model(const std::string& model, const BenchOptions& o) {
+    const ModelConfig cfg = simulation_config(load_model(model), std::nullopt);
+    const Weights weights = random_weights(cfg, 42);
+    ModelResult m;
+    m.name = cfg.display_name;
+    m.weights_bytes = weights_bytes(cfg);
+    std::vector<double> decode_tok, decode_bytes, decode_tok_off, unc_tok, unc_flops, unc_tok_off, pre_tok, pre_flops;
+    for (int r = 0; r < o.repeats; ++r) {
+        // counting on and off alternate, so slow phases of a shared machine hit both alike
+        for (const bool count : {true, false}) {
+            // cached: step 0 is the prefill of the prompt, steps 1.. decode one token each
+            const auto cached = run_simulation(cfg, weights, sim_options(SimMode::cached, o.prompt_len, o.steps, count));
+            const auto n_decode = static_cast<std::int64_t>(cached.records.size()) - 1;
+            const RunRates dec = rates_of(cached.records, 1, n_decode);
+            (count ? decode_tok : decode_tok_off).push_back(dec.tokens_per_s);
+            if (count) decode_bytes.push_back(dec.bytes_per_s);
+            // uncached: every step is a full forward over the sequence so far
+            const auto unc =
+                run_simulation(cfg, weights, sim_options(SimMode::uncached, o.prompt_len, o.uncached_steps, count));
+            const RunRates u = rates_of(unc.records, 0, static_cast<std::int64_t>(unc.records.size()));
+            (count ? unc_tok : unc_tok_off).push_back(u.tokens_per_s);
+            if (count) unc_flops.push_back(u.flops_per_s);
+        }
+        // prefill: one batched forward over a longer prompt
+        const auto pre = run_simulation(cfg, weights, sim_options(SimMode::cached, o.prefill_len, 1, true));
+        const RunRates p = rates_of(pre.records, 0, o.prefill_len);
+        pre_tok.push_back(p.tokens_per_s);
+        pre_flops.push_back(p.flops_per_s);
+    }
+    m.decode_tok = stat_of(decode_tok);
+    m.decode_bytes = stat_of(decode_bytes);
+    m.decode_tok_nocount = stat_of(decode_tok_off);
+    m.uncached_tok = stat_of(unc_tok);
+    m.uncached_flops = stat_of(unc_flops);
+    m.uncached_tok_nocount = stat_of(unc_tok_off);
+    m.prefill_tok = stat_of(pre_tok);
+    m.prefill_flops = stat_of(pre_flops);
+    return m;
+}
+
+// llama2.c comparison on one stories15M-shaped checkpoint with random weights, greedy, same steps.
+struct PeerResult {
+    bool ran = false;
+    std::string skipped;  // why not, when !ran
+    Stat kvlab_tok, peer_tok;
+    std::string checkpoint, command;
+};
+
+PeerResult bench_peer(const BenchOptions& o, int n_threads) {
+    PeerResult p;
+    const char* runc = std::getenv("KVLAB_PEER_RUNC");
+    if (!runc || !*runc) {
+        p.skipped = "llama2.c comparison skipped: set KVLAB_PEER_RUNC to a run.c binary (built -Ofast -march=native "
+                    "-fopenmp) to compare";
+        return p;
+    }
+    const std::filesystem::path run_path(runc);
+    const char* tok_env = std::getenv("KVLAB_PEER_TOKENIZER");
+    const std::filesystem::path tokenizer = tok_env && *tok_env ? std::filesystem::path(tok_env)
+                                                                 : run_path.parent_path() / "tokenizer.bin";
+    if (!std::filesystem::exists(run_path) || !std::filesystem::exists(tokenizer)) {
+        p.skipped = fmt::format("llama2.c comparison skipped: {} or {} does not exist (KVLAB_PEER_RUNC, "
+                                "KVLAB_PEER_TOKENIZER)", run_path.string(), tokenizer.string());
+        return p;
+    }
+    // the checkpoint kvlab simulate --checkpoint would load: random stories15M-shaped weights, llama2.c v0
+    const ModelConfig cfg = simulation_config(load_model("stories15m"), std::nullopt);
+    const std::filesystem::path ckpt = std::filesystem::temp_directory_path() / "kvlab_bench_stories15m.bin";
+    save_llama2c_v0(ckpt, cfg, random_weights(cfg, 42));
+    const LoadedModel loaded = load_llama2c_checkpoint(ckpt);
+    p.checkpoint = ckpt.string();
+    // run.c: empty prompt = BOS only, greedy; it times forwards 1..steps-1 and prints tok/s on stderr
+    p.command = fmt::format("OMP_NUM_THREADS={} {} {} -z {} -t 0 -n {} 2>&1 >/dev/null", n_threads, run_path.string(),
+                            ckpt.string(), tokenizer.string(), o.peer_steps);
+    std::vector<double> ours, theirs;
+    for (int r = 0; r < o.repeats; ++r) {
+        // kvlab: prompt = BOS, the same positions; timed from the end of step 0, sampling included, as run.c
+        SimulateOptions s = sim_options(SimMode::cached, 1, o.peer_steps, true);
+        s.prompt_ids = {1};
+        clock_type::time_point t_first{};
+        s.on_step = [&](std::int64_t done, std::int64_t) {
+            if (done == 1) t_first = clock_type::now();
+        };
+        const auto result = run_simulation(loaded.config, loaded.weights, s);
+        ours.push_back(static_cast<double>(result.n_steps_done - 1) / seconds_since(t_first));
+
+        FILE* pipe = ::popen(p.command.c_str(), "r");
+        if (!pipe) throw IoError(fmt::format("KVLAB_PEER_RUNC: cannot run '{}'", p.command));
+        std::string out;
+        char buf[512];
+        while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+        const int status = ::pclose(pipe);
+        const auto at = out.find("achieved tok/s:");
+        if (status != 0 || at == std::string::npos)
+            throw IoError(fmt::format("KVLAB_PEER_RUNC: '{}' exited with status {} without 'achieved tok/s' ({})",
+                                      p.command, status, out.substr(0, 200)));
+        theirs.push_back(std::strtod(out.c_str() + at + 15, nullptr));
+    }
+    std::filesystem::remove(ckpt);
+    p.ran = true;
+    p.kvlab_tok = stat_of(ours);
+    p.peer_tok = stat_of(theirs);
+    return p;
+}
+
+std::string cpu_model() {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+    return "unknown";
+}
+
+std::string utc_now() {
+    const std::time_t t = std::time(nullptr);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+    return buf;
+}
+
+double spread_percent(const Stat& s) { return s.median > 0 ? 100.0 * (s.max - s.min) / s.median : 0.0; }
+
+Report make_report(const BenchOptions& o, int n_threads, const Stat& bw, const Stat& gemm,
+                   const std::vector<ModelResult>& models, const std::vector<RssResult>& rss, std::uint64_t rss_floor,
+                   const PeerResult& peer) {
+    Report report;
+    report.inputs = {{"cpu", cpu_model()},         {"threads", n_threads},        {"date_utc", utc_now()},
+                     {"repeats", o.repeats},       {"prompt_len", o.prompt_len},  {"steps", o.steps},
+                     {"uncached_steps", o.uncached_steps}, {"prefill_len", o.prefill_len},
+                     {"stream_mib", o.stream_mib}, {"gemm_n", o.gemm_n},          {"weights", "random N(0, 0.02), seed 42"}};
+
+    Table refs;
+    refs.title = fmt::format("references, {} threads (median of {}; spread = (max - min) / median)", n_threads, o.repeats);
+    refs.columns = {{"reference", "reference", false}, {"value", "median"}, {"unit", "unit", false}, {"spread_percent", "spread (%)"}};
+    refs.rows.push_back({text_cell(fmt::format("read bandwidth, sum over {} MiB", o.stream_mib)), real_cell(bw.median * 1e-9, 2),
+                         text_cell("GB/s"), real_cell(spread_percent(bw), 1)});
+    refs.rows.push_back({text_cell(fmt::format("Eigen GEMM {}^3", o.gemm_n)), real_cell(gemm.median * 1e-9, 2),
+                         text_cell("GFLOP/s"), real_cell(spread_percent(gemm), 1)});
+    report.tables.push_back(std::move(refs));
+
+    Table speed;
+    speed.title = "kvlab simulate speed (median over repeats)";
+    speed.columns = {{"model", "model", false},  {"measure", "measure", false}, {"tokens_per_s", "tok/s"},
+                     {"achieved", "achieved"},   {"unit", "unit", false},       {"ratio_to_reference", "of reference"},
+                     {"target", "target", false}, {"met", "met", false},        {"spread_percent", "spread (%)"}};
+    auto yes_no = [](bool b) { return text_cell(b ? "yes" : "no"); };
+    for (const ModelResult& m : models) {
+        const double bw_ratio = m.decode_bytes.median / bw.median;
+        const bool is_110m = m.name.find("110M") != std::string::npos;
+        speed.rows.push_back({text_cell(m.name), text_cell(fmt::format("cached decode, {} steps", o.steps - 1)),
+                              real_cell(m.decode_tok.median, 1), real_cell(m.decode_bytes.median * 1e-9, 2), text_cell("GB/s"),
+                              real_cell(bw_ratio, 3), text_cell(is_110m ? ">= 0.80 of read BW" : "-"),
+                              text_cell(is_110m ? (bw_ratio >= 0.8 ? "yes" : "no") : "-"),
+                              real_cell(spread_percent(m.decode_tok), 1)});
+        const double gemm_ratio = m.uncached_flops.median / gemm.median;
+        speed.rows.push_back({text_cell(m.name), text_cell(fmt::format("uncached step, {} steps", o.uncached_steps)),
+                              real_cell(m.uncached_tok.median, 1), real_cell(m.uncached_flops.median * 1e-9, 2),
+                              text_cell("GFLOP/s"), real_cell(gemm_ratio, 3), text_cell(">= 0.50 of GEMM"),
+                              yes_no(gemm_ratio >= 0.5), real_cell(spread_percent(m.uncached_flops), 1)});
+        speed.rows.push_back({text_cell(m.name), text_cell(fmt::format("prefill, {} tokens", o.prefill_len)),
+                              real_cell(m.prefill_tok.median, 1), real_cell(m.prefill_flops.median * 1e-9, 2),
+                              text_cell("GFLOP/s"), real_cell(m.prefill_flops.median / gemm.median, 3), text_cell("-"),
+                              text_cell("-"), real_cell(spread_percent(m.prefill_flops), 1)});
+    }
+    speed.notes.push_back("cached decode bytes = weights read + KV read + KV written, as counted (docs/cost-model.md); "
+                          "FLOPs as counted; wall time of the forward calls");
+    report.tables.push_back(std::move(speed));
+
+    Table counting;
+    counting.title = "cost-counting overhead (tok/s medians, counting on vs off, alternated)";
+    counting.columns = {{"model", "model", false}, {"mode", "mode", false}, {"tokens_per_s_counting", "on (tok/s)"},
+                        {"tokens_per_s_no_counting", "off (tok/s)"}, {"overhead_percent", "overhead (%)"}, {"met", "<= 3%", false}};
+    for (const ModelResult& m : models)
+        for (const bool cached : {true, false}) {
+            const double on = cached ? m.decode_tok.median : m.uncached_tok.median;
+            const double off = cached ? m.decode_tok_nocount.median : m.uncached_tok_nocount.median;
+            const double overhead = 100.0 * (off / on - 1.0);  // extra time per token with counting
+            counting.rows.push_back({text_cell(m.name), text_cell(cached ? "cached decode" : "uncached"), real_cell(on, 1),
+                                     real_cell(off, 1), real_cell(overhead, 2), yes_no(overhead <= 3.0)});
+        }
+    counting.notes.push_back("negative overheads are run-to-run noise");
+    report.tables.push_back(std::move(counting));
+
+    Table mem;
+    mem.title = "peak resident memory of kvlab simulate --mode cached (kernel accounting, as /usr/bin/time -v)";
+    mem.columns = {{"model", "model", false}, {"peak_rss_bytes", "peak RSS"}, {"model_bytes", "weights+KV+logits"},
+                   {"ratio", "ratio"}, {"ratio_above_floor", "above floor"}, {"met", "<= 1.10", false}};
+    for (const RssResult& r : rss) {
+        const double ratio = static_cast<double>(r.peak) / static_cast<double>(r.model_bytes);
+        const double above = static_cast<double>(r.peak - std::min(r.peak, rss_floor)) / static_cast<double>(r.model_bytes);
+        mem.rows.push_back({text_cell(r.name), bytes_cell(r.peak, UnitSystem::iec), bytes_cell(r.model_bytes, UnitSystem::iec),
+                            real_cell(ratio, 3), real_cell(above, 3), yes_no(ratio <= 1.1)});
+    }
+    mem.notes.push_back(fmt::format("floor: `kvlab --help` peaks at {} (code and shared libraries); 'above floor' "
+                                    "subtracts it", format_bytes(rss_floor, UnitSystem::iec)));
+    report.tables.push_back(std::move(mem));
+
+    if (peer.ran) {
+        Table t;
+        t.title = "decode vs llama2.c run.c, same stories15M-shaped checkpoint, greedy, same positions";
+        t.columns = {{"program", "program", false}, {"tokens_per_s", "tok/s"}, {"speedup", "vs run.c"},
+                     {"spread_percent", "spread (%)"}};
+        const double speedup = peer.kvlab_tok.median / peer.peer_tok.median;
+        t.rows.push_back({text_cell("kvlab (cached, counting on)"), real_cell(peer.kvlab_tok.median, 1), ratio_cell(speedup),
+                          real_cell(spread_percent(peer.kvlab_tok), 1)});
+        t.rows.push_back({text_cell("llama2.c run.c"), real_cell(peer.peer_tok.median, 1), ratio_cell(1.0),
+                          real_cell(spread_percent(peer.peer_tok), 1)});
+        t.notes.push_back(fmt::format("target: >= 1.50x; {}", speedup >= 1.5 ? "met" : "NOT met"));
+        t.notes.push_back("run.c: " + peer.command);
+        report.tables.push_back(std::move(t));
+    } else {
+        report.notes.push_back(peer.skipped);
+    }
+    return report;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    BenchOptions o;
+    CLI::App app{"kvlab simulate speed benchmark: ratios to read-bandwidth and GEMM references"};
+    app.add_option("-m,--models", o.models, "Presets or config.json paths")->delimiter(',')->capture_default_str();
+    app.add_option("--threads", o.threads, "Threads for everything (0 = every core)")->capture_default_str();
+    app.add_option("-r,--repeats", o.repeats, "Repeats per measure; medians are reported")->check(CLI::PositiveNumber)->capture_default_str();
+    app.add_option("-p,--prompt-len", o.prompt_len)->check(CLI::PositiveNumber)->capture_default_str();
+    app.add_option("-n,--steps", o.steps, "Cached steps (step 0 is the prefill)")->check(CLI::Range(2, 1 << 20))->capture_default_str();
+    app.add_option("--uncached-steps", o.uncached_steps)->check(CLI::PositiveNumber)->capture_default_str();
+    app.add_option("--prefill-len", o.prefill_len)->check(CLI::PositiveNumber)->capture_default_str();
+    app.add_option("--stream-mib", o.stream_mib, "Read-bandwidth buffer in MiB (>> last-level cache)")->check(CLI::PositiveNumber)->capture_default_str();
+    app.add_option("--gemm-n", o.gemm_n, "GEMM reference size n: (n,n) @ (n,n)")->check(CLI::PositiveNumber)->capture_default_str();
+    app.add_option("--peer-steps", o.peer_steps, "Steps of the llama2.c comparison")->check(CLI::Range(2, 256))->capture_default_str();
+    app.add_option("--json", o.json, "Also write the report as JSON to this file");
+    app.add_option("-f,--format", o.format, "table, csv, json or markdown")->capture_default_str();
+    CLI11_PARSE(app, argc, argv);
+    try {
+        const Format format = parse_format(o.format, "--format");
+        if (o.threads < 0) throw UsageError(fmt::format("--threads: {}; expected 0 (every core) or more", o.threads));
+        const int n_threads = o.threads > 0 ? o.threads : omp_get_num_procs();
+        omp_set_dynamic(0);
+        omp_set_num_threads(n_threads);
+        Eigen::setNbThreads(n_threads);
+
+        const Stat bw = read_bandwidth(o.stream_mib, o.repeats);
+        const Stat gemm = gemm_rate(o.gemm_n, o.repeats);
+        std::vector<ModelResult> models;
+        for (const auto& name : o.models) models.push_back(bench_model(name, o));
+        std::vector<RssResult> rss;
+        for (const auto& name : o.models) rss.push_back(bench_rss(name, o, n_threads));
+        const std::uint64_t rss_floor = child_peak_rss({KVLAB_CLI_PATH, "--help"});
+        const PeerResult peer = bench_peer(o, n_threads);
+
+        const Report report = make_report(o, n_threads, bw, gemm, models, rss, rss_floor, peer);
+        print_report(std::cout, report, format);
+        if (!o.json.empty()) {
+            std::ofstream out(o.json);
+            if (!out) throw IoError(fmt::format("--json: cannot write '{}'", o.json));
+            print_report(out, report, Format::json);
+        }
+    } catch (const kvlab::Error& e) {
+        std::cerr << "kvlab_bench_simulate: error: " << e.what() << "\n";
+        return e.exit_code();
+    }
+    return 0;
+}
