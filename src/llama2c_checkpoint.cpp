@@ -3,20 +3,17 @@
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 
+#include "kvlab/atomic_write.hpp"
 #include "kvlab/checked.hpp"
 #include "kvlab/error.hpp"
 #include "kvlab/mapped_file.hpp"
@@ -245,52 +242,12 @@ MatrixRM halves_to_neighbours(const MatrixRM& w, std::int64_t d_head) {
     return out;
 }
 
-class TempFile {
-public:
-    explicit TempFile(const std::filesystem::path& target) : target_(target) {
-        std::string pattern = target.string() + ".tmp.XXXXXX";
-        fd_ = ::mkstemp(pattern.data());
-        if (fd_ < 0) throw IoError(fmt::format("{}: cannot create a temporary file next to it: {}", target.string(), std::strerror(errno)));
-        path_ = pattern;
-        ::fchmod(fd_, 0644);
-    }
-    ~TempFile() {
-        if (fd_ >= 0) ::close(fd_);
-        if (!committed_) ::unlink(path_.c_str());
-    }
-    TempFile(const TempFile&) = delete;
-    TempFile& operator=(const TempFile&) = delete;
-
-    void write(const void* data, std::uint64_t n_bytes) {
-        const char* p = static_cast<const char*>(data);
-        while (n_bytes > 0) {
-            const ssize_t n = ::write(fd_, p, n_bytes);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) throw IoError(fmt::format("{}: write failed: {}", path_.string(), std::strerror(errno)));
-            p += n;
-            n_bytes -= static_cast<std::uint64_t>(n);
-        }
-    }
-    void write(const MatrixRM& m) { write(m.data(), static_cast<std::uint64_t>(m.size()) * 4); }
-    void write(const VectorF& v) { write(v.data(), static_cast<std::uint64_t>(v.size()) * 4); }
-
-    // fsync, close, rename over the target: readers see the old file or the whole new one.
-    void commit() {
-        if (::fsync(fd_) != 0) throw IoError(fmt::format("{}: fsync failed: {}", path_.string(), std::strerror(errno)));
-        const int rc = ::close(fd_);
-        fd_ = -1;
-        if (rc != 0) throw IoError(fmt::format("{}: close failed: {}", path_.string(), std::strerror(errno)));
-        if (::rename(path_.c_str(), target_.c_str()) != 0)
-            throw IoError(fmt::format("{}: cannot rename {} into place: {}", target_.string(), path_.string(), std::strerror(errno)));
-        committed_ = true;
-    }
-
-private:
-    std::filesystem::path target_;
-    std::filesystem::path path_;
-    int fd_ = -1;
-    bool committed_ = false;
-};
+// Raw little-endian float32 tensors, as llama2.c reads them.
+void write_floats(std::ostream& out, const float* data, std::uint64_t n) {
+    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(n * 4));
+}
+void write_tensor(std::ostream& out, const MatrixRM& m) { write_floats(out, m.data(), static_cast<std::uint64_t>(m.size())); }
+void write_tensor(std::ostream& out, const VectorF& v) { write_floats(out, v.data(), static_cast<std::uint64_t>(v.size())); }
 
 }  // namespace
 
@@ -451,23 +408,23 @@ void save_llama2c_v0(const std::filesystem::path& path, const ModelConfig& cfg, 
         }
 
     const bool permute = weights.rope_pairing == RopePairing::halves;
-    TempFile out(path);
-    out.write(header.data(), sizeof(header));
-    out.write(weights.tok_embed);
-    for (const auto& l : weights.layers) out.write(l.attn_norm);
-    for (const auto& l : weights.layers) out.write(permute ? halves_to_neighbours(l.wq, cfg.d_head) : l.wq);
-    for (const auto& l : weights.layers) out.write(permute ? halves_to_neighbours(l.wk, cfg.d_head) : l.wk);
-    for (const auto& l : weights.layers) out.write(l.wv);
-    for (const auto& l : weights.layers) out.write(l.wo);
-    for (const auto& l : weights.layers) out.write(l.mlp_norm);
-    for (const auto& l : weights.layers) out.write(l.w1);
-    for (const auto& l : weights.layers) out.write(l.w2);
-    for (const auto& l : weights.layers) out.write(l.w3);
-    out.write(weights.final_norm);
-    out.write(freq_cos.data(), freq_cos.size() * 4);
-    out.write(freq_sin.data(), freq_sin.size() * 4);
-    if (!tied) out.write(weights.lm_head);
-    out.commit();
+    write_atomically(path, "--save-checkpoint", [&](std::ostream& out) {
+        out.write(reinterpret_cast<const char*>(header.data()), sizeof(header));
+        write_tensor(out, weights.tok_embed);
+        for (const auto& l : weights.layers) write_tensor(out, l.attn_norm);
+        for (const auto& l : weights.layers) write_tensor(out, permute ? halves_to_neighbours(l.wq, cfg.d_head) : l.wq);
+        for (const auto& l : weights.layers) write_tensor(out, permute ? halves_to_neighbours(l.wk, cfg.d_head) : l.wk);
+        for (const auto& l : weights.layers) write_tensor(out, l.wv);
+        for (const auto& l : weights.layers) write_tensor(out, l.wo);
+        for (const auto& l : weights.layers) write_tensor(out, l.mlp_norm);
+        for (const auto& l : weights.layers) write_tensor(out, l.w1);
+        for (const auto& l : weights.layers) write_tensor(out, l.w2);
+        for (const auto& l : weights.layers) write_tensor(out, l.w3);
+        write_tensor(out, weights.final_norm);
+        write_floats(out, freq_cos.data(), freq_cos.size());
+        write_floats(out, freq_sin.data(), freq_sin.size());
+        if (!tied) write_tensor(out, weights.lm_head);
+    });
 }
 
 }  // namespace kvlab
