@@ -1,19 +1,6 @@
 # CLI tests of `kvlab trace` on traces generated here: summary round trip, steps, compare, errors.
 # Run by CTest as: cmake -DKVLAB=<kvlab> -DWORK=<scratch dir> -P trace.cmake
-file(REMOVE_RECURSE "${WORK}")
-file(MAKE_DIRECTORY "${WORK}")
-
-# run_kvlab(<expected exit code> <regex the combined output must match> <args...>)
-function(run_kvlab expected_rc regex)
-  execute_process(COMMAND "${KVLAB}" ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL expected_rc)
-    message(FATAL_ERROR "kvlab ${ARGN}: exit ${rc}, expected ${expected_rc}\nstdout:\n${out}\nstderr:\n${err}")
-  endif()
-  if(NOT "${out}${err}" MATCHES "${regex}")
-    message(FATAL_ERROR "kvlab ${ARGN}: output does not match '${regex}'\nstdout:\n${out}\nstderr:\n${err}")
-  endif()
-  set(last_out "${out}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
 
 set(small simulate --prompt-len 8 --steps 12 --threads 1 --quiet)
 

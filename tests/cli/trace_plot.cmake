@@ -1,17 +1,6 @@
 # CLI test of `kvlab trace plot`: charts from gnuplot (gnuplot-nox), and the message when it is missing.
 # Skipped (CTest SKIP_REGULAR_EXPRESSION "skipped: gnuplot") where gnuplot is not installed.
-file(REMOVE_RECURSE "${WORK}")
-file(MAKE_DIRECTORY "${WORK}")
-
-function(run_kvlab expected_rc regex)
-  execute_process(COMMAND "${KVLAB}" ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL expected_rc)
-    message(FATAL_ERROR "kvlab ${ARGN}: exit ${rc}, expected ${expected_rc}\nstdout:\n${out}\nstderr:\n${err}")
-  endif()
-  if(NOT "${out}${err}" MATCHES "${regex}")
-    message(FATAL_ERROR "kvlab ${ARGN}: output does not match '${regex}'\nstdout:\n${out}\nstderr:\n${err}")
-  endif()
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
 
 run_kvlab(0 "" simulate --prompt-len 8 --steps 12 --threads 1 --quiet --trace "${WORK}/run.jsonl")
 # without gnuplot: one line naming the package, exit 1 (checked whether or not gnuplot is installed)
