@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
@@ -23,8 +24,41 @@ void check_cuda(cudaError_t e, const char* what) {
     if (e != cudaSuccess) throw IoError(std::string("CUDA ") + what + " failed: " + cudaGetErrorString(e));
 }
 
+// cuBLAS is opened on first use rather than linked: a linked libcublas maps about 200 MiB into every
+// kvlab process (kvcalc and simulate included), which the memory targets of `simulate` cannot afford.
+struct CublasApi {
+    cublasStatus_t (*create)(cublasHandle_t*);
+    cublasStatus_t (*destroy)(cublasHandle_t);
+    const char* (*status_string)(cublasStatus_t);
+    cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*, const void*,
+                              cudaDataType, int, const void*, cudaDataType, int, const void*, void*, cudaDataType, int,
+                              cublasComputeType_t, cublasGemmAlgo_t);
+};
+
+const CublasApi& cublas() {
+    static const CublasApi api = [] {
+        const std::string soname = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+        void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (lib == nullptr) lib = dlopen(KVLAB_CUBLAS_DIR "/" "libcublas.so", RTLD_NOW | RTLD_LOCAL);
+        if (lib == nullptr)
+            throw UnavailableError("cannot load cuBLAS (" + soname + "), needed by the uncached step: " + dlerror());
+        auto symbol = [&](const char* name) {
+            void* p = dlsym(lib, name);
+            if (p == nullptr) throw UnavailableError(soname + " has no symbol " + name);
+            return p;
+        };
+        CublasApi a{};
+        a.create = reinterpret_cast<decltype(a.create)>(symbol("cublasCreate_v2"));
+        a.destroy = reinterpret_cast<decltype(a.destroy)>(symbol("cublasDestroy_v2"));
+        a.status_string = reinterpret_cast<decltype(a.status_string)>(symbol("cublasGetStatusString"));
+        a.gemm_ex = reinterpret_cast<decltype(a.gemm_ex)>(symbol("cublasGemmEx"));
+        return a;
+    }();
+    return api;
+}
+
 void check_blas(cublasStatus_t s, const char* what) {
-    if (s != CUBLAS_STATUS_SUCCESS) throw IoError(std::string("cuBLAS ") + what + " failed: " + cublasGetStatusString(s));
+    if (s != CUBLAS_STATUS_SUCCESS) throw IoError(std::string("cuBLAS ") + what + " failed: " + cublas().status_string(s));
 }
 
 class DeviceBuffer {
@@ -65,8 +99,8 @@ private:
 
 class Blas {
 public:
-    Blas() { check_blas(cublasCreate(&handle_), "cublasCreate"); }
-    ~Blas() { (void)cublasDestroy(handle_); }
+    Blas() { check_blas(cublas().create(&handle_), "cublasCreate"); }
+    ~Blas() { (void)cublas().destroy(handle_); }
     Blas(const Blas&) = delete;
     Blas& operator=(const Blas&) = delete;
     cublasHandle_t get() const { return handle_; }
@@ -151,7 +185,7 @@ void project_kv(cublasHandle_t blas, DType dtype, const void* x, const void* w, 
     const cudaDataType_t t = dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
     const float alpha = 1.0f;
     const float beta = 0.0f;
-    check_blas(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, n_cols, rows, d, &alpha, w, t, n_cols, x, t, d, &beta, kv, t,
+    check_blas(cublas().gemm_ex(blas, CUBLAS_OP_N, CUBLAS_OP_N, n_cols, rows, d, &alpha, w, t, n_cols, x, t, d, &beta, kv, t,
                             n_cols, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "cublasGemmEx K,V = X W_kv");
 }
