@@ -127,61 +127,64 @@ private:
     std::uint64_t offset_;
 };
 
-// The readers fill w.layers (the first w.layers.size() layers) and skip the tensors of the layers
-// after them: every tensor kind is stored for all n_layer layers in turn.
+// One tensor kind, stored for all n_layer layers in turn: the first w.layers.size() layers are read,
+// the tensors of the layers after them skipped.
+class LayerReader {
+public:
+    LayerReader(FloatReader& in, const ModelConfig& cfg, Weights& w)
+        : in_(in), layers_(w.layers), n_skipped_(static_cast<std::uint64_t>(cfg.n_layer) - w.layers.size()) {}
+
+    void matrices(MatrixRM LayerWeights::*member, std::int64_t rows, std::int64_t cols) {
+        for (auto& l : layers_) l.*member = in_.matrix(rows, cols);
+        in_.skip(n_skipped_ * static_cast<std::uint64_t>(rows * cols));
+    }
+    void vectors(VectorF LayerWeights::*member, std::int64_t n) {
+        for (auto& l : layers_) l.*member = in_.vector(n);
+        in_.skip(n_skipped_ * static_cast<std::uint64_t>(n));
+    }
+
+private:
+    FloatReader& in_;
+    std::vector<LayerWeights>& layers_;
+    std::uint64_t n_skipped_;
+};
+
+// v0 order: embeddings, attention norms, wq, wk, wv, wo, ffn norms, w1, w2, w3, final norm, legacy
+// RoPE tables, classifier (untied only).
 void read_weights_v0(FloatReader& in, const ModelConfig& cfg, Weights& w) {
     const std::int64_t d = cfg.d_model, d_q = cfg.n_head * cfg.d_head, d_kv = cfg.d_kv(), f = cfg.d_ff;
-    const auto n_skipped = static_cast<std::uint64_t>(cfg.n_layer) - w.layers.size();
-    const auto skip = [&](std::int64_t rows, std::int64_t cols) { in.skip(n_skipped * static_cast<std::uint64_t>(rows * cols)); };
+    LayerReader layers(in, cfg, w);
     w.tok_embed = in.matrix(cfg.n_vocab, d);
-    for (auto& l : w.layers) l.attn_norm = in.vector(d);
-    skip(d, 1);
-    for (auto& l : w.layers) l.wq = in.matrix(d_q, d);
-    skip(d_q, d);
-    for (auto& l : w.layers) l.wk = in.matrix(d_kv, d);
-    skip(d_kv, d);
-    for (auto& l : w.layers) l.wv = in.matrix(d_kv, d);
-    skip(d_kv, d);
-    for (auto& l : w.layers) l.wo = in.matrix(d, d_q);
-    skip(d, d_q);
-    for (auto& l : w.layers) l.mlp_norm = in.vector(d);
-    skip(d, 1);
-    for (auto& l : w.layers) l.w1 = in.matrix(f, d);
-    skip(f, d);
-    for (auto& l : w.layers) l.w2 = in.matrix(d, f);
-    skip(d, f);
-    for (auto& l : w.layers) l.w3 = in.matrix(f, d);
-    skip(f, d);
+    layers.vectors(&LayerWeights::attn_norm, d);
+    layers.matrices(&LayerWeights::wq, d_q, d);
+    layers.matrices(&LayerWeights::wk, d_kv, d);
+    layers.matrices(&LayerWeights::wv, d_kv, d);
+    layers.matrices(&LayerWeights::wo, d, d_q);
+    layers.vectors(&LayerWeights::mlp_norm, d);
+    layers.matrices(&LayerWeights::w1, f, d);
+    layers.matrices(&LayerWeights::w2, d, f);
+    layers.matrices(&LayerWeights::w3, f, d);
     w.final_norm = in.vector(d);
     // Legacy freq_cis_real and freq_cis_imag tables: (seq_len, D/2) each; kvlab computes RoPE itself.
     in.skip(2 * static_cast<std::uint64_t>(cfg.n_ctx_max) * static_cast<std::uint64_t>(cfg.d_head / 2));
     if (!cfg.tied_embeddings) w.lm_head = in.matrix(cfg.n_vocab, d);
 }
 
+// v1 order: attention norms, ffn norms, final norm, embeddings, wq, wk, wv, wo, w1, w2, w3, classifier.
 void read_weights_v1(FloatReader& in, const ModelConfig& cfg, Weights& w) {
     const std::int64_t d = cfg.d_model, d_q = cfg.n_head * cfg.d_head, d_kv = cfg.d_kv(), f = cfg.d_ff;
-    const auto n_skipped = static_cast<std::uint64_t>(cfg.n_layer) - w.layers.size();
-    const auto skip = [&](std::int64_t rows, std::int64_t cols) { in.skip(n_skipped * static_cast<std::uint64_t>(rows * cols)); };
-    for (auto& l : w.layers) l.attn_norm = in.vector(d);
-    skip(d, 1);
-    for (auto& l : w.layers) l.mlp_norm = in.vector(d);
-    skip(d, 1);
+    LayerReader layers(in, cfg, w);
+    layers.vectors(&LayerWeights::attn_norm, d);
+    layers.vectors(&LayerWeights::mlp_norm, d);
     w.final_norm = in.vector(d);
     w.tok_embed = in.matrix(cfg.n_vocab, d);
-    for (auto& l : w.layers) l.wq = in.matrix(d_q, d);
-    skip(d_q, d);
-    for (auto& l : w.layers) l.wk = in.matrix(d_kv, d);
-    skip(d_kv, d);
-    for (auto& l : w.layers) l.wv = in.matrix(d_kv, d);
-    skip(d_kv, d);
-    for (auto& l : w.layers) l.wo = in.matrix(d, d_q);
-    skip(d, d_q);
-    for (auto& l : w.layers) l.w1 = in.matrix(f, d);
-    skip(f, d);
-    for (auto& l : w.layers) l.w2 = in.matrix(d, f);
-    skip(d, f);
-    for (auto& l : w.layers) l.w3 = in.matrix(f, d);
-    skip(f, d);
+    layers.matrices(&LayerWeights::wq, d_q, d);
+    layers.matrices(&LayerWeights::wk, d_kv, d);
+    layers.matrices(&LayerWeights::wv, d_kv, d);
+    layers.matrices(&LayerWeights::wo, d, d_q);
+    layers.matrices(&LayerWeights::w1, f, d);
+    layers.matrices(&LayerWeights::w2, d, f);
+    layers.matrices(&LayerWeights::w3, f, d);
     if (!cfg.tied_embeddings) w.lm_head = in.matrix(cfg.n_vocab, d);
 }
 
