@@ -62,25 +62,32 @@ std::int64_t simulation_positions(const ModelConfig& cfg, const SimulateOptions&
     return n_prompt + o.n_steps;
 }
 
-MemoryEstimate estimate_simulation_memory(const ModelConfig& cfg, std::int64_t n_positions, SimMode mode) {
+TransformerSize simulation_size(const ModelConfig& cfg, const SimulateOptions& o) {
+    const std::int64_t n_positions = simulation_positions(cfg, o);
+    if (o.mode != SimMode::cached) return {n_positions, n_positions, true};
+    const std::int64_t n_prompt = o.prompt_ids.empty() ? o.n_prompt : static_cast<std::int64_t>(o.prompt_ids.size());
+    return {n_positions, n_prompt, false};
+}
+
+MemoryEstimate estimate_simulation_memory(const ModelConfig& cfg, const SimulateOptions& o) {
+    const TransformerSize size = simulation_size(cfg, o);
     MemoryEstimate e;
     e.weights = weights_bytes(cfg);
-    if (mode != SimMode::uncached)
-        e.kv_cache = kv_bytes_sequence(cfg, DType::fp32, static_cast<std::uint64_t>(n_positions), WindowMode::cap).total();
-    e.activations = Transformer::activation_bytes(cfg, n_positions);
-    const auto n_modes = static_cast<std::uint64_t>(mode == SimMode::both ? 2 : 1);
-    e.records = static_cast<std::uint64_t>(n_positions) * n_modes * sizeof(StepRecord);  // at most one per position
+    if (o.mode != SimMode::uncached)
+        e.kv_cache = kv_bytes_sequence(cfg, DType::fp32, static_cast<std::uint64_t>(size.n_positions), WindowMode::cap).total();
+    e.activations = Transformer::activation_bytes(cfg, size);
+    const auto n_modes = static_cast<std::uint64_t>(o.mode == SimMode::both ? 2 : 1);
+    e.records = static_cast<std::uint64_t>(o.n_steps) * n_modes * sizeof(StepRecord);  // one per step per mode
     return e;
 }
 
-MemoryEstimate check_simulation_memory(const ModelConfig& cfg, std::int64_t n_positions, SimMode mode,
-                                       std::uint64_t max_bytes) {
-    const MemoryEstimate e = estimate_simulation_memory(cfg, n_positions, mode);
+MemoryEstimate check_simulation_memory(const ModelConfig& cfg, const SimulateOptions& o, std::uint64_t max_bytes) {
+    const MemoryEstimate e = estimate_simulation_memory(cfg, o);
     if (e.total() <= max_bytes) return e;
     // weights and KV grow by the same amount per layer: suggest the most layers that fit
     std::string hint = "; lower --prompt-len/--steps or raise --max-memory";
     if (cfg.n_layer > 1) {
-        const std::uint64_t one_layer = estimate_simulation_memory(simulation_config(cfg, 1), n_positions, mode).total();
+        const std::uint64_t one_layer = estimate_simulation_memory(simulation_config(cfg, 1), o).total();
         const std::uint64_t per_layer = (e.total() - one_layer) / static_cast<std::uint64_t>(cfg.n_layer - 1);
         if (one_layer <= max_bytes && per_layer > 0)
             hint = fmt::format("; try --layers {} (the real layer shapes, fewer layers)", 1 + (max_bytes - one_layer) / per_layer);
@@ -116,14 +123,15 @@ std::vector<TokenId> simulation_prompt(const ModelConfig& cfg, const SimulateOpt
 
 SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, const SimulateOptions& o) {
     using clock = std::chrono::steady_clock;
-    const std::int64_t n_positions = simulation_positions(cfg, o);
+    const TransformerSize size = simulation_size(cfg, o);
+    const std::int64_t n_positions = size.n_positions;
     const bool run_cached = o.mode != SimMode::uncached, run_uncached = o.mode != SimMode::cached;
 
     SimulationResult r;
     r.prompt = simulation_prompt(cfg, o);
 
     // everything the loop touches is allocated here
-    Transformer model(cfg, weights, n_positions);
+    Transformer model(cfg, weights, size);
     std::optional<KvCache> cache;
     if (run_cached) {
         cache.emplace(cfg, n_positions);

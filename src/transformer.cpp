@@ -155,21 +155,23 @@ private:
 
 }  // namespace
 
-Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, std::int64_t n_tokens_max)
-    : cfg_(cfg), w_(weights), n_tokens_max_(n_tokens_max), n_threads_(omp_get_max_threads()) {
+Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, const TransformerSize& size)
+    : cfg_(cfg), w_(weights), size_(size), n_threads_(omp_get_max_threads()) {
     if (cfg.mla)
         throw ConfigError(fmt::format("{}: multi-head latent attention (MLA) is not simulated; kvcalc sizes its cache", cfg.name));
     if (cfg.n_expert > 1)
         throw ConfigError(fmt::format("{}: mixture-of-experts ({} experts) is not simulated; kvcalc sizes its cache, "
                                       "and the KV cache of one expert-free layer stack is what simulate would show",
                                       cfg.name, cfg.n_expert));
-    if (n_tokens_max <= 0)
-        throw UsageError(fmt::format("simulate: {} positions; expected at least 1", n_tokens_max));
+    if (size.n_tokens <= 0 || size.n_positions < size.n_tokens || (size.uncached && size.n_tokens != size.n_positions))
+        throw UsageError(fmt::format("simulate: buffers for {} tokens per call over {} positions{}; expected 1 <= tokens "
+                                     "<= positions (uncached: tokens = positions)",
+                                     size.n_tokens, size.n_positions, size.uncached ? " (uncached)" : ""));
     if (cfg.family == Family::llama && cfg.d_head % 2 != 0)
         throw ConfigError(fmt::format("{}: head_dim {} is odd; RoPE needs an even head dimension", cfg.name, cfg.d_head));
-    if (cfg.family == Family::gpt2 && n_tokens_max > weights.pos_embed.rows())
+    if (cfg.family == Family::gpt2 && size.n_positions > weights.pos_embed.rows())
         throw UsageError(fmt::format("simulate: {} positions exceed the {} learned position embeddings of {}",
-                                     n_tokens_max, weights.pos_embed.rows(), cfg.name));
+                                     size.n_positions, weights.pos_embed.rows(), cfg.name));
     const std::int64_t d = cfg.d_model, d_q = cfg.n_head * cfg.d_head, d_kv = cfg.d_kv(), f = cfg.d_ff;
     if (static_cast<std::int64_t>(weights.layers.size()) != cfg.n_layer || weights.tok_embed.rows() != cfg.n_vocab ||
         weights.tok_embed.cols() != d || weights.classifier().rows() != cfg.n_vocab)
@@ -182,17 +184,19 @@ Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, std::in
             throw ConfigError(fmt::format("{}: a layer's weight shapes do not match the config (wq {}x{}, expected {}x{})",
                                           cfg.name, lw.wq.rows(), lw.wq.cols(), d_q, d));
 
-    const std::int64_t T = n_tokens_max;
-    x_.resize(T, d);
-    xb_.resize(T, d);
-    q_.resize(T, d_q);
-    k_new_.resize(T, d_kv);
-    v_new_.resize(T, d_kv);
-    k_act_.resize(T, d_kv);
-    v_act_.resize(T, d_kv);
-    att_.resize(T, d_q);
-    hb_.resize(T, f);
-    if (cfg.family == Family::llama) hb2_.resize(T, f);
+    const std::int64_t N = size.n_tokens, T = size.n_positions;
+    x_.resize(N, d);
+    xb_.resize(N, d);
+    q_.resize(N, d_q);
+    k_new_.resize(N, d_kv);
+    v_new_.resize(N, d_kv);
+    if (size.uncached) {
+        k_act_.resize(T, d_kv);
+        v_act_.resize(T, d_kv);
+    }
+    att_.resize(N, d_q);
+    hb_.resize(N, f);
+    if (cfg.family == Family::llama) hb2_.resize(N, f);
     scores_.resize(n_threads_, scores_row_floats(T));
     if (cfg.family == Family::llama) {
         const std::int64_t n_freq = cfg.d_head / 2;
@@ -206,13 +210,14 @@ Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, std::in
     logits_.resize(cfg.n_vocab);
 }
 
-std::uint64_t Transformer::activation_bytes(const ModelConfig& cfg, std::int64_t n_tokens_max) {
-    const auto T = static_cast<std::uint64_t>(n_tokens_max);
+std::uint64_t Transformer::activation_bytes(const ModelConfig& cfg, const TransformerSize& size) {
+    const auto N = static_cast<std::uint64_t>(size.n_tokens), T = static_cast<std::uint64_t>(size.n_positions);
     const auto d = static_cast<std::uint64_t>(cfg.d_model), d_q = static_cast<std::uint64_t>(cfg.n_head * cfg.d_head),
                d_kv = static_cast<std::uint64_t>(cfg.d_kv()), f = static_cast<std::uint64_t>(cfg.d_ff);
     const bool llama = cfg.family == Family::llama;
-    std::uint64_t n = T * (2 * d + 2 * d_q + 4 * d_kv + (llama ? 2 : 1) * f);
-    n += static_cast<std::uint64_t>(omp_get_max_threads() * scores_row_floats(n_tokens_max));  // scores
+    std::uint64_t n = N * (2 * d + 2 * d_q + 2 * d_kv + (llama ? 2 : 1) * f);  // x, xb, q, att, k_new, v_new, MLP
+    if (size.uncached) n += T * 2 * d_kv;                                         // k_act, v_act
+    n += static_cast<std::uint64_t>(omp_get_max_threads() * scores_row_floats(size.n_positions));  // scores
     if (llama) n += static_cast<std::uint64_t>(cfg.d_head) / 2;            // inv_freq
     n += d + static_cast<std::uint64_t>(cfg.n_vocab);                       // x_last, logits
     return n * sizeof(float);
@@ -234,6 +239,7 @@ const VectorF& Transformer::forward_cached(std::span<const TokenId> tokens, std:
 }
 
 const VectorF& Transformer::forward_uncached(std::span<const TokenId> tokens, StepCost* cost) {
+    if (!size_.uncached) throw Error("simulate: forward_uncached on a transformer sized for cached calls only");
     return forward(tokens, 0, nullptr, cost);
 }
 
@@ -265,9 +271,9 @@ void Transformer::rope_row(float* q, float* k, std::int64_t pos) const {
 const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_t pos0, KvCache* cache,
                                     StepCost* cost) {
     const auto n = static_cast<std::int64_t>(tokens.size());
-    if (n == 0 || pos0 + n > n_tokens_max_)
-        throw UsageError(fmt::format("simulate: {} tokens at position {} do not fit the {} positions allocated", n, pos0,
-                                     n_tokens_max_));
+    if (n == 0 || n > size_.n_tokens || pos0 + n > size_.n_positions)
+        throw UsageError(fmt::format("simulate: {} tokens at position {} do not fit the buffers allocated ({} tokens per "
+                                     "call, {} positions)", n, pos0, size_.n_tokens, size_.n_positions));
     for (const TokenId t : tokens)
         if (t < 0 || t >= cfg_.n_vocab)
             throw UsageError(fmt::format("simulate: token id {} is outside the vocabulary [0, {})", t, cfg_.n_vocab));

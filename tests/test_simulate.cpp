@@ -137,12 +137,40 @@ TEST_CASE("Mixture-of-experts and MLA configs are refused; --layers keeps the re
 
 TEST_CASE("The memory check refuses a run over the limit and suggests how many layers fit") {
     const auto cfg = load_preset("llama-3-8b");
-    const auto e = estimate_simulation_memory(cfg, 64, SimMode::both);
+    SimulateOptions o;
+    o.mode = SimMode::both;
+    o.n_prompt = 32;
+    o.n_steps = 32;
+    const auto e = estimate_simulation_memory(cfg, o);
     CHECK(e.weights == weights_bytes(cfg));
     CHECK(e.weights == 8030261248ull * 4);  // Llama-3-8B's published 8,030,261,248 parameters in fp32
     CHECK(e.kv_cache == kv_bytes_sequence(cfg, DType::fp32, 64, WindowMode::cap).total());
-    CHECK_THROWS_WITH_AS(check_simulation_memory(cfg, 64, SimMode::both, 8ull << 30), doctest::Contains("--layers"), UsageError);
-    CHECK(check_simulation_memory(cfg, 64, SimMode::both, e.total()).total() == e.total());
+    CHECK(e.activations == Transformer::activation_bytes(cfg, {64, 64, true}));
+    CHECK_THROWS_WITH_AS(check_simulation_memory(cfg, o, 8ull << 30), doctest::Contains("--layers"), UsageError);
+    CHECK(check_simulation_memory(cfg, o, e.total()).total() == e.total());
+}
+
+TEST_CASE("A cached-only run sizes its activations for the prompt, not the whole sequence") {
+    const auto cfg = load_preset("stories15m");
+    SimulateOptions o;
+    o.mode = SimMode::cached;
+    o.n_prompt = 32;
+    o.n_steps = 128;
+    const TransformerSize cached = simulation_size(cfg, o);
+    CHECK(cached.n_positions == 160);  // 32 prompt + 128 steps
+    CHECK(cached.n_tokens == 32);      // the prefill call is the widest
+    CHECK_FALSE(cached.uncached);
+    o.mode = SimMode::uncached;
+    const TransformerSize uncached = simulation_size(cfg, o);
+    CHECK(uncached.n_tokens == 160);
+    CHECK(uncached.uncached);
+    o.mode = SimMode::cached;
+    const auto e_cached = estimate_simulation_memory(cfg, o);
+    o.mode = SimMode::both;
+    const auto e_both = estimate_simulation_memory(cfg, o);
+    // (160 - 32) fewer rows of x, xb, q, att, k_new, v_new, gate, up, and no k_act/v_act (160 rows each):
+    // 4 * (128 * (2*288 + 2*288 + 2*288 + 2*768) + 160 * 2*288) = 4 * (128 * 3264 + 92160) = 2039808 B
+    CHECK(e_both.activations - e_cached.activations == 2039808);
 }
 
 TEST_CASE("CSV and JSONL traces parse back with one record per step per mode and documented columns") {

@@ -137,8 +137,29 @@ TEST_CASE("The transformer allocates the activation bytes it estimates") {
     for (const auto& cfg : {tiny_config(Family::llama, 4, 2), tiny_config(Family::gpt2, 3, 3)}) {
         const Weights w = random_weights(cfg, 1);
         const Transformer model(cfg, w, 17);
-        CHECK(model.activation_bytes_held() == Transformer::activation_bytes(cfg, 17));
+        CHECK(model.activation_bytes_held() == Transformer::activation_bytes(cfg, {17, 17, true}));
+        const TransformerSize cached_only{17, 5, false};
+        const Transformer small(cfg, w, cached_only);
+        CHECK(small.activation_bytes_held() == Transformer::activation_bytes(cfg, cached_only));
+        CHECK(small.activation_bytes_held() < model.activation_bytes_held());
     }
+}
+
+TEST_CASE("A transformer sized for cached calls gives the same logits and refuses what it has no buffers for") {
+    const auto cfg = tiny_config(Family::llama, 4, 2);
+    const Weights w = random_weights(cfg, 3);
+    const std::vector<TokenId> prompt = {3, 1, 4, 1, 5};
+    Transformer full(cfg, w, 8);
+    Transformer small(cfg, w, TransformerSize{8, 5, false});
+    KvCache cache_full(cfg, 8), cache_small(cfg, 8);
+    CHECK(full.forward_cached(prompt, 0, cache_full, nullptr) == small.forward_cached(prompt, 0, cache_small, nullptr));
+    const std::vector<TokenId> next = {2};
+    CHECK(full.forward_cached(next, 5, cache_full, nullptr) == small.forward_cached(next, 5, cache_small, nullptr));
+    const std::vector<TokenId> six = {1, 2, 3, 4, 5, 6};
+    KvCache cache_six(cfg, 8);
+    CHECK_THROWS_AS(small.forward_cached(six, 0, cache_six, nullptr), UsageError);  // 6 tokens > 5 per call
+    CHECK_THROWS_AS(small.forward_uncached(prompt, nullptr), Error);
+    CHECK_THROWS_AS(Transformer(cfg, w, TransformerSize{4, 5, false}), UsageError);  // more tokens than positions
 }
 
 TEST_CASE("The transformer refuses token ids outside the vocabulary and calls beyond its positions") {

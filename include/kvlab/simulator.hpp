@@ -81,10 +81,12 @@ struct MemoryEstimate {
     std::uint64_t records = 0;  // StepRecords kept for the report and trace
     std::uint64_t total() const { return weights + kv_cache + activations + records; }
 };
-MemoryEstimate estimate_simulation_memory(const ModelConfig& cfg, std::int64_t n_positions, SimMode mode);
+// The transformer buffers a run needs: cached-only runs hold the prompt's tokens per call (then one per
+// step), runs with the uncached mode the whole sequence. Call simulation_positions first (it validates).
+TransformerSize simulation_size(const ModelConfig& cfg, const SimulateOptions& options);
+MemoryEstimate estimate_simulation_memory(const ModelConfig& cfg, const SimulateOptions& options);
 // The estimate, or UsageError naming --max-memory with a --layers hint when it exceeds max_bytes.
-MemoryEstimate check_simulation_memory(const ModelConfig& cfg, std::int64_t n_positions, SimMode mode,
-                                       std::uint64_t max_bytes);
+MemoryEstimate check_simulation_memory(const ModelConfig& cfg, const SimulateOptions& options, std::uint64_t max_bytes);
 
 // The prompt a run decodes: options.prompt_ids, or n_prompt ids drawn uniformly from the vocabulary
 // with options.seed. Call simulation_positions first (it validates the sizes).

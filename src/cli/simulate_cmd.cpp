@@ -164,12 +164,12 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given, b
     sim.n_steps = o.steps;
     sim.sampler = {o.temperature, o.top_k, o.top_p, o.seed};
     sim.seed = o.seed;
-    const std::int64_t n_positions = simulation_positions(cfg, sim);
+    const std::int64_t n_positions = simulation_positions(cfg, sim);  // validates sizes and ids first
     if (!o.trace.empty()) check_trace_writable(o.trace);
     if (!o.save_checkpoint.empty()) check_save_path(o.save_checkpoint, cfg);
     const std::uint64_t max_memory =
         o.max_memory.empty() ? physical_memory_bytes() / 4 * 3 : parse_size(o.max_memory, "--max-memory");
-    const MemoryEstimate memory = check_simulation_memory(cfg, n_positions, sim.mode, max_memory);
+    const MemoryEstimate memory = check_simulation_memory(cfg, sim, max_memory);
 
     nlohmann::json inputs = {
         {"model", cfg.name},
