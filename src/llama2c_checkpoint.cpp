@@ -106,7 +106,14 @@ public:
         if (n_bytes > file_.size_bytes() - std::min(offset_, file_.size_bytes()))
             throw FormatError(fmt::format("{}: truncated: {} bytes needed at offset {}, file has {} bytes",
                                           file_.path().string(), n_bytes, offset_, file_.size_bytes()));
-        std::memcpy(out, file_.bytes().data() + offset_, n_bytes);
+        // 1 MiB at a time, each chunk's file pages given back once copied: peak memory is the weights
+        constexpr std::uint64_t chunk = 1 << 20;
+        auto* dst = reinterpret_cast<std::byte*>(out);
+        for (std::uint64_t done = 0; done < n_bytes; done += chunk) {
+            const std::uint64_t n = std::min(chunk, n_bytes - done);
+            std::memcpy(dst + done, file_.bytes().data() + offset_ + done, n);
+            file_.drop_pages(offset_ + done, n);
+        }
         offset_ += n_bytes;
     }
     MatrixRM matrix(std::int64_t rows, std::int64_t cols) {

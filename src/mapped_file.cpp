@@ -1,5 +1,6 @@
 #include "kvlab/mapped_file.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -56,6 +57,14 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
         size_bytes_ = std::exchange(other.size_bytes_, 0);
     }
     return *this;
+}
+
+void MappedFile::drop_pages(std::uint64_t offset, std::uint64_t n) const noexcept {
+    if (data_ == nullptr || offset >= size_bytes_) return;
+    const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+    const std::uint64_t end = std::min(size_bytes_, offset + std::min(n, size_bytes_ - offset));
+    const std::uint64_t first = (offset + page - 1) / page * page, last = end / page * page;  // whole pages inside
+    if (last > first) ::madvise(static_cast<std::byte*>(data_) + first, last - first, MADV_DONTNEED);
 }
 
 void MappedFile::release() noexcept {

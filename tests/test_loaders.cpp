@@ -23,6 +23,7 @@
 #include "kvlab/half_float.hpp"
 #include "kvlab/hf_checkpoint.hpp"
 #include "kvlab/llama2c_checkpoint.hpp"
+#include "kvlab/mapped_file.hpp"
 #include "kvlab/safetensors.hpp"
 #include "kvlab/tokenizer.hpp"
 
@@ -910,4 +911,28 @@ TEST_CASE("A GPT-2 safetensors directory loads with Conv1D weights transposed an
     CHECK(holds_hf(w.final_norm, 15, 8));
     CHECK(holds_hf(w.final_norm_bias, 16, 8));
     CHECK(w.lm_head.size() == 0);
+}
+
+TEST_CASE("A mapped file's bytes read the same after their pages are given back") {
+    TempDir dir;
+    const fs::path path = dir.path() / "pages.bin";
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    std::vector<std::uint8_t> data(3 * page + 100);
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint8_t>(i * 7 + 3);
+    {
+        std::ofstream out(path, std::ios::binary);
+        out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+    }
+    const MappedFile file(path);
+    auto same = [&] {
+        return std::memcmp(file.bytes().data(), data.data(), data.size()) == 0;
+    };
+    REQUIRE(same());
+    file.drop_pages(10, page * 2);             // partial first page kept, one whole page dropped
+    CHECK(same());
+    file.drop_pages(0, data.size());           // every whole page, the tail page kept
+    CHECK(same());
+    file.drop_pages(data.size() + 5, 100);     // beyond the end: nothing to do
+    file.drop_pages(page, ~std::uint64_t{0});  // a length past the end stops at the end
+    CHECK(same());
 }

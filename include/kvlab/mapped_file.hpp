@@ -21,6 +21,10 @@ public:
     std::span<const std::byte> bytes() const { return {static_cast<const std::byte*>(data_), size_bytes_}; }
     std::uint64_t size_bytes() const { return size_bytes_; }
     const std::filesystem::path& path() const { return path_; }
+    // Gives back the resident pages of bytes [offset, offset + n) once they are copied out, so a loader's
+    // peak memory is the weights it builds, not weights + file. The bytes stay readable (the kernel maps
+    // them again from the file on the next access). Only whole pages inside the range are dropped.
+    void drop_pages(std::uint64_t offset, std::uint64_t n) const noexcept;
 
 private:
     void release() noexcept;
