@@ -62,25 +62,42 @@ double seconds_since(clock_type::time_point t0) {
 
 struct Stat {
     double median = 0, min = 0, max = 0;
+    std::size_t n = 0;  // samples
 };
 
 Stat stat_of(std::vector<double> values) {
     std::sort(values.begin(), values.end());
     const std::size_t n = values.size();
     const double median = n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-    return {median, values.front(), values.back()};
+    return {median, values.front(), values.back(), n};
 }
 
-// STREAM-style read bandwidth: each thread sums its static share of a buffer far larger than the
-// last-level cache. Bytes/s of the median repeat; the buffer is freed before returning.
-Stat read_bandwidth(std::int64_t mib, int repeats) {
-    const std::int64_t n = mib * 1024 * 1024 / static_cast<std::int64_t>(sizeof(float));
-    const std::unique_ptr<float[]> buffer(new float[static_cast<std::size_t>(n)]);
-    float* data = buffer.get();
+// The references every speed is divided by, sampled right before the measurement they divide, so the
+// slow phases of a shared machine hit both alike. Read bandwidth is STREAM-style: each thread sums its
+// static share of a buffer far larger than the last-level cache (first touched by the same thread).
+// GEMM is Eigen's (n, n) @ (n, n) with Eigen's own threads (the same number).
+class References {
+public:
+    References(std::int64_t stream_mib, std::int64_t gemm_n)
+        : n_stream_(stream_mib * 1024 * 1024 / static_cast<std::int64_t>(sizeof(float))),
+          stream_(new float[static_cast<std::size_t>(n_stream_)]),
+          a_(MatrixRM::Random(gemm_n, gemm_n)),
+          b_(MatrixRM::Random(gemm_n, gemm_n)),
+          c_(gemm_n, gemm_n) {
+        float* data = stream_.get();
+        const std::int64_t n = n_stream_;
 #pragma omp parallel for schedule(static)
-    for (std::int64_t i = 0; i < n; ++i) data[i] = 1.0f;  // first touch by the thread that reads it
-    std::vector<double> rates;
-    for (int r = 0; r <= repeats; ++r) {  // repeat 0 warms up
+        for (std::int64_t i = 0; i < n; ++i) data[i] = 1.0f;
+        read_bandwidth();  // warm-ups, not kept
+        gemm_rate();
+        bw_samples.clear();
+        gemm_samples.clear();
+    }
+
+    // One sample of each, in bytes/s and FLOP/s; every sample is also kept for the reference table.
+    double read_bandwidth() {
+        const float* data = stream_.get();
+        const std::int64_t n = n_stream_;
         const auto t0 = clock_type::now();
         double sum = 0.0;
 #pragma omp parallel reduction(+ : sum)
@@ -91,25 +108,26 @@ Stat read_bandwidth(std::int64_t mib, int repeats) {
         }
         const double s = seconds_since(t0);
         if (sum <= 0.0) throw Error("read bandwidth: the sum of ones is not positive");  // keeps the reads live
-        if (r > 0) rates.push_back(static_cast<double>(n) * sizeof(float) / s);
+        bw_samples.push_back(static_cast<double>(n) * sizeof(float) / s);
+        return bw_samples.back();
     }
-    return stat_of(rates);
-}
-
-// Eigen GEMM FLOP/s, (n, n) @ (n, n) with Eigen's own threads (the same number).
-Stat gemm_rate(std::int64_t n, int repeats) {
-    const MatrixRM a = MatrixRM::Random(n, n), b = MatrixRM::Random(n, n);
-    MatrixRM c(n, n);
-    std::vector<double> rates;
-    for (int r = 0; r <= repeats; ++r) {
+    double gemm_rate() {
         const auto t0 = clock_type::now();
-        c.noalias() = a * b;
+        c_.noalias() = a_ * b_;
         const double s = seconds_since(t0);
-        if (r > 0) rates.push_back(2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / s);
+        if (!std::isfinite(c_(0, 0))) throw Error("GEMM reference: non-finite result");
+        const auto n = static_cast<double>(a_.rows());
+        gemm_samples.push_back(2.0 * n * n * n / s);
+        return gemm_samples.back();
     }
-    if (!std::isfinite(c(0, 0))) throw Error("GEMM reference: non-finite result");
-    return stat_of(rates);
-}
+
+    std::vector<double> bw_samples, gemm_samples;
+
+private:
+    std::int64_t n_stream_;
+    std::unique_ptr<float[]> stream_;  // (n_stream_) ones
+    MatrixRM a_, b_, c_;               // (n, n)
+};
 
 // A child process's exit, its stderr and its peak resident set (bytes), from the kernel's accounting of
 // the child (wait4), the figure /usr/bin/time -v prints. A forked child starts with the parent's resident
@@ -217,36 +235,48 @@ struct ModelResult {
     std::uint64_t weights_bytes = 0;
     Stat decode_tok, decode_bytes, uncached_tok, uncached_flops, prefill_tok, prefill_flops;
     Stat decode_tok_nocount, uncached_tok_nocount;
+    Stat decode_of_bw, uncached_of_gemm, prefill_of_gemm;  // per repeat: rate / the reference sampled just before
 };
 
-ModelResult bench_model(const std::string& model, const BenchOptions& o) {
+ModelResult bench_model(const std::string& model, const BenchOptions& o, References& refs) {
     const ModelConfig cfg = simulation_config(load_model(model), std::nullopt);
     const Weights weights = random_weights(cfg, 42);
     ModelResult m;
     m.name = cfg.display_name;
     m.weights_bytes = weights_bytes(cfg);
     std::vector<double> decode_tok, decode_bytes, decode_tok_off, unc_tok, unc_flops, unc_tok_off, pre_tok, pre_flops;
+    std::vector<double> decode_of_bw, unc_of_gemm, pre_of_gemm;
     for (int r = 0; r < o.repeats; ++r) {
         // counting on and off alternate, so slow phases of a shared machine hit both alike
         for (const bool count : {true, false}) {
             // cached: step 0 is the prefill of the prompt, steps 1.. decode one token each
+            const double bw = refs.read_bandwidth();
             const auto cached = run_simulation(cfg, weights, sim_options(SimMode::cached, o.prompt_len, o.steps, count));
             const auto n_decode = static_cast<std::int64_t>(cached.records.size()) - 1;
             const RunRates dec = rates_of(cached.records, 1, n_decode);
             (count ? decode_tok : decode_tok_off).push_back(dec.tokens_per_s);
-            if (count) decode_bytes.push_back(dec.bytes_per_s);
+            if (count) {
+                decode_bytes.push_back(dec.bytes_per_s);
+                decode_of_bw.push_back(dec.bytes_per_s / bw);
+            }
             // uncached: every step is a full forward over the sequence so far
+            const double gemm = refs.gemm_rate();
             const auto unc =
                 run_simulation(cfg, weights, sim_options(SimMode::uncached, o.prompt_len, o.uncached_steps, count));
             const RunRates u = rates_of(unc.records, 0, static_cast<std::int64_t>(unc.records.size()));
             (count ? unc_tok : unc_tok_off).push_back(u.tokens_per_s);
-            if (count) unc_flops.push_back(u.flops_per_s);
+            if (count) {
+                unc_flops.push_back(u.flops_per_s);
+                unc_of_gemm.push_back(u.flops_per_s / gemm);
+            }
         }
         // prefill: one batched forward over a longer prompt
+        const double gemm = refs.gemm_rate();
         const auto pre = run_simulation(cfg, weights, sim_options(SimMode::cached, o.prefill_len, 1, true));
         const RunRates p = rates_of(pre.records, 0, o.prefill_len);
         pre_tok.push_back(p.tokens_per_s);
         pre_flops.push_back(p.flops_per_s);
+        pre_of_gemm.push_back(p.flops_per_s / gemm);
     }
     m.decode_tok = stat_of(decode_tok);
     m.decode_bytes = stat_of(decode_bytes);
@@ -256,6 +286,9 @@ ModelResult bench_model(const std::string& model, const BenchOptions& o) {
     m.uncached_tok_nocount = stat_of(unc_tok_off);
     m.prefill_tok = stat_of(pre_tok);
     m.prefill_flops = stat_of(pre_flops);
+    m.decode_of_bw = stat_of(decode_of_bw);
+    m.uncached_of_gemm = stat_of(unc_of_gemm);
+    m.prefill_of_gemm = stat_of(pre_of_gemm);
     return m;
 }
 
@@ -368,7 +401,8 @@ Report make_report(const BenchOptions& o, int n_threads, const Stat& bw, const S
                      {"stream_mib", o.stream_mib}, {"gemm_n", o.gemm_n},          {"weights", "random N(0, 0.02), seed 42"}};
 
     Table refs;
-    refs.title = fmt::format("references, {} threads (median of {}; spread = (max - min) / median)", n_threads, o.repeats);
+    refs.title = fmt::format("references, {} threads (median of {} samples, each taken right before a measurement it "
+                             "divides; spread = (max - min) / median)", n_threads, bw.n);
     refs.columns = {{"reference", "reference", false}, {"value", "median"}, {"unit", "unit", false}, {"spread_percent", "spread (%)"}};
     refs.rows.push_back({text_cell(fmt::format("read bandwidth, sum over {} MiB", o.stream_mib)), real_cell(bw.median * 1e-9, 2),
                          text_cell("GB/s"), real_cell(spread_percent(bw), 1)});
@@ -383,25 +417,27 @@ Report make_report(const BenchOptions& o, int n_threads, const Stat& bw, const S
                      {"target", "target", false}, {"met", "met", false},        {"spread_percent", "spread (%)"}};
     auto yes_no = [](bool b) { return text_cell(b ? "yes" : "no"); };
     for (const ModelResult& m : models) {
-        const double bw_ratio = m.decode_bytes.median / bw.median;
+        const double bw_ratio = m.decode_of_bw.median;
         const bool is_110m = m.name.find("110M") != std::string::npos;
         speed.rows.push_back({text_cell(m.name), text_cell(fmt::format("cached decode, {} steps", o.steps - 1)),
                               real_cell(m.decode_tok.median, 1), real_cell(m.decode_bytes.median * 1e-9, 2), text_cell("GB/s"),
                               real_cell(bw_ratio, 3), text_cell(is_110m ? ">= 0.80 of read BW" : "-"),
                               text_cell(is_110m ? (bw_ratio >= 0.8 ? "yes" : "no") : "-"),
                               real_cell(spread_percent(m.decode_tok), 1)});
-        const double gemm_ratio = m.uncached_flops.median / gemm.median;
+        const double gemm_ratio = m.uncached_of_gemm.median;
         speed.rows.push_back({text_cell(m.name), text_cell(fmt::format("uncached step, {} steps", o.uncached_steps)),
                               real_cell(m.uncached_tok.median, 1), real_cell(m.uncached_flops.median * 1e-9, 2),
                               text_cell("GFLOP/s"), real_cell(gemm_ratio, 3), text_cell(">= 0.50 of GEMM"),
                               yes_no(gemm_ratio >= 0.5), real_cell(spread_percent(m.uncached_flops), 1)});
         speed.rows.push_back({text_cell(m.name), text_cell(fmt::format("prefill, {} tokens", o.prefill_len)),
                               real_cell(m.prefill_tok.median, 1), real_cell(m.prefill_flops.median * 1e-9, 2),
-                              text_cell("GFLOP/s"), real_cell(m.prefill_flops.median / gemm.median, 3), text_cell("-"),
+                              text_cell("GFLOP/s"), real_cell(m.prefill_of_gemm.median, 3), text_cell("-"),
                               text_cell("-"), real_cell(spread_percent(m.prefill_flops), 1)});
     }
     speed.notes.push_back("cached decode bytes = weights read + KV read + KV written, as counted (docs/cost-model.md); "
                           "FLOPs as counted; wall time of the forward calls");
+    speed.notes.push_back("of reference: median over repeats of (this repeat's rate / the reference sample taken just "
+                          "before it); tok/s and achieved: medians of their own");
     report.tables.push_back(std::move(speed));
 
     Table counting;
@@ -502,10 +538,10 @@ int main(int argc, char** argv) {
         for (const auto& name : o.models) rss.push_back(bench_rss(name, o, n_threads));
         const PeerResult peer = bench_peer(o, n_threads);
 
-        const Stat bw = read_bandwidth(o.stream_mib, o.repeats);
-        const Stat gemm = gemm_rate(o.gemm_n, o.repeats);
+        References refs(o.stream_mib, o.gemm_n);
         std::vector<ModelResult> models;
-        for (const auto& name : o.models) models.push_back(bench_model(name, o));
+        for (const auto& name : o.models) models.push_back(bench_model(name, o, refs));
+        const Stat bw = stat_of(refs.bw_samples), gemm = stat_of(refs.gemm_samples);
 
         const Report report = make_report(o, n_threads, bw, gemm, models, rss, rss_floor, peer);
         print_report(std::cout, report, format);
