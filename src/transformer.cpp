@@ -100,6 +100,32 @@ Block matmul_block(MatrixRM& out, const MatrixRM& x, std::int64_t n, const Matri
     return b;
 }
 
+// f(i) for every task i in [0, n), handed out to the threads one at a time (tasks may differ in cost). One
+// task, or one thread, runs here with no OpenMP region at all: libgomp allocates a new team for every
+// one-thread region (an if() clause that serialises it included), and a decode step must not allocate.
+template <typename TaskFn>
+void for_each_task(std::int64_t n, TaskFn f) {
+    if (n == 1 || omp_get_max_threads() == 1) {
+        for (std::int64_t i = 0; i < n; ++i) f(i);
+        return;
+    }
+#pragma omp parallel for schedule(dynamic)
+    for (std::int64_t i = 0; i < n; ++i) f(i);
+}
+
+// body() on every thread of a team, each taking its share by omp_get_thread_num (thread_block); with one
+// thread it runs here, outside any region, since libgomp allocates a fresh team for every one-thread
+// region. (Under --threads 0 libgomp may still size a team to one thread on a loaded machine.)
+template <typename Body>
+void on_threads(Body body) {
+    if (omp_get_max_threads() == 1) {
+        body();
+        return;
+    }
+#pragma omp parallel
+    body();
+}
+
 // Each thread's scores row starts 64-byte aligned (a multiple of 16 floats), so Eigen's vectorised sums
 // peel the same way whichever thread computes a query: results do not depend on the schedule.
 std::int64_t scores_row_floats(std::int64_t n_tokens_max) { return (n_tokens_max + 15) / 16 * 16; }
@@ -285,11 +311,10 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
     const VectorF no_bias;
 
     auto norm_rows = [&](const VectorF& w, const VectorF& b) {
-#pragma omp parallel for if (n > 1)
-        for (std::int64_t i = 0; i < n; ++i) {
+        for_each_task(n, [&](std::int64_t i) {
             if (gpt2) layernorm_row(xb_.row(i).data(), x_.row(i).data(), w.data(), b.data(), d, eps);
             else rmsnorm_row(xb_.row(i).data(), x_.row(i).data(), w.data(), d, eps);
-        }
+        });
     };
     auto norm_cost = [&](std::int64_t rows) { return gpt2 ? cost_layernorm(rows, d) : cost_rmsnorm(rows, d); };
     OpTimer timer(cost);
@@ -313,12 +338,11 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
         timer.mark(Op::attn_norm);
 
         // q, k, v projections for the n new tokens, in one pass over the three weight matrices
-#pragma omp parallel
-        {
+        on_threads([&] {
             matmul_block(q_, xb_, n, lw.wq, lw.bq);
             matmul_block(k_new_, xb_, n, lw.wk, lw.bk);
             matmul_block(v_new_, xb_, n, lw.wv, lw.bv);
-        }
+        });
         count_matmul(cost, Op::q_proj, n, lw.wq, lw.bq);
         count_matmul(cost, Op::k_proj, n, lw.wk, lw.bk);
         count_matmul(cost, Op::v_proj, n, lw.wv, lw.bv);
@@ -326,8 +350,7 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
 
         // RoPE on q and k (llama); keys are stored after rotation
         if (!gpt2) {
-#pragma omp parallel for if (n > 1)
-            for (std::int64_t i = 0; i < n; ++i) rope_row(q_.row(i).data(), k_new_.row(i).data(), pos0 + i);
+            for_each_task(n, [&](std::int64_t i) { rope_row(q_.row(i).data(), k_new_.row(i).data(), pos0 + i); });
             count(cost, Op::rope, cost_rope(n, q_.cols() / D, k_new_.cols() / D, D));
             timer.mark(Op::rope);
         }
@@ -364,12 +387,11 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
             timer.mark(Op::kv_store);
             // one task per (query, head): a decode step spreads its heads over the threads, a prefill its queries
             const std::int64_t n_tasks = n * shape.n_head;
-#pragma omp parallel for schedule(dynamic) if (n_tasks > 1)
-            for (std::int64_t task = 0; task < n_tasks; ++task) {
+            for_each_task(n_tasks, [&](std::int64_t task) {
                 const std::int64_t i = task / shape.n_head, h = task % shape.n_head, row0 = first_row_of(i);
                 attention_head(shape, h, q_.row(i).data(), k_store.row(row0).data(), v_store.row(row0).data(), n_keys_of(i),
                                att_.row(i).data(), scores_.row(omp_get_thread_num()).data());
-            }
+            });
         }
         for (std::int64_t i = 0; i < n; ++i) n_scores += n_keys_of(i);
         const std::int64_t n_key_rows = n - 1 + n_keys_of(0);  // distinct positions read: first query's oldest .. newest
@@ -380,11 +402,10 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
         timer.mark_split({Op::qk, Op::softmax, Op::av});  // a wrapping ring's interleaved stores land here too
 
         // output projection and residual, the residual on each thread's block of the output
-#pragma omp parallel
-        {
+        on_threads([&] {
             const Block b = matmul_block(xb_, att_, n, lw.wo, lw.bo);
             x_.block(0, b.begin, n, b.size) += xb_.block(0, b.begin, n, b.size);
-        }
+        });
         count_matmul(cost, Op::o_proj, n, lw.wo, lw.bo);
         count(cost, Op::attn_residual, cost_residual(n, d));
         timer.mark_split({Op::o_proj, Op::attn_residual});
@@ -395,36 +416,33 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
         timer.mark(Op::mlp_norm);
         if (gpt2) {
             // gelu(x W_fc + b) W_proj + b; GELU on each thread's block while it is in cache
-#pragma omp parallel
-            {
+            on_threads([&] {
                 const Block b = matmul_block(hb_, xb_, n, lw.w1, lw.b1);
                 auto u = hb_.block(0, b.begin, n, b.size).array();
                 constexpr float c = 0.7978845608028654f;  // sqrt(2/pi)
                 u = 0.5f * u * (1.0f + (c * (u + 0.044715f * u * u * u)).tanh());
-            }
+            });
             count_matmul(cost, Op::mlp_up, n, lw.w1, lw.b1);
             count(cost, Op::activation, cost_gelu_tanh(n, hb_.cols()));
             timer.mark_split({Op::mlp_up, Op::activation});
         } else {
             // w2(silu(w1 x) * w3 x): gate and up share the block split, so SwiGLU runs on each
             // thread's block while it is in cache
-#pragma omp parallel
-            {
+            on_threads([&] {
                 const Block b = matmul_block(hb_, xb_, n, lw.w1, lw.b1);
                 matmul_block(hb2_, xb_, n, lw.w3, no_bias);
                 auto g = hb_.block(0, b.begin, n, b.size).array();
                 g = g / (1.0f + (-g).exp()) * hb2_.block(0, b.begin, n, b.size).array();
-            }
+            });
             count_matmul(cost, Op::mlp_gate, n, lw.w1, lw.b1);
             count_matmul(cost, Op::mlp_up, n, lw.w3, no_bias);
             count(cost, Op::activation, cost_swiglu(n, hb_.cols()));
             timer.mark_split({Op::mlp_gate, Op::mlp_up, Op::activation});
         }
-#pragma omp parallel
-        {
+        on_threads([&] {
             const Block b = matmul_block(xb_, hb_, n, lw.w2, lw.b2);
             x_.block(0, b.begin, n, b.size) += xb_.block(0, b.begin, n, b.size);
-        }
+        });
         count_matmul(cost, Op::mlp_down, n, lw.w2, lw.b2);
         count(cost, Op::mlp_residual, cost_residual(n, d));
         timer.mark_split({Op::mlp_down, Op::mlp_residual});
@@ -437,11 +455,10 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
     count(cost, Op::final_norm, norm_cost(1));
     timer.mark(Op::final_norm);
     const MatrixRM& classifier = w_.classifier();
-#pragma omp parallel
-    {
+    on_threads([&] {
         const Block b = thread_block(classifier.rows());
         logits_.segment(b.begin, b.size).noalias() = classifier.middleRows(b.begin, b.size) * x_last_;
-    }
+    });
     count(cost, Op::lm_head, cost_matmul(1, classifier.cols(), classifier.rows(), false));
     timer.mark(Op::lm_head);
     return logits_;
