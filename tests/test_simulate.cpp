@@ -137,10 +137,7 @@ TEST_CASE("Mixture-of-experts and MLA configs are refused; --layers keeps the re
 
 TEST_CASE("The memory check refuses a run over the limit and suggests how many layers fit") {
     const auto cfg = load_preset("llama-3-8b");
-    SimulateOptions o;
-    o.mode = SimMode::both;
-    o.n_prompt = 32;
-    o.n_steps = 32;
+    const SimulateOptions o{.mode = SimMode::both, .n_prompt = 32, .n_steps = 32};
     const auto e = estimate_simulation_memory(cfg, o);
     CHECK(e.weights == weights_bytes(cfg));
     CHECK(e.weights == 8030261248ull * 4);  // Llama-3-8B's published 8,030,261,248 parameters in fp32
@@ -152,10 +149,7 @@ TEST_CASE("The memory check refuses a run over the limit and suggests how many l
 
 TEST_CASE("A cached-only run sizes its activations for the prompt, not the whole sequence") {
     const auto cfg = load_preset("stories15m");
-    SimulateOptions o;
-    o.mode = SimMode::cached;
-    o.n_prompt = 32;
-    o.n_steps = 128;
+    SimulateOptions o{.mode = SimMode::cached, .n_prompt = 32, .n_steps = 128};
     const TransformerSize cached = simulation_size(cfg, o);
     CHECK(cached.n_positions == 160);  // 32 prompt + 128 steps
     CHECK(cached.n_tokens == 32);      // the prefill call is the widest
