@@ -3,6 +3,7 @@
 // Optionally compares decode speed with llama2.c's run.c (KVLAB_PEER_RUNC). Not a test: run
 // `build/release/bench/kvlab_bench_simulate [--json FILE]`; method and results in docs/performance.md.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -153,26 +154,34 @@ ChildRun run_child(const std::vector<std::string>& args, const std::vector<std::
     for (const auto& kv : env_extra) envp.push_back(const_cast<char*>(kv.c_str()));
     envp.push_back(nullptr);
     int err_pipe[2];
-    if (::pipe(err_pipe) != 0) throw IoError(fmt::format("cannot create a pipe to run {}", args[0]));
+    if (::pipe2(err_pipe, O_CLOEXEC) != 0) throw IoError(fmt::format("cannot create a pipe to run {}", args[0]));
     const pid_t pid = ::fork();
-    if (pid < 0) throw IoError(fmt::format("cannot fork to run {}", args[0]));
-    if (pid == 0) {
-        const int devnull = ::open("/dev/null", O_WRONLY);
-        ::dup2(devnull, STDOUT_FILENO);
-        ::dup2(err_pipe[1], STDERR_FILENO);
+    if (pid < 0) {
         ::close(err_pipe[0]);
+        ::close(err_pipe[1]);
+        throw IoError(fmt::format("cannot fork to run {}", args[0]));
+    }
+    if (pid == 0) {  // the child: stdout to /dev/null, stderr to the pipe (dup2 clears close-on-exec)
+        const int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (devnull < 0 || ::dup2(devnull, STDOUT_FILENO) < 0 || ::dup2(err_pipe[1], STDERR_FILENO) < 0) ::_exit(126);
         ::execve(argv[0], argv.data(), envp.data());
         ::_exit(127);
     }
     ::close(err_pipe[1]);
     ChildRun run;
     char buf[512];
-    ssize_t n_read = 0;
-    while ((n_read = ::read(err_pipe[0], buf, sizeof buf)) > 0) run.err.append(buf, static_cast<std::size_t>(n_read));
+    for (;;) {
+        const ssize_t n_read = ::read(err_pipe[0], buf, sizeof buf);
+        if (n_read > 0) run.err.append(buf, static_cast<std::size_t>(n_read));
+        else if (n_read == 0 || errno != EINTR) break;
+    }
     ::close(err_pipe[0]);
     int status = 0;
     rusage usage{};
-    if (::wait4(pid, &status, 0, &usage) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    pid_t waited = -1;
+    do waited = ::wait4(pid, &status, 0, &usage);
+    while (waited < 0 && errno == EINTR);
+    if (waited != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         std::string command;
         for (const auto& a : args) command += (command.empty() ? "" : " ") + a;
         throw IoError(fmt::format("'{}' failed (status {}): {}", command, status, run.err.substr(0, 300)));
@@ -494,8 +503,10 @@ Report make_report(const BenchOptions& o, int n_threads, const Stat& bw, const S
         t.rows.push_back({text_cell("bandwidth ceiling"), real_cell(ceiling, 1), ratio_cell(ceiling / peer.peer_tok.median),
                           real_cell(1.0, 3), text_cell("-")});
         t.notes.push_back(fmt::format("target: >= 1.50x; {}", speedup >= 1.5 ? "met" : "NOT met"));
-        t.notes.push_back(fmt::format("bandwidth ceiling = read bandwidth / {:.2f} MB per token (weights + KV read + KV "
-                                      "written, as counted; run.c moves the same fp32 bytes)", peer.bytes_per_token * 1e-6));
+        t.notes.push_back(fmt::format("bandwidth ceiling = read bandwidth (median of the run's samples) / {:.2f} MB per "
+                                      "token (weights + KV read + KV written, as counted; run.c moves the same fp32 bytes)",
+                                      peer.bytes_per_token * 1e-6));
+        t.notes.push_back("kvlab's tok/s times its forward calls; run.c's also its argmax and printf (~10 us of ~4 ms)");
         t.notes.push_back("kvlab: " + peer.command_kvlab);
         t.notes.push_back("run.c: " + peer.command_peer);
         report.tables.push_back(std::move(t));

@@ -112,7 +112,7 @@ public:
         for (std::uint64_t done = 0; done < n_bytes; done += chunk) {
             const std::uint64_t n = std::min(chunk, n_bytes - done);
             std::memcpy(dst + done, file_.bytes().data() + offset_ + done, n);
-            file_.drop_pages(offset_ + done, n);
+            file_.drop_pages(offset_, done + n);  // from the tensor's start: no page straddling two chunks stays
         }
         offset_ += n_bytes;
     }

@@ -130,7 +130,7 @@ void SafetensorsFile::read_f32(const SafetensorsTensor& t, float* out) const {
                 out[i] = f16 ? fp16_to_fp32(bits) : bf16_to_fp32(bits);
             }
         }
-        file_.drop_pages(t.begin_bytes + done, n);
+        file_.drop_pages(t.begin_bytes, done + n);  // from the tensor's start: no page straddling two chunks stays
     }
 }
 

@@ -105,7 +105,7 @@ Block matmul_block(MatrixRM& out, const MatrixRM& x, std::int64_t n, const Matri
 // one-thread region (an if() clause that serialises it included), and a decode step must not allocate.
 template <typename TaskFn>
 void for_each_task(std::int64_t n, TaskFn f) {
-    if (n == 1 || omp_get_max_threads() == 1) {
+    if (!omp_in_parallel() && (n == 1 || omp_get_max_threads() == 1)) {
         for (std::int64_t i = 0; i < n; ++i) f(i);
         return;
     }
@@ -115,10 +115,11 @@ void for_each_task(std::int64_t n, TaskFn f) {
 
 // body() on every thread of a team, each taking its share by omp_get_thread_num (thread_block); with one
 // thread it runs here, outside any region, since libgomp allocates a fresh team for every one-thread
-// region. (Under --threads 0 libgomp may still size a team to one thread on a loaded machine.)
+// region. (Under --threads 0 libgomp may still size a team to one thread on a loaded machine.) Inside an
+// enclosing region a nested region is kept, so thread_block sees a team of its own.
 template <typename Body>
 void on_threads(Body body) {
-    if (omp_get_max_threads() == 1) {
+    if (omp_get_max_threads() == 1 && !omp_in_parallel()) {
         body();
         return;
     }
@@ -300,6 +301,9 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
     if (n == 0 || n > size_.n_tokens || pos0 + n > size_.n_positions)
         throw UsageError(fmt::format("simulate: {} tokens at position {} do not fit the buffers allocated ({} tokens per "
                                      "call, {} positions)", n, pos0, size_.n_tokens, size_.n_positions));
+    if (omp_get_max_threads() > n_threads_)  // scores_ has one row per thread of the team sized at construction
+        throw Error(fmt::format("simulate: {} threads, but the transformer was built for {}; set the thread count "
+                                "before constructing it", omp_get_max_threads(), n_threads_));
     for (const TokenId t : tokens)
         if (t < 0 || t >= cfg_.n_vocab)
             throw UsageError(fmt::format("simulate: token id {} is outside the vocabulary [0, {})", t, cfg_.n_vocab));

@@ -68,6 +68,10 @@ TEST_CASE("The allocation counter sees a std::vector and an Eigen matrix") {
 
 TEST_CASE("Cached decode steps allocate nothing once the transformer and the cache are built") {
     const int n_threads_default = omp_get_max_threads();
+    // fixed team sizes: with dynamic teams (simulate --threads 0) libgomp may pick a one-thread team on a
+    // loaded machine, and it allocates every one-thread team (docs/performance.md)
+    const int dynamic_default = omp_get_dynamic();
+    omp_set_dynamic(0);
     // every family, GQA and MQA, a sliding window, and a single head (one attention task per step)
     for (const auto& cfg : {tiny_config(Family::llama, 4, 2), tiny_config(Family::gpt2, 3, 3),
                             tiny_config(Family::llama, 4, 1, 2, 6), tiny_config(Family::llama, 1, 1)})
@@ -91,4 +95,5 @@ TEST_CASE("Cached decode steps allocate nothing once the transformer and the cac
         CHECK(g_n_allocs.load() - before == 0);
     }
     omp_set_num_threads(n_threads_default);
+    omp_set_dynamic(dynamic_default);
 }
