@@ -15,6 +15,7 @@
 
 #include "kvlab/llama2c_checkpoint.hpp"
 #include "kvlab/random_weights.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 using namespace kvlab;
@@ -87,15 +88,6 @@ std::string safetensors(const std::vector<StTensor>& tensors) {
     return out + text + buffer;
 }
 
-// Neighbour-paired q/k rows -> HF's rotate-half order: halves row j*D/2 + i of a head is neighbour row 2i + j.
-MatrixRM to_halves(const MatrixRM& w, std::int64_t d_head) {
-    MatrixRM out(w.rows(), w.cols());
-    const std::int64_t half = d_head / 2;
-    for (std::int64_t head = 0; head < w.rows() / d_head; ++head)
-        for (std::int64_t i = 0; i < half; ++i)
-            for (std::int64_t j = 0; j < 2; ++j) out.row(head * d_head + j * half + i) = w.row(head * d_head + 2 * i + j);
-    return out;
-}
 
 // The tiny model as a Hugging Face directory (F32), the same function as tiny.bin; `edit` may break
 // the tensor list.
@@ -116,8 +108,8 @@ void write_hf(const fs::path& dir, const Weights& w, const std::function<void(st
         const LayerWeights& lw = w.layers[l];
         const std::string p = fmt::format("model.layers.{}.", l);
         vec(p + "input_layernorm.weight", lw.attn_norm);
-        mat(p + "self_attn.q_proj.weight", to_halves(lw.wq, 4));
-        mat(p + "self_attn.k_proj.weight", to_halves(lw.wk, 4));
+        mat(p + "self_attn.q_proj.weight", kvlab::test::neighbours_to_halves(lw.wq, 4));
+        mat(p + "self_attn.k_proj.weight", kvlab::test::neighbours_to_halves(lw.wk, 4));
         mat(p + "self_attn.v_proj.weight", lw.wv);
         mat(p + "self_attn.o_proj.weight", lw.wo);
         vec(p + "post_attention_layernorm.weight", lw.mlp_norm);

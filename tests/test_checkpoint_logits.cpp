@@ -27,30 +27,16 @@
 #include "kvlab/tokenizer.hpp"
 #include "kvlab/transformer.hpp"
 #include "sim_configs.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 using namespace kvlab;
 
 namespace {
 
-class ScratchDir {
-public:
-    ScratchDir() {
-        static int counter = 0;
-        path_ = fs::temp_directory_path() / fmt::format("kvlab-test-ckpt-{}-{}", ::getpid(), counter++);
-        fs::remove_all(path_);
-        fs::create_directories(path_);
-    }
-    ~ScratchDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    ScratchDir(const ScratchDir&) = delete;
-    ScratchDir& operator=(const ScratchDir&) = delete;
-    fs::path operator/(const std::string& name) const { return path_ / name; }
-
-private:
-    fs::path path_;
+// A scratch directory per test, removed at the end.
+struct ScratchDir : kvlab::test::TempDir {
+    ScratchDir() : kvlab::test::TempDir("kvlab-test-ckpt") {}
 };
 
 struct Out {
@@ -169,16 +155,7 @@ std::string safetensors_bytes(const std::vector<StTensor>& tensors) {
     return o.bytes + text + buffer;
 }
 
-// Neighbour-paired rows (llama2.c) -> the rotate-half order HF Llama stores: within each head of D
-// rows, halves row j*D/2 + i holds neighbour row 2i + j (what HF's conversion script does).
-MatrixRM neighbours_to_halves(const MatrixRM& w, std::int64_t d_head) {
-    MatrixRM out(w.rows(), w.cols());
-    const std::int64_t half = d_head / 2;
-    for (std::int64_t head = 0; head < w.rows() / d_head; ++head)
-        for (std::int64_t i = 0; i < half; ++i)
-            for (std::int64_t j = 0; j < 2; ++j) out.row(head * d_head + j * half + i) = w.row(head * d_head + 2 * i + j);
-    return out;
-}
+using kvlab::test::neighbours_to_halves;
 
 void write_hf_llama(const fs::path& dir, const ModelConfig& c, const Weights& w) {
     fs::create_directories(dir);

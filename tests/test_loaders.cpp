@@ -26,31 +26,16 @@
 #include "kvlab/mapped_file.hpp"
 #include "kvlab/safetensors.hpp"
 #include "kvlab/tokenizer.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 using namespace kvlab;
 
 namespace {
 
-class TempDir {
-public:
-    TempDir() {
-        static int counter = 0;
-        path_ = fs::temp_directory_path() / fmt::format("kvlab-test-loaders-{}-{}", ::getpid(), counter++);
-        fs::remove_all(path_);
-        fs::create_directories(path_);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-    fs::path operator/(const std::string& name) const { return path_ / name; }
-    const fs::path& path() const { return path_; }
-
-private:
-    fs::path path_;
+// A scratch directory per test, removed at the end.
+struct TempDir : kvlab::test::TempDir {
+    TempDir() : kvlab::test::TempDir("kvlab-test-loaders") {}
 };
 
 // Little-endian byte building (the test host is little-endian, as the loaders require).

@@ -16,6 +16,7 @@
 #include "kvlab/simulator.hpp"
 #include "kvlab/step_trace.hpp"
 #include "sim_configs.hpp"
+#include "test_files.hpp"
 #include "test_support.hpp"
 
 using namespace kvlab;
@@ -31,12 +32,7 @@ SimulateOptions small_options() {
     return o;
 }
 
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
+using kvlab::test::slurp;
 
 fs::path temp_dir() {
     const fs::path dir = fs::temp_directory_path() / fmt::format("kvlab-test-sim-{}", ::getpid());

@@ -20,6 +20,7 @@
 #include "kvlab/trace_reader.hpp"
 #include "kvlab/trace_report.hpp"
 #include "sim_configs.hpp"
+#include "test_files.hpp"
 
 using namespace kvlab;
 using kvlab::test::tiny_config;
@@ -52,12 +53,7 @@ fs::path temp_dir() {
     return dir;
 }
 
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
+using kvlab::test::slurp;
 
 void spit(const fs::path& p, const std::string& text) {
     std::ofstream out(p, std::ios::binary);
