@@ -12,6 +12,7 @@
 
 #include "kvlab/attention.hpp"
 #include "kvlab/error.hpp"
+#include "kvlab/gemv.hpp"
 
 namespace kvlab {
 
@@ -84,15 +85,15 @@ Block thread_block(std::int64_t n) {
 
 // W (d_out, d_in) @ x rows (n, d_in) -> out rows (n, d_out) (+ bias), this thread's block of output
 // features; called inside a parallel region, where every thread computes its own block. One token is a
-// GEMV that streams each weight once (memory-bound); several tokens are a GEMM (Eigen, reusing weights).
+// GEMV that streams each weight once (memory-bound; gemv_rows reads several row streams at once); several
+// tokens are a GEMM (Eigen, reusing weights).
 Block matmul_block(MatrixRM& out, const MatrixRM& x, std::int64_t n, const MatrixRM& w, const VectorF& bias) {
     const Block b = thread_block(w.rows());
     if (b.size == 0) return b;
     const auto w_b = w.middleRows(b.begin, b.size);  // (size, d_in)
     auto out_b = out.block(0, b.begin, n, b.size);   // (n, size)
     if (n == 1) {
-        Eigen::Map<VectorF> y(out.row(0).data() + b.begin, b.size);
-        y.noalias() = w_b * Eigen::Map<const VectorF>(x.row(0).data(), w.cols());
+        gemv_rows(w_b.data(), w.cols(), b.size, w.cols(), x.row(0).data(), out.row(0).data() + b.begin);
     } else {
         out_b.noalias() = x.topRows(n) * w_b.transpose();
     }
@@ -461,7 +462,9 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
     const MatrixRM& classifier = w_.classifier();
     on_threads([&] {
         const Block b = thread_block(classifier.rows());
-        logits_.segment(b.begin, b.size).noalias() = classifier.middleRows(b.begin, b.size) * x_last_;
+        if (b.size == 0) return;
+        gemv_rows(classifier.row(b.begin).data(), classifier.cols(), b.size, classifier.cols(), x_last_.data(),
+                  logits_.data() + b.begin);
     });
     count(cost, Op::lm_head, cost_matmul(1, classifier.cols(), classifier.rows(), false));
     timer.mark(Op::lm_head);
