@@ -12,7 +12,7 @@
 
 #include "kvlab/attention.hpp"
 #include "kvlab/error.hpp"
-#include "kvlab/gemv.hpp"
+#include "kvlab/matmul.hpp"
 
 namespace kvlab {
 
@@ -84,22 +84,23 @@ Block thread_block(std::int64_t n) {
 }
 
 // W (d_out, d_in) @ x rows (n, d_in) -> out rows (n, d_out) (+ bias), this thread's block of output
-// features; called inside a parallel region, where every thread computes its own block. One token is a
-// GEMV that streams each weight once (memory-bound; gemv_rows reads several row streams at once); several
-// tokens are a GEMM (Eigen, reusing weights).
-Block matmul_block(MatrixRM& out, const MatrixRM& x, std::int64_t n, const MatrixRM& w, const VectorF& bias) {
+// features; called inside a parallel region, where every thread computes its own block. Both kernels
+// read the block's weights in place, once per call (kvlab/matmul.hpp): one token is a GEMV
+// (memory-bound), several tokens a GEMM that packs the tokens into `scratch`
+// (gemm_scratch_floats(d_in)) and reuses each weight for all of them.
+Block matmul_block(MatrixRM& out, const MatrixRM& x, std::int64_t n, const MatrixRM& w, const VectorF& bias,
+                   float* scratch) {
     const Block b = thread_block(w.rows());
     if (b.size == 0) return b;
-    const auto w_b = w.middleRows(b.begin, b.size);  // (size, d_in)
-    auto out_b = out.block(0, b.begin, n, b.size);   // (n, size)
-    if (n == 1) {
-        gemv_rows(w_b.data(), w.cols(), b.size, w.cols(), x.row(0).data(), out.row(0).data() + b.begin);
-    } else {
-        out_b.noalias() = x.topRows(n) * w_b.transpose();
-    }
-    if (bias.size() != 0) out_b.rowwise() += bias.segment(b.begin, b.size).transpose();
+    const float* w_b = w.row(b.begin).data();  // (size, d_in) rows of W
+    if (n == 1) gemv_rows(w_b, w.cols(), b.size, w.cols(), x.row(0).data(), out.row(0).data() + b.begin);
+    else gemm_rows(w_b, w.cols(), b.size, w.cols(), x.data(), x.cols(), n, out.data() + b.begin, out.cols(), scratch);
+    if (bias.size() != 0) out.block(0, b.begin, n, b.size).rowwise() += bias.segment(b.begin, b.size).transpose();
     return b;
 }
+
+// Input features of the widest matmul: the GEMM scratch is sized for it.
+std::int64_t widest_input(const ModelConfig& cfg) { return std::max({cfg.d_model, cfg.n_head * cfg.d_head, cfg.d_ff}); }
 
 // f(i) for every task i in [0, n), handed out to the threads one at a time (tasks may differ in cost). One
 // task, or one thread, runs here with no OpenMP region at all: libgomp allocates a new team for every
@@ -226,6 +227,7 @@ Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, const T
     hb_.resize(N, f);
     if (cfg.family == Family::llama) hb2_.resize(N, f);
     scores_.resize(n_threads_, scores_row_floats(T));
+    if (N > 1) gemm_scratch_.resize(n_threads_, gemm_scratch_floats(widest_input(cfg)));
     if (cfg.family == Family::llama) {
         const std::int64_t n_freq = cfg.d_head / 2;
         inv_freq_.resize(static_cast<std::size_t>(n_freq));
@@ -245,7 +247,9 @@ std::uint64_t Transformer::activation_bytes(const ModelConfig& cfg, const Transf
     const bool llama = cfg.family == Family::llama;
     std::uint64_t n = N * (2 * d + 2 * d_q + 2 * d_kv + (llama ? 2 : 1) * f);  // x, xb, q, att, k_new, v_new, MLP
     if (size.uncached) n += T * 2 * d_kv;                                         // k_act, v_act
-    n += static_cast<std::uint64_t>(omp_get_max_threads() * scores_row_floats(size.n_positions));  // scores
+    const auto n_threads = static_cast<std::uint64_t>(omp_get_max_threads());
+    n += n_threads * static_cast<std::uint64_t>(scores_row_floats(size.n_positions));  // scores
+    if (N > 1) n += n_threads * static_cast<std::uint64_t>(gemm_scratch_floats(widest_input(cfg)));  // packed tokens
     if (llama) n += static_cast<std::uint64_t>(cfg.d_head) / 2;            // inv_freq
     n += d + static_cast<std::uint64_t>(cfg.n_vocab);                       // x_last, logits
     return n * sizeof(float);
@@ -253,7 +257,7 @@ std::uint64_t Transformer::activation_bytes(const ModelConfig& cfg, const Transf
 
 std::uint64_t Transformer::activation_bytes_held() const {
     const auto n = x_.size() + xb_.size() + q_.size() + k_new_.size() + v_new_.size() + k_act_.size() +
-                   v_act_.size() + att_.size() + hb_.size() + hb2_.size() + scores_.size() +
+                   v_act_.size() + att_.size() + hb_.size() + hb2_.size() + scores_.size() + gemm_scratch_.size() +
                    static_cast<Eigen::Index>(inv_freq_.size()) + x_last_.size() + logits_.size();
     return static_cast<std::uint64_t>(n) * sizeof(float);
 }
@@ -322,6 +326,10 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
         });
     };
     auto norm_cost = [&](std::int64_t rows) { return gpt2 ? cost_layernorm(rows, d) : cost_rmsnorm(rows, d); };
+    // out = in W^T (+ bias) for the n tokens, this thread's block of output features
+    auto project = [&](MatrixRM& out, const MatrixRM& in, const MatrixRM& w, const VectorF& bias) {
+        return matmul_block(out, in, n, w, bias, n > 1 ? gemm_scratch_.row(omp_get_thread_num()).data() : nullptr);
+    };
     OpTimer timer(cost);
 
     // token embedding (+ learned positions for gpt2)
@@ -344,9 +352,9 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
 
         // q, k, v projections for the n new tokens, in one pass over the three weight matrices
         on_threads([&] {
-            matmul_block(q_, xb_, n, lw.wq, lw.bq);
-            matmul_block(k_new_, xb_, n, lw.wk, lw.bk);
-            matmul_block(v_new_, xb_, n, lw.wv, lw.bv);
+            project(q_, xb_, lw.wq, lw.bq);
+            project(k_new_, xb_, lw.wk, lw.bk);
+            project(v_new_, xb_, lw.wv, lw.bv);
         });
         count_matmul(cost, Op::q_proj, n, lw.wq, lw.bq);
         count_matmul(cost, Op::k_proj, n, lw.wk, lw.bk);
@@ -408,7 +416,7 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
 
         // output projection and residual, the residual on each thread's block of the output
         on_threads([&] {
-            const Block b = matmul_block(xb_, att_, n, lw.wo, lw.bo);
+            const Block b = project(xb_, att_, lw.wo, lw.bo);
             x_.block(0, b.begin, n, b.size) += xb_.block(0, b.begin, n, b.size);
         });
         count_matmul(cost, Op::o_proj, n, lw.wo, lw.bo);
@@ -422,7 +430,7 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
         if (gpt2) {
             // gelu(x W_fc + b) W_proj + b; GELU on each thread's block while it is in cache
             on_threads([&] {
-                const Block b = matmul_block(hb_, xb_, n, lw.w1, lw.b1);
+                const Block b = project(hb_, xb_, lw.w1, lw.b1);
                 auto u = hb_.block(0, b.begin, n, b.size).array();
                 constexpr float c = 0.7978845608028654f;  // sqrt(2/pi)
                 u = 0.5f * u * (1.0f + (c * (u + 0.044715f * u * u * u)).tanh());
@@ -434,8 +442,8 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
             // w2(silu(w1 x) * w3 x): gate and up share the block split, so SwiGLU runs on each
             // thread's block while it is in cache
             on_threads([&] {
-                const Block b = matmul_block(hb_, xb_, n, lw.w1, lw.b1);
-                matmul_block(hb2_, xb_, n, lw.w3, no_bias);
+                const Block b = project(hb_, xb_, lw.w1, lw.b1);
+                project(hb2_, xb_, lw.w3, no_bias);
                 auto g = hb_.block(0, b.begin, n, b.size).array();
                 g = g / (1.0f + (-g).exp()) * hb2_.block(0, b.begin, n, b.size).array();
             });
@@ -445,7 +453,7 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
             timer.mark_split({Op::mlp_gate, Op::mlp_up, Op::activation});
         }
         on_threads([&] {
-            const Block b = matmul_block(xb_, hb_, n, lw.w2, lw.b2);
+            const Block b = project(xb_, hb_, lw.w2, lw.b2);
             x_.block(0, b.begin, n, b.size) += xb_.block(0, b.begin, n, b.size);
         });
         count_matmul(cost, Op::mlp_down, n, lw.w2, lw.b2);

@@ -1,0 +1,132 @@
+#include "kvlab/matmul.hpp"
+
+#include <algorithm>
+
+#include <Eigen/Core>
+
+namespace kvlab {
+
+namespace {
+
+namespace ei = Eigen::internal;
+using Packet = ei::packet_traits<float>::type;  // the widest SIMD register of the build
+constexpr std::int64_t kPacket = ei::packet_traits<float>::size;
+constexpr int kRegisters = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS;
+constexpr int kTileVectors = 4;  // registers of tokens per tile
+constexpr std::int64_t kTileTokens = kTileVectors * kPacket;
+
+// out[s] = row[s] . x for S rows read side by side: S independent accumulators, so S streams of
+// weights are in flight and the FMA chains do not wait on each other.
+template <int S>
+void dot_rows(const float* const (&row)[S], std::int64_t cols, const float* x, float* const (&out)[S]) {
+    Packet acc[S];
+    for (int s = 0; s < S; ++s) acc[s] = ei::pset1<Packet>(0.0f);
+    std::int64_t j = 0;
+    for (; j + kPacket <= cols; j += kPacket) {
+        const Packet xj = ei::ploadu<Packet>(x + j);
+        for (int s = 0; s < S; ++s) acc[s] = ei::pmadd(ei::ploadu<Packet>(row[s] + j), xj, acc[s]);
+    }
+    for (int s = 0; s < S; ++s) {
+        float sum = ei::predux(acc[s]);
+        for (std::int64_t t = j; t < cols; ++t) sum += row[s][t] * x[t];
+        *out[s] = sum;
+    }
+}
+
+// Rows per gemm micro-kernel with C registers of tokens: R*C accumulators + C token registers + one
+// broadcast weight must fit the register file (AVX-512, 32 registers: C = 4 -> 6 rows; AVX: C = 4 -> 2).
+constexpr int rows_for(int C) { return std::clamp((kRegisters - C - 1) / C, 1, 8); }
+
+// tile (R, kTileTokens) = W rows (R, cols) @ xt (cols, kTileTokens), first C*kPacket tokens only:
+// for each input feature j, R weights w[r][j] are broadcast against the C token registers xt[j].
+// Meanwhile the next R rows (`next`, R*ldw floats) are prefetched, R floats per feature, so they
+// arrive while this block computes.
+template <int R, int C>
+void gemm_tile(const float* w, std::int64_t ldw, std::int64_t cols, const float* xt, float* tile, const float* next) {
+    Packet acc[R][C];
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) acc[r][c] = ei::pset1<Packet>(0.0f);
+    const std::int64_t prefetch_step = (R * ldw + cols - 1) / cols;  // floats of `next` per feature
+    for (std::int64_t j = 0; j < cols; ++j) {
+        if (next) ei::prefetch(next + j * prefetch_step);
+        Packet xj[C];
+        for (int c = 0; c < C; ++c) xj[c] = ei::pload<Packet>(xt + j * kTileTokens + c * kPacket);
+        for (int r = 0; r < R; ++r) {
+            const Packet wr = ei::pset1<Packet>(w[r * ldw + j]);
+            for (int c = 0; c < C; ++c) acc[r][c] = ei::pmadd(wr, xj[c], acc[r][c]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) ei::pstore(tile + r * kTileTokens + c * kPacket, acc[r][c]);
+}
+
+// out (n_tok, rows) for one tile of n_tok <= kTileTokens packed tokens: R rows at a time, then one by one.
+template <int C>
+void gemm_tokens(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* xt,
+                 std::int64_t n_tok, float* out, std::int64_t ldo) {
+    constexpr int R = rows_for(C);
+    alignas(64) float tile[R * kTileTokens];  // (R, tile tokens) one block of out^T
+    auto scatter = [&](std::int64_t i0, int n_rows) {  // tile^T into out rows
+        for (std::int64_t t = 0; t < n_tok; ++t)
+            for (int r = 0; r < n_rows; ++r) out[t * ldo + i0 + r] = tile[r * kTileTokens + t];
+    };
+    std::int64_t i = 0;
+    for (; i + R <= rows; i += R) {
+        gemm_tile<R, C>(w + i * ldw, ldw, cols, xt, tile, i + 2 * R <= rows ? w + (i + R) * ldw : nullptr);
+        scatter(i, R);
+    }
+    for (; i < rows; ++i) {
+        gemm_tile<1, C>(w + i * ldw, ldw, cols, xt, tile, nullptr);
+        scatter(i, 1);
+    }
+}
+
+}  // namespace
+
+void gemv_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, float* y) {
+    constexpr int S = kGemvStreams;
+    // rows = S * per + rest: sub-block s is rows [s*per, (s+1)*per); the rest run one at a time
+    const std::int64_t per = rows / S;
+    for (std::int64_t i = 0; i < per; ++i) {
+        const float* row[S];
+        float* out[S];
+        for (int s = 0; s < S; ++s) {
+            row[s] = w + (s * per + i) * ldw;
+            out[s] = y + s * per + i;
+        }
+        dot_rows<S>(row, cols, x, out);
+    }
+    for (std::int64_t i = S * per; i < rows; ++i) {
+        const float* row[1] = {w + i * ldw};
+        float* out[1] = {y + i};
+        dot_rows<1>(row, cols, x, out);
+    }
+}
+
+std::int64_t gemm_tile_tokens() { return kTileTokens; }
+
+std::int64_t gemm_scratch_floats(std::int64_t cols) { return cols * kTileTokens; }
+
+void gemm_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, std::int64_t ldx,
+               std::int64_t n, float* out, std::int64_t ldo, float* scratch) {
+    for (std::int64_t t0 = 0; t0 < n; t0 += kTileTokens) {
+        const std::int64_t n_tok = std::min(kTileTokens, n - t0);
+        // xt (cols, kTileTokens) = x rows t0.. transposed, zero past n_tok up to a whole register
+        const std::int64_t n_vec = (n_tok + kPacket - 1) / kPacket;
+        float* xt = scratch;
+        for (std::int64_t j = 0; j < cols; ++j) {
+            float* xt_j = xt + j * kTileTokens;
+            for (std::int64_t t = 0; t < n_tok; ++t) xt_j[t] = x[(t0 + t) * ldx + j];
+            std::fill(xt_j + n_tok, xt_j + n_vec * kPacket, 0.0f);
+        }
+        float* out_t0 = out + t0 * ldo;
+        switch (n_vec) {  // only the registers that hold tokens
+            case 1: gemm_tokens<1>(w, ldw, rows, cols, xt, n_tok, out_t0, ldo); break;
+            case 2: gemm_tokens<2>(w, ldw, rows, cols, xt, n_tok, out_t0, ldo); break;
+            case 3: gemm_tokens<3>(w, ldw, rows, cols, xt, n_tok, out_t0, ldo); break;
+            default: gemm_tokens<4>(w, ldw, rows, cols, xt, n_tok, out_t0, ldo); break;
+        }
+    }
+}
+
+}  // namespace kvlab
