@@ -37,8 +37,8 @@ void dot_rows(const float* const (&row)[S], std::int64_t cols, const float* x, f
 // broadcast weight must fit the register file (AVX-512, 32 registers: C = 4 -> 6 rows; AVX: C = 4 -> 2).
 constexpr int rows_for(int C) { return std::clamp((kRegisters - C - 1) / C, 1, 8); }
 
-// tile (R, kTileTokens) = W rows (R, cols) @ xt (cols, kTileTokens), first C*kPacket tokens only:
-// for each input feature j, R weights w[r][j] are broadcast against the C token registers xt[j].
+// tile (R, kTileTokens) = W rows (R, cols) @ xt (cols, C*kPacket), the first C*kPacket tokens: for
+// each input feature j, R weights w[r][j] are broadcast against the C token registers xt[j].
 // Meanwhile the next R rows (`next`, R*ldw floats) are prefetched, R floats per feature, so they
 // arrive while this block computes.
 template <int R, int C>
@@ -50,7 +50,7 @@ void gemm_tile(const float* w, std::int64_t ldw, std::int64_t cols, const float*
     for (std::int64_t j = 0; j < cols; ++j) {
         if (next) ei::prefetch(next + j * prefetch_step);
         Packet xj[C];
-        for (int c = 0; c < C; ++c) xj[c] = ei::pload<Packet>(xt + j * kTileTokens + c * kPacket);
+        for (int c = 0; c < C; ++c) xj[c] = ei::pload<Packet>(xt + (j * C + c) * kPacket);
         for (int r = 0; r < R; ++r) {
             const Packet wr = ei::pset1<Packet>(w[r * ldw + j]);
             for (int c = 0; c < C; ++c) acc[r][c] = ei::pmadd(wr, xj[c], acc[r][c]);
@@ -105,19 +105,21 @@ void gemv_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t
 
 std::int64_t gemm_tile_tokens() { return kTileTokens; }
 
-std::int64_t gemm_scratch_floats(std::int64_t cols) { return cols * kTileTokens; }
+std::int64_t gemm_scratch_floats(std::int64_t cols, std::int64_t n_max) {
+    return cols * std::min(kTileTokens, (n_max + kPacket - 1) / kPacket * kPacket);
+}
 
 void gemm_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, std::int64_t ldx,
                std::int64_t n, float* out, std::int64_t ldo, float* scratch) {
     for (std::int64_t t0 = 0; t0 < n; t0 += kTileTokens) {
         const std::int64_t n_tok = std::min(kTileTokens, n - t0);
-        // xt (cols, kTileTokens) = x rows t0.. transposed, zero past n_tok up to a whole register
-        const std::int64_t n_vec = (n_tok + kPacket - 1) / kPacket;
+        // xt (cols, n_vec registers) = x rows t0.. transposed, zero past n_tok up to a whole register
+        const std::int64_t n_vec = (n_tok + kPacket - 1) / kPacket, width = n_vec * kPacket;
         float* xt = scratch;
         for (std::int64_t j = 0; j < cols; ++j) {
-            float* xt_j = xt + j * kTileTokens;
+            float* xt_j = xt + j * width;
             for (std::int64_t t = 0; t < n_tok; ++t) xt_j[t] = x[(t0 + t) * ldx + j];
-            std::fill(xt_j + n_tok, xt_j + n_vec * kPacket, 0.0f);
+            std::fill(xt_j + n_tok, xt_j + width, 0.0f);
         }
         float* out_t0 = out + t0 * ldo;
         switch (n_vec) {  // only the registers that hold tokens

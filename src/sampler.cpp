@@ -24,10 +24,12 @@ std::int32_t argmax(const VectorF& logits) {
     return static_cast<std::int32_t>(best);
 }
 
-Sampler::Sampler(const SamplerOptions& options, std::int64_t n_vocab)
-    : options_(options), rng_(options.seed), probs_(static_cast<std::size_t>(n_vocab)),
-      order_(static_cast<std::size_t>(n_vocab)) {
+Sampler::Sampler(const SamplerOptions& options, std::int64_t n_vocab) : options_(options), rng_(options.seed) {
     validate_sampler_options(options);
+    if (options.temperature > 0.0) {  // greedy needs no buffers
+        probs_.resize(static_cast<std::size_t>(n_vocab));
+        order_.resize(static_cast<std::size_t>(n_vocab));
+    }
 }
 
 std::int32_t Sampler::sample(const VectorF& logits) {

@@ -142,7 +142,8 @@ SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, 
     seq.reserve(static_cast<std::size_t>(n_positions));
     r.generated.reserve(static_cast<std::size_t>(o.n_steps));
     r.records.reserve(static_cast<std::size_t>(o.n_steps * (run_cached && run_uncached ? 2 : 1)));
-    VectorF logits_cached(cfg.n_vocab);
+    VectorF logits_cached;  // (V) both modes: the cached logits, kept while the uncached forward reuses the buffers
+    if (run_cached && run_uncached) logits_cached.resize(cfg.n_vocab);
 
     for (std::int64_t step = 0; step < o.n_steps; ++step) {
         if (o.stop && o.stop->load()) {
@@ -164,12 +165,16 @@ SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, 
             const VectorF& out = model.forward_cached(tokens, n_seq - static_cast<std::int64_t>(tokens.size()), *cache,
                                                       o.count ? &rec.cost : nullptr);
             rec.wall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count();
-            logits_cached = out;
             rec.n_tokens = static_cast<std::int64_t>(tokens.size());
             rec.kv_bytes_resident =
                 kv_bytes_sequence(cfg, DType::fp32, static_cast<std::uint64_t>(n_seq), WindowMode::cap).total();
             rec_cached = &rec;
-            logits = &logits_cached;
+            if (run_uncached) {
+                logits_cached = out;
+                logits = &logits_cached;
+            } else {
+                logits = &out;
+            }
         }
         if (run_uncached) {
             StepRecord& rec = r.records.emplace_back();

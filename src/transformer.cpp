@@ -87,7 +87,7 @@ Block thread_block(std::int64_t n) {
 // features; called inside a parallel region, where every thread computes its own block. Both kernels
 // read the block's weights in place, once per call (kvlab/matmul.hpp): one token is a GEMV
 // (memory-bound), several tokens a GEMM that packs the tokens into `scratch`
-// (gemm_scratch_floats(d_in)) and reuses each weight for all of them.
+// (gemm_scratch_floats(d_in, n)) and reuses each weight for all of them.
 Block matmul_block(MatrixRM& out, const MatrixRM& x, std::int64_t n, const MatrixRM& w, const VectorF& bias,
                    float* scratch) {
     const Block b = thread_block(w.rows());
@@ -227,7 +227,7 @@ Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, const T
     hb_.resize(N, f);
     if (cfg.family == Family::llama) hb2_.resize(N, f);
     scores_.resize(n_threads_, scores_row_floats(T));
-    if (N > 1) gemm_scratch_.resize(n_threads_, gemm_scratch_floats(widest_input(cfg)));
+    if (N > 1) gemm_scratch_.resize(n_threads_, gemm_scratch_floats(widest_input(cfg), N));
     if (cfg.family == Family::llama) {
         const std::int64_t n_freq = cfg.d_head / 2;
         inv_freq_.resize(static_cast<std::size_t>(n_freq));
@@ -249,7 +249,7 @@ std::uint64_t Transformer::activation_bytes(const ModelConfig& cfg, const Transf
     if (size.uncached) n += T * 2 * d_kv;                                         // k_act, v_act
     const auto n_threads = static_cast<std::uint64_t>(omp_get_max_threads());
     n += n_threads * static_cast<std::uint64_t>(scores_row_floats(size.n_positions));  // scores
-    if (N > 1) n += n_threads * static_cast<std::uint64_t>(gemm_scratch_floats(widest_input(cfg)));  // packed tokens
+    if (N > 1) n += n_threads * static_cast<std::uint64_t>(gemm_scratch_floats(widest_input(cfg), size.n_tokens));  // packed tokens
     if (llama) n += static_cast<std::uint64_t>(cfg.d_head) / 2;            // inv_freq
     n += d + static_cast<std::uint64_t>(cfg.n_vocab);                       // x_last, logits
     return n * sizeof(float);

@@ -79,7 +79,7 @@ void check_gemm(std::int64_t n, std::int64_t rows, std::int64_t cols) {
     const MatrixRM w = MatrixRM::Random(rows, cols + 1);  // (rows, cols + 1)
     const float sentinel = -777.0f;
     MatrixRM out = MatrixRM::Constant(n, rows + 4, sentinel);  // (n, rows + 4), block at columns 1..rows
-    Eigen::Matrix<float, Eigen::Dynamic, 1> scratch(gemm_scratch_floats(cols));
+    Eigen::Matrix<float, Eigen::Dynamic, 1> scratch(gemm_scratch_floats(cols, n));
     gemm_rows(w.data(), w.cols(), rows, cols, x.data(), x.cols(), n, out.data() + 1, out.cols(), scratch.data());
     for (std::int64_t t = 0; t < n; ++t) {
         CHECK(out(t, 0) == sentinel);
@@ -112,7 +112,7 @@ TEST_CASE("gemm_rows: agrees with Eigen's product on a prefill-shaped block") {
     std::srand(11);
     const MatrixRM x = MatrixRM::Random(48, 288), w = MatrixRM::Random(768, 288);
     MatrixRM out(48, 768);
-    Eigen::Matrix<float, Eigen::Dynamic, 1> scratch(gemm_scratch_floats(288));
+    Eigen::Matrix<float, Eigen::Dynamic, 1> scratch(gemm_scratch_floats(288, 48));
     gemm_rows(w.data(), w.cols(), w.rows(), w.cols(), x.data(), x.cols(), x.rows(), out.data(), out.cols(), scratch.data());
     const MatrixRM ref = x * w.transpose();
     CHECK((out - ref).cwiseAbs().maxCoeff() <= 1e-5f * ref.cwiseAbs().maxCoeff());

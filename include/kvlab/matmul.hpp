@@ -24,13 +24,15 @@ void gemv_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t
 
 // Tokens per tile of gemm_rows: four SIMD registers of tokens (64 with AVX-512, 32 with AVX).
 std::int64_t gemm_tile_tokens();
-// Floats of scratch gemm_rows needs for `cols` input features: the packed tile x^T (cols, tile tokens).
-std::int64_t gemm_scratch_floats(std::int64_t cols);
+// Floats of scratch gemm_rows needs for `cols` input features and up to n_max tokens per call: the
+// packed tile x^T (cols, tokens of the widest tile, rounded up to whole SIMD registers).
+std::int64_t gemm_scratch_floats(std::int64_t cols, std::int64_t n_max);
 
 // out[t*ldo + i] = sum_j x[t*ldx + j] * w[i*ldw + j] for tokens t in [0, n), rows i in [0, rows):
 // x (n, cols) row-major (stride ldx), w (rows, cols) row-major (stride ldw), out (n, rows) row-major
 // (stride ldo). fp32 sums over j in order, one accumulator per output. `scratch`:
-// gemm_scratch_floats(cols) floats, aligned as Eigen aligns its allocations (the build's SIMD width).
+// gemm_scratch_floats(cols, n_max >= n) floats, aligned as Eigen aligns its allocations (the build's
+// SIMD width).
 void gemm_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, std::int64_t ldx,
                std::int64_t n, float* out, std::int64_t ldo, float* scratch);
 

@@ -30,8 +30,8 @@ public:
 private:
     SamplerOptions options_;
     std::mt19937_64 rng_;
-    std::vector<float> probs_;          // (V)
-    std::vector<std::int32_t> order_;   // (V) token ids, sorted by probability when filtering
+    std::vector<float> probs_;          // (V) when temperature > 0, else empty
+    std::vector<std::int32_t> order_;   // (V) token ids, sorted by probability when filtering; as probs_
 };
 
 }  // namespace kvlab
