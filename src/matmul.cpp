@@ -12,8 +12,12 @@ namespace ei = Eigen::internal;
 using Packet = ei::packet_traits<float>::type;  // the widest SIMD register of the build
 constexpr std::int64_t kPacket = ei::packet_traits<float>::size;
 constexpr int kRegisters = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS;
-constexpr int kTileVectors = 4;  // registers of tokens per tile
+constexpr int kTileVectors = 4;  // registers of tokens per tile (gemm_rows dispatches on 1..4)
 constexpr std::int64_t kTileTokens = kTileVectors * kPacket;
+constexpr std::int64_t kPanelBytes = 256 * 1024;  // weight rows kept in L2 while several tiles pass over them
+
+// The kernels are templates on their register blocking (rows, token registers) so that the
+// accumulators are fixed-size arrays the compiler keeps in registers.
 
 // out[s] = row[s] . x for S rows read side by side: S independent accumulators, so S streams of
 // weights are in flight and the FMA chains do not wait on each other.
@@ -39,18 +43,18 @@ constexpr int rows_for(int C) { return std::clamp((kRegisters - C - 1) / C, 1, 8
 
 // tile (R, kTileTokens) = W rows (R, cols) @ xt (cols, C*kPacket), the first C*kPacket tokens: for
 // each input feature j, R weights w[r][j] are broadcast against the C token registers xt[j].
-// Meanwhile the next R rows (`next`, R*ldw floats) are prefetched, R floats per feature, so they
-// arrive while this block computes.
+// Meanwhile the next R rows (`next`, nullable) are prefetched, a line of each per 16 features, so
+// they arrive while this block computes.
 template <int R, int C>
 void gemm_tile(const float* w, std::int64_t ldw, std::int64_t cols, const float* xt, float* tile, const float* next) {
     Packet acc[R][C];
     for (int r = 0; r < R; ++r)
         for (int c = 0; c < C; ++c) acc[r][c] = ei::pset1<Packet>(0.0f);
-    const std::int64_t prefetch_step = (R * ldw + cols - 1) / cols;  // floats of `next` per feature
     for (std::int64_t j = 0; j < cols; ++j) {
-        if (next) ei::prefetch(next + j * prefetch_step);
+        if (next && j % 16 == 0)
+            for (int r = 0; r < R; ++r) ei::prefetch(next + r * ldw + j);
         Packet xj[C];
-        for (int c = 0; c < C; ++c) xj[c] = ei::pload<Packet>(xt + (j * C + c) * kPacket);
+        for (int c = 0; c < C; ++c) xj[c] = ei::ploadu<Packet>(xt + (j * C + c) * kPacket);
         for (int r = 0; r < R; ++r) {
             const Packet wr = ei::pset1<Packet>(w[r * ldw + j]);
             for (int c = 0; c < C; ++c) acc[r][c] = ei::pmadd(wr, xj[c], acc[r][c]);
@@ -78,6 +82,16 @@ void gemm_tokens(const float* w, std::int64_t ldw, std::int64_t rows, std::int64
     for (; i < rows; ++i) {
         gemm_tile<1, C>(w + i * ldw, ldw, cols, xt, tile, nullptr);
         scatter(i, 1);
+    }
+}
+
+// xt (cols, n_vec registers) = x rows 0..n_tok-1 transposed, zero past n_tok up to a whole register.
+void pack_tile(const float* x, std::int64_t ldx, std::int64_t n_tok, std::int64_t cols, float* xt) {
+    const std::int64_t width = (n_tok + kPacket - 1) / kPacket * kPacket;
+    for (std::int64_t j = 0; j < cols; ++j) {
+        float* xt_j = xt + j * width;
+        for (std::int64_t t = 0; t < n_tok; ++t) xt_j[t] = x[t * ldx + j];
+        std::fill(xt_j + n_tok, xt_j + width, 0.0f);
     }
 }
 
@@ -111,22 +125,25 @@ std::int64_t gemm_scratch_floats(std::int64_t cols, std::int64_t n_max) {
 
 void gemm_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, std::int64_t ldx,
                std::int64_t n, float* out, std::int64_t ldo, float* scratch) {
-    for (std::int64_t t0 = 0; t0 < n; t0 += kTileTokens) {
-        const std::int64_t n_tok = std::min(kTileTokens, n - t0);
-        // xt (cols, n_vec registers) = x rows t0.. transposed, zero past n_tok up to a whole register
-        const std::int64_t n_vec = (n_tok + kPacket - 1) / kPacket, width = n_vec * kPacket;
-        float* xt = scratch;
-        for (std::int64_t j = 0; j < cols; ++j) {
-            float* xt_j = xt + j * width;
-            for (std::int64_t t = 0; t < n_tok; ++t) xt_j[t] = x[(t0 + t) * ldx + j];
-            std::fill(xt_j + n_tok, xt_j + width, 0.0f);
-        }
-        float* out_t0 = out + t0 * ldo;
-        switch (n_vec) {  // only the registers that hold tokens
-            case 1: gemm_tokens<1>(w, ldw, rows, cols, xt, n_tok, out_t0, ldo); break;
-            case 2: gemm_tokens<2>(w, ldw, rows, cols, xt, n_tok, out_t0, ldo); break;
-            case 3: gemm_tokens<3>(w, ldw, rows, cols, xt, n_tok, out_t0, ldo); break;
-            default: gemm_tokens<4>(w, ldw, rows, cols, xt, n_tok, out_t0, ldo); break;
+    static_assert(kTileVectors == 4, "gemm_rows dispatches on 1..4 token registers");
+    const std::int64_t n_tiles = (n + kTileTokens - 1) / kTileTokens;
+    // One tile: every row once. Several: panels of rows small enough to stay in L2 while every tile
+    // passes over them (each tile packed again per panel), so the weights come from memory once.
+    const std::int64_t row_bytes = std::max<std::int64_t>(1, cols) * static_cast<std::int64_t>(sizeof(float));
+    const std::int64_t panel = n_tiles == 1 ? rows : std::max<std::int64_t>(16, kPanelBytes / row_bytes);
+    for (std::int64_t i0 = 0; i0 < rows; i0 += panel) {
+        const std::int64_t n_rows = std::min(panel, rows - i0);
+        for (std::int64_t t0 = 0; t0 < n; t0 += kTileTokens) {
+            const std::int64_t n_tok = std::min(kTileTokens, n - t0);
+            if (n_tiles > 1 || i0 == 0) pack_tile(x + t0 * ldx, ldx, n_tok, cols, scratch);
+            const float* w_i0 = w + i0 * ldw;
+            float* out_t0 = out + t0 * ldo + i0;
+            switch ((n_tok + kPacket - 1) / kPacket) {  // only the registers that hold tokens
+                case 1: gemm_tokens<1>(w_i0, ldw, n_rows, cols, scratch, n_tok, out_t0, ldo); break;
+                case 2: gemm_tokens<2>(w_i0, ldw, n_rows, cols, scratch, n_tok, out_t0, ldo); break;
+                case 3: gemm_tokens<3>(w_i0, ldw, n_rows, cols, scratch, n_tok, out_t0, ldo); break;
+                default: gemm_tokens<4>(w_i0, ldw, n_rows, cols, scratch, n_tok, out_t0, ldo); break;
+            }
         }
     }
 }

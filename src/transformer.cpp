@@ -207,11 +207,25 @@ Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, const T
         throw ConfigError(fmt::format("{}: weights ({} layers, embedding {}x{}) do not match the config ({} layers, {}x{})",
                                       cfg.name, weights.layers.size(), weights.tok_embed.rows(), weights.tok_embed.cols(),
                                       cfg.n_layer, cfg.n_vocab, d));
-    for (const auto& lw : weights.layers)
-        if (lw.wq.rows() != d_q || lw.wq.cols() != d || lw.wk.rows() != d_kv || lw.wv.rows() != d_kv ||
-            lw.wo.rows() != d || lw.w1.rows() != f || lw.w2.cols() != f)
-            throw ConfigError(fmt::format("{}: a layer's weight shapes do not match the config (wq {}x{}, expected {}x{})",
-                                          cfg.name, lw.wq.rows(), lw.wq.cols(), d_q, d));
+    if (weights.classifier().cols() != d)
+        throw ConfigError(fmt::format("{}: the classifier is {} wide, expected d_model {}", cfg.name,
+                                      weights.classifier().cols(), d));
+    // the matmul kernels read raw rows: every shape is checked here, once
+    auto check_shape = [&](std::size_t l, const char* name, const MatrixRM& m, std::int64_t rows, std::int64_t cols) {
+        if (m.rows() != rows || m.cols() != cols)
+            throw ConfigError(fmt::format("{}: layer {} {} is {}x{}, expected {}x{} from the config", cfg.name, l, name,
+                                          m.rows(), m.cols(), rows, cols));
+    };
+    for (std::size_t l = 0; l < weights.layers.size(); ++l) {
+        const LayerWeights& lw = weights.layers[l];
+        check_shape(l, "wq", lw.wq, d_q, d);
+        check_shape(l, "wk", lw.wk, d_kv, d);
+        check_shape(l, "wv", lw.wv, d_kv, d);
+        check_shape(l, "wo", lw.wo, d, d_q);
+        check_shape(l, "w1", lw.w1, f, d);
+        if (cfg.family == Family::llama) check_shape(l, "w3", lw.w3, f, d);
+        check_shape(l, "w2", lw.w2, d, f);
+    }
 
     const std::int64_t N = size.n_tokens, T = size.n_positions;
     x_.resize(N, d);
@@ -249,7 +263,8 @@ std::uint64_t Transformer::activation_bytes(const ModelConfig& cfg, const Transf
     if (size.uncached) n += T * 2 * d_kv;                                         // k_act, v_act
     const auto n_threads = static_cast<std::uint64_t>(omp_get_max_threads());
     n += n_threads * static_cast<std::uint64_t>(scores_row_floats(size.n_positions));  // scores
-    if (N > 1) n += n_threads * static_cast<std::uint64_t>(gemm_scratch_floats(widest_input(cfg), size.n_tokens));  // packed tokens
+    if (N > 1)  // packed tokens
+        n += n_threads * static_cast<std::uint64_t>(gemm_scratch_floats(widest_input(cfg), size.n_tokens));
     if (llama) n += static_cast<std::uint64_t>(cfg.d_head) / 2;            // inv_freq
     n += d + static_cast<std::uint64_t>(cfg.n_vocab);                       // x_last, logits
     return n * sizeof(float);

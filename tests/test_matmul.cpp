@@ -12,15 +12,15 @@ using namespace kvlab;
 
 namespace {
 
-// y = W x through gemv_rows over rows [0, rows) of a (rows + 2, ld) buffer whose first `cols` columns
-// are W; checked against a double-precision dot per row, within fp32 rounding of the row's sum of
-// |w_j x_j|. The two rows after `rows` and y's sentinels after `rows` must stay untouched.
+// y = W x through gemv_rows over a (rows, ld) buffer whose first `cols` columns are W (exactly sized,
+// so an ASan build catches a read past it); checked against a double-precision dot per row, within
+// fp32 rounding of the row's sum of |w_j x_j|. y's three sentinels after `rows` must stay untouched.
 void check_gemv(std::int64_t rows, std::int64_t cols, std::int64_t ld) {
     CAPTURE(rows);
     CAPTURE(cols);
     CAPTURE(ld);
     std::srand(static_cast<unsigned>(rows * 1000 + cols));
-    const MatrixRM w = MatrixRM::Random(rows + 2, ld);  // (rows + 2, ld)
+    const MatrixRM w = MatrixRM::Random(rows, ld);  // (rows, ld)
     const VectorF x = VectorF::Random(cols);             // (cols)
     const float sentinel = 12345.0f;
     std::vector<float> y(static_cast<std::size_t>(rows + 3), sentinel);  // (rows) + 3 sentinels
@@ -68,8 +68,9 @@ TEST_CASE("gemv_rows: agrees with Eigen's matrix-vector product on a classifier-
 namespace {
 
 // out = x W^T through gemm_rows, x (n, cols) inside a wider (n, cols + 2) buffer, W (rows, cols) inside
-// a (rows, cols + 1) buffer, out (n, rows) inside an (n, rows + 4) buffer starting at column 1: checked
-// against double-precision dots; the columns of out around the block must stay untouched.
+// a (rows, cols + 1) buffer (both exactly that size, for ASan), out (n, rows) inside an (n, rows + 4)
+// buffer starting at column 1: checked against double-precision dots; the columns of out around the
+// block must stay untouched.
 void check_gemm(std::int64_t n, std::int64_t rows, std::int64_t cols) {
     CAPTURE(n);
     CAPTURE(rows);
@@ -98,13 +99,19 @@ void check_gemm(std::int64_t n, std::int64_t rows, std::int64_t cols) {
 }  // namespace
 
 TEST_CASE("gemm_rows: every token's outputs, for token counts around the SIMD width and the tile") {
-    // the tile is 4 SIMD registers of tokens (64 on AVX-512): token counts below, at and above one
-    // register and one tile, several tiles; row counts around the micro-kernel's block of rows (6 on
-    // AVX-512, 2 on AVX); input widths 1, odd, and stories15M's 288
-    const std::int64_t tile = gemm_tile_tokens();
-    for (const std::int64_t n : {std::int64_t{2}, tile / 4 - 1, tile / 4 + 1, tile - 1, tile, tile + 1, 2 * tile + 3})
+    // the tile is 4 SIMD registers of tokens (64 on AVX-512): token counts that fill 1, 2, 3 and 4
+    // registers of a tile, at and around its edges, and several tiles; row counts around the
+    // micro-kernel's block of rows (6 on AVX-512, 2 on AVX); input widths 1, odd, and stories15M's 288
+    const std::int64_t tile = gemm_tile_tokens(), reg = tile / 4;
+    for (const std::int64_t n : {std::int64_t{2}, reg - 1, reg + 1, 2 * reg + 1, 3 * reg, tile - 1, tile, tile + 1, 2 * tile + 3})
         for (const std::int64_t rows : {1, 2, 5, 6, 7, 13, 40})
             for (const std::int64_t cols : {1, 17, 288}) check_gemm(n, rows, cols);
+}
+
+TEST_CASE("gemm_rows: several tiles over more weight rows than one L2 panel holds") {
+    // 288 floats a row: a 256 KiB panel is 227 rows, so 500 rows are three panels, each passed over by
+    // the three tiles of 2 * tile + 3 tokens (each tile packed again per panel)
+    check_gemm(2 * gemm_tile_tokens() + 3, 500, 288);
 }
 
 TEST_CASE("gemm_rows: agrees with Eigen's product on a prefill-shaped block") {

@@ -142,6 +142,10 @@ TEST_CASE("The transformer allocates the activation bytes it estimates") {
         const Transformer small(cfg, w, cached_only);
         CHECK(small.activation_bytes_held() == Transformer::activation_bytes(cfg, cached_only));
         CHECK(small.activation_bytes_held() < model.activation_bytes_held());
+        const TransformerSize decode_only{17, 1, false};  // one token per call: no GEMM scratch
+        const Transformer gemv_only(cfg, w, decode_only);
+        CHECK(gemv_only.activation_bytes_held() == Transformer::activation_bytes(cfg, decode_only));
+        CHECK(gemv_only.activation_bytes_held() < small.activation_bytes_held());
     }
 }
 
@@ -197,4 +201,15 @@ TEST_CASE("Greedy sampling takes the argmax; seeded sampling is reproducible and
     CHECK_THROWS_AS(validate_sampler_options({-1.0, 0, 1.0, 0}), UsageError);
     CHECK_THROWS_AS(validate_sampler_options({1.0, -2, 1.0, 0}), UsageError);
     CHECK_THROWS_AS(validate_sampler_options({1.0, 0, 0.0, 0}), UsageError);
+}
+
+TEST_CASE("The transformer refuses weights whose shapes disagree with the config, naming the matrix") {
+    // the matmul kernels read raw rows, so a wrong shape must stop construction, not read past a buffer
+    const auto cfg = tiny_config(Family::llama, 4, 2);
+    Weights w = random_weights(cfg, 5);
+    w.layers[1].w2 = MatrixRM::Zero(w.layers[1].w2.rows(), w.layers[1].w2.cols() - 1);
+    CHECK_THROWS_WITH_AS(Transformer(cfg, w, 8), doctest::Contains("layer 1 w2"), ConfigError);
+    w = random_weights(cfg, 5);
+    w.layers[0].w3 = MatrixRM::Zero(w.layers[0].w3.rows() + 1, w.layers[0].w3.cols());
+    CHECK_THROWS_WITH_AS(Transformer(cfg, w, 8), doctest::Contains("layer 0 w3"), ConfigError);
 }

@@ -73,8 +73,7 @@ private:
     MatrixRM hb_;       // (N, f)      MLP hidden (gate, then activation)
     MatrixRM hb2_;      // (N, f)      MLP up projection (llama)
     MatrixRM scores_;   // (threads, T rounded up to 16) attention scores scratch, one row per thread
-    MatrixRM gemm_scratch_;  // (threads, gemm_scratch_floats(max(d, H*D, f), N)) packed tokens, one row per
-                             // thread; empty when N = 1 (no call runs a GEMM)
+    MatrixRM gemm_scratch_;  // (threads, gemm_scratch_floats(max(d,H*D,f), N)) packed tokens; empty if N = 1
     VectorF x_last_;    // (d)         final-normed last position
     VectorF logits_;    // (V)
 };
