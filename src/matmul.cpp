@@ -14,7 +14,8 @@ constexpr std::int64_t kPacket = ei::packet_traits<float>::size;
 constexpr int kRegisters = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS;
 constexpr int kTileVectors = 4;  // registers of tokens per tile (gemm_rows dispatches on 1..4)
 constexpr std::int64_t kTileTokens = kTileVectors * kPacket;
-constexpr std::int64_t kPanelBytes = 256 * 1024;  // weight rows kept in L2 while several tiles pass over them
+constexpr std::int64_t kGroupTokens = 4 * kTileTokens;  // tokens packed at once: several tiles share one weight pass
+constexpr std::int64_t kPanelBytes = 256 * 1024;       // weight rows kept in L2 while a group's tiles pass over them
 
 // The kernels are templates on their register blocking (rows, token registers) so that the
 // accumulators are fixed-size arrays the compiler keeps in registers.
@@ -120,29 +121,34 @@ void gemv_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t
 std::int64_t gemm_tile_tokens() { return kTileTokens; }
 
 std::int64_t gemm_scratch_floats(std::int64_t cols, std::int64_t n_max) {
-    return cols * std::min(kTileTokens, (n_max + kPacket - 1) / kPacket * kPacket);
+    return cols * std::min(kGroupTokens, (n_max + kPacket - 1) / kPacket * kPacket);
 }
 
 void gemm_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, std::int64_t ldx,
                std::int64_t n, float* out, std::int64_t ldo, float* scratch) {
     static_assert(kTileVectors == 4, "gemm_rows dispatches on 1..4 token registers");
-    const std::int64_t n_tiles = (n + kTileTokens - 1) / kTileTokens;
-    // One tile: every row once. Several: panels of rows small enough to stay in L2 while every tile
-    // passes over them (each tile packed again per panel), so the weights come from memory once.
     const std::int64_t row_bytes = std::max<std::int64_t>(1, cols) * static_cast<std::int64_t>(sizeof(float));
-    const std::int64_t panel = n_tiles == 1 ? rows : std::max<std::int64_t>(16, kPanelBytes / row_bytes);
-    for (std::int64_t i0 = 0; i0 < rows; i0 += panel) {
-        const std::int64_t n_rows = std::min(panel, rows - i0);
-        for (std::int64_t t0 = 0; t0 < n; t0 += kTileTokens) {
-            const std::int64_t n_tok = std::min(kTileTokens, n - t0);
-            if (n_tiles > 1 || i0 == 0) pack_tile(x + t0 * ldx, ldx, n_tok, cols, scratch);
+    for (std::int64_t g0 = 0; g0 < n; g0 += kGroupTokens) {
+        // pack every tile of this group of tokens once: tile k at scratch + k * cols * kTileTokens
+        const std::int64_t n_group = std::min(kGroupTokens, n - g0);
+        for (std::int64_t t0 = 0; t0 < n_group; t0 += kTileTokens)
+            pack_tile(x + (g0 + t0) * ldx, ldx, std::min(kTileTokens, n_group - t0), cols, scratch + t0 * cols);
+        // one tile: every row once; several: panels of rows small enough to stay in L2 while every
+        // tile passes over them, so the weights come from memory once per group
+        const std::int64_t panel = n_group <= kTileTokens ? rows : std::max<std::int64_t>(16, kPanelBytes / row_bytes);
+        for (std::int64_t i0 = 0; i0 < rows; i0 += panel) {
+            const std::int64_t n_rows = std::min(panel, rows - i0);
             const float* w_i0 = w + i0 * ldw;
-            float* out_t0 = out + t0 * ldo + i0;
-            switch ((n_tok + kPacket - 1) / kPacket) {  // only the registers that hold tokens
-                case 1: gemm_tokens<1>(w_i0, ldw, n_rows, cols, scratch, n_tok, out_t0, ldo); break;
-                case 2: gemm_tokens<2>(w_i0, ldw, n_rows, cols, scratch, n_tok, out_t0, ldo); break;
-                case 3: gemm_tokens<3>(w_i0, ldw, n_rows, cols, scratch, n_tok, out_t0, ldo); break;
-                default: gemm_tokens<4>(w_i0, ldw, n_rows, cols, scratch, n_tok, out_t0, ldo); break;
+            for (std::int64_t t0 = 0; t0 < n_group; t0 += kTileTokens) {
+                const std::int64_t n_tok = std::min(kTileTokens, n_group - t0);
+                const float* xt = scratch + t0 * cols;
+                float* out_t0 = out + (g0 + t0) * ldo + i0;
+                switch ((n_tok + kPacket - 1) / kPacket) {  // only the registers that hold tokens
+                    case 1: gemm_tokens<1>(w_i0, ldw, n_rows, cols, xt, n_tok, out_t0, ldo); break;
+                    case 2: gemm_tokens<2>(w_i0, ldw, n_rows, cols, xt, n_tok, out_t0, ldo); break;
+                    case 3: gemm_tokens<3>(w_i0, ldw, n_rows, cols, xt, n_tok, out_t0, ldo); break;
+                    default: gemm_tokens<4>(w_i0, ldw, n_rows, cols, xt, n_tok, out_t0, ldo); break;
+                }
             }
         }
     }

@@ -108,10 +108,12 @@ TEST_CASE("gemm_rows: every token's outputs, for token counts around the SIMD wi
             for (const std::int64_t cols : {1, 17, 288}) check_gemm(n, rows, cols);
 }
 
-TEST_CASE("gemm_rows: several tiles over more weight rows than one L2 panel holds") {
+TEST_CASE("gemm_rows: several tiles and groups over more weight rows than one L2 panel holds") {
     // 288 floats a row: a 256 KiB panel is 227 rows, so 500 rows are three panels, each passed over by
-    // the three tiles of 2 * tile + 3 tokens (each tile packed again per panel)
+    // the three tiles of 2 * tile + 3 tokens; 4 * tile + 5 tokens are two groups (four tiles at most
+    // are packed at once), the second with one partial tile
     check_gemm(2 * gemm_tile_tokens() + 3, 500, 288);
+    check_gemm(4 * gemm_tile_tokens() + 5, 500, 288);
 }
 
 TEST_CASE("gemm_rows: agrees with Eigen's product on a prefill-shaped block") {

@@ -18,7 +18,7 @@ void gemv_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t
 // Tokens per tile of gemm_rows: four SIMD registers of tokens (64 with AVX-512, 32 with AVX).
 std::int64_t gemm_tile_tokens();
 // Floats of scratch gemm_rows needs for `cols` input features and up to n_max tokens per call: the
-// packed tile x^T (cols, tokens of the widest tile, rounded up to whole SIMD registers).
+// packed tiles x^T of up to four tiles (cols, tokens rounded up to whole SIMD registers) each.
 std::int64_t gemm_scratch_floats(std::int64_t cols, std::int64_t n_max);
 
 // out[t*ldo + i] = sum_j x[t*ldx + j] * w[i*ldw + j] for tokens t in [0, n), rows i in [0, rows):
