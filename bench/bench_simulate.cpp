@@ -103,31 +103,10 @@ public:
     // One sample of each, in bytes/s and FLOP/s; every sample is also kept for the reference table.
     // read_bandwidth() samples both read patterns and returns the multi-stream one.
     double read_bandwidth() {
-        const float* data = stream_.get();
-        const std::int64_t n = n_stream_;
-        auto t0 = clock_type::now();
-        double sum = 0.0;
-#pragma omp parallel reduction(+ : sum)
-        {
-            const std::int64_t n_threads = omp_get_num_threads(), t = omp_get_thread_num();
-            const std::int64_t i0 = n * t / n_threads, i1 = n * (t + 1) / n_threads;
-            sum += static_cast<double>(Eigen::Map<const Eigen::VectorXf>(data + i0, i1 - i0).sum());
-        }
-        double s = seconds_since(t0);
-        if (!(sum > 0.0)) throw Error("read bandwidth: the sum of ones is not positive");  // keeps the reads live
-        bw1_samples.push_back(static_cast<double>(n) * sizeof(float) / s);
-
-        t0 = clock_type::now();
-        sum = 0.0;
-#pragma omp parallel reduction(+ : sum)
-        {
-            const std::int64_t n_threads = omp_get_num_threads(), t = omp_get_thread_num();
-            const std::int64_t i0 = n * t / n_threads, i1 = n * (t + 1) / n_threads;
-            sum += sum_streams(data + i0, i1 - i0);
-        }
-        s = seconds_since(t0);
-        if (!(sum > 0.0)) throw Error("read bandwidth: the sum of ones is not positive");
-        bw_samples.push_back(static_cast<double>(n) * sizeof(float) / s);
+        bw1_samples.push_back(read_rate([](const float* x, std::int64_t n) {
+            return static_cast<double>(Eigen::Map<const Eigen::VectorXf>(x, n).sum());
+        }));
+        bw_samples.push_back(read_rate(sum_streams));
         return bw_samples.back();
     }
     double gemm_rate() {
@@ -143,6 +122,24 @@ public:
     std::vector<double> bw_samples, bw1_samples, gemm_samples;  // multi-stream, one-stream read; GEMM
 
 private:
+    // bytes/s of every thread summing its static share of the buffer with sum(share, n)
+    template <typename SumFn>
+    double read_rate(SumFn sum_of) const {
+        const float* data = stream_.get();
+        const std::int64_t n = n_stream_;
+        const auto t0 = clock_type::now();
+        double sum = 0.0;
+#pragma omp parallel reduction(+ : sum)
+        {
+            const std::int64_t n_threads = omp_get_num_threads(), t = omp_get_thread_num();
+            const std::int64_t i0 = n * t / n_threads, i1 = n * (t + 1) / n_threads;
+            sum += sum_of(data + i0, i1 - i0);
+        }
+        const double s = seconds_since(t0);
+        if (!(sum > 0.0)) throw Error("read bandwidth: the sum of ones is not positive");  // keeps the reads live
+        return static_cast<double>(n) * sizeof(float) / s;
+    }
+
     static constexpr std::int64_t kReadStreams = 8, kLine = 16;  // streams per thread; floats per 64-byte line
     // x[0] + ... + x[n-1], read as kReadStreams contiguous sub-ranges side by side, one line of each in
     // turn (the tail after the last whole line of every sub-range is summed alone).

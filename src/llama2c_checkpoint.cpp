@@ -106,14 +106,11 @@ public:
         if (n_bytes > file_.size_bytes() - std::min(offset_, file_.size_bytes()))
             throw FormatError(fmt::format("{}: truncated: {} bytes needed at offset {}, file has {} bytes",
                                           file_.path().string(), n_bytes, offset_, file_.size_bytes()));
-        // 1 MiB at a time, each chunk's file pages given back once copied: peak memory is the weights
-        constexpr std::uint64_t chunk = 1 << 20;
+        // the file's pages are given back as they are copied: peak memory is the weights, not weights + file
         auto* dst = reinterpret_cast<std::byte*>(out);
-        for (std::uint64_t done = 0; done < n_bytes; done += chunk) {
-            const std::uint64_t n = std::min(chunk, n_bytes - done);
-            std::memcpy(dst + done, file_.bytes().data() + offset_ + done, n);
-            file_.drop_pages(offset_, done + n);  // from the tensor's start: no page straddling two chunks stays
-        }
+        file_.consume(offset_, n_bytes, [&](std::uint64_t done, std::span<const std::byte> chunk) {
+            std::memcpy(dst + done, chunk.data(), chunk.size());
+        });
         offset_ += n_bytes;
     }
     MatrixRM matrix(std::int64_t rows, std::int64_t cols) {

@@ -112,26 +112,22 @@ const SafetensorsTensor& SafetensorsFile::require(const std::string& name, const
 }
 
 void SafetensorsFile::read_f32(const SafetensorsTensor& t, float* out) const {
-    const std::byte* src = file_.bytes().data() + t.begin_bytes;
     const std::uint64_t n_bytes = t.end_bytes - t.begin_bytes;
     const bool f32 = t.dtype == "F32", f16 = t.dtype == "F16";
     if (!f32 && !f16 && t.dtype != "BF16")
         throw FormatError(fmt::format("{}: tensor '{}' has dtype {}; kvlab reads F32, F16 and BF16 weights", path().string(), t.name, t.dtype));
-    // 1 MiB of the file at a time, each chunk's pages given back once converted: peak memory is the weights
-    constexpr std::uint64_t chunk = 1 << 20;
-    for (std::uint64_t done = 0; done < n_bytes; done += chunk) {
-        const std::uint64_t n = std::min(chunk, n_bytes - done);
+    // the file's pages are given back as they are converted: peak memory is the weights, not weights + file
+    file_.consume(t.begin_bytes, n_bytes, [&](std::uint64_t done, std::span<const std::byte> chunk) {
         if (f32) {
-            std::memcpy(reinterpret_cast<std::byte*>(out) + done, src + done, n);
-        } else {
-            for (std::uint64_t i = done / 2; i < (done + n) / 2; ++i) {
-                std::uint16_t bits = 0;
-                std::memcpy(&bits, src + 2 * i, 2);
-                out[i] = f16 ? fp16_to_fp32(bits) : bf16_to_fp32(bits);
-            }
+            std::memcpy(reinterpret_cast<std::byte*>(out) + done, chunk.data(), chunk.size());
+            return;
         }
-        file_.drop_pages(t.begin_bytes, done + n);  // from the tensor's start: no page straddling two chunks stays
-    }
+        for (std::uint64_t i = 0; i < chunk.size() / 2; ++i) {  // spans are 1 MiB: no value straddles two
+            std::uint16_t bits = 0;
+            std::memcpy(&bits, chunk.data() + 2 * i, 2);
+            out[done / 2 + i] = f16 ? fp16_to_fp32(bits) : bf16_to_fp32(bits);
+        }
+    });
 }
 
 MatrixRM SafetensorsFile::read_matrix(const std::string& name, std::int64_t rows, std::int64_t cols) const {

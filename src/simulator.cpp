@@ -3,9 +3,6 @@
 #include <chrono>
 #include <cmath>
 #include <random>
-#if defined(__GLIBC__)
-#include <malloc.h>  // malloc_trim
-#endif
 
 #include <fmt/format.h>
 
@@ -147,11 +144,6 @@ SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, 
     r.records.reserve(static_cast<std::size_t>(o.n_steps * (run_cached && run_uncached ? 2 : 1)));
     VectorF logits_cached;  // (V) both modes: the cached logits, kept while the uncached forward reuses the buffers
     if (run_cached && run_uncached) logits_cached.resize(cfg.n_vocab);
-#if defined(__GLIBC__)
-    // setup's freed allocations (parsing, weight init on every thread) leave pages in malloc's arenas;
-    // give them back so the run holds only its working set (docs/performance.md, peak RSS)
-    malloc_trim(0);
-#endif
 
     for (std::int64_t step = 0; step < o.n_steps; ++step) {
         if (o.stop && o.stop->load()) {

@@ -83,6 +83,14 @@ Block thread_block(std::int64_t n) {
     return {begin, end - begin};
 }
 
+// W (d_out, d_in) @ x (d_in) -> y (d_out), this thread's block of output features, for one token (the
+// GEMV of matmul_block, on raw vectors such as the classifier's).
+Block gemv_block(const MatrixRM& w, const float* x, float* y) {
+    const Block b = thread_block(w.rows());
+    if (b.size > 0) gemv_rows(w.row(b.begin).data(), w.cols(), b.size, w.cols(), x, y + b.begin);
+    return b;
+}
+
 // W (d_out, d_in) @ x rows (n, d_in) -> out rows (n, d_out) (+ bias), this thread's block of output
 // features; called inside a parallel region, where every thread computes its own block. Both kernels
 // read the block's weights in place, once per call (kvlab/matmul.hpp): one token is a GEMV
@@ -90,11 +98,11 @@ Block thread_block(std::int64_t n) {
 // (gemm_scratch_floats(d_in, n)) and reuses each weight for all of them.
 Block matmul_block(MatrixRM& out, const MatrixRM& x, std::int64_t n, const MatrixRM& w, const VectorF& bias,
                    float* scratch) {
-    const Block b = thread_block(w.rows());
+    const Block b = n == 1 ? gemv_block(w, x.row(0).data(), out.row(0).data()) : thread_block(w.rows());
     if (b.size == 0) return b;
-    const float* w_b = w.row(b.begin).data();  // (size, d_in) rows of W
-    if (n == 1) gemv_rows(w_b, w.cols(), b.size, w.cols(), x.row(0).data(), out.row(0).data() + b.begin);
-    else gemm_rows(w_b, w.cols(), b.size, w.cols(), x.data(), x.cols(), n, out.data() + b.begin, out.cols(), scratch);
+    if (n > 1)
+        gemm_rows(w.row(b.begin).data(), w.cols(), b.size, w.cols(), x.data(), x.cols(), n, out.data() + b.begin,
+                  out.cols(), scratch);
     if (bias.size() != 0) out.block(0, b.begin, n, b.size).rowwise() += bias.segment(b.begin, b.size).transpose();
     return b;
 }
@@ -483,12 +491,7 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
     count(cost, Op::final_norm, norm_cost(1));
     timer.mark(Op::final_norm);
     const MatrixRM& classifier = w_.classifier();
-    on_threads([&] {
-        const Block b = thread_block(classifier.rows());
-        if (b.size == 0) return;
-        gemv_rows(classifier.row(b.begin).data(), classifier.cols(), b.size, classifier.cols(), x_last_.data(),
-                  logits_.data() + b.begin);
-    });
+    on_threads([&] { gemv_block(classifier, x_last_.data(), logits_.data()); });
     count(cost, Op::lm_head, cost_matmul(1, classifier.cols(), classifier.rows(), false));
     timer.mark(Op::lm_head);
     return logits_;

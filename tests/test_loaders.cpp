@@ -2,6 +2,7 @@
 // Every file is built here, in a temporary directory, from numbers the checks then expect back.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -920,4 +922,29 @@ TEST_CASE("A mapped file's bytes read the same after their pages are given back"
     file.drop_pages(data.size() + 5, 100);     // beyond the end: nothing to do
     file.drop_pages(page, ~std::uint64_t{0});  // a length past the end stops at the end
     CHECK(same());
+}
+
+TEST_CASE("A mapped file is consumed in 1 MiB spans, in order, each readable while it is handed out") {
+    TempDir dir;
+    const fs::path path = dir.path() / "spans.bin";
+    std::vector<std::uint8_t> data((5u << 19) + 300);  // 2.5 MiB + 300 B
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint8_t>(i * 13 + 1);
+    {
+        std::ofstream out(path, std::ios::binary);
+        out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+    }
+    const MappedFile file(path);
+    // bytes [100, 100 + 2.5 MiB): spans of 1 MiB, 1 MiB and 0.5 MiB starting 0, 1 MiB and 2 MiB in
+    std::vector<std::uint8_t> copy;
+    std::vector<std::uint64_t> starts, sizes;
+    file.consume(100, 5u << 19, [&](std::uint64_t done, std::span<const std::byte> chunk) {
+        starts.push_back(done);
+        sizes.push_back(chunk.size());
+        const auto* b = reinterpret_cast<const std::uint8_t*>(chunk.data());
+        copy.insert(copy.end(), b, b + chunk.size());
+    });
+    CHECK(starts == std::vector<std::uint64_t>{0, 1u << 20, 2u << 20});
+    CHECK(sizes == std::vector<std::uint64_t>{1u << 20, 1u << 20, 1u << 19});
+    CHECK(std::equal(copy.begin(), copy.end(), data.begin() + 100));
+    CHECK(std::memcmp(file.bytes().data(), data.data(), data.size()) == 0);  // still readable after the drops
 }

@@ -1,6 +1,7 @@
 // A whole file mapped read-only into memory, so readers index its bytes and check every range
 // against size_bytes() before touching it. Non-goal: writing; files that change while mapped.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -25,6 +26,18 @@ public:
     // peak memory is the weights it builds, not weights + file. The bytes stay readable (the kernel maps
     // them again from the file on the next access). Only whole pages inside the range are dropped.
     void drop_pages(std::uint64_t offset, std::uint64_t n) const noexcept;
+    // f(done, chunk) over bytes [offset, offset + n) in order, 1 MiB spans at a time (`done` bytes before
+    // each), dropping each span's pages once f has read it (from `offset`, so no page straddling two spans
+    // stays resident). The range must lie inside the file (callers check it first).
+    template <typename ChunkFn>
+    void consume(std::uint64_t offset, std::uint64_t n, ChunkFn f) const {
+        constexpr std::uint64_t chunk = 1 << 20;
+        for (std::uint64_t done = 0; done < n; done += chunk) {
+            const std::uint64_t n_chunk = std::min(chunk, n - done);
+            f(done, bytes().subspan(offset + done, n_chunk));
+            drop_pages(offset, done + n_chunk);
+        }
+    }
 
 private:
     void release() noexcept;

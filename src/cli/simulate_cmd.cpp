@@ -11,6 +11,9 @@
 #include <memory>
 #include <optional>
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>  // malloc_trim
+#endif
 
 #include <Eigen/Core>
 #include <fmt/format.h>
@@ -228,6 +231,11 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given, b
             std::fprintf(stderr, "\rsimulate: step %lld/%lld", static_cast<long long>(done), static_cast<long long>(total));
             std::fflush(stderr);
         };
+#if defined(__GLIBC__)
+    // loading's freed allocations (parsing, weight init on every thread) leave pages in malloc's arenas;
+    // give them back so the process holds only what the run needs (docs/performance.md, peak RSS)
+    malloc_trim(0);
+#endif
     g_stop.store(false);
     sim.stop = &g_stop;
     const auto previous = std::signal(SIGINT, on_sigint);
