@@ -1,5 +1,6 @@
-// The device half of include/kvlab/gpu_attention.hpp: device query, buffers, the cuBLAS K,V projection,
-// the correctness run and the event timing with an L2 flush before every repeat.
+// The CUDA module (libkvlab_cuda.so, opened by src/gpu_attention_cuda.cpp through module_api.hpp): device
+// query, buffers, the cuBLAS K,V projection, the correctness run and the event timing with an L2 flush
+// before every repeat.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -15,6 +16,7 @@
 #include "decode_attention.cuh"
 #include "kvlab/error.hpp"
 #include "kvlab/gpu_attention.hpp"
+#include "module_api.hpp"
 
 namespace kvlab {
 
@@ -190,14 +192,6 @@ void project_kv(cublasHandle_t blas, DType dtype, const void* x, const void* w, 
                "cublasGemmEx K,V = X W_kv");
 }
 
-std::uint64_t count(const std::vector<float>& v) { return v.size(); }
-
-void expect_size(const std::vector<float>& v, std::uint64_t n, const char* name) {
-    if (count(v) != n)
-        throw UsageError(std::string("gpu_attention_run: ") + name + " has " + std::to_string(v.size()) +
-                         " values, expected " + std::to_string(n));
-}
-
 // Buffers of one problem on the device.
 struct ProblemBuffers {
     ProblemBuffers(const GpuAttentionProblem& p, GpuAttentionPath path, int n_split)
@@ -291,11 +285,7 @@ GpuTiming time_events(int n_warmup, int n_repeat, Enqueue enqueue, Before before
     return t;
 }
 
-}  // namespace
-
-bool cuda_built() { return true; }
-
-CudaDevice cuda_device() {
+CudaDevice device_info() {
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
@@ -322,17 +312,8 @@ CudaDevice cuda_device() {
     return d;
 }
 
-GpuAttentionOutputs gpu_attention_run(const GpuAttentionProblem& p, const GpuAttentionInputs& in, int n_split) {
-    validate_gpu_attention_problem(p, "gpu_attention_run");
-    const CudaDevice dev = cuda_device();
-    const std::uint64_t d_kv = static_cast<std::uint64_t>(p.shape.n_head_kv * p.shape.d_head);
-    const std::uint64_t rows = static_cast<std::uint64_t>(p.n_batch * p.n_tokens);
-    expect_size(in.q, static_cast<std::uint64_t>(p.n_batch * p.shape.n_head * p.shape.d_head), "q");
-    expect_size(in.k, rows * d_kv, "k");
-    expect_size(in.v, rows * d_kv, "v");
-    expect_size(in.x, rows * static_cast<std::uint64_t>(p.d_model), "x");
-    expect_size(in.w_kv, static_cast<std::uint64_t>(p.d_model) * 2 * d_kv, "w_kv");
-
+GpuAttentionOutputs attention_run(const GpuAttentionProblem& p, const GpuAttentionInputs& in, int n_split) {
+    const CudaDevice dev = device_info();
     GpuAttentionOutputs result;
     result.n_split = cuda::decode_attention_splits(p.shape, p.n_batch, p.n_tokens, dev.n_sm, n_split);
     Blas blas;
@@ -358,17 +339,9 @@ GpuAttentionOutputs gpu_attention_run(const GpuAttentionProblem& p, const GpuAtt
     return result;
 }
 
-GpuTiming gpu_attention_time(const GpuAttentionProblem& p, GpuAttentionPath path, int n_warmup, int n_repeat) {
-    validate_gpu_attention_problem(p, "gpu_attention_time");
-    const CudaDevice dev = cuda_device();
-    const GpuAttentionCost cost = gpu_attention_cost(p);
-    const std::uint64_t flush_bytes = 2 * dev.l2_bytes;  // twice L2 evicts everything the last run left there
-    const std::uint64_t need =
-        (path == GpuAttentionPath::cached ? cost.cached_device_bytes : cost.uncached_device_bytes) + flush_bytes;
-    if (need > dev.memory_free_bytes)
-        throw UsageError("batch " + std::to_string(p.n_batch) + " x context " + std::to_string(p.n_tokens) + ": the " +
-                         std::string(gpu_attention_path_name(path)) + " step needs " + std::to_string(need) +
-                         " bytes of device memory, " + std::to_string(dev.memory_free_bytes) + " are free");
+GpuTiming attention_time(const GpuAttentionProblem& p, GpuAttentionPath path, std::uint64_t flush_bytes, int n_warmup,
+                         int n_repeat) {
+    const CudaDevice dev = device_info();
     const int n_split = cuda::decode_attention_splits(p.shape, p.n_batch, p.n_tokens, dev.n_sm, 0);
     const ProblemBuffers b(p, path, n_split);
     DeviceBuffer flush(flush_bytes, "the L2 flush buffer");
@@ -391,8 +364,8 @@ GpuTiming gpu_attention_time(const GpuAttentionProblem& p, GpuAttentionPath path
     return t;
 }
 
-GpuTiming cuda_copy_time(std::uint64_t bytes, int n_warmup, int n_repeat) {
-    cuda_device();
+GpuTiming copy_time(std::uint64_t bytes, int n_warmup, int n_repeat) {
+    device_info();
     DeviceBuffer src(bytes, "the copy source");
     DeviceBuffer dst(bytes, "the copy destination");
     fill_random(src.get(), bytes / 2, DType::fp16, 5, 1.0f);
@@ -403,4 +376,42 @@ GpuTiming cuda_copy_time(std::uint64_t bytes, int n_warmup, int n_repeat) {
         [](int) {});
 }
 
+// Runs `f`, handing what it throws back as a Status (module_api.hpp: no exception leaves the module).
+template <typename F>
+void guarded(cuda::Status& status, F&& f) noexcept {
+    try {
+        f();
+    } catch (const InputError& e) {
+        status = {cuda::ErrorKind::usage, e.what()};
+    } catch (const UnavailableError& e) {
+        status = {cuda::ErrorKind::unavailable, e.what()};
+    } catch (const std::exception& e) {
+        status = {cuda::ErrorKind::io, e.what()};
+    } catch (...) {
+        status = {cuda::ErrorKind::io, "the CUDA module failed with an unknown exception"};
+    }
+}
+
+}  // namespace
+
 }  // namespace kvlab
+
+extern "C" __attribute__((visibility("default"))) const kvlab::cuda::ModuleApi* kvlab_cuda_module() {
+    using namespace kvlab;
+    using cuda::Status;
+    static const cuda::ModuleApi api{
+        cuda::module_version,
+        [](Status& s, CudaDevice& out) { guarded(s, [&] { out = device_info(); }); },
+        [](Status& s, const GpuAttentionProblem& p, const GpuAttentionInputs& in, int n_split, GpuAttentionOutputs& out) {
+            guarded(s, [&] { out = attention_run(p, in, n_split); });
+        },
+        [](Status& s, const GpuAttentionProblem& p, GpuAttentionPath path, std::uint64_t flush_bytes, int n_warmup,
+           int n_repeat, GpuTiming& out) {
+            guarded(s, [&] { out = attention_time(p, path, flush_bytes, n_warmup, n_repeat); });
+        },
+        [](Status& s, std::uint64_t bytes, int n_warmup, int n_repeat, GpuTiming& out) {
+            guarded(s, [&] { out = copy_time(bytes, n_warmup, n_repeat); });
+        },
+    };
+    return &api;
+}

@@ -22,6 +22,19 @@ if(NOT CUDA_ENABLED)
   return()
 endif()
 
+# The CUDA module is opened by the GPU commands only: other commands never map the CUDA runtime. glibc's
+# loader lists every object it opens under LD_DEBUG=files; the GPU command shows the check sees dlopen.
+foreach(args IN ITEMS "gpu;attention;--model;llama-3-8b" "simulate;-q;-m;stories15m;-p;2;-n;2;--threads;1" "kvcalc")
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env LD_DEBUG=files ${KVLAB} ${args}
+                  OUTPUT_QUIET ERROR_VARIABLE loader_log)
+  string(FIND "${loader_log}" "libkvlab_cuda.so" at)
+  if(args MATCHES "^gpu" AND at EQUAL -1)
+    message(FATAL_ERROR "kvlab ${args} did not open libkvlab_cuda.so:\n${loader_log}")
+  elseif(NOT args MATCHES "^gpu" AND NOT at EQUAL -1)
+    message(FATAL_ERROR "kvlab ${args} opened the CUDA module, which only GPU commands need")
+  endif()
+endforeach()
+
 execute_process(COMMAND ${KVLAB} ${tiny} RESULT_VARIABLE probe_rc OUTPUT_QUIET ERROR_VARIABLE probe_err)
 if(probe_err MATCHES "no CUDA device present")
   kvlab_expect(RC 1 ARGS ${tiny} ERR "^kvlab: error: no CUDA device present \\(cudaGetDeviceCount: [^\n]+\\)\n$")
