@@ -12,7 +12,7 @@
 #include <optional>
 #include <unistd.h>
 #if defined(__GLIBC__)
-#include <malloc.h>  // malloc_trim
+#include <malloc.h>  // mallopt, malloc_trim
 #endif
 
 #include <Eigen/Core>
@@ -199,6 +199,13 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given, b
     if (prompt_given) inputs["prompt"] = to_valid_utf8(o.prompt);
     if (!o.save_checkpoint.empty()) inputs["save_checkpoint"] = o.save_checkpoint;
 
+#if defined(__GLIBC__)
+    // The weights and the KV cache are allocated once and live for the whole run. glibc gives each block
+    // over 128 KiB a mapping of its own, whole pages, the chunk header and Eigen's alignment pushing the
+    // data onto one page more: ~4 KiB resident per matrix. From the heap they pack end to end. (32 MiB is
+    // mallopt's ceiling; the embedding table, larger, keeps a mapping.) docs/performance.md, peak RSS.
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+#endif
     Weights weights;
     if (o.checkpoint.empty()) {
         weights = random_weights(cfg, o.seed);
