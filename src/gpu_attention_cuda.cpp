@@ -117,7 +117,7 @@ GpuTiming gpu_attention_time(const GpuAttentionProblem& p, GpuAttentionPath path
         throw UsageError(fmt::format("batch {} x context {}: the {} step needs {} bytes of device memory, {} are free",
                                      p.n_batch, p.n_tokens, gpu_attention_path_name(path), need, dev.memory_free_bytes));
     GpuTiming t;
-    call(module().attention_time, p, path, flush_bytes, n_warmup, n_repeat, t);
+    call(module().attention_time, p, path, dev.n_sm, flush_bytes, n_warmup, n_repeat, t);
     return t;
 }
 

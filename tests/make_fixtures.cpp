@@ -88,7 +88,6 @@ std::string safetensors(const std::vector<StTensor>& tensors) {
     return out + text + buffer;
 }
 
-
 // The tiny model as a Hugging Face directory (F32), the same function as tiny.bin; `edit` may break
 // the tensor list.
 void write_hf(const fs::path& dir, const Weights& w, const std::function<void(std::vector<StTensor>&)>& edit) {

@@ -339,10 +339,9 @@ GpuAttentionOutputs attention_run(const GpuAttentionProblem& p, const GpuAttenti
     return result;
 }
 
-GpuTiming attention_time(const GpuAttentionProblem& p, GpuAttentionPath path, std::uint64_t flush_bytes, int n_warmup,
-                         int n_repeat) {
-    const CudaDevice dev = device_info();
-    const int n_split = cuda::decode_attention_splits(p.shape, p.n_batch, p.n_tokens, dev.n_sm, 0);
+GpuTiming attention_time(const GpuAttentionProblem& p, GpuAttentionPath path, int n_sm, std::uint64_t flush_bytes,
+                         int n_warmup, int n_repeat) {
+    const int n_split = cuda::decode_attention_splits(p.shape, p.n_batch, p.n_tokens, n_sm, 0);
     const ProblemBuffers b(p, path, n_split);
     DeviceBuffer flush(flush_bytes, "the L2 flush buffer");
     fill_random(b.q.get(), b.n_q, p.dtype, 1, 1.0f);
@@ -405,9 +404,9 @@ extern "C" __attribute__((visibility("default"))) const kvlab::cuda::ModuleApi* 
         [](Status& s, const GpuAttentionProblem& p, const GpuAttentionInputs& in, int n_split, GpuAttentionOutputs& out) {
             guarded(s, [&] { out = attention_run(p, in, n_split); });
         },
-        [](Status& s, const GpuAttentionProblem& p, GpuAttentionPath path, std::uint64_t flush_bytes, int n_warmup,
-           int n_repeat, GpuTiming& out) {
-            guarded(s, [&] { out = attention_time(p, path, flush_bytes, n_warmup, n_repeat); });
+        [](Status& s, const GpuAttentionProblem& p, GpuAttentionPath path, int n_sm, std::uint64_t flush_bytes,
+           int n_warmup, int n_repeat, GpuTiming& out) {
+            guarded(s, [&] { out = attention_time(p, path, n_sm, flush_bytes, n_warmup, n_repeat); });
         },
         [](Status& s, std::uint64_t bytes, int n_warmup, int n_repeat, GpuTiming& out) {
             guarded(s, [&] { out = copy_time(bytes, n_warmup, n_repeat); });

@@ -13,7 +13,7 @@
 
 namespace kvlab::cuda {
 
-inline constexpr int module_version = 1;                 // bump when ModuleApi or a type it passes changes
+inline constexpr int module_version = 2;                 // bump when ModuleApi or a type it passes changes
 inline constexpr const char* module_entry = "kvlab_cuda_module";  // extern "C" () -> const ModuleApi*
 
 enum class ErrorKind { none, usage, io, unavailable };   // UsageError, IoError, UnavailableError
@@ -30,8 +30,9 @@ struct ModuleApi {
     void (*device)(Status& status, CudaDevice& out) = nullptr;
     void (*attention_run)(Status& status, const GpuAttentionProblem& problem, const GpuAttentionInputs& inputs,
                           int n_split, GpuAttentionOutputs& out) = nullptr;
-    // flush_bytes: the buffer written before every repeat to evict L2
-    void (*attention_time)(Status& status, const GpuAttentionProblem& problem, GpuAttentionPath path,
+    // n_sm: the device's multiprocessors (CudaDevice, already queried by the host); flush_bytes: the
+    // buffer written before every repeat to evict L2
+    void (*attention_time)(Status& status, const GpuAttentionProblem& problem, GpuAttentionPath path, int n_sm,
                            std::uint64_t flush_bytes, int n_warmup, int n_repeat, GpuTiming& out) = nullptr;
     void (*copy_time)(Status& status, std::uint64_t bytes, int n_warmup, int n_repeat, GpuTiming& out) = nullptr;
 };
