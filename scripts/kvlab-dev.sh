@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(g++ cmake make libcli11-dev libfmt-dev libeigen3-dev doctest-dev nlohmann-json3-dev gnuplot-nox)
+packages=(g++ cmake make libcli11-dev libfmt-dev libeigen3-dev doctest-dev nlohmann-json3-dev gnuplot-nox
+          clang libclang-rt-14-dev libomp-14-dev)  # clang: the sanitizer build and its fuzz targets
 
 install_missing() {
     local missing=()

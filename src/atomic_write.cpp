@@ -4,52 +4,101 @@
 #include <cstring>
 #include <fstream>
 #include <system_error>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include "kvlab/error.hpp"
+#include "kvlab/interrupt.hpp"
+#include "kvlab/text.hpp"
 
 namespace kvlab {
 
 namespace fs = std::filesystem;
 
-fs::path temp_path_for(const fs::path& path) {
-    return path.parent_path() / fmt::format(".{}.tmp-{}", path.filename().string(), ::getpid());
+namespace {
+
+fs::path temp_path(const fs::path& target, std::string_view suffix) {
+    return target.parent_path() / fmt::format(".{}.tmp-{}{}", target.filename().string(), ::getpid(), suffix);
 }
 
-void replace_with_temp(const fs::path& temp, const fs::path& path, std::string_view flag) {
+// Why `path` may not be replaced, or empty if it may (absent or a regular file).
+std::string not_replaceable(const fs::path& path) {
     std::error_code ec;
-    fs::rename(temp, path, ec);
-    if (ec) {
-        const std::string reason = ec.message();
-        fs::remove(temp, ec);
-        throw IoError(fmt::format("{}: cannot rename '{}' to '{}': {}", flag, temp.string(), path.string(), reason));
+    const fs::file_status st = fs::symlink_status(path, ec);
+    if (ec || st.type() == fs::file_type::not_found || st.type() == fs::file_type::regular) return {};
+    switch (st.type()) {
+        case fs::file_type::directory: return "is a directory; expected a file name";
+        case fs::file_type::symlink:
+            return "is a symbolic link; kvlab replaces files by renaming and would replace the link itself: give the "
+                   "link's target instead";
+        case fs::file_type::fifo: return "is a FIFO; expected a regular file";
+        default: return "is a device or special file; expected a regular file";
     }
+}
+
+}  // namespace
+
+void check_output_path(const fs::path& path, std::string_view flag) {
+    if (path.empty() || !path.has_filename())
+        throw UsageError(fmt::format("{}: {} is not a file name", flag, quote(path.string())));
+    if (const std::string why = not_replaceable(path); !why.empty())
+        throw UsageError(fmt::format("{}: {} {}", flag, quote(path.string()), why));
+    const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec))
+        throw UsageError(fmt::format("{}: cannot write {}: directory {} does not exist", flag, quote(path.string()),
+                                     quote(dir.string())));
+    const fs::path probe = temp_path(path, ".probe");
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        throw UsageError(fmt::format("{}: cannot write {}: {}", flag, quote(path.string()), std::strerror(errno)));
+    ::close(fd);
+    ::unlink(probe.c_str());
+}
+
+TempFile::TempFile(const fs::path& target, std::string_view flag, std::string_view suffix)
+    : target_(target), path_(temp_path(target, suffix)), flag_(flag) {
+    slot_ = register_temp_file(path_);  // before it exists: a signal between open and register leaves nothing
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        const int err = errno;
+        unregister_temp_file(slot_);
+        throw IoError(fmt::format("{}: cannot write {}: {}", flag_, quote(target_.string()), std::strerror(err)));
+    }
+    ::close(fd);
+}
+
+TempFile::~TempFile() {
+    if (!committed_) ::unlink(path_.c_str());
+    unregister_temp_file(slot_);
+}
+
+void TempFile::commit() {
+    if (const std::string why = not_replaceable(target_); !why.empty())
+        throw IoError(fmt::format("{}: {} {}", flag_, quote(target_.string()), why));
+    if (::rename(path_.c_str(), target_.c_str()) != 0)
+        throw IoError(fmt::format("{}: cannot replace {}: {}", flag_, quote(target_.string()), std::strerror(errno)));
+    committed_ = true;
 }
 
 void write_atomically(const fs::path& path, std::string_view flag, const std::function<void(std::ostream&)>& write) {
-    const fs::path temp = temp_path_for(path);
-    std::error_code ec;
+    TempFile temp(path, flag);
     {
-        std::ofstream out(temp, std::ios::binary);
-        if (!out) throw IoError(fmt::format("{}: cannot write '{}': {}", flag, temp.string(), std::strerror(errno)));
-        try {
-            write(out);
-        } catch (...) {
-            out.close();
-            fs::remove(temp, ec);
-            throw;
-        }
+        std::ofstream out(temp.path(), std::ios::binary | std::ios::trunc);
+        if (!out) throw IoError(fmt::format("{}: cannot write {}: {}", flag, quote(path.string()), std::strerror(errno)));
+        write(out);
         out.flush();
+        int err = out ? 0 : errno;
+        out.close();  // a full disk may show only now
         if (!out) {
-            const std::string reason = std::strerror(errno);
-            out.close();
-            fs::remove(temp, ec);
-            throw IoError(fmt::format("{}: writing '{}' failed: {}", flag, temp.string(), reason));
+            if (err == 0) err = errno;
+            throw IoError(fmt::format("{}: writing {} failed: {}", flag, quote(path.string()),
+                                      err ? std::strerror(err) : "the stream reported an error"));
         }
     }
-    replace_with_temp(temp, path, flag);
+    temp.commit();
 }
 
 }  // namespace kvlab

@@ -196,7 +196,7 @@ StepCost closed_form_step_cost(const ModelConfig& cfg, StepMode mode, std::int64
         throw UsageError("closed_form_step_cost: expected n > 0, pos0 >= 0, and pos0 = 0 for the uncached mode");
     const bool gpt2 = cfg.family == Family::gpt2;
     const bool qkv_bias = gpt2 || cfg.attention_bias;  // Qwen2-style llama configs bias q, k, v only
-    const std::int64_t d = cfg.d_model, d_q = cfg.n_head * cfg.d_head, d_kv = cfg.d_kv(), f = cfg.d_ff;
+    const std::int64_t d = cfg.d_model, d_q = cfg.d_q(), d_kv = cfg.d_kv(), f = cfg.d_ff;
     const KvPlace place = mode == StepMode::cached ? KvPlace::cache : KvPlace::activations;
     StepCost s;
     s.add(Op::embed, cost_embed(n, d));

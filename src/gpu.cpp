@@ -1,27 +1,21 @@
 #include "kvlab/gpu.hpp"
 
 #include <algorithm>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "kvlab/error.hpp"
+#include "kvlab/json_input.hpp"
+#include "kvlab/mapped_file.hpp"
 #include "kvlab/presets.hpp"
 
 namespace kvlab {
 
 std::vector<GpuSpec> load_gpus() {
     const auto path = presets_dir() / "gpus.json";
-    std::ifstream in(path);
-    if (!in) throw ConfigError(fmt::format("{}: cannot open the GPU table", path.string()));
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::parse_error& e) {
-        throw ConfigError(fmt::format("{}: malformed JSON: {}", path.string(), e.what()));
-    }
+    const nlohmann::json j = parse_json(read_input_file(path, "GPU table", 16 << 20), path.string());
     if (!j.contains("gpus") || !j["gpus"].is_array()) throw ConfigError(fmt::format("{}: missing array 'gpus'", path.string()));
     std::vector<GpuSpec> out;
     for (const auto& g : j["gpus"]) {
@@ -37,7 +31,7 @@ std::vector<GpuSpec> load_gpus() {
             s.driver_bytes = g.value("driver_reported_bytes", std::uint64_t{0});
             s.aliases = g.value("aliases", std::vector<std::string>{});
         } catch (const nlohmann::json::exception& e) {
-            throw ConfigError(fmt::format("{}: GPU entry {}: {}", path.string(), g.dump(), e.what()));
+            throw ConfigError(fmt::format("{}: GPU entry {}: {}", path.string(), json_excerpt(g), e.what()));
         }
         if (s.memory_bytes == 0 || s.bandwidth_bytes_per_s == 0)
             throw ConfigError(fmt::format("{}: GPU {} has zero memory or bandwidth; expected positive integers", path.string(), s.name));

@@ -51,9 +51,9 @@ void validate_gpu_attention_problem(const GpuAttentionProblem& p, std::string_vi
     if (s.d_head % 8 != 0 || s.d_head > gpu_attention_max_d_head)
         throw UsageError(fmt::format("{}: head dim {} is not supported by the CUDA kernel; expected a multiple "
                                      "of 8 up to {}", flag_hint, s.d_head, gpu_attention_max_d_head));
-    if (s.n_head_kv > 65535 || p.n_batch < 1 || p.n_batch > 65535)
-        throw UsageError(fmt::format("{}: batch {} and KV heads {} must each be 1..65535 (CUDA grid limit)",
-                                     flag_hint, p.n_batch, s.n_head_kv));
+    if (s.n_head > 65535 || s.n_head_kv > 65535 || p.n_batch < 1 || p.n_batch > 65535)
+        throw UsageError(fmt::format("{}: batch {}, heads {} and KV heads {} must each be 1..65535 (CUDA grid limit)",
+                                     flag_hint, p.n_batch, s.n_head, s.n_head_kv));
     if (p.n_tokens < 1 || p.d_model < 1 || p.d_model > INT_MAX)
         throw UsageError(fmt::format("{}: context {} and hidden size {} must be positive (hidden size < 2^31)",
                                      flag_hint, p.n_tokens, p.d_model));
@@ -70,7 +70,8 @@ GpuAttentionCost gpu_attention_cost(const GpuAttentionProblem& p) {
     GpuAttentionCost c;
     c.kv_bytes = checked_mul(checked_mul(rows, d_kv, "KV values"), 2 * b, "KV bytes");
     const std::uint64_t q_bytes =
-        checked_mul(checked_mul(u64(p.n_batch), u64(p.shape.n_head * p.shape.d_head), "query values"), b, "query bytes");
+        checked_mul(checked_mul(checked_mul(u64(p.n_batch), u64(p.shape.n_head), "query heads"), u64(p.shape.d_head), "query values"),
+                    b, "query bytes");
     c.cached_bytes = checked_add(c.kv_bytes, 2 * q_bytes, "cached step bytes");  // q read + out written, same size
     const std::uint64_t x_bytes = checked_mul(checked_mul(rows, u64(p.d_model), "hidden values"), b, "hidden bytes");
     const std::uint64_t w_bytes = checked_mul(checked_mul(u64(p.d_model), 2 * d_kv, "W_kv values"), b, "W_kv bytes");

@@ -11,6 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "kvlab/error.hpp"
+#include "kvlab/text.hpp"
+#include "kvlab/json_input.hpp"
+#include "kvlab/mapped_file.hpp"
 #include "kvlab/safetensors.hpp"
 
 namespace kvlab {
@@ -47,35 +50,28 @@ private:
     void add_file(const std::filesystem::path& path) { files_.push_back(std::make_unique<SafetensorsFile>(path)); }
 
     void read_index(const std::filesystem::path& dir, const std::filesystem::path& index) {
-        std::ifstream in(index);
-        if (!in) throw IoError(fmt::format("{}: cannot open", index.string()));
-        nlohmann::json j;
-        try {
-            j = nlohmann::json::parse(in);
-        } catch (const nlohmann::json::exception& e) {
-            throw FormatError(fmt::format("{}: not valid JSON: {}", index.string(), e.what()));
-        }
+        const nlohmann::json j = parse_json(read_input_file(index, "shard index", 64 << 20), index.string());
         if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
             throw FormatError(fmt::format("{}: expected an object with a \"weight_map\" object", index.string()));
         std::map<std::string, std::size_t> shard_ids;
         for (const auto& [name, shard] : j["weight_map"].items()) {
             if (!shard.is_string())
-                throw FormatError(fmt::format("{}: weight_map entry '{}' is not a file name", index.string(), name));
+                throw FormatError(fmt::format("{}: weight_map entry {} is not a file name", index.string(), quote(name)));
             const std::string file = shard.get<std::string>();
             // A shard is a plain file next to the index: no directories, no escaping the checkpoint.
             if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos)
-                throw FormatError(fmt::format("{}: weight_map entry '{}' names shard '{}'; expected a file name in the same directory",
-                                              index.string(), name, file));
+                throw FormatError(fmt::format("{}: weight_map entry {} names shard {}; expected a file name in the same directory",
+                                              index.string(), quote(name), quote(file)));
             auto it = shard_ids.find(file);
             if (it == shard_ids.end()) {
                 const std::filesystem::path path = dir / file;
                 if (!std::filesystem::is_regular_file(path))
-                    throw FormatError(fmt::format("{}: shard '{}' (holding '{}') does not exist", index.string(), file, name));
+                    throw FormatError(fmt::format("{}: shard {} (holding {}) does not exist", index.string(), quote(file), quote(name)));
                 add_file(path);
                 it = shard_ids.emplace(file, files_.size() - 1).first;
             }
             if (files_[it->second]->find(name) == nullptr)
-                throw FormatError(fmt::format("{}: the index puts tensor '{}' in {}, which has no such tensor", index.string(), name,
+                throw FormatError(fmt::format("{}: the index puts tensor {} in {}, which has no such tensor", index.string(), quote(name),
                                               files_[it->second]->path().string()));
             owner_[name] = it->second;
         }
@@ -94,7 +90,7 @@ private:
 };
 
 Weights load_llama_weights(const TensorSource& src, const ModelConfig& cfg, std::int64_t n_read) {
-    const std::int64_t d = cfg.d_model, d_q = cfg.n_head * cfg.d_head, d_kv = cfg.d_kv(), f = cfg.d_ff, v = cfg.n_vocab;
+    const std::int64_t d = cfg.d_model, d_q = cfg.d_q(), d_kv = cfg.d_kv(), f = cfg.d_ff, v = cfg.n_vocab;
     if (cfg.attention_bias || src.contains("model.layers.0.self_attn.q_proj.bias"))
         throw FormatError(fmt::format("{}: the model has attention biases (model_type '{}'); kvlab's llama forward pass has none",
                                       src.where(), cfg.model_type));
@@ -133,7 +129,7 @@ MatrixRM conv1d(const TensorSource& src, const std::string& name, std::int64_t d
 
 Weights load_gpt2_weights(const TensorSource& src, const ModelConfig& cfg, std::int64_t n_read) {
     const std::int64_t d = cfg.d_model, f = cfg.d_ff, v = cfg.n_vocab;
-    if (cfg.n_head * cfg.d_head != d || cfg.n_head_kv != cfg.n_head)
+    if (cfg.d_q() != d || cfg.n_head_kv != cfg.n_head)
         throw FormatError(fmt::format("{}: gpt2 needs n_head x d_head == d_model and no grouped KV heads ({} x {} vs {}, {} KV heads)",
                                       src.where(), cfg.n_head, cfg.d_head, d, cfg.n_head_kv));
     // GPT2Model checkpoints name tensors "wte.weight"; GPT2LMHeadModel ones "transformer.wte.weight".

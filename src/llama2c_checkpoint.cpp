@@ -156,7 +156,7 @@ private:
 // v0 order: embeddings, attention norms, wq, wk, wv, wo, ffn norms, w1, w2, w3, final norm, legacy
 // RoPE tables, classifier (untied only).
 void read_weights_v0(FloatReader& in, const ModelConfig& cfg, Weights& w) {
-    const std::int64_t d = cfg.d_model, d_q = cfg.n_head * cfg.d_head, d_kv = cfg.d_kv(), f = cfg.d_ff;
+    const std::int64_t d = cfg.d_model, d_q = cfg.d_q(), d_kv = cfg.d_kv(), f = cfg.d_ff;
     LayerReader layers(in, cfg, w);
     w.tok_embed = in.matrix(cfg.n_vocab, d);
     layers.vectors(&LayerWeights::attn_norm, d);
@@ -176,7 +176,7 @@ void read_weights_v0(FloatReader& in, const ModelConfig& cfg, Weights& w) {
 
 // v1 order: attention norms, ffn norms, final norm, embeddings, wq, wk, wv, wo, w1, w2, w3, classifier.
 void read_weights_v1(FloatReader& in, const ModelConfig& cfg, Weights& w) {
-    const std::int64_t d = cfg.d_model, d_q = cfg.n_head * cfg.d_head, d_kv = cfg.d_kv(), f = cfg.d_ff;
+    const std::int64_t d = cfg.d_model, d_q = cfg.d_q(), d_kv = cfg.d_kv(), f = cfg.d_ff;
     LayerReader layers(in, cfg, w);
     layers.vectors(&LayerWeights::attn_norm, d);
     layers.vectors(&LayerWeights::mlp_norm, d);
@@ -379,7 +379,7 @@ void check_llama2c_v0_config(const std::filesystem::path& path, const ModelConfi
         throw unwritable(path, fmt::format("rope_theta is {}; the format has no field for it and readers assume 10000", cfg.rope_theta));
     if (cfg.norm_eps != 1e-5)
         throw unwritable(path, fmt::format("norm_eps is {}; the format has no field for it and readers assume 1e-5", cfg.norm_eps));
-    if (cfg.n_head <= 0 || cfg.n_head * cfg.d_head != cfg.d_model)
+    if (cfg.n_head <= 0 || cfg.d_q() != cfg.d_model)
         throw unwritable(path, fmt::format("n_head ({}) x d_head ({}) != d_model ({}); the format derives the head size from dim",
                                            cfg.n_head, cfg.d_head, cfg.d_model));
     if (cfg.d_head % 2 != 0) throw unwritable(path, fmt::format("d_head ({}) is odd", cfg.d_head));

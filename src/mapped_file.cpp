@@ -13,34 +13,69 @@
 #include <fmt/format.h>
 
 #include "kvlab/error.hpp"
+#include "kvlab/text.hpp"
 
 namespace kvlab {
 
-MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw IoError(fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)));
-    struct stat info {};
-    if (::fstat(fd, &info) != 0) {
-        const int err = errno;
-        ::close(fd);
-        throw IoError(fmt::format("{}: cannot stat: {}", path.string(), std::strerror(err)));
-    }
-    if (!S_ISREG(info.st_mode)) {
-        ::close(fd);
-        throw IoError(fmt::format("{}: not a regular file", path.string()));
-    }
-    size_bytes_ = static_cast<std::uint64_t>(info.st_size);
-    if (size_bytes_ > 0) {
-        void* data = ::mmap(nullptr, size_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (data == MAP_FAILED) {
+namespace {
+
+// An open descriptor of a regular file, with its size; closes itself.
+struct InputFd {
+    int fd = -1;
+    std::uint64_t size = 0;
+    InputFd(const std::filesystem::path& path, std::string_view what) {
+        fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // O_NONBLOCK: a FIFO must not hang the open
+        if (fd < 0)
+            throw InputError(fmt::format("{}: cannot open the {}: {}", quote(path.string()), what, std::strerror(errno)));
+        struct stat info {};
+        if (::fstat(fd, &info) != 0) {
             const int err = errno;
             ::close(fd);
-            throw IoError(fmt::format("{}: cannot map {} bytes: {}", path.string(), size_bytes_, std::strerror(err)));
+            throw InputError(fmt::format("{}: cannot stat the {}: {}", quote(path.string()), what, std::strerror(err)));
         }
+        if (!S_ISREG(info.st_mode)) {
+            ::close(fd);
+            const char* kind = S_ISDIR(info.st_mode) ? "a directory" : S_ISFIFO(info.st_mode) ? "a pipe" : "a device or special file";
+            throw InputError(fmt::format("{}: is {}; expected a regular {}", quote(path.string()), kind, what));
+        }
+        size = static_cast<std::uint64_t>(info.st_size);
+    }
+    ~InputFd() { ::close(fd); }
+    InputFd(const InputFd&) = delete;
+    InputFd& operator=(const InputFd&) = delete;
+};
+
+}  // namespace
+
+std::string read_input_file(const std::filesystem::path& path, std::string_view what, std::uint64_t max_bytes) {
+    const InputFd in(path, what);
+    if (in.size > max_bytes)
+        throw InputError(fmt::format("{}: the {} is {} bytes; kvlab reads at most {} bytes of it", quote(path.string()), what,
+                                     in.size, max_bytes));
+    std::string text(static_cast<std::size_t>(in.size), '\0');
+    std::size_t done = 0;
+    while (done < text.size()) {
+        const ssize_t n = ::read(in.fd, text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw IoError(fmt::format("{}: reading the {} failed: {}", quote(path.string()), what, std::strerror(errno)));
+        if (n == 0) break;  // the file shrank while read
+        done += static_cast<std::size_t>(n);
+    }
+    text.resize(done);
+    return text;
+}
+
+MappedFile::MappedFile(const std::filesystem::path& path, std::string_view what) : path_(path) {
+    const InputFd in(path, what);
+    const int fd = in.fd;
+    size_bytes_ = in.size;
+    if (size_bytes_ > 0) {
+        void* data = ::mmap(nullptr, size_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (data == MAP_FAILED)
+            throw IoError(fmt::format("{}: cannot map {} bytes: {}", quote(path.string()), size_bytes_, std::strerror(errno)));
         data_ = data;
     }
-    ::close(fd);  // the mapping keeps the file alive
-}
+}  // the mapping keeps the file alive once the descriptor closes
 
 MappedFile::~MappedFile() { release(); }
 

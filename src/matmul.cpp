@@ -3,6 +3,9 @@
 #include <algorithm>
 
 #include <Eigen/Core>
+#include <fmt/format.h>
+
+#include "kvlab/error.hpp"
 
 namespace kvlab {
 
@@ -121,7 +124,10 @@ void gemv_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t
 std::int64_t gemm_tile_tokens() { return kTileTokens; }
 
 std::int64_t gemm_scratch_floats(std::int64_t cols, std::int64_t n_max) {
-    return cols * std::min(kGroupTokens, (n_max + kPacket - 1) / kPacket * kPacket);
+    std::int64_t out = 0;
+    if (__builtin_mul_overflow(cols, std::min(kGroupTokens, (n_max + kPacket - 1) / kPacket * kPacket), &out))
+        throw OverflowError(fmt::format("GEMM scratch for {} input features overflows 64 bits; expected a real model's shape", cols));
+    return out;
 }
 
 void gemm_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, std::int64_t ldx,

@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 
 #include <fmt/format.h>
 
 #include "kvlab/error.hpp"
+#include "kvlab/json_input.hpp"
+#include "kvlab/mapped_file.hpp"
 
 namespace kvlab {
 namespace {
@@ -141,6 +142,21 @@ void read_sliding_window(const FieldReader& f, const json& j, const std::string&
 
 }  // namespace
 
+namespace {
+
+std::int64_t checked_width(std::int64_t heads, std::int64_t d_head, const char* heads_name) {
+    std::int64_t out = 0;
+    if (__builtin_mul_overflow(heads, d_head, &out))
+        throw OverflowError(fmt::format("{} ({}) x head_dim ({}) overflows 64 bits; expected a real model's shape", heads_name,
+                                        heads, d_head));
+    return out;
+}
+
+}  // namespace
+
+std::int64_t ModelConfig::d_q() const { return checked_width(n_head, d_head, "num_attention_heads"); }
+std::int64_t ModelConfig::d_kv() const { return checked_width(n_head_kv, d_head, "num_key_value_heads"); }
+
 std::string ModelConfig::attention_kind() const {
     if (mla) return "MLA";
     if (n_head_kv == n_head) return "MHA";
@@ -165,9 +181,10 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
     cfg.source = where;
     cfg.display_name = name;
     if (auto k = root.find("_kvlab"); k != root.end() && k->is_object()) {
-        cfg.display_name = k->value("display_name", name);
-        cfg.source = k->value("source", where);
-        cfg.preset_family = k->value("family", "");
+        const FieldReader kv(*k, where + " (_kvlab)");
+        if (const std::string s = kv.string("display_name"); !s.empty()) cfg.display_name = s;
+        if (const std::string s = kv.string("source"); !s.empty()) cfg.source = s;
+        cfg.preset_family = kv.string("family");
     }
     cfg.model_type = f.string("model_type");
     if (cfg.model_type.empty()) cfg.model_type = FieldReader(root, where).string("model_type");
@@ -211,6 +228,12 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
         cfg.n_head_kv = cfg.n_head;
         cfg.kv_heads_rule = fmt::format("{} KV heads: num_key_value_heads absent, so MHA", cfg.n_head_kv);
     }
+    try {  // every width formed later from these fields fits 64 bits (products of two widths are checked where formed)
+        cfg.d_q();
+        cfg.d_kv();
+    } catch (const OverflowError& e) {
+        throw ConfigError(fmt::format("{}: {}", where, e.what()));
+    }
     if (cfg.n_head % cfg.n_head_kv != 0)
         throw ConfigError(fmt::format("{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", where, cfg.n_head, cfg.n_head_kv));
 
@@ -245,14 +268,8 @@ ModelConfig load_model_config(const std::filesystem::path& path_in) {
     std::filesystem::path path = path_in;
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) path /= "config.json";
-    std::ifstream in(path);
-    if (!in) throw ConfigError(fmt::format("{}: cannot open config file; expected a config.json or a directory holding one", path.string()));
-    json j;
-    try {
-        j = json::parse(in);
-    } catch (const json::parse_error& e) {
-        throw ConfigError(fmt::format("{}: malformed JSON at byte {}: {}", path.string(), e.byte, e.what()));
-    }
+    // a config.json is a few KiB; 16 MiB leaves room for any real one (multimodal configs included)
+    const json j = parse_json(read_input_file(path, "config file (a config.json or a directory holding one)", 16 << 20), path.string());
     std::string name = path.stem().string();
     if (name == "config") name = path.parent_path().filename().string();
     return parse_model_config(j, path.string(), name);

@@ -24,7 +24,7 @@ std::uint64_t attention_params(const ModelConfig& c) {
         n = add(n, mul(u(m.kv_lora_rank), mul(h, u(m.qk_nope_head_dim + m.v_head_dim))));
         return add(n, mul(mul(h, u(m.v_head_dim)), d));
     }
-    const auto q = u(c.n_head * c.d_head), kv = u(c.n_head_kv * c.d_head);
+    const auto q = u(c.d_q()), kv = u(c.n_head_kv * c.d_head);
     std::uint64_t n = add(add(mul(d, q), mul(mul(2, d), kv)), mul(q, d));
     if (c.attention_bias) n = add(n, add(q, mul(2, kv)));
     return n;

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "kvlab/json_input.hpp"
 #include "kvlab/step_trace.hpp"
 
 namespace kvlab {
@@ -111,8 +112,8 @@ void write_perfetto_trace(std::ostream& out, const RunSummary& run, const std::v
     other["layout"] = "each mode's steps back to back from t = 0 (sampling and the logit comparison left out)";
 
     out << "{\"traceEvents\":[\n";
-    for (std::size_t i = 0; i < events.size(); ++i) out << events[i].dump() << (i + 1 < events.size() ? ",\n" : "\n");
-    out << "],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":" << other.dump() << "}\n";
+    for (std::size_t i = 0; i < events.size(); ++i) out << json_dump(events[i]) << (i + 1 < events.size() ? ",\n" : "\n");
+    out << "],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":" << json_dump(other) << "}\n";
 }
 
 }  // namespace kvlab

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "kvlab/json_input.hpp"
 #include "kvlab/error.hpp"
 
 namespace kvlab {
@@ -23,7 +24,7 @@ std::string csv_field(const std::string& s) {
 std::string csv_value(const nlohmann::json& v) {
     if (v.is_string()) return csv_field(v.get<std::string>());
     if (v.is_null()) return "";
-    return v.dump();
+    return json_dump(v);
 }
 
 std::string md_escape(const std::string& s) {
@@ -160,7 +161,7 @@ void print_report(std::ostream& out, const Report& report, Format format) {
     case Format::json: {
         nlohmann::json j = {{"inputs", report.inputs}, {"tables", nlohmann::json::array()}, {"notes", report.notes}};
         for (const auto& t : report.tables) j["tables"].push_back(table_json(t));
-        out << j.dump(2) << "\n";
+        out << json_dump(j, 2) << "\n";
         break;
     }
     }

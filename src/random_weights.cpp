@@ -63,7 +63,7 @@ std::uint64_t mat(std::int64_t rows, std::int64_t cols) {
 
 std::uint64_t weights_bytes(const ModelConfig& cfg) {
     const bool gpt2 = cfg.family == Family::gpt2;
-    const std::int64_t d = cfg.d_model, d_q = cfg.n_head * cfg.d_head, d_kv = cfg.d_kv(), f = cfg.d_ff;
+    const std::int64_t d = cfg.d_model, d_q = cfg.d_q(), d_kv = cfg.d_kv(), f = cfg.d_ff;
     std::uint64_t layer = mat(d_q, d) + 2 * mat(d_kv, d) + mat(d, d_q) + mat(f, d) + mat(d, f);
     layer += gpt2 ? 4 * static_cast<std::uint64_t>(d) + static_cast<std::uint64_t>(d_q + 2 * d_kv + d + f + d)  // norms + biases
                   : mat(f, d) + 2 * static_cast<std::uint64_t>(d) +  // w3 + norms
@@ -78,7 +78,7 @@ std::uint64_t weights_bytes(const ModelConfig& cfg) {
 
 Weights random_weights(const ModelConfig& cfg, std::uint64_t seed, float sigma) {
     const bool gpt2 = cfg.family == Family::gpt2;
-    const std::int64_t d = cfg.d_model, d_q = cfg.n_head * cfg.d_head, d_kv = cfg.d_kv(), f = cfg.d_ff;
+    const std::int64_t d = cfg.d_model, d_q = cfg.d_q(), d_kv = cfg.d_kv(), f = cfg.d_ff;
     Filler fill{seed, sigma};
     Weights w;
     w.rope_pairing = RopePairing::neighbours;  // as llama2.c, the reference for random-init runs

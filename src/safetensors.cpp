@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "kvlab/error.hpp"
+#include "kvlab/text.hpp"
 #include "kvlab/half_float.hpp"
+#include "kvlab/json_input.hpp"
 
 static_assert(std::endian::native == std::endian::little, "safetensors is little-endian; so must the host be");
 
@@ -24,7 +26,7 @@ std::uint64_t safetensors_dtype_bytes(const std::string& dtype) {
     return it == table.end() ? 0 : it->second;
 }
 
-SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path) {
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path, "safetensors file") {
     const std::string where = path.string();
     const std::uint64_t size = file_.size_bytes();
     const std::byte* data = file_.bytes().data();
@@ -38,19 +40,14 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path
     const std::uint64_t buffer_begin = 8 + header_bytes;
     const std::uint64_t buffer_bytes = size - buffer_begin;
 
-    nlohmann::json header;
-    try {
-        const char* text = reinterpret_cast<const char*>(data + 8);
-        header = nlohmann::json::parse(text, text + header_bytes);
-    } catch (const nlohmann::json::exception& e) {
-        throw FormatError(fmt::format("{}: header is not valid JSON: {}", where, e.what()));
-    }
+    const nlohmann::json header = parse_json(
+        std::string_view(reinterpret_cast<const char*>(data + 8), static_cast<std::size_t>(header_bytes)), where + " (header)");
     if (!header.is_object()) throw FormatError(fmt::format("{}: header is JSON but not an object", where));
 
     for (const auto& [name, entry] : header.items()) {
         if (name == "__metadata__") continue;
         const auto fail = [&](const std::string& what) {
-            return FormatError(fmt::format("{}: tensor '{}': {}", where, name, what));
+            return FormatError(fmt::format("{}: tensor {}: {}", where, quote(name), what));
         };
         if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets"))
             throw fail("expected an object with dtype, shape and data_offsets");
@@ -64,15 +61,15 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path
         std::uint64_t n_values = 1;
         for (const auto& dim : entry["shape"]) {
             if (!dim.is_number_unsigned() || dim.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
-                throw fail(fmt::format("shape {} has an entry that is not a non-negative integer", entry["shape"].dump()));
+                throw fail(fmt::format("shape {} has an entry that is not a non-negative integer", json_excerpt(entry["shape"])));
             const std::uint64_t extent = dim.get<std::uint64_t>();
             if (__builtin_mul_overflow(n_values, extent, &n_values))
-                throw fail(fmt::format("shape {} has more than 2^64 values", entry["shape"].dump()));
+                throw fail(fmt::format("shape {} has more than 2^64 values", json_excerpt(entry["shape"])));
             t.shape.push_back(static_cast<std::int64_t>(extent));
         }
         const auto& offsets = entry["data_offsets"];
         if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
-            throw fail(fmt::format("data_offsets {} is not a pair of non-negative integers", offsets.dump()));
+            throw fail(fmt::format("data_offsets {} is not a pair of non-negative integers", json_excerpt(offsets)));
         const std::uint64_t begin = offsets[0].get<std::uint64_t>(), end = offsets[1].get<std::uint64_t>();
         if (begin > end || end > buffer_bytes)
             throw fail(fmt::format("data_offsets [{}, {}] are not an ordered range inside the {}-byte data buffer", begin, end,
@@ -80,7 +77,7 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path
         std::uint64_t want_bytes = 0;
         if (__builtin_mul_overflow(n_values, value_bytes, &want_bytes) || want_bytes != end - begin)
             throw fail(fmt::format("{} with shape {} needs {} x {} bytes, but data_offsets [{}, {}] span {} bytes", t.dtype,
-                                   entry["shape"].dump(), n_values, value_bytes, begin, end, end - begin));
+                                   json_excerpt(entry["shape"]), n_values, value_bytes, begin, end, end - begin));
         t.begin_bytes = buffer_begin + begin;
         t.end_bytes = buffer_begin + end;
         tensors_.emplace(name, std::move(t));

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "kvlab/checked.hpp"
 #include "kvlab/error.hpp"
 #include "kvlab/kv_cache.hpp"
 #include "kvlab/kv_memory.hpp"
@@ -57,7 +58,8 @@ std::int64_t simulation_positions(const ModelConfig& cfg, const SimulateOptions&
                                          cfg.name));
     if (n_prompt > cfg.n_ctx_max || o.n_steps > cfg.n_ctx_max - n_prompt)
         throw UsageError(fmt::format("--prompt-len + --steps: {} + {} = {} positions exceed the context of {} ({} positions)",
-                                     n_prompt, o.n_steps, n_prompt + o.n_steps, cfg.name, cfg.n_ctx_max));
+                                     n_prompt, o.n_steps, static_cast<std::uint64_t>(n_prompt) + static_cast<std::uint64_t>(o.n_steps),
+                                     cfg.name, cfg.n_ctx_max));
     validate_sampler_options(o.sampler);
     return n_prompt + o.n_steps;
 }
@@ -77,7 +79,8 @@ MemoryEstimate estimate_simulation_memory(const ModelConfig& cfg, const Simulate
         e.kv_cache = kv_bytes_sequence(cfg, DType::fp32, static_cast<std::uint64_t>(size.n_positions), WindowMode::cap).total();
     e.activations = Transformer::activation_bytes(cfg, size);
     const auto n_modes = static_cast<std::uint64_t>(o.mode == SimMode::both ? 2 : 1);
-    e.records = static_cast<std::uint64_t>(o.n_steps) * n_modes * sizeof(StepRecord);  // one per step per mode
+    e.records = checked_mul(checked_mul(static_cast<std::uint64_t>(o.n_steps), n_modes, "trace records"), sizeof(StepRecord),
+                            "trace records");  // one per step per mode
     return e;
 }
 

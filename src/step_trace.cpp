@@ -1,5 +1,6 @@
 #include "kvlab/step_trace.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -9,7 +10,9 @@
 
 #include "kvlab/atomic_write.hpp"
 #include "kvlab/error.hpp"
+#include "kvlab/json_input.hpp"
 #include "kvlab/perfetto_trace.hpp"
+#include "kvlab/text.hpp"
 
 namespace kvlab {
 
@@ -32,11 +35,13 @@ std::string csv_value(const nlohmann::json& v) {
 }
 
 // A header value: strings as they are, unless they would read back as something else (a number,
-// true, "quoted", empty) or hold a line break; those, and non-strings, as JSON.
+// true, "quoted", empty) or hold a control byte (a line break would end the line) or bytes that are not
+// UTF-8; those, and non-strings, as JSON (escaped, invalid UTF-8 as U+FFFD).
 std::string csv_header_value(const nlohmann::json& v) {
-    if (!v.is_string()) return v.dump();
+    if (!v.is_string()) return json_dump(v);
     const auto s = v.get<std::string>();
-    if (s.empty() || s.find_first_of("\r\n") != std::string::npos || nlohmann::json::accept(s)) return v.dump();
+    const bool control = std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7F; });
+    if (s.empty() || control || !is_valid_utf8(s) || nlohmann::json::accept(s)) return json_dump(v);
     return s;
 }
 
@@ -56,25 +61,17 @@ TraceFormat trace_format_for(const fs::path& path) {
     if (ext == ".csv") return TraceFormat::csv;
     if (ext == ".jsonl") return TraceFormat::jsonl;
     if (ext == ".json") return TraceFormat::perfetto;
-    throw UsageError(fmt::format("--trace: '{}' has extension '{}'; expected .csv, .jsonl or .json (Perfetto)",
-                                 path.string(), ext));
+    throw UsageError(fmt::format("--trace: {} has extension {}; expected .csv, .jsonl or .json (Perfetto)",
+                                 quote(path.string()), quote(ext, 20)));
 }
 
 void check_trace_writable(const fs::path& path) {
-    trace_format_for(path);
     std::error_code ec;
     if (fs::is_directory(path, ec))
-        throw UsageError(fmt::format("--trace: '{}' is a directory; expected a file name", path.string()));
-    const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-    if (!fs::is_directory(dir, ec))
-        throw UsageError(fmt::format("--trace: cannot write '{}': directory '{}' does not exist", path.string(), dir.string()));
-    const fs::path probe = temp_path_for(path);
-    {
-        std::ofstream out(probe);
-        if (!out)
-            throw UsageError(fmt::format("--trace: cannot write '{}': {}", path.string(), std::strerror(errno)));
-    }
-    fs::remove(probe, ec);
+        throw UsageError(fmt::format("--trace: {} is a directory; expected a file name ending in .csv, .jsonl or .json",
+                                     quote(path.string())));
+    trace_format_for(path);
+    check_output_path(path, "--trace");
 }
 
 std::vector<std::string> trace_op_fields(bool deterministic) {
@@ -189,8 +186,8 @@ void write_step_trace(const fs::path& path, const RunSummary& run, const std::ve
                                      {"columns", columns},
                                      {"run", run_summary_json(run)},
                                      {"inputs", inputs}};
-            out << header.dump() << "\n";
-            for (const auto& r : records) out << trace_record_json(r, deterministic).dump() << "\n";
+            out << json_dump(header) << "\n";
+            for (const auto& r : records) out << json_dump(trace_record_json(r, deterministic)) << "\n";
         }
     });
 }

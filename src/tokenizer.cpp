@@ -1,7 +1,10 @@
 #include "kvlab/tokenizer.hpp"
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
+#include <queue>
 #include <utility>
 
 #include <fmt/format.h>
@@ -34,7 +37,11 @@ Tokenizer::Tokenizer(std::vector<std::string> pieces, std::vector<float> scores,
     : pieces_(std::move(pieces)), scores_(std::move(scores)), where_(std::move(where)) {
     if (pieces_.size() != scores_.size())
         throw FormatError(fmt::format("{}: {} pieces but {} scores", where_, pieces_.size(), scores_.size()));
+    for (std::size_t i = 0; i < scores_.size(); ++i)
+        if (std::isnan(scores_[i]))
+            throw FormatError(fmt::format("{}: token {} has score NaN; expected a number (merge priority)", where_, i));
     ids_.reserve(pieces_.size());
+    for (const auto& p : pieces_) max_piece_bytes_ = std::max(max_piece_bytes_, static_cast<std::int64_t>(p.size()));
     for (std::size_t i = 0; i < pieces_.size(); ++i) ids_.emplace(pieces_[i], static_cast<std::int32_t>(i));
 }
 
@@ -114,24 +121,52 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool bos, boo
         start = end;
     }
 
-    // Merge the best-scoring adjacent pair until no pair's concatenation is a token.
-    std::string merged;
-    while (true) {
-        std::int32_t best_id = -1;
-        std::size_t best_at = 0;
-        for (std::size_t i = 0; i + 1 < work.size(); ++i) {
-            merged = pieces_[static_cast<std::size_t>(work[i])];
-            merged += pieces_[static_cast<std::size_t>(work[i + 1])];
-            const std::int32_t id = find(merged);
-            if (id >= 0 && (best_id < 0 || scores_[static_cast<std::size_t>(id)] > scores_[static_cast<std::size_t>(best_id)])) {
-                best_id = id;
-                best_at = i;
-            }
+    // Merge the best-scoring adjacent pair (leftmost on ties) until no pair's concatenation is a token.
+    // As llama2.c's loop, but a heap of candidate pairs replaces its rescan of the whole text after every
+    // merge: O(n log n), not O(n^2). Symbols form a linked list; a candidate whose two symbols changed since
+    // it was pushed is skipped when it comes up. Positions only grow along the list, so the smallest left
+    // position among equal scores is the leftmost pair.
+    struct Symbol {
+        std::int32_t id;
+        std::int64_t prev, next;  // -1 at either end
+    };
+    struct Candidate {
+        float score;
+        std::int64_t left, right;
+        std::int32_t left_id, right_id, merged_id;
+        bool operator<(const Candidate& o) const {  // the heap's top is the highest score, then the leftmost
+            return score != o.score ? score < o.score : left > o.left;
         }
-        if (best_id < 0) break;
-        work[best_at] = best_id;
-        work.erase(work.begin() + static_cast<std::ptrdiff_t>(best_at) + 1);
+    };
+    std::vector<Symbol> symbols(work.size());
+    for (std::size_t i = 0; i < work.size(); ++i)
+        symbols[i] = {work[i], static_cast<std::int64_t>(i) - 1, i + 1 < work.size() ? static_cast<std::int64_t>(i + 1) : -1};
+    std::priority_queue<Candidate> heap;
+    std::string merged;
+    const auto push_pair = [&](std::int64_t left, std::int64_t right) {
+        if (left < 0 || right < 0) return;
+        const std::int32_t a = symbols[static_cast<std::size_t>(left)].id, b = symbols[static_cast<std::size_t>(right)].id;
+        merged = pieces_[static_cast<std::size_t>(a)];
+        merged += pieces_[static_cast<std::size_t>(b)];
+        if (const std::int32_t id = find(merged); id >= 0) heap.push({scores_[static_cast<std::size_t>(id)], left, right, a, b, id});
+    };
+    for (std::size_t i = 0; i + 1 < symbols.size(); ++i) push_pair(static_cast<std::int64_t>(i), static_cast<std::int64_t>(i + 1));
+    while (!heap.empty()) {
+        const Candidate c = heap.top();
+        heap.pop();
+        Symbol& left = symbols[static_cast<std::size_t>(c.left)];
+        const Symbol& right = symbols[static_cast<std::size_t>(c.right)];
+        if (left.next != c.right || left.id != c.left_id || right.id != c.right_id) continue;  // stale
+        left.id = c.merged_id;
+        left.next = right.next;
+        if (right.next >= 0) symbols[static_cast<std::size_t>(right.next)].prev = c.left;
+        symbols[static_cast<std::size_t>(c.right)].id = -1;  // unlinked
+        push_pair(left.prev, c.left);
+        push_pair(c.left, left.next);
     }
+    work.clear();
+    for (std::int64_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[static_cast<std::size_t>(i)].next)
+        work.push_back(symbols[static_cast<std::size_t>(i)].id);
 
     tokens.insert(tokens.end(), work.begin(), work.end());
     if (eos) tokens.push_back(eos_id);
@@ -174,49 +209,6 @@ std::string printable_piece(std::string piece) {
     const bool whitespace = c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
     if ((c < 0x20 && !whitespace) || c == 0x7F) return {};
     return piece;
-}
-
-std::string to_valid_utf8(std::string_view text) {
-    std::string out;
-    out.reserve(text.size());
-    std::size_t i = 0;
-    while (i < text.size()) {
-        const auto c = static_cast<unsigned char>(text[i]);
-        // sequence length from the lead byte, and the smallest code point it may encode (no overlongs)
-        std::size_t n = 0;  // 0: not a lead byte
-        std::uint32_t cp = 0, min_cp = 0;
-        if (c < 0x80) {
-            n = 1;
-            cp = c;
-        } else if ((c & 0xE0) == 0xC0) {
-            n = 2;
-            cp = c & 0x1Fu;
-            min_cp = 0x80;
-        } else if ((c & 0xF0) == 0xE0) {
-            n = 3;
-            cp = c & 0x0Fu;
-            min_cp = 0x800;
-        } else if ((c & 0xF8) == 0xF0) {
-            n = 4;
-            cp = c & 0x07u;
-            min_cp = 0x10000;
-        }
-        bool ok = n > 0 && i + n <= text.size();
-        for (std::size_t k = 1; ok && k < n; ++k) {
-            const auto cc = static_cast<unsigned char>(text[i + k]);
-            ok = (cc & 0xC0) == 0x80;
-            cp = (cp << 6) | (cc & 0x3Fu);
-        }
-        ok = ok && cp >= min_cp && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
-        if (ok) {
-            out.append(text.substr(i, n));
-            i += n;
-        } else {
-            out += "\xEF\xBF\xBD";  // U+FFFD
-            ++i;
-        }
-    }
-    return out;
 }
 
 }  // namespace kvlab

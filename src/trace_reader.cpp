@@ -2,7 +2,6 @@
 
 #include <charconv>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -10,6 +9,9 @@
 #include <fmt/format.h>
 
 #include "kvlab/error.hpp"
+#include "kvlab/text.hpp"
+#include "kvlab/json_input.hpp"
+#include "kvlab/mapped_file.hpp"
 #include "kvlab/perfetto_trace.hpp"
 
 namespace kvlab {
@@ -53,18 +55,15 @@ public:
     explicit Reader(fs::path path) : path_(std::move(path)) {}
 
     StepTrace read() {
-        std::ifstream in(path_, std::ios::binary);
-        if (!in) throw IoError(fmt::format("{}: cannot open the trace file", path_.string()));
-        std::ostringstream ss;
-        ss << in.rdbuf();
-        text_ = ss.str();
+        // a 1024-step trace of both modes is ~6 MB; a file past 1 GiB is not one kvlab wrote
+        text_ = read_input_file(path_, "trace file (CSV, JSON Lines or Perfetto JSON from kvlab simulate --trace)", 1ull << 30);
         const auto first = text_.find_first_not_of(" \t\r\n");
         if (first == std::string::npos)
             fail(1, "empty file; expected a kvlab trace (CSV, JSON Lines or Perfetto JSON from kvlab simulate --trace)");
         StepTrace trace;
         if (text_[first] == '{') {
             const std::string line1 = text_.substr(0, text_.find('\n'));
-            if (json::accept(line1) && json::parse(line1).contains("kvlab_trace")) {
+            if (json::accept(line1) && parse(1, line1).contains("kvlab_trace")) {
                 trace.format = TraceFormat::jsonl;
                 read_jsonl(trace);
             } else {
@@ -84,6 +83,16 @@ private:
         throw FormatError(fmt::format("{}: line {}: {}", path_.string(), line, what));
     }
 
+    json parse(std::size_t line, std::string_view text) const {
+        return parse_json(text, fmt::format("{}: line {}", path_.string(), line));
+    }
+
+    // Text for a JSON document: UTF-8 (nlohmann_json would refuse to print it later), no NUL bytes.
+    void check_text(std::size_t line, const std::string& text) const {
+        if (text.find('\0') != std::string::npos || to_valid_utf8(text) != text)
+            fail(line, fmt::format("{} is not valid UTF-8 text", quote(text, 60)));
+    }
+
     std::vector<std::string> lines() const {
         std::vector<std::string> out;
         std::size_t pos = 0;
@@ -100,10 +109,11 @@ private:
 
     void check_version(std::size_t line, const json& version) const {
         if (!version.is_number_integer())
-            fail(line, fmt::format("trace format '{}'; expected {}", version.dump(), trace_format_version));
-        if (version.get<int>() != trace_format_version)
+            fail(line, fmt::format("trace format {}; expected {}", json_excerpt(version), trace_format_version));
+        // compared as written, not narrowed: 4294967298 is not format 2
+        if (version != trace_format_version)
             fail(line, fmt::format("trace format {}; this kvlab reads format {} (re-run kvlab simulate --trace)",
-                                   version.get<int>(), trace_format_version));
+                                   json_excerpt(version), trace_format_version));
     }
 
     // Every column is required (Perfetto files leave out the slices of ops that did not run: their
@@ -118,8 +128,8 @@ private:
         std::set<std::string> seen;
         for (const auto& c : got) {
             if (!column_set_.count(c))
-                fail(line, fmt::format("unknown column '{}'; expected the columns of trace format {} (docs/trace-format.md)",
-                                       c, trace_format_version));
+                fail(line, fmt::format("unknown column {}; expected the columns of trace format {} (docs/trace-format.md)",
+                                       quote(c, 60), trace_format_version));
             if (!seen.insert(c).second) fail(line, fmt::format("column '{}' appears twice", c));
         }
         for (const auto& c : columns_)
@@ -129,8 +139,7 @@ private:
     json value_from_text(std::size_t line, const std::string& column, const std::string& text) const {
         const ColumnType t = column_type(column);
         auto bad = [&]() -> json {
-            fail(line, fmt::format("column '{}' is '{}'; expected {}", column, text.size() > 40 ? text.substr(0, 40) + "..." : text,
-                                   type_name(t)));
+            fail(line, fmt::format("column '{}' is {}; expected {}", column, quote(text, 40), type_name(t)));
         };
         switch (t) {
             case ColumnType::text: return text;
@@ -174,7 +183,7 @@ private:
             case ColumnType::integer: ok = v.is_number_integer(); break;
             case ColumnType::count: ok = v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0); break;
         }
-        if (!ok) fail(line, fmt::format("column '{}' is {}; expected {}", column, v.dump(), type_name(t)));
+        if (!ok) fail(line, fmt::format("column '{}' is {}; expected {}", column, json_excerpt(v), type_name(t)));
     }
 
     template <typename T>
@@ -187,12 +196,12 @@ private:
         const auto mode = get<std::string>(row, "mode");
         if (mode == "cached") r.mode = StepMode::cached;
         else if (mode == "uncached") r.mode = StepMode::uncached;
-        else fail(line, fmt::format("mode '{}'; expected cached or uncached", mode));
+        else fail(line, fmt::format("mode {}; expected cached or uncached", quote(mode, 20)));
         r.step = get<std::int64_t>(row, "step");
         if (r.step < 0) fail(line, fmt::format("step {}; expected 0 or more", r.step));
         const auto phase = get<std::string>(row, "phase");
         if (phase != (r.step == 0 ? "prefill" : "decode"))
-            fail(line, fmt::format("phase '{}' at step {}; expected {}", phase, r.step, r.step == 0 ? "prefill" : "decode"));
+            fail(line, fmt::format("phase {} at step {}; expected {}", quote(phase, 20), r.step, r.step == 0 ? "prefill" : "decode"));
         r.position = get<std::int64_t>(row, "position");
         r.n_tokens = get<std::int64_t>(row, "n_tokens");
         r.n_keys = get<std::int64_t>(row, "n_keys");
@@ -244,7 +253,7 @@ private:
         if (!j.is_object()) fail(line, "the run summary is not a JSON object");
         auto need = [&](const char* key, bool (json::*is)() const noexcept, const char* what) -> const json& {
             if (!j.contains(key) || !(j.at(key).*is)())
-                fail(line, fmt::format("run summary: '{}' is {}; expected {}", key, j.contains(key) ? j.at(key).dump() : "missing", what));
+                fail(line, fmt::format("run summary: '{}' is {}; expected {}", key, j.contains(key) ? json_excerpt(j.at(key)) : "missing", what));
             return j.at(key);
         };
         RunSummary run;
@@ -253,7 +262,7 @@ private:
         if (mode == "both") run.mode = SimMode::both;
         else if (mode == "cached") run.mode = SimMode::cached;
         else if (mode == "uncached") run.mode = SimMode::uncached;
-        else fail(line, fmt::format("run summary: mode '{}'; expected cached, uncached or both", mode));
+        else fail(line, fmt::format("run summary: mode {}; expected cached, uncached or both", quote(mode, 20)));
         run.n_prompt = need("prompt_tokens", &json::is_number_integer, "an integer").get<std::int64_t>();
         run.n_steps = need("steps_requested", &json::is_number_integer, "an integer").get<std::int64_t>();
         run.n_steps_done = need("steps_done", &json::is_number_integer, "an integer").get<std::int64_t>();
@@ -277,13 +286,13 @@ private:
         const auto all = lines();
         const std::string magic = "# kvlab simulate step trace, format ";
         if (all[0].rfind(magic, 0) != 0)
-            fail(1, fmt::format("'{}' is not a kvlab trace header; expected '{}{}' (CSV), a JSON Lines header or Perfetto JSON",
-                                all[0].substr(0, 60), magic, trace_format_version));
+            fail(1, fmt::format("{} is not a kvlab trace header; expected '{}{}' (CSV), a JSON Lines header or Perfetto JSON",
+                                quote(all[0], 60), magic, trace_format_version));
         {
             const std::string v = all[0].substr(magic.size(), all[0].find(' ', magic.size()) - magic.size());
             int version = 0;
             const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), version);
-            if (ec != std::errc() || end != v.data() + v.size()) fail(1, fmt::format("trace format '{}'; expected {}", v, trace_format_version));
+            if (ec != std::errc() || end != v.data() + v.size()) fail(1, fmt::format("trace format {}; expected {}", quote(v, 20), trace_format_version));
             check_version(1, version);
         }
         std::size_t i = 1;
@@ -294,9 +303,10 @@ private:
             if (l.rfind("# units: ", 0) == 0) continue;
             const auto eq = l.find('=');
             if (l.size() < 3 || l[1] != ' ' || eq == std::string::npos)
-                fail(i + 1, fmt::format("header line '{}'; expected '# key=value'", l.substr(0, 60)));
+                fail(i + 1, fmt::format("header line {}; expected '# key=value'", quote(l, 60)));
             const std::string key = l.substr(2, eq - 2), text = l.substr(eq + 1);
-            const json value = json::accept(text) ? json::parse(text) : json(text);
+            check_text(i + 1, l);
+            const json value = json::accept(text) ? parse(i + 1, text) : json(text);
             if (key.rfind("run.", 0) == 0) {
                 run[key.substr(4)] = value;
                 run_line = i + 1;
@@ -346,13 +356,13 @@ private:
     // JSON Lines: a header object, then one flat record object per line.
     void read_jsonl(StepTrace& trace) {
         const auto all = lines();
-        const json header = json::parse(all[0]);
+        const json header = parse(1, all[0]);
         check_version(1, header.at("kvlab_trace"));
         if (!header.contains("columns") || !header.at("columns").is_array())
             fail(1, "the header has no 'columns' array");
         std::vector<std::string> got;
         for (const auto& c : header.at("columns")) {
-            if (!c.is_string()) fail(1, fmt::format("column name {}; expected a string", c.dump()));
+            if (!c.is_string()) fail(1, fmt::format("column name {}; expected a string", json_excerpt(c)));
             got.push_back(c.get<std::string>());
         }
         const bool deterministic = std::find(got.begin(), got.end(), "wall_ns") == got.end();
@@ -370,15 +380,15 @@ private:
             }
             json row;
             try {
-                row = json::parse(all[i]);
-            } catch (const json::parse_error&) {
+                row = parse(line, all[i]);
+            } catch (const JsonSyntaxError&) {
                 fail(line, fmt::format("not a JSON object{}; a JSON Lines trace has one record object per line",
                                        i + 1 == all.size() ? " (the file is truncated)" : ""));
             }
-            if (!row.is_object()) fail(line, fmt::format("{}; expected a record object", row.dump().substr(0, 40)));
+            if (!row.is_object()) fail(line, fmt::format("{}; expected a record object", json_excerpt(row, 40)));
             if (row.contains("kvlab_trace")) fail(line, "a second trace header: two traces concatenated?");
             for (const auto& [key, value] : row.items()) {
-                if (!column_set_.count(key)) fail(line, fmt::format("unknown column '{}'", key));
+                if (!column_set_.count(key)) fail(line, fmt::format("unknown column {}", quote(key, 60)));
                 check_value_type(line, key, value);
             }
             for (const auto& c : columns_)
@@ -399,12 +409,11 @@ private:
     void read_perfetto(StepTrace& trace) {
         json doc;
         try {
-            doc = json::parse(text_);
-        } catch (const json::parse_error& e) {
-            const bool at_end = e.byte >= text_.size();
-            fail(line_of_offset(e.byte == 0 ? 0 : e.byte - 1),
-                 at_end ? "the JSON ends early: the file is truncated"
-                        : "not valid JSON; expected a kvlab trace (CSV, JSON Lines or Perfetto JSON)");
+            doc = parse_json(text_, path_.string());
+        } catch (const JsonSyntaxError& e) {
+            fail(line_of_offset(e.byte),
+                 e.at_end ? "the JSON ends early: the file is truncated"
+                          : "not valid JSON; expected a kvlab trace (CSV, JSON Lines or Perfetto JSON)");
         }
         if (!doc.is_object() || !doc.contains("traceEvents") || !doc.at("traceEvents").is_array())
             fail(1, "a JSON document without a 'traceEvents' array; expected Perfetto JSON from kvlab simulate --trace FILE.json");
@@ -435,17 +444,19 @@ private:
             const std::string ph = ev.at("ph").get<std::string>();
             if (ph == "M") continue;
             if (!ev.contains("pid") || !ev.at("pid").is_number_integer()) fail(line, "an event without an integer 'pid'");
-            const int pid = ev.at("pid").get<int>();
-            if (pid != perfetto_pid(StepMode::cached) && pid != perfetto_pid(StepMode::uncached))
-                fail(line, fmt::format("pid {}; expected 1 (cached) or 2 (uncached)", pid));
+            const json& pid_value = ev.at("pid");
+            if (pid_value != perfetto_pid(StepMode::cached) && pid_value != perfetto_pid(StepMode::uncached))
+                fail(line, fmt::format("pid {}; expected 1 (cached) or 2 (uncached)", json_excerpt(pid_value)));
+            const int pid = pid_value.get<int>();
             if (!ev.contains("args") || !ev.at("args").is_object()) fail(line, "an event without an 'args' object");
             const json& args = ev.at("args");
             if (ph == "C") {
                 for (const auto& [key, value] : args.items())
-                    if (!value.is_number()) fail(line, fmt::format("counter value '{}' is {}; expected a number", key, value.dump()));
+                    if (!value.is_number())
+                        fail(line, fmt::format("counter value {} is {}; expected a number", quote(key, 40), json_excerpt(value)));
                 continue;
             }
-            if (ph != "X") fail(line, fmt::format("phase '{}'; expected X, C or M", ph));
+            if (ph != "X") fail(line, fmt::format("phase {}; expected X, C or M", quote(ph, 20)));
             const std::string cat = ev.contains("cat") && ev.at("cat").is_string() ? ev.at("cat").get<std::string>() : "";
             if (cat == "step") {
                 json row = json::object();
@@ -460,7 +471,7 @@ private:
                 }
                 const std::string expected_mode(step_mode_name(pid == 1 ? StepMode::cached : StepMode::uncached));
                 if (row.at("mode") != expected_mode)
-                    fail(line, fmt::format("mode '{}' in pid {}; expected '{}'", row.at("mode").get<std::string>(), pid, expected_mode));
+                    fail(line, fmt::format("mode {} in pid {}; expected '{}'", quote(row.at("mode").get<std::string>(), 20), pid, expected_mode));
                 open_step[pid] = rows.size();
                 rows.emplace_back(line, std::move(row));
             } else if (cat == "op") {
@@ -469,10 +480,10 @@ private:
                 const std::string name = ev.contains("name") && ev.at("name").is_string() ? ev.at("name").get<std::string>() : "";
                 bool known = false;
                 for (int i = 0; i < n_ops; ++i) known = known || op_name(static_cast<Op>(i)) == name;
-                if (!known) fail(line, fmt::format("op slice '{}'; expected an op name such as q_proj", name));
+                if (!known) fail(line, fmt::format("op slice {}; expected an op name such as q_proj", quote(name, 40)));
                 if (!args.contains("step") || args.at("step") != row.at("step"))
                     fail(line, fmt::format("op slice '{}' of step {} inside step {}", name,
-                                           args.contains("step") ? args.at("step").dump() : "?", row.at("step").dump()));
+                                           args.contains("step") ? json_excerpt(args.at("step")) : "?", json_excerpt(row.at("step"))));
                 for (const auto& f : op_fields) {
                     const std::string c = name + "." + f;
                     if (!args.contains(f)) fail(line, fmt::format("op slice '{}' without '{}' in its args", name, f));
@@ -480,7 +491,7 @@ private:
                     row[c] = args.at(f);
                 }
             } else {
-                fail(line, fmt::format("slice category '{}'; expected step or op", cat));
+                fail(line, fmt::format("slice category {}; expected step or op", quote(cat, 40)));
             }
         }
         for (const auto& [line, row] : rows) {

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "kvlab/json_input.hpp"
 #include "kvlab/error.hpp"
 #include "kvlab/perfetto_trace.hpp"
 #include "kvlab/simulation_report.hpp"
@@ -196,7 +197,7 @@ Report trace_compare_report(const StepTrace& a, const StepTrace& b, const std::s
     std::vector<std::string> differ;
     for (const auto& [key, value] : a.inputs.items())
         if (b.inputs.contains(key) && b.inputs.at(key) != value && key != "memory_estimate_bytes")
-            differ.push_back(fmt::format("{} {} vs {}", key, value.dump(), b.inputs.at(key).dump()));
+            differ.push_back(fmt::format("{} {} vs {}", key, json_excerpt(value), json_excerpt(b.inputs.at(key))));
     if (!differ.empty()) {
         std::string line = "inputs that differ:";
         for (std::size_t i = 0; i < differ.size(); ++i) line += (i ? "; " : " ") + differ[i];

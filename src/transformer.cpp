@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include "kvlab/attention.hpp"
+#include "kvlab/checked.hpp"
 #include "kvlab/error.hpp"
 #include "kvlab/matmul.hpp"
 
@@ -108,7 +109,7 @@ Block matmul_block(MatrixRM& out, const MatrixRM& x, std::int64_t n, const Matri
 }
 
 // Input features of the widest matmul: the GEMM scratch is sized for it.
-std::int64_t widest_input(const ModelConfig& cfg) { return std::max({cfg.d_model, cfg.n_head * cfg.d_head, cfg.d_ff}); }
+std::int64_t widest_input(const ModelConfig& cfg) { return std::max({cfg.d_model, cfg.d_q(), cfg.d_ff}); }
 
 // f(i) for every task i in [0, n), handed out to the threads one at a time (tasks may differ in cost). One
 // task, or one thread, runs here with no OpenMP region at all: libgomp allocates a new team for every
@@ -209,7 +210,7 @@ Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, const T
     if (cfg.family == Family::gpt2 && size.n_positions > weights.pos_embed.rows())
         throw UsageError(fmt::format("simulate: {} positions exceed the {} learned position embeddings of {}",
                                      size.n_positions, weights.pos_embed.rows(), cfg.name));
-    const std::int64_t d = cfg.d_model, d_q = cfg.n_head * cfg.d_head, d_kv = cfg.d_kv(), f = cfg.d_ff;
+    const std::int64_t d = cfg.d_model, d_q = cfg.d_q(), d_kv = cfg.d_kv(), f = cfg.d_ff;
     if (static_cast<std::int64_t>(weights.layers.size()) != cfg.n_layer || weights.tok_embed.rows() != cfg.n_vocab ||
         weights.tok_embed.cols() != d || weights.classifier().rows() != cfg.n_vocab)
         throw ConfigError(fmt::format("{}: weights ({} layers, embedding {}x{}) do not match the config ({} layers, {}x{})",
@@ -264,18 +265,22 @@ Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, const T
 
 std::uint64_t Transformer::activation_bytes(const ModelConfig& cfg, const TransformerSize& size) {
     const auto N = static_cast<std::uint64_t>(size.n_tokens), T = static_cast<std::uint64_t>(size.n_positions);
-    const auto d = static_cast<std::uint64_t>(cfg.d_model), d_q = static_cast<std::uint64_t>(cfg.n_head * cfg.d_head),
+    const auto d = static_cast<std::uint64_t>(cfg.d_model), d_q = static_cast<std::uint64_t>(cfg.d_q()),
                d_kv = static_cast<std::uint64_t>(cfg.d_kv()), f = static_cast<std::uint64_t>(cfg.d_ff);
     const bool llama = cfg.family == Family::llama;
-    std::uint64_t n = N * (2 * d + 2 * d_q + 2 * d_kv + (llama ? 2 : 1) * f);  // x, xb, q, att, k_new, v_new, MLP
-    if (size.uncached) n += T * 2 * d_kv;                                         // k_act, v_act
+    // every sum and product checked: the sizes come from user configs and flags
+    const auto add = [](std::uint64_t a, std::uint64_t b) { return checked_add(a, b, "activation bytes"); };
+    const auto mul = [](std::uint64_t a, std::uint64_t b) { return checked_mul(a, b, "activation bytes"); };
+    const std::uint64_t row = add(add(add(mul(2, d), mul(2, d_q)), mul(2, d_kv)), mul(llama ? 2 : 1, f));
+    std::uint64_t n = mul(N, row);                                      // x, xb, q, att, k_new, v_new, MLP
+    if (size.uncached) n = add(n, mul(T, mul(2, d_kv)));                // k_act, v_act
     const auto n_threads = static_cast<std::uint64_t>(omp_get_max_threads());
-    n += n_threads * static_cast<std::uint64_t>(scores_row_floats(size.n_positions));  // scores
+    n = add(n, mul(n_threads, static_cast<std::uint64_t>(scores_row_floats(size.n_positions))));  // scores
     if (N > 1)  // packed tokens
-        n += n_threads * static_cast<std::uint64_t>(gemm_scratch_floats(widest_input(cfg), size.n_tokens));
-    if (llama) n += static_cast<std::uint64_t>(cfg.d_head) / 2;            // inv_freq
-    n += d + static_cast<std::uint64_t>(cfg.n_vocab);                       // x_last, logits
-    return n * sizeof(float);
+        n = add(n, mul(n_threads, static_cast<std::uint64_t>(gemm_scratch_floats(widest_input(cfg), size.n_tokens))));
+    if (llama) n = add(n, static_cast<std::uint64_t>(cfg.d_head) / 2);  // inv_freq
+    n = add(n, add(d, static_cast<std::uint64_t>(cfg.n_vocab)));         // x_last, logits
+    return mul(n, sizeof(float));
 }
 
 std::uint64_t Transformer::activation_bytes_held() const {

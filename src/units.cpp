@@ -8,6 +8,7 @@
 
 #include "kvlab/checked.hpp"
 #include "kvlab/error.hpp"
+#include "kvlab/text.hpp"
 
 namespace kvlab {
 namespace {
@@ -80,6 +81,8 @@ std::string format_bytes(std::uint64_t bytes, UnitSystem units) {
 
 std::uint64_t parse_size(std::string_view text, std::string_view flag) {
     const std::string s = trim(text);
+    if (!s.empty() && s[0] == '-')
+        throw UsageError(fmt::format("{}: {} is negative; expected a positive {}", flag, quote(text, 40), "size such as 8GiB"));
     std::string number, suffix;
     split_number(s, number, suffix);
     const std::string u = lower(suffix);
@@ -102,6 +105,8 @@ std::uint64_t parse_size(std::string_view text, std::string_view flag) {
 
 std::uint64_t parse_count(std::string_view text, std::string_view flag) {
     const std::string s = trim(text);
+    if (!s.empty() && s[0] == '-')
+        throw UsageError(fmt::format("{}: {} is negative; expected a positive {}", flag, quote(text, 40), "count such as 4096 or 4k"));
     std::string number, suffix;
     split_number(s, number, suffix);
     const std::string u = lower(suffix);

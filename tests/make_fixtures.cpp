@@ -1,5 +1,6 @@
 // Writes the files the checkpoint CLI test runs kvlab on: a tiny tokenizer.bin, tiny llama2.c and
-// Hugging Face checkpoints, and broken variants of each. Usage: kvlab_make_fixtures DIR. Test-only.
+// Hugging Face checkpoints, and broken variants of each; or, with --fuzz-seeds, the seed corpora of the
+// fuzz targets (tests/fuzz). Usage: kvlab_make_fixtures DIR | kvlab_make_fixtures --fuzz-seeds DIR. Test-only.
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -14,118 +15,78 @@
 #include <nlohmann/json.hpp>
 
 #include "kvlab/llama2c_checkpoint.hpp"
+#include "fixture_writers.hpp"
 #include "kvlab/random_weights.hpp"
+#include "kvlab/simulation_report.hpp"
+#include "kvlab/simulator.hpp"
+#include "kvlab/step_trace.hpp"
 #include "test_files.hpp"
 
 namespace fs = std::filesystem;
 using namespace kvlab;
 
+using namespace kvlab::fixtures;
+
 namespace {
 
-template <typename T>
-void put(std::string& out, T value) {
-    char raw[sizeof(T)];
-    std::memcpy(raw, &value, sizeof(T));
-    out.append(raw, sizeof(T));
+std::string slurp_file(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-void write_file(const fs::path& path, const std::string& bytes) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out) throw std::runtime_error("cannot write " + path.string());
-}
+// One seed directory per fuzz target (tests/fuzz/CMakeLists.txt names them), each holding valid files
+// of its format, so mutations start from something the reader accepts. Small: each seed is under 50 KB.
+void write_fuzz_seeds(const fs::path& dir) {
+    for (const char* d : {"llama2c", "tokenizer", "safetensors", "shard_index", "trace_csv", "trace_jsonl", "trace_perfetto"})
+        fs::create_directories(dir / d);
+    const ModelConfig cfg = tiny_config();
+    const Weights w = random_weights(cfg, 7, 0.5f);
 
-// 512 tokens: 0 <unk>, 1 BOS, 2 EOS, 3..258 <0x00>..<0xFF>, 259 " ", 260..285 a..z, 286 "hi" (-1),
-// 287 " hi" (-2), then filler pieces "#288".."#511" that no merge of letters can form.
-std::string tokenizer_512() {
-    std::vector<std::pair<std::string, float>> vocab = {{"<unk>", 0.0f}, {"\n<s>\n", 0.0f}, {"\n</s>\n", 0.0f}};
-    for (int b = 0; b < 256; ++b) vocab.emplace_back(fmt::format("<0x{:02X}>", b), 0.0f);
-    vocab.emplace_back(" ", 0.0f);
-    for (char c = 'a'; c <= 'z'; ++c) vocab.emplace_back(std::string(1, c), 0.0f);
-    vocab.emplace_back("hi", -1.0f);
-    vocab.emplace_back(" hi", -2.0f);
-    while (vocab.size() < 512) vocab.emplace_back(fmt::format("#{}", vocab.size()), -100.0f);
-    std::string out;
-    put<std::uint32_t>(out, 7);
-    for (const auto& [piece, score] : vocab) {
-        put<float>(out, score);
-        put<std::int32_t>(out, static_cast<std::int32_t>(piece.size()));
-        out += piece;
+    // llama2.c v0 as kvlab saves it; v1: the 256-byte "ak42" header, then zero weights of the exact size
+    save_llama2c_v0(dir / "llama2c" / "tiny_v0.bin", cfg, w);
+    std::string v1;
+    put<std::uint32_t>(v1, llama2c_v1_magic);
+    put<std::int32_t>(v1, 1);
+    for (const std::int64_t v : {cfg.d_model, cfg.d_ff, cfg.n_layer, cfg.n_head, cfg.n_head_kv, cfg.n_vocab, cfg.n_ctx_max})
+        put<std::int32_t>(v1, static_cast<std::int32_t>(v));
+    v1.push_back('\1');  // shared classifier
+    v1.resize(llama2c_file_bytes(cfg, Llama2cVersion::v1), '\0');
+    write_file(dir / "llama2c" / "tiny_v1.bin", v1);
+
+    // the tokenizer target's layout: uint16 vocabulary size, uint16 text length, text, tokenizer.bin
+    for (const std::string text : {"hi hi there", "a\xC3\xA9z \xF0\x9F\x99\x82 hihi", ""}) {
+        std::string seed;
+        put<std::uint16_t>(seed, 512);
+        put<std::uint16_t>(seed, static_cast<std::uint16_t>(text.size()));
+        seed += text + tokenizer_512();
+        write_file(dir / "tokenizer" / fmt::format("tok512_{}.seed", text.size()), seed);
     }
-    return out;
-}
 
-// Tiny Llama with the tokenizer's vocabulary: d 16, f 24, 2 layers, 4 heads, 2 KV heads (D 4), 64 positions.
-ModelConfig tiny_config() {
-    ModelConfig c;
-    c.name = c.display_name = "tiny";
-    c.model_type = "llama";
-    c.n_layer = 2, c.d_model = 16, c.n_head = 4, c.n_head_kv = 2, c.d_head = 4, c.d_ff = 24, c.n_vocab = 512;
-    c.n_ctx_max = 64, c.tied_embeddings = true;
-    c.layer_windowed.assign(2, false);
-    return c;
-}
+    write_hf(dir / "hf", w, [](std::vector<StTensor>&) {});
+    fs::rename(dir / "hf" / "model.safetensors", dir / "safetensors" / "tiny.safetensors");
+    fs::remove_all(dir / "hf");
+    write_file(dir / "shard_index" / "index.json", shard_index_json(slurp_file(dir / "safetensors" / "tiny.safetensors")));
 
-std::string f32_bytes(const float* data, std::int64_t n) { return std::string(reinterpret_cast<const char*>(data), static_cast<std::size_t>(n) * 4); }
-
-struct StTensor {
-    std::string name;
-    std::string dtype;
-    std::vector<std::int64_t> shape;
-    std::string data;
-};
-
-std::string safetensors(const std::vector<StTensor>& tensors) {
-    nlohmann::json header = nlohmann::json::object();
-    std::string buffer;
-    for (const auto& t : tensors) {
-        header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {buffer.size(), buffer.size() + t.data.size()}}};
-        buffer += t.data;
-    }
-    const std::string text = header.dump();
-    std::string out;
-    put<std::uint64_t>(out, text.size());
-    return out + text + buffer;
-}
-
-// The tiny model as a Hugging Face directory (F32), the same function as tiny.bin; `edit` may break
-// the tensor list.
-void write_hf(const fs::path& dir, const Weights& w, const std::function<void(std::vector<StTensor>&)>& edit) {
-    fs::create_directories(dir);
-    const nlohmann::json config = {{"model_type", "llama"}, {"hidden_size", 16}, {"intermediate_size", 24},
-                                   {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-                                   {"vocab_size", 512}, {"max_position_embeddings", 64}, {"rms_norm_eps", 1e-5},
-                                   {"rope_theta", 10000.0}, {"tie_word_embeddings", true}};
-    write_file(dir / "config.json", config.dump(2));
-    std::vector<StTensor> t;
-    const auto mat = [&](const std::string& name, const MatrixRM& m) {
-        t.push_back({name, "F32", {m.rows(), m.cols()}, f32_bytes(m.data(), m.size())});
-    };
-    const auto vec = [&](const std::string& name, const VectorF& v) { t.push_back({name, "F32", {v.size()}, f32_bytes(v.data(), v.size())}); };
-    mat("model.embed_tokens.weight", w.tok_embed);
-    for (std::size_t l = 0; l < w.layers.size(); ++l) {
-        const LayerWeights& lw = w.layers[l];
-        const std::string p = fmt::format("model.layers.{}.", l);
-        vec(p + "input_layernorm.weight", lw.attn_norm);
-        mat(p + "self_attn.q_proj.weight", kvlab::test::neighbours_to_halves(lw.wq, 4));
-        mat(p + "self_attn.k_proj.weight", kvlab::test::neighbours_to_halves(lw.wk, 4));
-        mat(p + "self_attn.v_proj.weight", lw.wv);
-        mat(p + "self_attn.o_proj.weight", lw.wo);
-        vec(p + "post_attention_layernorm.weight", lw.mlp_norm);
-        mat(p + "mlp.gate_proj.weight", lw.w1);
-        mat(p + "mlp.up_proj.weight", lw.w3);
-        mat(p + "mlp.down_proj.weight", lw.w2);
-    }
-    vec("model.norm.weight", w.final_norm);
-    edit(t);
-    write_file(dir / "model.safetensors", safetensors(t));
+    // a 3-step trace of a tiny model in each format
+    SimulateOptions o;
+    o.n_prompt = 2;
+    o.n_steps = 3;
+    const SimulationResult r = run_simulation(cfg, w, o);
+    const nlohmann::json inputs = {{"model", "tiny"}, {"steps", 3}};
+    write_step_trace(dir / "trace_csv" / "run.csv", run_summary(cfg, o, r), r.records, inputs, false);
+    write_step_trace(dir / "trace_jsonl" / "run.jsonl", run_summary(cfg, o, r), r.records, inputs, true);
+    write_step_trace(dir / "trace_perfetto" / "run.json", run_summary(cfg, o, r), r.records, inputs, false);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+    if (argc == 3 && std::string(argv[1]) == "--fuzz-seeds") {
+        write_fuzz_seeds(argv[2]);
+        return 0;
+    }
     if (argc != 2) {
-        std::cerr << "usage: kvlab_make_fixtures DIR\n";
+        std::cerr << "usage: kvlab_make_fixtures DIR | kvlab_make_fixtures --fuzz-seeds DIR\n";
         return 2;
     }
     const fs::path dir = argv[1];

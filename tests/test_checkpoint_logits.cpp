@@ -19,6 +19,7 @@
 
 #include "kvlab/checkpoint.hpp"
 #include "kvlab/error.hpp"
+#include "kvlab/text.hpp"
 #include "kvlab/kv_cache.hpp"
 #include "kvlab/llama2c_checkpoint.hpp"
 #include "kvlab/presets.hpp"

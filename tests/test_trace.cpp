@@ -254,7 +254,7 @@ TEST_CASE("Bad trace files are refused with the file and line named") {
     }
     refused("not-a-trace.json", "{\"a\": 1}\n", "without a 'traceEvents' array");
     refused("text.csv", "hello,world\n1,2\n", "line 1: 'hello,world' is not a kvlab trace header");
-    CHECK_THROWS_AS(read_step_trace(dir / "missing.csv"), IoError);
+    CHECK_THROWS_AS(read_step_trace(dir / "missing.csv"), InputError);  // a missing input file: exit code 2
     fs::remove_all(dir);
 }
 

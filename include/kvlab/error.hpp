@@ -27,6 +27,13 @@ class OverflowError : public InputError { public: using InputError::InputError; 
 
 // The environment failed us (unwritable file, missing tool, no device). Exit code 1.
 class IoError : public Error { public: using Error::Error; };
+// The user stopped a command with Ctrl-C and it ended cleanly (what it could write is written). Exit
+// code 130, the shell's code for a process ended by SIGINT.
+class Interrupted : public Error {
+public:
+    using Error::Error;
+    int exit_code() const override { return 130; }
+};
 class UnavailableError : public Error { public: using Error::Error; };
 
 }  // namespace kvlab

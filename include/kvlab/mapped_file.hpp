@@ -1,18 +1,22 @@
-// A whole file mapped read-only into memory, so readers index its bytes and check every range
-// against size_bytes() before touching it. Non-goal: writing; files that change while mapped.
+// Input files: a whole file mapped read-only into memory, so readers index its bytes and check every
+// range against size_bytes() before touching it; or a small text file read whole. Either way only a
+// regular file is read (not a directory, FIFO or device such as /dev/zero), and a file that is missing or
+// unreadable is an input error (exit code 2) naming the path. Non-goal: files that change while read.
 #pragma once
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <span>
+#include <string>
+#include <string_view>
 
 namespace kvlab {
 
 class MappedFile {
 public:
-    // Throws IoError when the file cannot be opened, is not a regular file, or cannot be mapped.
-    explicit MappedFile(const std::filesystem::path& path);
+    // Throws InputError when the file cannot be opened or is not a regular file, IoError when it cannot be mapped.
+    explicit MappedFile(const std::filesystem::path& path, std::string_view what = "file");
     ~MappedFile();
     MappedFile(MappedFile&& other) noexcept;
     MappedFile& operator=(MappedFile&& other) noexcept;
@@ -46,5 +50,9 @@ private:
     void* data_ = nullptr;  // nullptr for an empty file (mmap cannot map 0 bytes)
     std::uint64_t size_bytes_ = 0;
 };
+
+// The whole of a regular file as text. `what` names the file's role in messages ("config file", "trace
+// file"); a file over `max_bytes` is refused before anything is read.
+std::string read_input_file(const std::filesystem::path& path, std::string_view what, std::uint64_t max_bytes);
 
 }  // namespace kvlab

@@ -59,7 +59,10 @@ struct ModelConfig {
     std::string kv_heads_rule;
     std::string window_rule;
 
-    std::int64_t d_kv() const { return n_head_kv * d_head; }  // Hkv*D: width of one K or V row
+    // H*D: width of all query heads; Hkv*D: width of one K or V row. Overflow-checked: they throw
+    // OverflowError naming the fields when the product passes 2^63-1 (parse_model_config checks them first).
+    std::int64_t d_q() const;
+    std::int64_t d_kv() const;
     std::int64_t n_group() const { return n_head / n_head_kv; }
     std::string attention_kind() const;  // "MHA", "GQA-8", "MQA", "MLA"
 };

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvlab/checked.hpp"
 #include "kvlab/cost.hpp"
 #include "kvlab/model_config.hpp"
 #include "kvlab/sampler.hpp"
@@ -79,7 +80,10 @@ struct MemoryEstimate {
     std::uint64_t kv_cache = 0;
     std::uint64_t activations = 0;
     std::uint64_t records = 0;  // StepRecords kept for the report and trace
-    std::uint64_t total() const { return weights + kv_cache + activations + records; }
+    std::uint64_t total() const {
+        return checked_add(checked_add(weights, kv_cache, "memory estimate"), checked_add(activations, records, "memory estimate"),
+                           "memory estimate");
+    }
 };
 // The transformer buffers a run needs: cached-only runs hold the prompt's tokens per call (then one per
 // step), runs with the uncached mode the whole sequence. Call simulation_positions first (it validates).

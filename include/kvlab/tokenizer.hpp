@@ -1,6 +1,7 @@
 // The llama2.c tokenizer (tokenizer.bin): byte-pair merges ranked by score, with byte fallback.
 // Encodes a prompt into token ids and decodes ids into text pieces. Non-goal: training, SentencePiece .model files.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -32,6 +33,15 @@ public:
     std::string decode(std::int32_t prev_token, std::int32_t token) const;
 
     std::int64_t n_vocab() const { return static_cast<std::int64_t>(pieces_.size()); }
+    // Fewest tokens encode() can return for `text_bytes` bytes of text: each token spells at most
+    // max_piece_bytes bytes (the dummy space and BOS included). Lets a caller refuse a prompt too long
+    // for the context before encoding it.
+    std::int64_t max_piece_bytes() const { return max_piece_bytes_; }
+    std::int64_t min_tokens(std::uint64_t text_bytes, bool bos) const {
+        if (text_bytes == 0) return bos ? 1 : 0;
+        const auto per = static_cast<std::uint64_t>(std::max<std::int64_t>(max_piece_bytes_, 1));
+        return static_cast<std::int64_t>((text_bytes + 1 + per - 1) / per) + (bos ? 1 : 0);
+    }
     const std::string& piece(std::int32_t token) const;
     float score(std::int32_t token) const;
 
@@ -42,6 +52,7 @@ private:
     std::vector<float> scores_;        // (V) merge priority; higher merges first
     std::unordered_map<std::string, std::int32_t> ids_;  // piece -> first id holding it
     std::string where_;
+    std::int64_t max_piece_bytes_ = 0;
 };
 
 // Turns a stream of ids into printable text one id at a time, as generation produces them: a BOS
@@ -60,9 +71,5 @@ private:
 // whitespace (llama2.c's safe printing); bytes >= 0x80 are kept, as parts of UTF-8 sequences that
 // byte-fallback tokens spell one byte at a time.
 std::string printable_piece(std::string piece);
-
-// `text` with each byte that does not start or continue a valid UTF-8 sequence replaced by U+FFFD,
-// so generated text can go into JSON (whose writer refuses invalid UTF-8).
-std::string to_valid_utf8(std::string_view text);
 
 }  // namespace kvlab

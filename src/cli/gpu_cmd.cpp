@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "kvlab/checked.hpp"
 #include "kvlab/error.hpp"
 #include "kvlab/gpu_attention.hpp"
 #include "kvlab/presets.hpp"
@@ -60,7 +61,9 @@ void run_gpu_attention(const GpuAttentionOptions& o) {
         if (o.n_head < 1 || o.d_head < 1)
             throw UsageError("gpu attention: give --model PRESET, or --heads and --head-dim (with --kv-heads, --hidden)");
         native = AttentionShape{o.n_head, o.n_head_kv > 0 ? o.n_head_kv : o.n_head, o.d_head};
-        d_model = o.d_model > 0 ? o.d_model : o.n_head * o.d_head;
+        d_model = o.d_model > 0 ? o.d_model
+                                : static_cast<std::int64_t>(checked_mul(static_cast<std::uint64_t>(o.n_head),
+                                                                        static_cast<std::uint64_t>(o.d_head), "--heads x --head-dim"));
         shape_source = "explicit sizes";
     }
 

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -20,8 +19,11 @@
 #include <omp.h>
 
 #include "commands.hpp"
+#include "kvlab/atomic_write.hpp"
 #include "kvlab/checkpoint.hpp"
 #include "kvlab/error.hpp"
+#include "kvlab/interrupt.hpp"
+#include "kvlab/text.hpp"
 #include "kvlab/llama2c_checkpoint.hpp"
 #include "kvlab/presets.hpp"
 #include "kvlab/random_weights.hpp"
@@ -59,14 +61,6 @@ struct SimulateCliOptions {
 };
 
 namespace {
-
-std::atomic<bool> g_stop{false};
-static_assert(std::atomic<bool>::is_always_lock_free, "the SIGINT flag must be lock-free");
-
-extern "C" void on_sigint(int) {
-    g_stop.store(true);
-    std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C kills at once
-}
 
 std::uint64_t physical_memory_bytes() {
     const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
@@ -114,16 +108,10 @@ private:
     std::optional<TextDecoder> decoder_;
 };
 
-// The directory a new file would go to must exist: refuse before any work rather than after the run.
+// Everything --save-checkpoint needs is checked before any weights are built.
 void check_save_path(const std::string& path, const ModelConfig& cfg) {
-    const std::filesystem::path p(path);
-    const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
-    std::error_code ec;
-    if (!std::filesystem::is_directory(dir, ec))
-        throw UsageError(fmt::format("--save-checkpoint: {}: directory {} does not exist", path, dir.string()));
-    if (std::filesystem::is_directory(p, ec))
-        throw UsageError(fmt::format("--save-checkpoint: {} is a directory; expected a file name such as model.bin", path));
-    check_llama2c_v0_config(p, cfg);
+    check_output_path(path, "--save-checkpoint");
+    check_llama2c_v0_config(path, cfg);
 }
 
 void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given, bool prompt_given) {
@@ -163,13 +151,27 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given, b
     if (!o.prompt_ids.empty()) sim.prompt_ids = parse_token_ids(o.prompt_ids);
     std::optional<Tokenizer> tokenizer;
     if (!o.tokenizer.empty()) tokenizer.emplace(Tokenizer::load(o.tokenizer, full.n_vocab));
-    if (prompt_given) sim.prompt_ids = tokenizer->encode(o.prompt, true, false);
+    if (prompt_given) {
+        // a prompt that cannot fit is refused before it is encoded, however long it is
+        if (const std::int64_t at_least = tokenizer->min_tokens(o.prompt.size(), true); at_least > cfg.n_ctx_max)
+            throw UsageError(fmt::format("--prompt: {} bytes of text encode to at least {} tokens (BOS included; the longest "
+                                         "piece of {} is {} bytes); the context of {} is {} positions",
+                                         o.prompt.size(), at_least, o.tokenizer, tokenizer->max_piece_bytes(), cfg.name,
+                                         cfg.n_ctx_max));
+        sim.prompt_ids = tokenizer->encode(o.prompt, true, false);
+    }
     sim.n_steps = o.steps;
     sim.sampler = {o.temperature, o.top_k, o.top_p, o.seed};
     sim.seed = o.seed;
     const std::int64_t n_positions = simulation_positions(cfg, sim);  // validates sizes and ids first
     if (!o.trace.empty()) check_trace_writable(o.trace);
     if (!o.save_checkpoint.empty()) check_save_path(o.save_checkpoint, cfg);
+    if (!o.trace.empty() && !o.save_checkpoint.empty()) {
+        std::error_code ec;
+        const auto a = std::filesystem::weakly_canonical(o.trace, ec), b = std::filesystem::weakly_canonical(o.save_checkpoint, ec);
+        if (a == b)
+            throw UsageError(fmt::format("--trace and --save-checkpoint: both name {}; give two different files", quote(o.trace)));
+    }
     const std::uint64_t max_memory =
         o.max_memory.empty() ? physical_memory_bytes() / 4 * 3 : parse_size(o.max_memory, "--max-memory");
     const MemoryEstimate memory = check_simulation_memory(cfg, sim, max_memory);
@@ -243,23 +245,24 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given, b
     // give them back so the process holds only what the run needs (docs/performance.md, peak RSS)
     malloc_trim(0);
 #endif
-    g_stop.store(false);
-    sim.stop = &g_stop;
-    const auto previous = std::signal(SIGINT, on_sigint);
+    // the first Ctrl-C ends the run after the current step (report and trace of the steps done); a
+    // second one, or one while the trace is written, kills the process and removes the temporary file
+    std::atomic<bool> stop{false};
+    sim.stop = &stop;
     SimulationResult result;
-    try {
+    {
+        const StopOnInterrupt stop_on_interrupt(stop);
         result = run_simulation(cfg, weights, sim);
-    } catch (...) {
-        std::signal(SIGINT, previous);
-        throw;
     }
-    std::signal(SIGINT, previous);
     if (show_progress) std::fprintf(stderr, "\r\033[K");
 
     if (echo) echo->end();
     if (echo_on_stdout) std::cout << "\n";  // one blank line between the tokens and the table
 
     const RunSummary summary = run_summary(cfg, sim, result);
+    if (result.records.empty())  // interrupted before step 0 finished: nothing to report or trace
+        throw Interrupted(fmt::format("interrupted before the first step; no report{}",
+                                      o.trace.empty() ? "" : fmt::format(", {} not written", quote(o.trace))));
     if (!o.trace.empty()) write_step_trace(o.trace, summary, result.records, inputs, o.deterministic);
     Report report = simulation_report(summary, result.records, inputs, units);
     if (!o.save_checkpoint.empty())
@@ -270,6 +273,9 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given, b
     if (result.first_divergent_step)
         throw Error(fmt::format("cached and uncached logits diverge at step {}: max |delta logit| {:.3g} > tolerance {:.3g}",
                                 *result.first_divergent_step, result.divergent_dlogit, result.divergent_tolerance));
+    if (result.interrupted)
+        throw Interrupted(fmt::format("interrupted after {} of {} steps{}", summary.n_steps_done, summary.n_steps,
+                                      o.trace.empty() ? "" : fmt::format("; {} holds the steps done", quote(o.trace))));
 }
 
 }  // namespace

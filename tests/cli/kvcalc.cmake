@@ -51,7 +51,7 @@ kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b -d fp16 --gpu h100-sxm-80gb --contex
 # Errors: one line, exit 2, naming the flag/file and value.
 kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7 ERR "unknown preset 'llama-2-7'; did you mean: llama-2-7b")
 kvlab_expect(RC 2 ARGS kvcalc --config ${DATA}/bad/heads-not-divisible.json ERR "heads-not-divisible.json: num_attention_heads \\(32\\) is not a multiple of num_key_value_heads \\(5\\)")
-kvlab_expect(RC 2 ARGS kvcalc --config ${DATA}/bad/malformed.json ERR "malformed.json: malformed JSON")
+kvlab_expect(RC 2 ARGS kvcalc --config ${DATA}/bad/malformed.json ERR "malformed.json: not valid JSON at line 1, column 47")
 kvlab_expect(RC 2 ARGS kvcalc --config ${DATA}/bad/zero-layers.json ERR "num_hidden_layers = 0; expected a positive integer")
 kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --batch 1e15 --context 4096 ERR "overflows")
 kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --dtype fp7 ERR "--dtype: unknown dtype 'fp7'")

@@ -1,0 +1,19 @@
+// Text from outside kvlab (file contents, names, flags) made safe to show or to put in JSON.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace kvlab {
+
+// A value from user input, as an error message shows it: in single quotes, control bytes and bytes that
+// are not UTF-8 written as \n, \t or \xNN, cut after `max_bytes` bytes with the total length named, so a
+// message never carries megabytes of input or raw terminal controls. quote("a\nb") == "'a\\nb'".
+std::string quote(std::string_view text, std::size_t max_bytes = 80);
+
+// `text` with every byte that does not start a valid UTF-8 sequence replaced by U+FFFD (what JSON needs).
+std::string to_valid_utf8(std::string_view text);
+
+bool is_valid_utf8(std::string_view text);
+
+}  // namespace kvlab
