@@ -34,6 +34,13 @@ import struct
 import sys
 import time
 
+# One BLAS / OpenMP thread unless --threads says otherwise, fixed before torch loads: results depend on the thread
+# count, and on a busy 2-core machine more threads only spin against each other.
+_THREADS = next((a.split("=", 1)[1] if "=" in a else sys.argv[i + 2] for i, a in enumerate(sys.argv[1:])
+                 if a.startswith("--threads")), "1")
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = _THREADS
+
 import numpy as np
 import torch
 import torch.nn as nn
@@ -821,34 +828,86 @@ GPT2_CFG = dict(vocab_size=512, n_positions=256, n_embd=128, n_layer=5, n_head=4
 PROMPTS = ["Once upon a time", "One day, Lily went to the park with her mom.", "Tom and his friend Max"]
 
 
+def check_kvlab(kvlab, out, threads):
+    """Runs `kvlab simulate` on both exports for every prompt of reference.json (greedy, --mode both, so kvlab
+    also compares its cached and uncached logits) and compares its tokens, read from a --trace JSONL file, with
+    the PyTorch greedy continuation. Returns the number of mismatching runs."""
+    import subprocess
+    import tempfile
+    with open(os.path.join(out, "reference.json")) as f:
+        ref = json.load(f)
+    bad = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, m in ref["models"].items():
+            for pr in m["prompts"]:
+                n = len(pr["greedy_ids"])
+                trace = os.path.join(tmp, "trace.jsonl")
+                cmd = [kvlab, "simulate", "--checkpoint", os.path.join(out, m["checkpoint"]), "--tokenizer",
+                       os.path.join(out, ref["tokenizer"]), "--prompt", pr["text"], "-n", str(n), "--mode", "both",
+                       "--threads", str(threads), "--format", "json", "--trace", trace]
+                run = subprocess.run(cmd, capture_output=True, text=True)
+                rows = [json.loads(line) for line in open(trace).read().splitlines()[1:]] if run.returncode == 0 \
+                    else []
+                got = [r["token"] for r in sorted((r for r in rows if r.get("mode") == "cached"),
+                                                  key=lambda r: r["step"])]
+                # the same run from the reference's prompt ids: equal tokens again means equal prompt encodings
+                cmd_ids = cmd[:cmd.index("--prompt")] + ["--prompt-ids", ",".join(map(str, pr["ids"]))] + \
+                    cmd[cmd.index("--prompt") + 2:]
+                run_ids = subprocess.run(cmd_ids, capture_output=True, text=True)
+                rows_ids = [json.loads(line) for line in open(trace).read().splitlines()[1:]] \
+                    if run_ids.returncode == 0 else []
+                got_ids = [r["token"] for r in sorted((r for r in rows_ids if r.get("mode") == "cached"),
+                                                      key=lambda r: r["step"])]
+                ok = run.returncode == 0 and got == pr["greedy_ids"] and got_ids == got
+                bad += not ok
+                print(f"{'OK  ' if ok else 'FAIL'} {name} {pr['text']!r}: kvlab rc {run.returncode}, "
+                      f"{sum(a == b for a, b in zip(got, pr['greedy_ids']))}/{n} tokens equal; from --prompt-ids "
+                      f"rc {run_ids.returncode}, {sum(a == b for a, b in zip(got_ids, pr['greedy_ids']))}/{n} equal")
+                print("     $ " + " ".join(cmd[:1] + [repr(c) if " " in c else c for c in cmd[1:]]))
+                print("     kvlab text: " + repr(run.stderr.strip()[:400]))
+                if not ok:
+                    print("     kvlab ids:   ", got)
+                    print("     pytorch ids: ", pr["greedy_ids"])
+                    print("     stderr/stdout tail:", run.stderr[-600:], run.stdout[-300:])
+    return bad
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models"))
     ap.add_argument("--seed", type=int, default=14)
-    ap.add_argument("--threads", type=int, default=2, help="torch threads (fixed: results depend on it)")
+    ap.add_argument("--threads", type=int, default=1, help="torch/BLAS threads (results depend on it; default 1)")
     ap.add_argument("--train-stories", type=int, default=20000)
     ap.add_argument("--val-stories", type=int, default=300)
-    ap.add_argument("--llama-steps", type=int, default=1000)
-    ap.add_argument("--gpt2-steps", type=int, default=1000)
+    ap.add_argument("--llama-steps", type=int, default=480)
+    ap.add_argument("--gpt2-steps", type=int, default=520)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--corpus-dir", default=None, help="also write the generated train/val corpus here")
     ap.add_argument("--reference-only", action="store_true",
                     help="skip training: rebuild reference.json from the exported files in --out")
     ap.add_argument("--bench", type=int, default=0, help="time this many training steps of each model and exit")
+    ap.add_argument("--check-kvlab", metavar="KVLAB", default=None,
+                    help="only compare KVLAB's greedy tokens with reference.json (e.g. build/release/kvlab)")
     args = ap.parse_args()
+    if args.check_kvlab:
+        sys.exit(1 if check_kvlab(os.path.abspath(args.check_kvlab), os.path.abspath(args.out), args.threads) else 0)
 
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)
     T_START = time.time()
+    torch.ones(64, 64) @ torch.ones(64, 64)  # load the BLAS library so that it shows in the maps
+    blas = sorted({line.split()[-1] for line in open("/proc/self/maps")
+                   if re.search(r"lib(open)?blas|libblis|libmkl", line)})
     log = lambda msg: print(f"[{time.time() - T_START:7.1f}s] {msg}", flush=True)
 
     # ---- corpus ----
     train_stories = make_stories(args.seed, args.train_stories)
     val_stories = make_stories(args.seed + 1, args.val_stories)
     heldout_candidates = make_stories(args.seed + 2, 50)
+    log(f"torch {torch.__version__}, {args.threads} thread(s), BLAS {blas}")
     log(f"corpus: {len(train_stories)} train stories ({sum(map(len, train_stories)) / 1e6:.2f} MB), "
         f"{len(val_stories)} validation stories")
     if args.corpus_dir:
@@ -925,6 +984,7 @@ def main():
                                "train_tokens": len(train_stream), "validation_stories": len(val_stories),
                                "validation_tokens": len(val_stream), "validation_windows": len(val_x)}
         train_log["threads"] = args.threads
+        train_log["blas"] = blas
         train_log["torch"] = torch.__version__
         train_log["total_wall_s"] = round(time.time() - T_START, 1)
         with open(os.path.join(out, "train-log.json"), "w") as f:

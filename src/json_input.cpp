@@ -25,7 +25,7 @@ std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size
 
 nlohmann::json parse_json(std::string_view text, std::string_view where) {
     const auto cap = [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-        if (depth > max_json_depth) throw TooDeep{};
+        if (depth >= max_json_depth) throw TooDeep{};  // depth counts from 0: the outermost value is at 0
         return true;
     };
     try {

@@ -350,10 +350,10 @@ Llama2cLayout read_layout(const MappedFile& file) {
 
 }  // namespace
 
-ModelConfig load_llama2c_config(const std::filesystem::path& path) { return read_layout(MappedFile(path)).config; }
+ModelConfig load_llama2c_config(const std::filesystem::path& path) { return read_layout(MappedFile(path, "llama2.c checkpoint")).config; }
 
 LoadedModel load_llama2c_checkpoint(const std::filesystem::path& path, std::optional<std::int64_t> n_layers) {
-    const MappedFile file(path);
+    const MappedFile file(path, "llama2.c checkpoint");
     Llama2cLayout layout = read_layout(file);
     LoadedModel model{std::move(layout.config), {}};
     const ModelConfig& cfg = model.config;

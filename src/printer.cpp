@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "kvlab/json_input.hpp"
+#include "kvlab/text.hpp"
 #include "kvlab/error.hpp"
 
 namespace kvlab {
@@ -52,7 +53,7 @@ std::string pad(const std::string& s, std::size_t width, bool right) {
 }
 
 void print_table(std::ostream& out, const Table& t) {
-    if (!t.title.empty()) out << t.title << "\n";
+    if (!t.title.empty()) out << printable(t.title) << "\n";  // titles may hold names from files
     std::vector<std::size_t> width(t.columns.size());
     for (std::size_t c = 0; c < t.columns.size(); ++c) {
         width[c] = display_width(t.columns[c].header);
@@ -73,7 +74,7 @@ void print_table(std::ostream& out, const Table& t) {
 }
 
 void print_markdown(std::ostream& out, const Table& t) {
-    if (!t.title.empty()) out << "### " << md_escape(t.title) << "\n\n";
+    if (!t.title.empty()) out << "### " << md_escape(printable(t.title)) << "\n\n";
     out << "|";
     for (const auto& c : t.columns) out << " " << md_escape(c.header) << " |";
     out << "\n|";
@@ -149,7 +150,7 @@ void print_report(std::ostream& out, const Report& report, Format format) {
     case Format::csv:
         for (std::size_t i = 0; i < report.tables.size(); ++i) {
             const auto& t = report.tables[i];
-            if (report.tables.size() > 1) out << (i ? "\n" : "") << "# " << t.title << "\n";
+            if (report.tables.size() > 1) out << (i ? "\n" : "") << "# " << printable(t.title) << "\n";
             for (std::size_t c = 0; c < t.columns.size(); ++c) out << (c ? "," : "") << csv_field(t.columns[c].key);
             out << "\n";
             for (const auto& row : t.rows) {

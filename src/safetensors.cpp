@@ -44,7 +44,9 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path
         std::string_view(reinterpret_cast<const char*>(data + 8), static_cast<std::size_t>(header_bytes)), where + " (header)");
     if (!header.is_object()) throw FormatError(fmt::format("{}: header is JSON but not an object", where));
 
-    for (const auto& [name, entry] : header.items()) {
+    for (const auto& item : header.items()) {
+        const std::string& name = item.key();  // not a structured binding: clang 14's lambdas cannot capture those
+        const nlohmann::json& entry = item.value();
         if (name == "__metadata__") continue;
         const auto fail = [&](const std::string& what) {
             return FormatError(fmt::format("{}: tensor {}: {}", where, quote(name), what));

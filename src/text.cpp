@@ -30,8 +30,11 @@ std::size_t utf8_sequence(std::string_view text, std::size_t i) {
 
 }  // namespace
 
-std::string quote(std::string_view text, std::size_t max_bytes) {
-    std::string out = "'";
+namespace {
+
+// Appends text[0, max_bytes) to out with control bytes and invalid UTF-8 escaped (and ' and \ when
+// `quotes`); returns how many bytes of text were consumed.
+std::size_t escape_into(std::string& out, std::string_view text, std::size_t max_bytes, bool quotes) {
     std::size_t i = 0;
     while (i < text.size() && i < max_bytes) {
         const auto c = static_cast<unsigned char>(text[i]);
@@ -39,8 +42,8 @@ std::string quote(std::string_view text, std::size_t max_bytes) {
         if (c == '\n') out += "\\n";
         else if (c == '\t') out += "\\t";
         else if (c == '\r') out += "\\r";
-        else if (c == '\\') out += "\\\\";
-        else if (c == '\'') out += "\\'";
+        else if (quotes && c == '\\') out += "\\\\";
+        else if (quotes && c == '\'') out += "\\'";
         else if (c >= 0x20 && c < 0x7F) out += static_cast<char>(c);
         else if (c >= 0x80 && n > 0) {
             out.append(text.substr(i, n));
@@ -51,8 +54,22 @@ std::string quote(std::string_view text, std::size_t max_bytes) {
         }
         ++i;
     }
+    return i;
+}
+
+}  // namespace
+
+std::string quote(std::string_view text, std::size_t max_bytes) {
+    std::string out = "'";
+    const std::size_t used = escape_into(out, text, max_bytes, true);
     out += "'";
-    if (i < text.size()) out += fmt::format(" (cut; {} bytes in all)", text.size());
+    if (used < text.size()) out += fmt::format(" (cut; {} bytes in all)", text.size());
+    return out;
+}
+
+std::string printable(std::string_view text) {
+    std::string out;
+    escape_into(out, text, text.size(), false);
     return out;
 }
 

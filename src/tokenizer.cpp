@@ -49,7 +49,7 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path, std::int64_t n_voca
     const std::string where = path.string();
     if (n_vocab <= 0 || n_vocab > INT32_MAX)
         throw UsageError(fmt::format("{}: vocabulary size {} is not a positive int32", where, n_vocab));
-    const MappedFile file(path);
+    const MappedFile file(path, "tokenizer file");
     const std::byte* data = file.bytes().data();
     const std::uint64_t size = file.size_bytes();
     if (size < 4) throw FormatError(fmt::format("{}: truncated at offset 0: {} bytes, the 4-byte max_token_length header is missing", where, size));

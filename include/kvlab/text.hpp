@@ -11,6 +11,10 @@ namespace kvlab {
 // message never carries megabytes of input or raw terminal controls. quote("a\nb") == "'a\\nb'".
 std::string quote(std::string_view text, std::size_t max_bytes = 80);
 
+// `text` for a terminal or a one-line field (a table title, a CSV comment): control bytes and invalid
+// UTF-8 escaped as quote() does, nothing cut, no quotes added. printable("a\nb") == "a\\nb".
+std::string printable(std::string_view text);
+
 // `text` with every byte that does not start a valid UTF-8 sequence replaced by U+FFFD (what JSON needs).
 std::string to_valid_utf8(std::string_view text);
 

@@ -59,8 +59,8 @@ CLI::Validator finite_number() {
 void read_numbers_strictly(CLI::App& app) {
     for (CLI::Option* opt : app.get_options()) {
         const std::string type = opt->get_type_name();
-        if (type == "INT") opt->check(decimal_integer(true));
-        else if (type == "UINT") opt->check(decimal_integer(false));
+        if (type == "INT") opt->transform(decimal_integer(true));  // transform: it rewrites 010 as 10
+        else if (type == "UINT") opt->transform(decimal_integer(false));
         else if (type == "FLOAT") opt->check(finite_number());
     }
     for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) read_numbers_strictly(*sub);

@@ -1,0 +1,116 @@
+# Regression tests of issue 13 (docs/reliability.md): hostile files and flags get one clear error line
+# and the right exit code, never a crash, a command run, a replaced device or link, or a wrong number.
+include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
+
+# 1. A trace's display name is text, never gnuplot script (the title reaches gnuplot as ARG2). Without
+#    gnuplot the check is skipped below with the plot tests.
+run_kvlab(0 "" simulate --prompt-len 4 --steps 3 --threads 1 --quiet --deterministic --trace "${WORK}/run.csv")
+file(READ "${WORK}/run.csv" csv)
+string(REGEX REPLACE "# run.display_name=[^\n]*"
+       "# run.display_name=\"x\\\\nsystem(\\\\\"touch PWNED\\\\\")\\\\nprint 1 `touch PWNED2` @ARG1\"" evil "${csv}")
+file(WRITE "${WORK}/evil.csv" "${evil}")
+# read back as one string, printed with its newlines escaped
+kvlab_expect(RC 0 ARGS trace summary "${WORK}/evil.csv" OUT "kvlab simulate: x\\\\nsystem\\(\"touch PWNED\"\\)\\\\nprint 1")
+find_program(GNUPLOT gnuplot)
+if(GNUPLOT)
+  run_kvlab(0 "wrote" trace plot "${WORK}/evil.csv" -o "${WORK}/evil.svg")
+  foreach(f PWNED PWNED2)
+    if(EXISTS "${WORK}/${f}")
+      message(FATAL_ERROR "trace plot ran a command from the trace's display name (${f} exists)")
+    endif()
+  endforeach()
+  file(READ "${WORK}/evil.svg" svg)
+  if(NOT svg MATCHES "system\\(&quot;touch PWNED&quot;\\)|system\\(\"touch PWNED\"\\)")
+    message(FATAL_ERROR "the display name is not drawn as text in the chart title")
+  endif()
+endif()
+
+# 2. Deep nesting: every JSON reader says so instead of exhausting the stack.
+string(REPEAT "[" 100000 open)
+string(REPEAT "]" 100000 close)
+file(WRITE "${WORK}/deep.json" "${open}${close}")
+kvlab_expect(RC 2 ARGS kvcalc --config "${WORK}/deep.json" ERR "deep.json: JSON nested more than 64 levels deep")
+file(WRITE "${WORK}/deep-trace.json" "{\"traceEvents\": ${open}${close}}")
+kvlab_expect(RC 2 ARGS trace summary "${WORK}/deep-trace.json" ERR "nested more than 64 levels deep")
+file(WRITE "${WORK}/deep.jsonl" "{\"kvlab_trace\": ${open}${close}}\n")
+kvlab_expect(RC 2 ARGS trace summary "${WORK}/deep.jsonl" ERR "nested more than 64 levels deep")
+string(REPLACE "# run.mode=" "# run.mode=${open}${close}\n# x=" deep_csv "${csv}")
+file(WRITE "${WORK}/deep.csv" "${deep_csv}")
+kvlab_expect(RC 2 ARGS trace summary "${WORK}/deep.csv" ERR "deep.csv: line [0-9]+: JSON nested more than 64")
+
+# 3. Sizes that wrap: 2^40 heads x head_dim 2^24 = 2^64 used to wrap to 0 and pass the memory check.
+file(WRITE "${WORK}/wrap.json" "{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":1,
+\"num_attention_heads\":1099511627776,\"num_key_value_heads\":1,\"head_dim\":16777216,\"vocab_size\":32,\"max_position_embeddings\":64}")
+kvlab_expect(RC 2 ARGS simulate --config "${WORK}/wrap.json" -p 2 -n 2 ERR "num_attention_heads \\(1099511627776\\) x head_dim \\(16777216\\) overflows")
+kvlab_expect(RC 2 ARGS kvcalc --config "${WORK}/wrap.json" ERR "overflows 64 bits")
+# 2^30 heads x 2^24: the width (2^54) fits, and the sizes come out whole instead of wrapped: wq and wo
+# hold 2 x 2^54 x 64 floats x 4 B = 2^63 B = 8 EiB of weights, refused by the memory check
+file(WRITE "${WORK}/wrap2.json" "{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":1,
+\"num_attention_heads\":1073741824,\"num_key_value_heads\":1,\"head_dim\":16777216,\"vocab_size\":32,\"max_position_embeddings\":64}")
+kvlab_expect(RC 2 ARGS simulate --config "${WORK}/wrap2.json" -p 2 -n 2 ERR "--max-memory: simulating wrap2 needs .* \\(weights 8.00 EiB,")
+
+# 4. Non-regular targets are refused before any work; a symlink is not replaced.
+kvlab_expect(RC 2 ARGS simulate --model stories260k -p 2 -n 2 --save-checkpoint /dev/null
+             ERR "--save-checkpoint: '/dev/null' is a device or special file")
+file(WRITE "${WORK}/target.csv" "keep me\n")
+file(CREATE_LINK "${WORK}/target.csv" "${WORK}/link.csv" SYMBOLIC)
+kvlab_expect(RC 2 ARGS simulate -p 2 -n 2 --trace "${WORK}/link.csv" ERR "'.*link.csv' is a symbolic link")
+file(READ "${WORK}/target.csv" kept)
+if(NOT IS_SYMLINK "${WORK}/link.csv" OR NOT kept STREQUAL "keep me\n")
+  message(FATAL_ERROR "--trace replaced a symbolic link or its target")
+endif()
+kvlab_expect(RC 2 ARGS simulate --model stories260k -p 2 -n 2 --save-checkpoint "${WORK}/no-such-dir/x.bin"
+             ERR "directory '.*no-such-dir' does not exist")
+
+# 7. A prompt that cannot fit is refused before it is encoded (30 KB used to take 35 s, then fail).
+execute_process(COMMAND "${MAKE_FIXTURES}" "${WORK}/fx" RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "kvlab_make_fixtures failed: ${rc}")
+endif()
+string(REPEAT "ab " 10000 long_prompt)
+kvlab_expect(RC 2 ARGS simulate --checkpoint "${WORK}/fx/tiny.bin" --tokenizer "${WORK}/fx/tok512.bin" --prompt "${long_prompt}" -n 2
+             ERR "--prompt: 30000 bytes of text encode to at least [0-9]+ tokens .* the context of tiny is 64 positions")
+
+# 8. Unbounded reads: a device, a FIFO or a directory is not a trace or config file.
+kvlab_expect(RC 2 ARGS trace summary /dev/zero ERR "'/dev/zero': is a device or special file; expected a regular trace file")
+kvlab_expect(RC 2 ARGS trace summary "${WORK}" ERR "is a directory; expected a regular trace file")
+kvlab_expect(RC 2 ARGS kvcalc --config /dev/zero ERR "'/dev/zero': is a device or special file; expected a regular config file")
+
+# 9. Numbers: plain decimal in range, or refused (no wrap, no clamp, no hex, no empty value).
+kvlab_expect(RC 2 ARGS simulate -p 9223372036854775807 -n 9223372036854775807
+             ERR "9223372036854775807 \\+ 9223372036854775807 = 18446744073709551614 positions exceed")
+kvlab_expect(RC 2 ARGS simulate -n 18446744073709551616 ERR "--steps: '18446744073709551616' is out of range")
+kvlab_expect(RC 2 ARGS simulate --seed 18446744073709551616 ERR "--seed: '18446744073709551616' is out of range; expected 0..2\\^64-1")
+kvlab_expect(RC 2 ARGS simulate --seed -1 ERR "--seed: '-1' is not a non-negative decimal integer")
+kvlab_expect(RC 2 ARGS simulate -n 0x10 ERR "--steps: '0x10' is not a decimal integer")
+kvlab_expect(RC 2 ARGS simulate --temperature nan ERR "--temperature: 'nan' is not a finite decimal number")
+kvlab_expect(RC 2 ARGS kvcalc --kv-budget -1 ERR "--kv-budget: '-1' is negative; expected a positive size")
+# 010 is ten (decimal), not eight (C's octal): 2 prompt + 10 steps
+kvlab_expect(RC 0 ARGS simulate -p 2 -n 010 --mode cached --quiet -f csv OUT "\nsteps,10\n")
+file(READ "${WORK}/run.csv" csv)
+string(REGEX REPLACE "format 2 " "format 4294967298 " wide "${csv}")
+file(WRITE "${WORK}/wide.csv" "${wide}")
+kvlab_expect(RC 2 ARGS trace summary "${WORK}/wide.csv" ERR "trace format '4294967298'; expected 2")
+
+# 10. Library errors are caught where the file and field are known; messages cut and escaped.
+file(WRITE "${WORK}/name.json" "{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":1,
+\"num_attention_heads\":4,\"vocab_size\":32,\"max_position_embeddings\":64,\"_kvlab\":{\"display_name\":5}}")
+kvlab_expect(RC 2 ARGS kvcalc --config "${WORK}/name.json" ERR "name.json \\(_kvlab\\): display_name = 5; expected a string")
+string(ASCII 255 254 bad_utf8)
+string(REPLACE "# run.mode=" "# note=${bad_utf8}\n# run.mode=" bad_csv "${csv}")
+file(WRITE "${WORK}/utf8.csv" "${bad_csv}")
+kvlab_expect(RC 2 ARGS trace summary "${WORK}/utf8.csv" ERR "utf8.csv: line [0-9]+: '# note=\\\\xFF\\\\xFE' is not valid UTF-8 text")
+string(REPEAT "x" 100000 long_name)
+kvlab_expect(RC 2 ARGS trace summary "${WORK}/${long_name}.csv" ERR "\\(cut; 1[0-9]+ bytes in all\\)")
+string(LENGTH "${KVLAB_ERR}" n)
+if(n GREATER 1000)
+  message(FATAL_ERROR "an error message echoes ${n} bytes of a path")
+endif()
+
+# 11. Consistency: missing input files exit 2 whatever reads them; one file is not both outputs.
+kvlab_expect(RC 2 ARGS trace summary "${WORK}/missing.csv" ERR "cannot open the trace file")
+kvlab_expect(RC 2 ARGS simulate --checkpoint "${WORK}/fx/tiny.bin" --tokenizer "${WORK}/missing.bin" -n 2 --prompt-ids 1
+             ERR "missing.bin': cannot open the tokenizer")
+kvlab_expect(RC 2 ARGS kvcalc --config "${WORK}/missing.json" ERR "cannot open the config file")
+kvlab_expect(RC 2 ARGS simulate --model stories260k -p 2 -n 2 --trace "${WORK}/same.json" --save-checkpoint "${WORK}/./same.json"
+             ERR "--trace and --save-checkpoint: both name")

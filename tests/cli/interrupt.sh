@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Regression tests of issue 13 for signals, full disks and empty arguments (docs/reliability.md): what Ctrl-C, kill and a
+# chart writer that fails silently leave behind. Usage: interrupt.sh KVLAB WORKDIR. Needs bash and a
+# POSIX userland; takes a few seconds.
+set -u
+KVLAB=$1
+WORK=$2
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# waits (up to 60 s) until a file matching the glob exists
+wait_for() {
+    for _ in $(seq 1 600); do
+        compgen -G "$1" > /dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# 6a. Ctrl-C while --save-checkpoint writes: the temporary file goes, the process dies of SIGINT.
+"$KVLAB" simulate --model stories110m -p 2 -n 2 -q --save-checkpoint big.bin > /dev/null 2>&1 &
+pid=$!
+wait_for ".big.bin.tmp-*" || fail "no temporary file appeared while saving"
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc -eq 130 ] || fail "save interrupted by SIGINT: exit $rc, expected 130 (killed by SIGINT)"
+compgen -G ".big.bin.tmp-*" > /dev/null && fail "Ctrl-C left the temporary checkpoint behind"
+[ -e big.bin ] && fail "an interrupted save left big.bin"
+
+# 6b. the same with SIGTERM
+"$KVLAB" simulate --model stories110m -p 2 -n 2 -q --save-checkpoint big.bin > /dev/null 2>&1 &
+pid=$!
+wait_for ".big.bin.tmp-*" || fail "no temporary file appeared while saving"
+kill -TERM $pid
+wait $pid
+rc=$?
+[ $rc -eq 143 ] || fail "save killed by SIGTERM: exit $rc, expected 143"
+compgen -G ".big.bin.tmp-*" > /dev/null && fail "SIGTERM left the temporary checkpoint behind"
+
+# 9 / 11. The first Ctrl-C of a run stops it after the step: report, a trace kvlab reads back, exit 130,
+#     and one stderr line saying how far it got. (stories110m, 1000 steps: minutes; stopped after ~1 s)
+"$KVLAB" simulate --model stories110m --prompt-ids 1,2,3,4 -n 1000 --mode cached --trace part.jsonl > out.txt 2> err.txt &
+pid=$!
+for _ in $(seq 1 600); do grep -q "generated ids: [0-9]" out.txt 2> /dev/null && break; sleep 0.1; done  # decoding
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc -eq 130 ] || fail "simulate interrupted: exit $rc, expected 130"
+grep -Eq "interrupted after [0-9]+ of 1000 steps; 'part.jsonl' holds the steps done" err.txt || fail "no 'interrupted after' line: $(cat err.txt)"
+"$KVLAB" trace summary part.jsonl > summary.txt || fail "the partial trace does not read back"
+grep -q "interrupted" summary.txt || fail "the trace summary does not say the run was interrupted"
+
+# 5. A chart writer that exits 0 after a short write (a full disk): kvlab fails, the old chart stays.
+echo "old chart" > chart.svg
+cat > fake-gnuplot <<'GP'
+#!/bin/sh
+printf '<svg><g>truncated'   # stdout is the chart kvlab keeps; no closing tag
+exit 0
+GP
+chmod +x fake-gnuplot
+"$KVLAB" simulate -p 2 -n 3 -q --trace run.csv > /dev/null || fail "simulate for the plot test"
+KVLAB_GNUPLOT=./fake-gnuplot "$KVLAB" trace plot run.csv -o chart.svg > out.txt 2> err.txt
+rc=$?
+[ $rc -eq 1 ] || fail "trace plot with a truncated chart: exit $rc, expected 1"
+grep -q "incomplete" err.txt || fail "no 'incomplete' in: $(cat err.txt)"
+grep -q "wrote" out.txt && fail "trace plot said 'wrote' for a truncated chart"
+[ "$(cat chart.svg)" = "old chart" ] || fail "the old chart was replaced by a truncated one"
+compgen -G ".chart.svg.tmp-*" > /dev/null && fail "a failed plot left temporary files: $(ls -a)"
+
+# 6c. Ctrl-C while gnuplot draws: no .dat/.gp/.log/chart temporaries left
+cat > slow-gnuplot <<'GP'
+#!/bin/sh
+echo $$ > gnuplot.pid
+exec sleep 30
+GP
+chmod +x slow-gnuplot
+KVLAB_GNUPLOT=./slow-gnuplot "$KVLAB" trace plot run.csv -o chart2.svg > /dev/null 2>&1 &
+pid=$!
+wait_for ".chart2.svg.tmp-*.gp" || fail "no gnuplot script appeared"
+kill -INT $pid
+wait $pid
+rc=$?
+[ -f gnuplot.pid ] && kill "$(cat gnuplot.pid)" 2> /dev/null
+[ $rc -eq 130 ] || fail "plot interrupted: exit $rc, expected 130"
+compgen -G ".chart2.svg.tmp-*" > /dev/null && fail "Ctrl-C during trace plot left: $(ls -a | grep tmp)"
+[ -e chart2.svg ] && fail "an interrupted plot wrote chart2.svg"
+# 9. An empty value for a number flag is refused (CMake's CLI tests cannot pass an empty argument).
+"$KVLAB" simulate -n "" > out.txt 2> err.txt
+rc=$?
+[ $rc -eq 2 ] || fail "simulate -n '': exit $rc, expected 2"
+grep -q -- "--steps: empty value" err.txt || fail "simulate -n '': $(cat err.txt)"
+echo "interrupt tests passed"
