@@ -45,6 +45,8 @@ nlohmann::json parse_json(std::string_view text, std::string_view where) {
         throw JsonSyntaxError(fmt::format("{}: not valid JSON at line {}, column {}: {}", where, line, column,
                                           at_end ? std::string("the text ends early (truncated?)") : quote(reason, 120)),
                               byte, at_end);
+    } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range.406: a number too large for a double
+        throw FormatError(fmt::format("{}: JSON not read: {}", where, quote(e.what(), 160)));
     }
 }
 

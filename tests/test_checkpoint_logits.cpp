@@ -321,7 +321,9 @@ TEST_CASE("Random-weight stories models saved as llama2.c v0 run identically fro
                          doctest::Contains("rope_theta is 500000"), ConfigError);
 
     // full stories260k, and stories15m cut to one layer (its 32000 x 288 embedding stays)
-    for (const auto& [name, layers] : {std::pair<const char*, std::int64_t>{"stories260k", 5}, {"stories15m", 1}}) {
+    for (const auto& model : {std::pair<const char*, std::int64_t>{"stories260k", 5}, {"stories15m", 1}}) {
+        const char* name = model.first;  // not a structured binding: clang 14 cannot capture those (CAPTURE)
+        const std::int64_t layers = model.second;
         CAPTURE(name);
         const ModelConfig cfg = simulation_config(load_model(name), layers);
         const Weights w = random_weights(cfg, 42);

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Regression tests of issue 13 for signals, full disks and empty arguments (docs/reliability.md): what Ctrl-C, kill and a
-# chart writer that fails silently leave behind. Usage: interrupt.sh KVLAB WORKDIR. Needs bash and a
-# POSIX userland; takes a few seconds.
+# Regression tests of issue 13 for signals, full disks and empty arguments (docs/reliability.md): what
+# Ctrl-C, kill and a chart writer that fails silently leave behind. Usage: interrupt.sh KVLAB WORKDIR.
+# Needs bash and a POSIX userland; takes a few seconds.
 set -u
-KVLAB=$1
+KVLAB=$(realpath "$1")
 WORK=$2
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -17,26 +17,22 @@ wait_for() {
     return 1
 }
 
-# 6a. Ctrl-C while --save-checkpoint writes: the temporary file goes, the process dies of SIGINT.
-"$KVLAB" simulate --model stories110m -p 2 -n 2 -q --save-checkpoint big.bin > /dev/null 2>&1 &
-pid=$!
-wait_for ".big.bin.tmp-*" || fail "no temporary file appeared while saving"
-kill -INT $pid
-wait $pid
-rc=$?
-[ $rc -eq 130 ] || fail "save interrupted by SIGINT: exit $rc, expected 130 (killed by SIGINT)"
-compgen -G ".big.bin.tmp-*" > /dev/null && fail "Ctrl-C left the temporary checkpoint behind"
-[ -e big.bin ] && fail "an interrupted save left big.bin"
-
-# 6b. the same with SIGTERM
-"$KVLAB" simulate --model stories110m -p 2 -n 2 -q --save-checkpoint big.bin > /dev/null 2>&1 &
-pid=$!
-wait_for ".big.bin.tmp-*" || fail "no temporary file appeared while saving"
-kill -TERM $pid
-wait $pid
-rc=$?
-[ $rc -eq 143 ] || fail "save killed by SIGTERM: exit $rc, expected 143"
-compgen -G ".big.bin.tmp-*" > /dev/null && fail "SIGTERM left the temporary checkpoint behind"
+# 6a/6b. Ctrl-C (SIGINT) or SIGTERM while --save-checkpoint writes: the temporary file goes, the old
+#     target is not created, and the process dies of the signal (exit 128 + signal number).
+interrupt_save() {  # SIGNAL EXPECTED_EXIT
+    "$KVLAB" simulate --model stories110m -p 2 -n 2 -q --save-checkpoint big.bin > /dev/null 2>&1 &
+    local pid=$!
+    wait_for ".big.bin.tmp-*" || fail "no temporary file appeared while saving"
+    kill -"$1" $pid
+    wait $pid
+    local rc=$?
+    [ $rc -eq "$2" ] || fail "save interrupted by SIG$1: exit $rc, expected $2"
+    compgen -G ".big.bin.tmp-*" > /dev/null && fail "SIG$1 left the temporary checkpoint behind"
+    [ -e big.bin ] && fail "an interrupted save left big.bin"
+    return 0
+}
+interrupt_save INT 130
+interrupt_save TERM 143
 
 # 9 / 11. The first Ctrl-C of a run stops it after the step: report, a trace kvlab reads back, exit 130,
 #     and one stderr line saying how far it got. (stories110m, 1000 steps: minutes; stopped after ~1 s)
