@@ -305,21 +305,23 @@ class Tokenizer:
         assert "".join(PRETOKEN_RE.findall(padded)) == padded, "text outside the pre-token pattern"
         return ([BOS] if bos else []) + ids + ([EOS] if eos else [])
 
-    def decode(self, ids):
-        """Text of a token stream as kvlab prints it: leading space dropped after BOS, byte pieces as bytes,
-        a BOS after the start printed as a newline-free boundary (kept as the literal piece here)."""
+    def decode(self, ids, prev=-1):
+        """Text of a token stream as llama2.c's run.c and kvlab print it, one token after the other: a BOS that
+        opens the stream prints nothing; a piece right after BOS loses its leading space; "<0xNN>" pieces are
+        the raw byte; a single control byte other than whitespace prints nothing (llama2.c's safe printing).
+        `prev` is the token before ids[0] (-1: none)."""
         out = bytearray()
-        prev = -1
         for t in ids:
             p = self.pieces[t]
-            m = re.fullmatch(rb"<0x([0-9A-F]{2})>", p)
-            if m:
-                out += bytes([int(m.group(1), 16)])
-            elif t in (BOS, EOS):
-                if prev != -1:
-                    out += b"\n" + p + b"\n" if t == BOS else p
-            else:
-                out += p[1:] if prev == BOS and p.startswith(b" ") else p
+            if prev == -1 and t == BOS:
+                p = b""
+            elif re.fullmatch(rb"<0x[0-9A-Fa-f]{2}>", p):
+                p = bytes([int(p[3:5], 16)])
+            elif prev == BOS and p.startswith(b" "):
+                p = p[1:]
+            if len(p) == 1 and ((p[0] < 0x20 and p not in b"\t\n\v\f\r") or p[0] == 0x7F):
+                p = b""
+            out += p
             prev = t
         return out.decode("utf-8", errors="replace")
 
@@ -361,7 +363,9 @@ def train_tokenizer(texts, vocab_size):
             char_counts[ch] = char_counts.get(ch, 0) + c
     assert all(ord(ch) < 128 for ch in char_counts), "the grammar is ASCII-only"
     chars = sorted(char_counts, key=lambda ch: (-char_counts[ch], ch))
-    base = [b"<unk>", b"<s>", b"</s>"] + [f"<0x{b:02X}>".encode() for b in range(256)]
+    # llama2.c's tokenizer.bin spells BOS and EOS "\n<s>\n" and "\n</s>\n" (its tokenizer.py), so that a story
+    # boundary the model generates prints on its own line; no text can encode to them
+    base = [b"<unk>", b"\n<s>\n", b"\n</s>\n"] + [f"<0x{b:02X}>".encode() for b in range(256)]
     n_merges = vocab_size - len(base) - len(chars)
     assert n_merges > 0
     merges = []
@@ -858,13 +862,15 @@ def check_kvlab(kvlab, out, threads):
                     if run_ids.returncode == 0 else []
                 got_ids = [r["token"] for r in sorted((r for r in rows_ids if r.get("mode") == "cached"),
                                                       key=lambda r: r["step"])]
-                ok = run.returncode == 0 and got == pr["greedy_ids"] and got_ids == got
+                text_ok = run.stderr.rstrip("\n") == pr["greedy_text"]
+                ok = run.returncode == 0 and got == pr["greedy_ids"] and got_ids == got and text_ok
                 bad += not ok
                 print(f"{'OK  ' if ok else 'FAIL'} {name} {pr['text']!r}: kvlab rc {run.returncode}, "
                       f"{sum(a == b for a, b in zip(got, pr['greedy_ids']))}/{n} tokens equal; from --prompt-ids "
-                      f"rc {run_ids.returncode}, {sum(a == b for a, b in zip(got_ids, pr['greedy_ids']))}/{n} equal")
+                      f"rc {run_ids.returncode}, {sum(a == b for a, b in zip(got_ids, pr['greedy_ids']))}/{n} equal; "
+                      f"printed text {'equal' if text_ok else 'DIFFERENT'}")
                 print("     $ " + " ".join(cmd[:1] + [repr(c) if " " in c else c for c in cmd[1:]]))
-                print("     kvlab text: " + repr(run.stderr.strip()[:400]))
+                print("     kvlab text: " + repr(run.stderr.rstrip("\n")))
                 if not ok:
                     print("     kvlab ids:   ", got)
                     print("     pytorch ids: ", pr["greedy_ids"])
@@ -1025,7 +1031,9 @@ def main():
         m = {"checkpoint": rel, "format": fmt_name, "parameters": n_params(model),
              "family": "llama" if isinstance(model, Llama) else "gpt2", "prompts": []}
         s, n, per = sequence_nll(model, heldout_ids)
-        m["heldout"] = {"nll_sum": s, "n_scored": n, "mean_nll": s / n, "perplexity": math.exp(s / n)}
+        m["heldout"] = {"nll_sum": s, "n_scored": n, "mean_nll": s / n, "perplexity": math.exp(s / n),
+                        "nll_per_target": f"@@{name}:nll@@"}
+        floats[f"@@{name}:nll@@"] = "[" + ", ".join(f"{v:.9g}" for v in per) + "]"
         for prompt in PROMPTS:
             ids = tok.encode_reference(prompt, bos=True)
             cont, margins = greedy(model, ids, 64, ctx)
@@ -1035,17 +1043,20 @@ def main():
             with torch.no_grad():
                 logits = model(torch.tensor([full[:positions[-1] + 1]]))[0]
             entry = {"text": prompt, "ids": ids, "greedy_ids": cont,
-                     "greedy_text": tok.decode(full), "min_top2_margin": min(margins),
+                     "greedy_text": prompt + tok.decode(cont, prev=ids[-1]), "min_top2_margin": min(margins),
                      "teacher_forced_ids": full[:positions[-1] + 1], "logits": {}}
             for p in positions:
                 key = f"@@{name}:{prompt}:{p}@@"
                 floats[key] = "[" + ", ".join(fmt_f32(v) for v in logits[p].tolist()) + "]"
                 entry["logits"][str(p)] = key
             m["prompts"].append(entry)
-            log(f"{name}: {prompt!r} -> {tok.decode(full)!r} (min margin {min(margins):.3f})")
+            log(f"{name}: {entry['greedy_text']!r} (min margin {min(margins):.3f})")
         log(f"{name}: heldout.txt {n} targets, mean NLL {s / n:.4f}, perplexity {math.exp(s / n):.3f}")
         ref["models"][name] = m
     text = json.dumps(ref, indent=1)
+    # integer lists (token ids) on one line each
+    text = re.sub(r"\[\n\s*(-?\d+(?:,\n\s*-?\d+)*)\n\s*\]",
+                  lambda mt: "[" + ", ".join(re.findall(r"-?\d+", mt.group(1))) + "]", text)
     for key, val in floats.items():
         text = text.replace(json.dumps(key), val)
     with open(os.path.join(out, "reference.json"), "w") as f:

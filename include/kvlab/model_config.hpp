@@ -29,6 +29,10 @@ struct ModelConfig {
     std::string origin_path;    // file the config was read from
     std::string model_type;     // HF model_type, e.g. "llama", "mistral", "gpt2"
     std::string preset_family;  // "_kvlab".family for presets ("llama", "mistral", "gpt2", "llama2.c"), else ""
+    // "_kvlab".checkpoint / .tokenizer of a preset that ships its weights (the models trained in models/),
+    // resolved against the preset file's folder; empty otherwise. `simulate --model` runs them.
+    std::filesystem::path checkpoint;
+    std::filesystem::path tokenizer;
     Family family = Family::llama;
 
     std::int64_t n_layer = 0;     // L

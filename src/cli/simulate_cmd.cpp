@@ -22,9 +22,11 @@
 #include "kvlab/atomic_write.hpp"
 #include "kvlab/checkpoint.hpp"
 #include "kvlab/error.hpp"
+#include "kvlab/evaluate.hpp"
 #include "kvlab/interrupt.hpp"
 #include "kvlab/text.hpp"
 #include "kvlab/llama2c_checkpoint.hpp"
+#include "kvlab/mapped_file.hpp"
 #include "kvlab/presets.hpp"
 #include "kvlab/random_weights.hpp"
 #include "kvlab/simulation_report.hpp"
@@ -42,6 +44,7 @@ struct SimulateCliOptions {
     std::string tokenizer;             // llama2.c tokenizer.bin: text prompt in, text out
     std::string prompt;                // text prompt, encoded with --tokenizer (BOS first)
     std::string save_checkpoint;       // write the model run as llama2.c v0
+    std::string eval;                  // text file: teacher-forced NLL and perplexity instead of decoding
     std::int64_t layers = 0;           // 0: all of the model's layers
     std::string mode = "both";
     std::int64_t prompt_len = 32;
@@ -114,14 +117,49 @@ void check_save_path(const std::string& path, const ModelConfig& cfg) {
     check_llama2c_v0_config(path, cfg);
 }
 
-void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given, bool prompt_given) {
+// --eval: the model's mean NLL and perplexity on a text, teacher-forced through the cached forward pass.
+void run_eval(const SimulateCliOptions& o, const ModelConfig& cfg, const Weights& weights, const std::vector<TokenId>& ids,
+              Format format, const nlohmann::json& inputs) {
+    const EvalResult r = evaluate_nll(cfg, weights, ids);
+    Report report;
+    report.inputs = inputs;
+    Table t;
+    t.title = fmt::format("kvlab simulate --eval: {} on {}", cfg.display_name, o.eval);
+    t.columns = {{"tokens", "tokens (BOS incl.)"}, {"windows", "windows"}, {"scored", "scored"},
+                 {"nll_sum", "NLL sum (nats)"},   {"mean_nll", "mean NLL (nats/token)"}, {"perplexity", "perplexity"}};
+    t.rows.push_back({int_cell(r.n_tokens), int_cell(r.n_windows), int_cell(r.n_scored), real_cell(r.nll_sum, 4),
+                      real_cell(r.mean_nll, 6), real_cell(r.perplexity, 6)});
+    t.notes.push_back(fmt::format("text encoded with {} (BOS first); windows of at most {} tokens overlapping by one; "
+                                  "perplexity = exp(mean NLL); docs/cli-simulate.md", o.tokenizer, cfg.n_ctx_max));
+    report.tables.push_back(std::move(t));
+    print_report(std::cout, report, format);
+}
+
+// The model's config. A preset that ships its weights (the trained models in models/) runs them: its
+// checkpoint, and its tokenizer unless --tokenizer names another, as if given with --checkpoint.
+ModelConfig resolve_model(SimulateCliOptions& o) {
+    if (!o.checkpoint.empty()) return load_checkpoint_config(o.checkpoint);
+    if (!o.config.empty()) return load_model_config(o.config);
+    const ModelConfig preset = load_model(o.model);
+    if (preset.checkpoint.empty()) return preset;
+    o.checkpoint = preset.checkpoint.string();
+    if (o.tokenizer.empty()) o.tokenizer = preset.tokenizer.string();
+    ModelConfig real = load_checkpoint_config(o.checkpoint);
+    real.name = preset.name;
+    real.display_name = preset.display_name;
+    return real;
+}
+
+void run(SimulateCliOptions o, bool model_given, bool prompt_len_given, bool prompt_given) {
     if (model_given && !o.config.empty()) throw UsageError("--config and --model: give one or the other, not both");
     if (!o.checkpoint.empty() && (model_given || !o.config.empty()))
         throw UsageError("--checkpoint and --model/--config: the checkpoint carries its own config; give one or the other");
+    const ModelConfig full = resolve_model(o);  // may set o.checkpoint and o.tokenizer
     if (prompt_len_given && !o.prompt_ids.empty())
         throw UsageError("--prompt-len and --prompt-ids: give one or the other, not both");
     if (prompt_given && o.tokenizer.empty())
-        throw UsageError("--prompt: text needs --tokenizer FILE (llama2.c tokenizer.bin) to become token ids; without one, give --prompt-ids");
+        throw UsageError("--prompt: text needs --tokenizer FILE (llama2.c tokenizer.bin) to become token ids; without one, give "
+                         "--prompt-ids, or a model that ships a tokenizer (kvlab presets: tiny-llama, tiny-gpt2)");
     if (prompt_given && (prompt_len_given || !o.prompt_ids.empty()))
         throw UsageError("--prompt and --prompt-len/--prompt-ids: give one prompt, not both");
     const Format format = parse_format(o.format, "--format");
@@ -140,9 +178,6 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given, b
     }
 
     // everything that can be wrong with the input is found before any allocation or work
-    const ModelConfig full = !o.checkpoint.empty() ? load_checkpoint_config(o.checkpoint)
-                             : o.config.empty()    ? load_model(o.model)
-                                                   : load_model_config(o.config);
     const ModelConfig cfg = simulation_config(full, o.layers > 0 ? std::optional<std::int64_t>(o.layers) : std::nullopt);
     if (o.layers < 0) throw UsageError(fmt::format("--layers: {}; expected 1..{}", o.layers, full.n_layer));
     SimulateOptions sim;
@@ -151,6 +186,14 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given, b
     if (!o.prompt_ids.empty()) sim.prompt_ids = parse_token_ids(o.prompt_ids);
     std::optional<Tokenizer> tokenizer;
     if (!o.tokenizer.empty()) tokenizer.emplace(Tokenizer::load(o.tokenizer, full.n_vocab));
+    std::vector<TokenId> eval_ids;
+    if (!o.eval.empty()) {
+        if (!tokenizer) throw UsageError("--eval: the text needs --tokenizer FILE (llama2.c tokenizer.bin) to become token ids");
+        if (prompt_given || prompt_len_given || !o.prompt_ids.empty() || !o.trace.empty())
+            throw UsageError("--eval and --prompt/--prompt-len/--prompt-ids/--trace: --eval scores a text; it decodes no prompt "
+                             "and writes no step trace");
+        eval_ids = tokenizer->encode(read_input_file(o.eval, "eval text file", 64 << 20), true, false);
+    }
     if (prompt_given) {
         // a prompt that cannot fit is refused before it is encoded, however long it is
         if (const std::int64_t at_least = tokenizer->min_tokens(o.prompt.size(), true); at_least > cfg.n_ctx_max)
@@ -163,7 +206,7 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given, b
     sim.n_steps = o.steps;
     sim.sampler = {o.temperature, o.top_k, o.top_p, o.seed};
     sim.seed = o.seed;
-    const std::int64_t n_positions = simulation_positions(cfg, sim);  // validates sizes and ids first
+    const std::int64_t n_positions = o.eval.empty() ? simulation_positions(cfg, sim) : 0;  // validates sizes and ids first
     if (!o.trace.empty()) check_trace_writable(o.trace);
     if (!o.save_checkpoint.empty()) check_save_path(o.save_checkpoint, cfg);
     if (!o.trace.empty() && !o.save_checkpoint.empty()) {
@@ -174,7 +217,11 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given, b
     }
     const std::uint64_t max_memory =
         o.max_memory.empty() ? physical_memory_bytes() / 4 * 3 : parse_size(o.max_memory, "--max-memory");
-    const MemoryEstimate memory = check_simulation_memory(cfg, sim, max_memory);
+    // --eval holds the weights, one window's KV cache and one token's activations: the weights decide
+    const MemoryEstimate memory = o.eval.empty() ? check_simulation_memory(cfg, sim, max_memory) : MemoryEstimate{weights_bytes(cfg)};
+    if (memory.total() > max_memory)
+        throw UsageError(fmt::format("--max-memory: the weights of {} need {}, more than the {} allowed", cfg.display_name,
+                                     format_bytes(memory.weights, UnitSystem::iec), format_bytes(max_memory, UnitSystem::iec)));
 
     nlohmann::json inputs = {
         {"model", cfg.name},
@@ -215,6 +262,11 @@ void run(const SimulateCliOptions& o, bool model_given, bool prompt_len_given, b
         weights = load_checkpoint(o.checkpoint, cfg.n_layer).weights;  // --layers: only the first N are read
     }
     if (!o.save_checkpoint.empty()) save_llama2c_v0(o.save_checkpoint, cfg, weights);
+    if (!o.eval.empty()) {
+        inputs["eval"] = o.eval;
+        run_eval(o, cfg, weights, eval_ids, format, inputs);
+        return;
+    }
 
     // tokens stream as they come when they mean something (a tokenizer, a given prompt or real
     // weights): on stdout above the table, else on stderr (not with --quiet)
@@ -297,6 +349,7 @@ void setup_simulate(CLI::App& app) {
     cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
     cmd->add_option("--top-p", o->top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
     cmd->add_option("-s,--seed", o->seed, "Seed for weights, prompt and sampler")->capture_default_str();
+    cmd->add_option("--eval", o->eval, "Score a text file instead of decoding: teacher-forced mean NLL and perplexity (needs --tokenizer)");
     cmd->add_option("--save-checkpoint", o->save_checkpoint, "Write the model run (e.g. random weights) as a llama2.c v0 FILE.bin");
     cmd->add_option("--trace", o->trace, "Write one record per step per mode to FILE.csv, FILE.jsonl or FILE.json (Perfetto timeline)");
     cmd->add_flag("--deterministic", o->deterministic, "Omit wall time from the trace, modelled time in Perfetto (byte-identical reruns)");

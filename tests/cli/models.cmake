@@ -1,0 +1,23 @@
+# CLI test of the trained models (models/, issue 14): the presets run their checkpoints and tokenizer,
+# write the text their PyTorch reference wrote (models/reference.json, greedy_text), and --eval gives the
+# reference's held-out perplexity.
+include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
+
+# greedy text, cached and uncached in lockstep; the expected words are PyTorch's (reference.json)
+kvlab_expect(RC 0 ARGS simulate --model tiny-llama --prompt "Once upon a time" -n 24 --threads 1
+             OUT "^Once upon a time, in a small village, there lived a little boy named Tom\\. He lived with his"
+                 "both modes produced the same logits")
+kvlab_expect(RC 0 ARGS simulate --model tiny-gpt2 --prompt "Once upon a time" -n 24 --threads 1
+             OUT "^Once upon a time, in a small village, there lived a kind girl named Zoe\\.")
+
+# held-out perplexity: PyTorch says 1.19179 (tiny-llama) and 1.21955 (tiny-gpt2) over 254 tokens
+kvlab_expect(RC 0 ARGS simulate --model tiny-llama --eval ${MODELS}/heldout.txt
+             OUT "255 +1 +254 +44\\.566[0-9] +0\\.17545[0-9] +1\\.1917[89][0-9]")
+kvlab_expect(RC 0 ARGS simulate --model tiny-gpt2 --eval ${MODELS}/heldout.txt -f json
+             OUT "\"perplexity\": 1\\.2195[45]" "\"scored\": 254")
+
+# --eval needs a tokenizer, and decodes nothing
+kvlab_expect(RC 2 ARGS simulate --model stories260k --eval ${MODELS}/heldout.txt ERR "--eval: the text needs --tokenizer")
+kvlab_expect(RC 2 ARGS simulate --model tiny-llama --eval ${MODELS}/heldout.txt --trace "${WORK}/t.csv"
+             ERR "--eval and --prompt/--prompt-len/--prompt-ids/--trace")
+kvlab_expect(RC 2 ARGS simulate --model tiny-llama --eval "${WORK}/missing.txt" ERR "cannot open the eval text file")
