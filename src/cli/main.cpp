@@ -40,7 +40,7 @@ CLI::Validator decimal_integer(bool is_signed) {
             }
             return {};
         },
-        is_signed ? "INT" : "UINT");
+        "");  // no name: the help already shows INT or UINT
 }
 
 CLI::Validator finite_number() {
@@ -53,7 +53,7 @@ CLI::Validator finite_number() {
                 return kvlab::quote(text, 40) + " is not a finite decimal number";
             return {};
         },
-        "FLOAT");
+        "");
 }
 
 void read_numbers_strictly(CLI::App& app) {

@@ -4,9 +4,11 @@
 include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
 
 # greedy text, cached and uncached in lockstep; the expected words are PyTorch's (reference.json)
-kvlab_expect(RC 0 ARGS simulate --model tiny-llama --prompt "Once upon a time" -n 24 --threads 1
+# (README's example.) Tokens through the model: cached 5 prompt + 47 decode = 52; uncached re-runs the
+# whole sequence each step, 5 + 6 + ... + 52 = (5 + 52) x 48 / 2 = 1368.
+kvlab_expect(RC 0 ARGS simulate --model tiny-llama --prompt "Once upon a time" -n 48
              OUT "^Once upon a time, in a small village, there lived a little boy named Tom\\. He lived with his"
-                 "both modes produced the same logits")
+                 "tokens through the model +52 +1368 " "both modes produced the same logits")
 kvlab_expect(RC 0 ARGS simulate --model tiny-gpt2 --prompt "Once upon a time" -n 24 --threads 1
              OUT "^Once upon a time, in a small village, there lived a kind girl named Zoe\\.")
 
