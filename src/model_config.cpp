@@ -189,6 +189,8 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
         if (const std::string c = kv.string("checkpoint"); !c.empty()) cfg.checkpoint = dir / c;
         if (const std::string t = kv.string("tokenizer"); !t.empty()) cfg.tokenizer = dir / t;
     }
+    cfg.activation = f.string("hidden_act");
+    if (cfg.activation.empty()) cfg.activation = f.string("activation_function");
     cfg.model_type = f.string("model_type");
     if (cfg.model_type.empty()) cfg.model_type = FieldReader(root, where).string("model_type");
     const bool gpt2_names = j.contains("n_embd");

@@ -36,6 +36,16 @@ ModelConfig simulation_config(const ModelConfig& cfg, std::optional<std::int64_t
         throw ConfigError(fmt::format("{}: mixture-of-experts ({} experts, {} active) is not simulated; use kvcalc for its "
                                       "cache size, or a dense preset of the same attention shape",
                                       cfg.name, cfg.n_expert, cfg.n_expert_active));
+    // the forward pass computes SwiGLU (silu) for llama and the tanh GELU for gpt2: refuse any other
+    // activation rather than run a different model under its name (transformers' names for the same functions)
+    const bool gpt2 = cfg.family == Family::gpt2;
+    const auto& act = cfg.activation;
+    const bool supported = act.empty() || (gpt2 ? act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast"
+                                                : act == "silu" || act == "swish");
+    if (!supported)
+        throw ConfigError(fmt::format("{}: activation '{}' is not simulated; kvlab computes {} ({})", cfg.name, act,
+                                      gpt2 ? "the tanh GELU" : "SwiGLU with silu",
+                                      gpt2 ? "activation_function gelu_new, gelu_pytorch_tanh or gelu_fast" : "hidden_act silu"));
     ModelConfig out = cfg;
     if (n_layers) {
         if (*n_layers < 1 || *n_layers > cfg.n_layer)

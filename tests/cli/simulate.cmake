@@ -58,3 +58,11 @@ string(JSON wall GET "${last}" wall_ns)
 if(NOT mode STREQUAL "uncached" OR NOT n_tokens EQUAL 19)  # prompt 8 + 11 generated tokens
   message(FATAL_ERROR "last JSONL record: mode ${mode}, n_tokens ${n_tokens}")
 endif()
+
+# An activation the forward pass does not compute is refused, not run as another model: GPT-2's exact
+# erf GELU ("gelu") differs from the tanh GELU kvlab computes
+file(READ "${CMAKE_CURRENT_LIST_DIR}/../../presets/tiny-gpt2.json" gpt2_cfg)
+string(REPLACE "\"gelu_new\"" "\"gelu\"" erf_cfg "${gpt2_cfg}")
+file(WRITE "${WORK}/erf-gelu.json" "${erf_cfg}")
+kvlab_expect(RC 2 ARGS simulate --config "${WORK}/erf-gelu.json" -p 2 -n 2
+             ERR "activation 'gelu' is not simulated; kvlab computes the tanh GELU")
