@@ -66,7 +66,9 @@ TokenId argmax(const VectorF& logits) {
 TEST_CASE("The trained models reproduce their PyTorch reference: tokens, logits, greedy text, held-out NLL") {
     const nlohmann::json ref = reference();
     const Tokenizer tok = Tokenizer::load(models_dir / ref.at("tokenizer").get<std::string>(), 512);
-    for (const auto& [name, m] : ref.at("models").items()) {
+    for (const auto& item : ref.at("models").items()) {
+        const std::string name = item.key();  // not a structured binding: clang 14 cannot capture those (CAPTURE)
+        const nlohmann::json& m = item.value();
         CAPTURE(name);
         const LoadedModel model = load_checkpoint(models_dir / m.at("checkpoint").get<std::string>());
         const ModelConfig& cfg = model.config;
