@@ -25,11 +25,12 @@ public:
     explicit TensorSource(const std::filesystem::path& dir) {
         const std::filesystem::path single = dir / "model.safetensors";
         const std::filesystem::path index = dir / "model.safetensors.index.json";
-        if (std::filesystem::is_regular_file(single)) {
+        std::error_code ec;  // no-throw overloads: a bad name is a format error naming the file, not a filesystem_error
+        if (std::filesystem::is_regular_file(single, ec)) {
             add_file(single);
             for (const auto& [name, t] : files_.back()->tensors()) owner_[name] = 0;
             where_ = single.string();
-        } else if (std::filesystem::is_regular_file(index)) {
+        } else if (std::filesystem::is_regular_file(index, ec)) {
             read_index(dir, index);
             where_ = index.string();
         } else {
@@ -65,7 +66,8 @@ private:
             auto it = shard_ids.find(file);
             if (it == shard_ids.end()) {
                 const std::filesystem::path path = dir / file;
-                if (!std::filesystem::is_regular_file(path))
+                std::error_code ec;
+                if (!std::filesystem::is_regular_file(path, ec))
                     throw FormatError(fmt::format("{}: shard {} (holding {}) does not exist", index.string(), quote(file), quote(name)));
                 add_file(path);
                 it = shard_ids.emplace(file, files_.size() - 1).first;
@@ -92,8 +94,8 @@ private:
 Weights load_llama_weights(const TensorSource& src, const ModelConfig& cfg, std::int64_t n_read) {
     const std::int64_t d = cfg.d_model, d_q = cfg.d_q(), d_kv = cfg.d_kv(), f = cfg.d_ff, v = cfg.n_vocab;
     if (cfg.attention_bias || src.contains("model.layers.0.self_attn.q_proj.bias"))
-        throw FormatError(fmt::format("{}: the model has attention biases (model_type '{}'); kvlab's llama forward pass has none",
-                                      src.where(), cfg.model_type));
+        throw FormatError(fmt::format("{}: the model has attention biases (model_type {}); kvlab's llama forward pass has none",
+                                      src.where(), quote(cfg.model_type, 40)));
     Weights w;
     w.rope_pairing = RopePairing::halves;  // HF Llama rotates (x[i], x[i+D/2]); wq/wk rows are stored for that
     w.tok_embed = src.matrix("model.embed_tokens.weight", v, d);

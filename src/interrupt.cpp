@@ -43,6 +43,9 @@ extern "C" void on_fatal_signal(int sig) {
 
 void install_interrupt_handlers() {
     for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+        // a signal the parent ignores stays ignored (nohup ignores SIGHUP; a shell's background jobs, SIGINT)
+        struct sigaction old {};
+        if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
         struct sigaction action {};
         action.sa_handler = on_fatal_signal;
         sigemptyset(&action.sa_mask);

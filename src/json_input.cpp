@@ -24,8 +24,10 @@ std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size
 }  // namespace
 
 nlohmann::json parse_json(std::string_view text, std::string_view where) {
-    const auto cap = [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-        if (depth >= max_json_depth) throw TooDeep{};  // depth counts from 0: the outermost value is at 0
+    // depth is the number of containers open before the event: the 65th nested '[' or '{' arrives at 64
+    const auto cap = [](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+        using E = nlohmann::json::parse_event_t;
+        if ((event == E::object_start || event == E::array_start) && depth >= max_json_depth) throw TooDeep{};
         return true;
     };
     try {

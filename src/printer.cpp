@@ -70,7 +70,7 @@ void print_table(std::ostream& out, const Table& t) {
         for (std::size_t c = 0; c < t.columns.size(); ++c) line += (c ? "  " : "") + pad(row[c].text, width[c], t.columns[c].align_right);
         out << line << "\n";
     }
-    for (const auto& n : t.notes) out << "  " << n << "\n";
+    for (const auto& n : t.notes) out << "  " << printable(n) << "\n";  // notes may quote names from files
 }
 
 void print_markdown(std::ostream& out, const Table& t) {
@@ -87,7 +87,7 @@ void print_markdown(std::ostream& out, const Table& t) {
     }
     if (!t.notes.empty()) {
         out << "\n";
-        for (const auto& n : t.notes) out << "- " << md_escape(n) << "\n";
+        for (const auto& n : t.notes) out << "- " << md_escape(printable(n)) << "\n";
     }
 }
 
@@ -137,7 +137,7 @@ void print_report(std::ostream& out, const Report& report, Format format) {
             print_table(out, report.tables[i]);
         }
         if (!report.notes.empty()) out << "\n";
-        for (const auto& n : report.notes) out << n << "\n";
+        for (const auto& n : report.notes) out << printable(n) << "\n";
         break;
     case Format::markdown:
         for (std::size_t i = 0; i < report.tables.size(); ++i) {
@@ -145,7 +145,7 @@ void print_report(std::ostream& out, const Report& report, Format format) {
             print_markdown(out, report.tables[i]);
         }
         if (!report.notes.empty()) out << "\n";
-        for (const auto& n : report.notes) out << "- " << md_escape(n) << "\n";
+        for (const auto& n : report.notes) out << "- " << md_escape(printable(n)) << "\n";
         break;
     case Format::csv:
         for (std::size_t i = 0; i < report.tables.size(); ++i) {

@@ -55,25 +55,29 @@ struct Filler {
     }
 };
 
-std::uint64_t mat(std::int64_t rows, std::int64_t cols) {
-    return checked_mul(static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols), "weights bytes");
-}
-
 }  // namespace
 
 std::uint64_t weights_bytes(const ModelConfig& cfg) {
     const bool gpt2 = cfg.family == Family::gpt2;
-    const std::int64_t d = cfg.d_model, d_q = cfg.d_q(), d_kv = cfg.d_kv(), f = cfg.d_ff;
-    std::uint64_t layer = mat(d_q, d) + 2 * mat(d_kv, d) + mat(d, d_q) + mat(f, d) + mat(d, f);
-    layer += gpt2 ? 4 * static_cast<std::uint64_t>(d) + static_cast<std::uint64_t>(d_q + 2 * d_kv + d + f + d)  // norms + biases
-                  : mat(f, d) + 2 * static_cast<std::uint64_t>(d) +  // w3 + norms
-                        (cfg.attention_bias ? static_cast<std::uint64_t>(d_q + 2 * d_kv) : 0);  // q, k, v biases
-    std::uint64_t n_values = checked_mul(layer, static_cast<std::uint64_t>(cfg.n_layer), "weights bytes");
-    n_values = checked_add(n_values, mat(cfg.n_vocab, d), "weights bytes");
-    if (gpt2) n_values = checked_add(n_values, mat(cfg.n_ctx_max, d), "weights bytes");
-    if (!cfg.tied_embeddings) n_values = checked_add(n_values, mat(cfg.n_vocab, d), "weights bytes");
-    n_values = checked_add(n_values, static_cast<std::uint64_t>(gpt2 ? 2 * d : d), "weights bytes");
-    return checked_mul(n_values, sizeof(float), "weights bytes");
+    const auto d = static_cast<std::uint64_t>(cfg.d_model), d_q = static_cast<std::uint64_t>(cfg.d_q()),
+               d_kv = static_cast<std::uint64_t>(cfg.d_kv()), f = static_cast<std::uint64_t>(cfg.d_ff);
+    // every sum and product checked: the shapes come from user configs
+    const auto sum = [](std::initializer_list<std::uint64_t> terms) {
+        std::uint64_t total = 0;
+        for (const std::uint64_t t : terms) total = checked_add(total, t, "weights bytes");
+        return total;
+    };
+    const auto mul = [](std::uint64_t a, std::uint64_t b) { return checked_mul(a, b, "weights bytes"); };
+    const std::uint64_t qkv_bias = sum({d_q, mul(2, d_kv)});
+    std::uint64_t layer = sum({mul(d_q, d), mul(2, mul(d_kv, d)), mul(d, d_q), mul(f, d), mul(d, f)});  // wq wk wv wo w1 w2
+    layer = gpt2 ? sum({layer, mul(4, d), qkv_bias, d, f, d})                                      // norms + biases
+                 : sum({layer, mul(f, d), mul(2, d), cfg.attention_bias ? qkv_bias : 0});          // w3 + norms (+ q, k, v biases)
+    std::uint64_t n_values = mul(layer, static_cast<std::uint64_t>(cfg.n_layer));
+    n_values = sum({n_values, mul(static_cast<std::uint64_t>(cfg.n_vocab), d)});
+    if (gpt2) n_values = sum({n_values, mul(static_cast<std::uint64_t>(cfg.n_ctx_max), d)});
+    if (!cfg.tied_embeddings) n_values = sum({n_values, mul(static_cast<std::uint64_t>(cfg.n_vocab), d)});
+    n_values = sum({n_values, gpt2 ? mul(2, d) : d});
+    return mul(n_values, sizeof(float));
 }
 
 Weights random_weights(const ModelConfig& cfg, std::uint64_t seed, float sigma) {

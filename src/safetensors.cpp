@@ -58,7 +58,7 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path
         if (!entry["dtype"].is_string()) throw fail("dtype is not a string");
         t.dtype = entry["dtype"].get<std::string>();
         const std::uint64_t value_bytes = safetensors_dtype_bytes(t.dtype);
-        if (value_bytes == 0) throw fail(fmt::format("unknown dtype '{}'", t.dtype));
+        if (value_bytes == 0) throw fail(fmt::format("unknown dtype {}", quote(t.dtype, 20)));
         if (!entry["shape"].is_array()) throw fail("shape is not an array");
         std::uint64_t n_values = 1;
         for (const auto& dim : entry["shape"]) {
@@ -91,8 +91,8 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path
               [](const SafetensorsTensor* a, const SafetensorsTensor* b) { return a->begin_bytes < b->begin_bytes; });
     for (std::size_t i = 1; i < by_offset.size(); ++i)
         if (by_offset[i]->begin_bytes < by_offset[i - 1]->end_bytes)
-            throw FormatError(fmt::format("{}: tensors '{}' and '{}' overlap in the data buffer", where, by_offset[i - 1]->name,
-                                          by_offset[i]->name));
+            throw FormatError(fmt::format("{}: tensors {} and {} overlap in the data buffer", where, quote(by_offset[i - 1]->name),
+                                          quote(by_offset[i]->name)));
 }
 
 const SafetensorsTensor* SafetensorsFile::find(const std::string& name) const {

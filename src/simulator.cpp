@@ -11,6 +11,7 @@
 #include "kvlab/kv_cache.hpp"
 #include "kvlab/kv_memory.hpp"
 #include "kvlab/random_weights.hpp"
+#include "kvlab/text.hpp"
 #include "kvlab/units.hpp"
 
 namespace kvlab {
@@ -43,7 +44,7 @@ ModelConfig simulation_config(const ModelConfig& cfg, std::optional<std::int64_t
     const bool supported = act.empty() || (gpt2 ? act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast"
                                                 : act == "silu" || act == "swish");
     if (!supported)
-        throw ConfigError(fmt::format("{}: activation '{}' is not simulated; kvlab computes {} ({})", cfg.name, act,
+        throw ConfigError(fmt::format("{}: activation {} is not simulated; kvlab computes {} ({})", cfg.name, quote(act, 40),
                                       gpt2 ? "the tanh GELU" : "SwiGLU with silu",
                                       gpt2 ? "activation_function gelu_new, gelu_pytorch_tanh or gelu_fast" : "hidden_act silu"));
     ModelConfig out = cfg;

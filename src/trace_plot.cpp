@@ -68,8 +68,8 @@ bool chart_complete(const fs::path& path, bool svg) {
 fs::path find_gnuplot() {
     if (const char* env = std::getenv("KVLAB_GNUPLOT"); env && *env) {
         if (::access(env, X_OK) == 0) return env;
-        throw UnavailableError(fmt::format("KVLAB_GNUPLOT='{}' is not an executable; kvlab trace plot needs gnuplot "
-                                           "(Debian/Ubuntu: apt install gnuplot-nox)", env));
+        throw UnavailableError(fmt::format("KVLAB_GNUPLOT={} is not an executable; kvlab trace plot needs gnuplot "
+                                           "(Debian/Ubuntu: apt install gnuplot-nox)", quote(env)));
     }
     const char* path = std::getenv("PATH");
     std::stringstream dirs(path ? path : "");
@@ -167,7 +167,10 @@ void plot_trace(const StepTrace& trace, const fs::path& output, PlotScale scale)
     posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, chart.path().c_str(), O_WRONLY | O_TRUNC, 0);
     posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log.path().c_str(), O_WRONLY | O_TRUNC, 0);
-    const std::string gp_path = gnuplot.string(), script_path = script.path().string(), data_path = data.path().string();
+    // absolute names: gnuplot reads a file name starting with '<' as a shell command to run (popen), so a
+    // relative name from a directory such as '<touch x;y' would run it; an absolute one starts with '/'
+    const std::string gp_path = gnuplot.string(), script_path = fs::absolute(script.path()).string(),
+                      data_path = fs::absolute(data.path()).string();
     std::vector<char*> argv = {const_cast<char*>(gp_path.c_str()), const_cast<char*>("-c"), const_cast<char*>(script_path.c_str()),
                                const_cast<char*>(data_path.c_str()), const_cast<char*>(title.c_str()), nullptr};
     pid_t pid = 0;

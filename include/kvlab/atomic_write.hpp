@@ -1,5 +1,5 @@
 // Writing a file so that a reader never sees it half-written: a temporary file in the same directory
-// (.NAME.tmp-PID), renamed over the target once complete and checked. Only a regular file (or a new
+// (.NAME.tmp-PID-RANDOM), renamed over the target once complete and checked. Only a regular file (or a new
 // name) is ever replaced: renaming over a symbolic link or a device node would replace the link or node
 // itself, so those are refused. Temporaries are removed on any error and on SIGINT/SIGTERM/SIGHUP
 // (interrupt.hpp). Messages name the user's path and flag, never the temporary. Non-goal: fsync durability.
@@ -16,7 +16,7 @@ namespace kvlab {
 // UsageError naming `flag` and `path`.
 void check_output_path(const std::filesystem::path& path, std::string_view flag);
 
-// A temporary file beside `target` (.NAME.tmp-PID plus `suffix`), created empty and exclusively,
+// A temporary file beside `target` (.NAME.tmp-PID-RANDOM plus `suffix`), created empty and exclusively,
 // removed when destroyed unless committed, and on a fatal signal.
 class TempFile {
 public:

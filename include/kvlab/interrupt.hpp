@@ -9,7 +9,8 @@
 
 namespace kvlab {
 
-// Installs the handlers; main() calls it once before running a command.
+// Installs the handlers; main() calls it once before running a command. Signals the process was
+// started with ignored (nohup: SIGHUP; background jobs of a script: SIGINT) stay ignored.
 void install_interrupt_handlers();
 
 // Registers `path` for removal on a fatal signal; returns a slot for unregister_temp_file. Throws

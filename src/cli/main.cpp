@@ -58,7 +58,8 @@ CLI::Validator finite_number() {
 
 void read_numbers_strictly(CLI::App& app) {
     for (CLI::Option* opt : app.get_options()) {
-        const std::string type = opt->get_type_name();
+        std::string type = opt->get_type_name();  // "INT", or "INT:POSITIVE" with a validator attached
+        type = type.substr(0, type.find(':'));
         if (type == "INT") opt->transform(decimal_integer(true));  // transform: it rewrites 010 as 10
         else if (type == "UINT") opt->transform(decimal_integer(false));
         else if (type == "FLOAT") opt->check(finite_number());

@@ -25,6 +25,7 @@
 #include "kvlab/evaluate.hpp"
 #include "kvlab/interrupt.hpp"
 #include "kvlab/text.hpp"
+#include "kvlab/kv_memory.hpp"
 #include "kvlab/llama2c_checkpoint.hpp"
 #include "kvlab/mapped_file.hpp"
 #include "kvlab/presets.hpp"
@@ -218,10 +219,16 @@ void run(SimulateCliOptions o, bool model_given, bool prompt_len_given, bool pro
     const std::uint64_t max_memory =
         o.max_memory.empty() ? physical_memory_bytes() / 4 * 3 : parse_size(o.max_memory, "--max-memory");
     // --eval holds the weights, one window's KV cache and one token's activations: the weights decide
-    const MemoryEstimate memory = o.eval.empty() ? check_simulation_memory(cfg, sim, max_memory) : MemoryEstimate{weights_bytes(cfg)};
+    const MemoryEstimate memory =
+        o.eval.empty() ? check_simulation_memory(cfg, sim, max_memory)
+                       : MemoryEstimate{weights_bytes(cfg),
+                                        kv_bytes_sequence(cfg, DType::fp32,
+                                                          static_cast<std::uint64_t>(std::min<std::int64_t>(cfg.n_ctx_max, std::ssize(eval_ids))),
+                                                          WindowMode::cap).total()};
     if (memory.total() > max_memory)
-        throw UsageError(fmt::format("--max-memory: the weights of {} need {}, more than the {} allowed", cfg.display_name,
-                                     format_bytes(memory.weights, UnitSystem::iec), format_bytes(max_memory, UnitSystem::iec)));
+        throw UsageError(fmt::format("--max-memory: the weights of {} and one window's KV cache need {}, more than the {} allowed",
+                                     cfg.display_name, format_bytes(memory.total(), UnitSystem::iec),
+                                     format_bytes(max_memory, UnitSystem::iec)));
 
     nlohmann::json inputs = {
         {"model", cfg.name},

@@ -19,6 +19,13 @@ if(GNUPLOT)
       message(FATAL_ERROR "trace plot ran a command from the trace's display name (${f} exists)")
     endif()
   endforeach()
+  # gnuplot runs a file name that starts with '<' as a shell command: kvlab must hand it absolute names,
+  # whatever -o's directory is called (run from WORK, so the relative names would start with '<')
+  file(MAKE_DIRECTORY "${WORK}/<touch PWNED3 x")
+  run_kvlab(0 "wrote" trace plot "${WORK}/evil.csv" -o "<touch PWNED3 x/chart.svg")
+  if(EXISTS "${WORK}/PWNED3")
+    message(FATAL_ERROR "trace plot ran a command from the -o directory's name")
+  endif()
   file(READ "${WORK}/evil.svg" svg)
   if(NOT svg MATCHES "system\\(&quot;touch PWNED&quot;\\)|system\\(\"touch PWNED\"\\)")
     message(FATAL_ERROR "the display name is not drawn as text in the chart title")
@@ -47,7 +54,7 @@ kvlab_expect(RC 2 ARGS kvcalc --config "${WORK}/wrap.json" ERR "overflows 64 bit
 # hold 2 x 2^54 x 64 floats x 4 B = 2^63 B = 8 EiB of weights, refused by the memory check
 file(WRITE "${WORK}/wrap2.json" "{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":1,
 \"num_attention_heads\":1073741824,\"num_key_value_heads\":1,\"head_dim\":16777216,\"vocab_size\":32,\"max_position_embeddings\":64}")
-kvlab_expect(RC 2 ARGS simulate --config "${WORK}/wrap2.json" -p 2 -n 2 ERR "--max-memory: simulating wrap2 needs .* \\(weights 8.00 EiB,")
+kvlab_expect(RC 2 ARGS simulate --config "${WORK}/wrap2.json" -p 2 -n 2 --threads 1 ERR "--max-memory: simulating wrap2 needs .* \\(weights 8.00 EiB,")
 
 # 4. Non-regular targets are refused before any work; a symlink is not replaced.
 kvlab_expect(RC 2 ARGS simulate --model stories260k -p 2 -n 2 --save-checkpoint /dev/null

@@ -3,6 +3,7 @@
 # Ctrl-C, kill and a chart writer that fails silently leave behind. Usage: interrupt.sh KVLAB WORKDIR.
 # Needs bash and a POSIX userland; takes a few seconds.
 set -u
+set -m  # job control: background jobs get their own process group and SIGINT is not ignored for them
 KVLAB=$(realpath "$1")
 WORK=$2
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
@@ -21,13 +22,23 @@ wait_for() {
 #     target is not created, and the process dies of the signal (exit 128 + signal number).
 interrupt_save() {  # SIGNAL EXPECTED_EXIT
     "$KVLAB" simulate --model stories110m -p 2 -n 2 -q --save-checkpoint big.bin > /dev/null 2>&1 &
-    local pid=$!
-    wait_for ".big.bin.tmp-*" || fail "no temporary file appeared while saving"
+    local pid=$! caught=0
+    # stop the process while its temporary exists (the write may finish between two polls), signal, resume
+    for _ in $(seq 1 600); do
+        if compgen -G ".big.bin.tmp-*[0-9a-f]" > /dev/null; then
+            kill -STOP $pid
+            if compgen -G ".big.bin.tmp-*[0-9a-f]" > /dev/null; then caught=1; break; fi
+            kill -CONT $pid
+        fi
+        sleep 0.05
+    done
+    [ $caught -eq 1 ] || fail "never caught the save with its temporary file present"
     kill -"$1" $pid
+    kill -CONT $pid
     wait $pid
     local rc=$?
     [ $rc -eq "$2" ] || fail "save interrupted by SIG$1: exit $rc, expected $2"
-    compgen -G ".big.bin.tmp-*" > /dev/null && fail "SIG$1 left the temporary checkpoint behind"
+    compgen -G ".big.bin.tmp-*" > /dev/null && fail "SIG$1 left a temporary file behind: $(ls -a)"
     [ -e big.bin ] && fail "an interrupted save left big.bin"
     return 0
 }
@@ -46,6 +57,18 @@ rc=$?
 grep -Eq "interrupted after [0-9]+ of 1000 steps; 'part.jsonl' holds the steps done" err.txt || fail "no 'interrupted after' line: $(cat err.txt)"
 "$KVLAB" trace summary part.jsonl > summary.txt || fail "the partial trace does not read back"
 grep -q "interrupted" summary.txt || fail "the trace summary does not say the run was interrupted"
+
+# 6d. A signal the parent ignores stays ignored (nohup ignores SIGHUP): the run goes on, Ctrl-C still stops it
+( trap '' HUP; exec "$KVLAB" simulate --model stories110m --prompt-ids 1,2,3,4 -n 1000 --mode cached > hup.txt 2> hup.err ) &
+pid=$!
+for _ in $(seq 1 600); do grep -q "generated ids: [0-9]" hup.txt 2> /dev/null && break; sleep 0.1; done
+kill -HUP $pid
+sleep 0.3
+kill -0 $pid 2> /dev/null || fail "SIGHUP killed a run started with SIGHUP ignored (nohup)"
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc -eq 130 ] || fail "the nohup run, interrupted: exit $rc, expected 130"
 
 # 5. A chart writer that exits 0 after a short write (a full disk): kvlab fails, the old chart stays.
 echo "old chart" > chart.svg
