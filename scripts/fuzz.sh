@@ -18,6 +18,9 @@ fuzz=build/debug-asan/tests/fuzz
 mkdir -p "$fuzz/logs"
 ctest --preset debug-asan -R '^fuzz_seeds$' > /dev/null  # writes the seed corpora
 
+# as the CTests run them (tests/fuzz/CMakeLists.txt): a smaller ASan quarantine keeps RSS well under the
+# 1 GiB limit that catches allocations sized from a header's claim
+export ASAN_OPTIONS=detect_leaks=1:quarantine_size_mb=64 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 for name in "${names[@]}"; do
     # the CTest's command line, with the time limit raised
     cmd=$(ctest --preset debug-asan -R "^fuzz_${name}\$" -N -V | grep -F 'tests/fuzz/fuzz_' | sed -n 's/^[0-9]*: Test command: //p')
