@@ -3,8 +3,12 @@
 # Ctrl-C, kill and a chart writer that fails silently leave behind. Usage: interrupt.sh KVLAB WORKDIR.
 # Needs bash and a POSIX userland; takes a few seconds.
 set -u
-set -m  # job control: background jobs get their own process group and SIGINT is not ignored for them
+set -m  # job control: background jobs get their own process group
 KVLAB=$(realpath "$1")
+# kvlab keeps a signal ignored if it starts ignored (nohup); a test runner may start this script with
+# SIGINT ignored (a background job), so the kvlab runs below reset the three signals to their defaults
+# (env execs kvlab, so $! is kvlab's own pid)
+KV=(env --default-signal=INT,TERM,HUP "$KVLAB")
 WORK=$2
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -21,12 +25,14 @@ wait_for() {
 # 6a/6b. Ctrl-C (SIGINT) or SIGTERM while --save-checkpoint writes: the temporary file goes, the old
 #     target is not created, and the process dies of the signal (exit 128 + signal number).
 interrupt_save() {  # SIGNAL EXPECTED_EXIT
-    "$KVLAB" simulate --model stories110m -p 2 -n 2 -q --save-checkpoint big.bin > /dev/null 2>&1 &
+    "${KV[@]}" simulate --model stories110m -p 2 -n 2 -q --save-checkpoint big.bin > /dev/null 2>&1 &
     local pid=$! caught=0
     # stop the process while its temporary exists (the write may finish between two polls), signal, resume
     for _ in $(seq 1 600); do
         if compgen -G ".big.bin.tmp-*[0-9a-f]" > /dev/null; then
             kill -STOP $pid
+            # SIGSTOP takes effect asynchronously: look again only once the process is really stopped (T)
+            for _ in $(seq 1 200); do [ "$(cut -d' ' -f3 /proc/$pid/stat 2> /dev/null)" = T ] && break; sleep 0.01; done
             if compgen -G ".big.bin.tmp-*[0-9a-f]" > /dev/null; then caught=1; break; fi
             kill -CONT $pid
         fi
@@ -35,8 +41,11 @@ interrupt_save() {  # SIGNAL EXPECTED_EXIT
     [ $caught -eq 1 ] || fail "never caught the save with its temporary file present"
     kill -"$1" $pid
     kill -CONT $pid
-    wait $pid
-    local rc=$?
+    local rc=147
+    while [ $rc -eq 147 ]; do  # with job control, wait also returns for the stop (128 + SIGSTOP): wait again
+        wait $pid
+        rc=$?
+    done
     [ $rc -eq "$2" ] || fail "save interrupted by SIG$1: exit $rc, expected $2"
     compgen -G ".big.bin.tmp-*" > /dev/null && fail "SIG$1 left a temporary file behind: $(ls -a)"
     [ -e big.bin ] && fail "an interrupted save left big.bin"
@@ -47,7 +56,7 @@ interrupt_save TERM 143
 
 # 9 / 11. The first Ctrl-C of a run stops it after the step: report, a trace kvlab reads back, exit 130,
 #     and one stderr line saying how far it got. (stories110m, 1000 steps: minutes; stopped after ~1 s)
-"$KVLAB" simulate --model stories110m --prompt-ids 1,2,3,4 -n 1000 --mode cached --trace part.jsonl > out.txt 2> err.txt &
+"${KV[@]}" simulate --model stories110m --prompt-ids 1,2,3,4 -n 1000 --mode cached --trace part.jsonl > out.txt 2> err.txt &
 pid=$!
 for _ in $(seq 1 600); do grep -q "generated ids: [0-9]" out.txt 2> /dev/null && break; sleep 0.1; done  # decoding
 kill -INT $pid
@@ -59,7 +68,7 @@ grep -Eq "interrupted after [0-9]+ of 1000 steps; 'part.jsonl' holds the steps d
 grep -q "interrupted" summary.txt || fail "the trace summary does not say the run was interrupted"
 
 # 6d. A signal the parent ignores stays ignored (nohup ignores SIGHUP): the run goes on, Ctrl-C still stops it
-( trap '' HUP; exec "$KVLAB" simulate --model stories110m --prompt-ids 1,2,3,4 -n 1000 --mode cached > hup.txt 2> hup.err ) &
+( trap '' HUP; exec env --default-signal=INT,TERM "$KVLAB" simulate --model stories110m --prompt-ids 1,2,3,4 -n 1000 --mode cached > hup.txt 2> hup.err ) &
 pid=$!
 for _ in $(seq 1 600); do grep -q "generated ids: [0-9]" hup.txt 2> /dev/null && break; sleep 0.1; done
 kill -HUP $pid
@@ -94,7 +103,7 @@ echo $$ > gnuplot.pid
 exec sleep 30
 GP
 chmod +x slow-gnuplot
-KVLAB_GNUPLOT=./slow-gnuplot "$KVLAB" trace plot run.csv -o chart2.svg > /dev/null 2>&1 &
+KVLAB_GNUPLOT=./slow-gnuplot "${KV[@]}" trace plot run.csv -o chart2.svg > /dev/null 2>&1 &
 pid=$!
 wait_for ".chart2.svg.tmp-*.gp" || fail "no gnuplot script appeared"
 kill -INT $pid
