@@ -27,15 +27,15 @@
 #include <fmt/format.h>
 #include <omp.h>
 
-#include "kvlab/error.hpp"
-#include "kvlab/kv_memory.hpp"
-#include "kvlab/llama2c_checkpoint.hpp"
-#include "kvlab/presets.hpp"
-#include "kvlab/printer.hpp"
-#include "kvlab/random_weights.hpp"
-#include "kvlab/simulation_report.hpp"
-#include "kvlab/simulator.hpp"
-#include "kvlab/trace_reader.hpp"
+#include "core/error.hpp"
+#include "calc/kv_memory.hpp"
+#include "formats/llama2c_checkpoint.hpp"
+#include "calc/presets.hpp"
+#include "core/printer.hpp"
+#include "model/random_weights.hpp"
+#include "report/simulation_report.hpp"
+#include "model/simulator.hpp"
+#include "trace/trace_reader.hpp"
 
 namespace {
 

@@ -14,8 +14,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "kvlab/model_config.hpp"
-#include "kvlab/weights.hpp"
+#include "calc/model_config.hpp"
+#include "model/weights.hpp"
 #include "test_files.hpp"
 
 namespace kvlab::fixtures {

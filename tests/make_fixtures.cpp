@@ -14,12 +14,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "kvlab/llama2c_checkpoint.hpp"
+#include "formats/llama2c_checkpoint.hpp"
 #include "fixture_writers.hpp"
-#include "kvlab/random_weights.hpp"
-#include "kvlab/simulation_report.hpp"
-#include "kvlab/simulator.hpp"
-#include "kvlab/step_trace.hpp"
+#include "model/random_weights.hpp"
+#include "report/simulation_report.hpp"
+#include "model/simulator.hpp"
+#include "trace/step_trace.hpp"
 #include "test_files.hpp"
 
 namespace fs = std::filesystem;

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "kvlab/model_config.hpp"
+#include "calc/model_config.hpp"
 
 namespace kvlab::test {
 

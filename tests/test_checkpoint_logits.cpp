@@ -17,16 +17,16 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "kvlab/checkpoint.hpp"
-#include "kvlab/error.hpp"
-#include "kvlab/text.hpp"
-#include "kvlab/kv_cache.hpp"
-#include "kvlab/llama2c_checkpoint.hpp"
-#include "kvlab/presets.hpp"
-#include "kvlab/random_weights.hpp"
-#include "kvlab/simulator.hpp"
-#include "kvlab/tokenizer.hpp"
-#include "kvlab/transformer.hpp"
+#include "formats/checkpoint.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "model/kv_cache.hpp"
+#include "formats/llama2c_checkpoint.hpp"
+#include "calc/presets.hpp"
+#include "model/random_weights.hpp"
+#include "model/simulator.hpp"
+#include "formats/tokenizer.hpp"
+#include "model/transformer.hpp"
 #include "sim_configs.hpp"
 #include "test_files.hpp"
 

@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "kvlab/error.hpp"
-#include "kvlab/param_count.hpp"
+#include "core/error.hpp"
+#include "calc/param_count.hpp"
 #include "test_support.hpp"
 
 using namespace kvlab;

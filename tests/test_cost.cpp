@@ -2,10 +2,10 @@
 
 #include <vector>
 
-#include "kvlab/cost.hpp"
-#include "kvlab/kv_cache.hpp"
-#include "kvlab/random_weights.hpp"
-#include "kvlab/transformer.hpp"
+#include "model/cost.hpp"
+#include "model/kv_cache.hpp"
+#include "model/random_weights.hpp"
+#include "model/transformer.hpp"
 #include "sim_configs.hpp"
 #include "test_support.hpp"
 

@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "kvlab/weights.hpp"
+#include "model/weights.hpp"
 
 namespace kvlab::test {
 

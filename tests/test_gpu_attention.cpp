@@ -5,8 +5,8 @@
 #include <cmath>
 #include <string>
 
-#include "kvlab/error.hpp"
-#include "kvlab/gpu_attention.hpp"
+#include "core/error.hpp"
+#include "gpu/gpu_attention.hpp"
 
 using namespace kvlab;
 

@@ -16,16 +16,16 @@
 #include <unistd.h>
 
 #include "fixture_writers.hpp"
-#include "kvlab/atomic_write.hpp"
-#include "kvlab/error.hpp"
-#include "kvlab/hf_checkpoint.hpp"
-#include "kvlab/interrupt.hpp"
-#include "kvlab/json_input.hpp"
-#include "kvlab/random_weights.hpp"
-#include "kvlab/safetensors.hpp"
-#include "kvlab/text.hpp"
-#include "kvlab/tokenizer.hpp"
-#include "kvlab/transformer.hpp"
+#include "core/atomic_write.hpp"
+#include "core/error.hpp"
+#include "formats/hf_checkpoint.hpp"
+#include "core/interrupt.hpp"
+#include "core/json_input.hpp"
+#include "model/random_weights.hpp"
+#include "formats/safetensors.hpp"
+#include "core/text.hpp"
+#include "formats/tokenizer.hpp"
+#include "model/transformer.hpp"
 #include "test_files.hpp"
 
 using namespace kvlab;

@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
-#include "kvlab/error.hpp"
-#include "kvlab/kv_memory.hpp"
+#include "core/error.hpp"
+#include "calc/kv_memory.hpp"
 #include "test_support.hpp"
 
 using namespace kvlab;

@@ -2,9 +2,9 @@
 
 #include <sstream>
 
-#include "kvlab/error.hpp"
-#include "kvlab/kvcalc.hpp"
-#include "kvlab/units.hpp"
+#include "core/error.hpp"
+#include "calc/kvcalc.hpp"
+#include "core/units.hpp"
 #include "test_support.hpp"
 
 using namespace kvlab;

@@ -20,14 +20,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "kvlab/checkpoint.hpp"
-#include "kvlab/error.hpp"
-#include "kvlab/half_float.hpp"
-#include "kvlab/hf_checkpoint.hpp"
-#include "kvlab/llama2c_checkpoint.hpp"
-#include "kvlab/mapped_file.hpp"
-#include "kvlab/safetensors.hpp"
-#include "kvlab/tokenizer.hpp"
+#include "formats/checkpoint.hpp"
+#include "core/error.hpp"
+#include "core/half_float.hpp"
+#include "formats/hf_checkpoint.hpp"
+#include "formats/llama2c_checkpoint.hpp"
+#include "core/mapped_file.hpp"
+#include "formats/safetensors.hpp"
+#include "formats/tokenizer.hpp"
 #include "test_files.hpp"
 
 namespace fs = std::filesystem;

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <vector>
 
-#include "kvlab/matmul.hpp"
-#include "kvlab/weights.hpp"
+#include "model/matmul.hpp"
+#include "model/weights.hpp"
 
 #include <Eigen/Core>
 

@@ -11,10 +11,10 @@
 
 #include <omp.h>
 
-#include "kvlab/kv_cache.hpp"
-#include "kvlab/random_weights.hpp"
-#include "kvlab/simulator.hpp"
-#include "kvlab/transformer.hpp"
+#include "model/kv_cache.hpp"
+#include "model/random_weights.hpp"
+#include "model/simulator.hpp"
+#include "model/transformer.hpp"
 #include "sim_configs.hpp"
 
 namespace {

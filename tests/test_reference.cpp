@@ -14,12 +14,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvlab/checkpoint.hpp"
-#include "kvlab/evaluate.hpp"
-#include "kvlab/kv_cache.hpp"
-#include "kvlab/presets.hpp"
-#include "kvlab/tokenizer.hpp"
-#include "kvlab/transformer.hpp"
+#include "formats/checkpoint.hpp"
+#include "model/evaluate.hpp"
+#include "model/kv_cache.hpp"
+#include "calc/presets.hpp"
+#include "formats/tokenizer.hpp"
+#include "model/transformer.hpp"
 
 using namespace kvlab;
 namespace fs = std::filesystem;

@@ -11,13 +11,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvlab/error.hpp"
-#include "kvlab/kv_memory.hpp"
-#include "kvlab/matmul.hpp"
-#include "kvlab/random_weights.hpp"
-#include "kvlab/simulation_report.hpp"
-#include "kvlab/simulator.hpp"
-#include "kvlab/step_trace.hpp"
+#include "core/error.hpp"
+#include "calc/kv_memory.hpp"
+#include "model/matmul.hpp"
+#include "model/random_weights.hpp"
+#include "report/simulation_report.hpp"
+#include "model/simulator.hpp"
+#include "trace/step_trace.hpp"
 #include "sim_configs.hpp"
 #include "test_files.hpp"
 #include "test_support.hpp"

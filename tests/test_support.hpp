@@ -2,8 +2,8 @@
 #pragma once
 #include <string>
 
-#include "kvlab/model_config.hpp"
-#include "kvlab/presets.hpp"
+#include "calc/model_config.hpp"
+#include "calc/presets.hpp"
 
 namespace kvlab::test {
 

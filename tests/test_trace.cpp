@@ -10,15 +10,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvlab/error.hpp"
-#include "kvlab/perfetto_trace.hpp"
-#include "kvlab/random_weights.hpp"
-#include "kvlab/simulation_report.hpp"
-#include "kvlab/simulator.hpp"
-#include "kvlab/step_trace.hpp"
-#include "kvlab/trace_plot.hpp"
-#include "kvlab/trace_reader.hpp"
-#include "kvlab/trace_report.hpp"
+#include "core/error.hpp"
+#include "trace/perfetto_trace.hpp"
+#include "model/random_weights.hpp"
+#include "report/simulation_report.hpp"
+#include "model/simulator.hpp"
+#include "trace/step_trace.hpp"
+#include "trace/trace_plot.hpp"
+#include "trace/trace_reader.hpp"
+#include "trace/trace_report.hpp"
 #include "sim_configs.hpp"
 #include "test_files.hpp"
 

@@ -3,13 +3,13 @@
 #include <random>
 #include <vector>
 
-#include "kvlab/attention.hpp"
-#include "kvlab/error.hpp"
-#include "kvlab/kv_cache.hpp"
-#include "kvlab/kv_memory.hpp"
-#include "kvlab/random_weights.hpp"
-#include "kvlab/sampler.hpp"
-#include "kvlab/transformer.hpp"
+#include "model/attention.hpp"
+#include "core/error.hpp"
+#include "model/kv_cache.hpp"
+#include "calc/kv_memory.hpp"
+#include "model/random_weights.hpp"
+#include "model/sampler.hpp"
+#include "model/transformer.hpp"
 #include "sim_configs.hpp"
 #include "test_support.hpp"
 

@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
-#include "kvlab/error.hpp"
-#include "kvlab/units.hpp"
+#include "core/error.hpp"
+#include "core/units.hpp"
 
 using namespace kvlab;
 

@@ -10,12 +10,12 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "kvlab/checked.hpp"
-#include "kvlab/error.hpp"
-#include "kvlab/gpu_attention.hpp"
-#include "kvlab/presets.hpp"
-#include "kvlab/printer.hpp"
-#include "kvlab/units.hpp"
+#include "core/checked.hpp"
+#include "core/error.hpp"
+#include "gpu/gpu_attention.hpp"
+#include "calc/presets.hpp"
+#include "core/printer.hpp"
+#include "core/units.hpp"
 
 namespace kvlab::cli {
 

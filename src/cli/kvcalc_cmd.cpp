@@ -4,10 +4,10 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "kvlab/error.hpp"
-#include "kvlab/kvcalc.hpp"
-#include "kvlab/presets.hpp"
-#include "kvlab/units.hpp"
+#include "core/error.hpp"
+#include "calc/kvcalc.hpp"
+#include "calc/presets.hpp"
+#include "core/units.hpp"
 
 namespace kvlab::cli {
 

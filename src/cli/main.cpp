@@ -9,9 +9,9 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
-#include "kvlab/error.hpp"
-#include "kvlab/interrupt.hpp"
-#include "kvlab/text.hpp"
+#include "core/error.hpp"
+#include "core/interrupt.hpp"
+#include "core/text.hpp"
 
 namespace {
 

@@ -4,9 +4,9 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "kvlab/param_count.hpp"
-#include "kvlab/presets.hpp"
-#include "kvlab/printer.hpp"
+#include "calc/param_count.hpp"
+#include "calc/presets.hpp"
+#include "core/printer.hpp"
 
 namespace kvlab::cli {
 

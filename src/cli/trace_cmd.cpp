@@ -6,11 +6,11 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "kvlab/error.hpp"
-#include "kvlab/trace_plot.hpp"
-#include "kvlab/trace_reader.hpp"
-#include "kvlab/trace_report.hpp"
-#include "kvlab/units.hpp"
+#include "core/error.hpp"
+#include "trace/trace_plot.hpp"
+#include "trace/trace_reader.hpp"
+#include "trace/trace_report.hpp"
+#include "core/units.hpp"
 
 namespace kvlab::cli {
 

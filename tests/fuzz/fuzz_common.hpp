@@ -13,7 +13,7 @@
 #include <string_view>
 #include <unistd.h>
 
-#include "kvlab/error.hpp"
+#include "core/error.hpp"
 
 namespace kvlab::fuzz {
 

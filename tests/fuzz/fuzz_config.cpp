@@ -5,11 +5,11 @@
 #include <string_view>
 
 #include "fuzz_common.hpp"
-#include "kvlab/json_input.hpp"
-#include "kvlab/kv_memory.hpp"
-#include "kvlab/model_config.hpp"
-#include "kvlab/param_count.hpp"
-#include "kvlab/random_weights.hpp"
+#include "core/json_input.hpp"
+#include "calc/kv_memory.hpp"
+#include "calc/model_config.hpp"
+#include "calc/param_count.hpp"
+#include "model/random_weights.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "fuzz_common.hpp"
-#include "kvlab/llama2c_checkpoint.hpp"
+#include "formats/llama2c_checkpoint.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     const auto path = kvlab::fuzz::write_scratch("model.bin", std::string_view(reinterpret_cast<const char*>(data), size));

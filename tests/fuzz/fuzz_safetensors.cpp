@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "fuzz_common.hpp"
-#include "kvlab/safetensors.hpp"
+#include "formats/safetensors.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     const auto path = kvlab::fuzz::write_scratch("model.safetensors", std::string_view(reinterpret_cast<const char*>(data), size));

@@ -7,9 +7,9 @@
 #include <string_view>
 
 #include "fuzz_common.hpp"
-#include "kvlab/hf_checkpoint.hpp"
+#include "formats/hf_checkpoint.hpp"
 #include "fixture_writers.hpp"
-#include "kvlab/random_weights.hpp"
+#include "model/random_weights.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     static const std::filesystem::path dir = kvlab::fixtures::write_sharded_hf(

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "fuzz_common.hpp"
-#include "kvlab/tokenizer.hpp"
+#include "formats/tokenizer.hpp"
 
 namespace {
 

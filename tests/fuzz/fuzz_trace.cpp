@@ -7,9 +7,9 @@
 #include <string_view>
 
 #include "fuzz_common.hpp"
-#include "kvlab/printer.hpp"
-#include "kvlab/trace_reader.hpp"
-#include "kvlab/trace_report.hpp"
+#include "core/printer.hpp"
+#include "trace/trace_reader.hpp"
+#include "trace/trace_report.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     const auto path = kvlab::fuzz::write_scratch("trace.txt", std::string_view(reinterpret_cast<const char*>(data), size));

@@ -1,0 +1,59 @@
+#include "calc/kv_memory.hpp"
+
+#include <fmt/format.h>
+
+#include "core/checked.hpp"
+#include "core/error.hpp"
+
+namespace kvlab {
+
+std::uint64_t KvBytes::total() const { return checked_add(k, v, "KV bytes"); }
+
+KvBytes kv_bytes_per_token_layer(const ModelConfig& cfg, DType dtype) {
+    if (cfg.mla) {
+        // MLA caches the compressed latent plus the decoupled RoPE key: one row, no separate V.
+        const auto width = static_cast<std::uint64_t>(cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim);
+        return {row_bytes(dtype, width), 0};
+    }
+    const auto d_kv = checked_mul(static_cast<std::uint64_t>(cfg.n_head_kv), static_cast<std::uint64_t>(cfg.d_head), "KV row width");
+    const auto row = row_bytes(dtype, d_kv);
+    return {row, row};
+}
+
+KvBytes kv_bytes_per_token(const ModelConfig& cfg, DType dtype) {
+    const auto per_layer = kv_bytes_per_token_layer(cfg, dtype);
+    const auto n_layer = static_cast<std::uint64_t>(cfg.n_layer);
+    return {checked_mul(per_layer.k, n_layer, "KV bytes per token"), checked_mul(per_layer.v, n_layer, "KV bytes per token")};
+}
+
+std::uint64_t kv_tokens_held(const ModelConfig& cfg, std::int64_t layer, std::uint64_t n_tokens, WindowMode mode) {
+    if (mode == WindowMode::cap && cfg.sliding_window && cfg.layer_windowed.at(static_cast<std::size_t>(layer))) {
+        const auto window = static_cast<std::uint64_t>(*cfg.sliding_window);
+        return n_tokens < window ? n_tokens : window;
+    }
+    return n_tokens;
+}
+
+KvBytes kv_bytes_sequence(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, WindowMode mode) {
+    const auto per_layer = kv_bytes_per_token_layer(cfg, dtype);
+    KvBytes sum;
+    for (std::int64_t layer = 0; layer < cfg.n_layer; ++layer) {
+        const auto held = kv_tokens_held(cfg, layer, n_tokens, mode);
+        sum.k = checked_add(sum.k, checked_mul(held, per_layer.k, "KV bytes per sequence"), "KV bytes per sequence");
+        sum.v = checked_add(sum.v, checked_mul(held, per_layer.v, "KV bytes per sequence"), "KV bytes per sequence");
+    }
+    return sum;
+}
+
+ModelConfig with_kv_heads(const ModelConfig& cfg, std::int64_t n_head_kv) {
+    if (n_head_kv <= 0 || cfg.n_head % n_head_kv != 0)
+        throw UsageError(fmt::format("--attention/--kv-heads: {} KV heads for {} ({} query heads); expected a divisor of {}",
+                                     n_head_kv, cfg.name, cfg.n_head, cfg.n_head));
+    ModelConfig out = cfg;
+    out.n_head_kv = n_head_kv;
+    out.mla.reset();
+    out.kv_heads_rule = fmt::format("{} KV heads (what-if override of {})", n_head_kv, cfg.attention_kind());
+    return out;
+}
+
+}  // namespace kvlab

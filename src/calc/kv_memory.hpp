@@ -1,0 +1,33 @@
+// KV-cache sizes: the ONE place they are computed. kvcalc prints them; the simulator allocates them.
+// Formula (docs/kv-memory.md): bytes = sum over layers of tokens_held(layer, T) * (K row + V row),
+// row = row_bytes(dtype, Hkv*D); MLA caches one latent row of (kv_lora_rank + qk_rope_head_dim), no V.
+#pragma once
+#include <cstdint>
+
+#include "core/dtype.hpp"
+#include "calc/model_config.hpp"
+
+namespace kvlab {
+
+enum class WindowMode { cap, ignore };  // cap: windowed layers hold min(W, T) tokens; ignore: T
+
+struct KvBytes {
+    std::uint64_t k = 0;  // bytes of keys (MLA: the latent)
+    std::uint64_t v = 0;  // bytes of values (MLA: 0)
+    std::uint64_t total() const;
+};
+
+// One token, one layer: K row and V row.
+KvBytes kv_bytes_per_token_layer(const ModelConfig& cfg, DType dtype);
+// One token across all layers (every layer holds it: no window applied).
+KvBytes kv_bytes_per_token(const ModelConfig& cfg, DType dtype);
+// Tokens layer `layer` keeps resident after T positions.
+std::uint64_t kv_tokens_held(const ModelConfig& cfg, std::int64_t layer, std::uint64_t n_tokens, WindowMode mode);
+// One sequence of T tokens, all layers, windows applied per `mode`.
+KvBytes kv_bytes_sequence(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, WindowMode mode);
+
+// A what-if copy of `cfg` with `n_head_kv` KV heads (MHA = n_head, MQA = 1). Drops MLA.
+// Throws UsageError when n_head is not a multiple of n_head_kv.
+ModelConfig with_kv_heads(const ModelConfig& cfg, std::int64_t n_head_kv);
+
+}  // namespace kvlab

@@ -1,0 +1,355 @@
+#include "calc/kvcalc.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/checked.hpp"
+#include "core/error.hpp"
+#include "calc/param_count.hpp"
+#include "core/units.hpp"
+
+namespace kvlab {
+namespace {
+
+std::uint64_t u(std::int64_t x) { return static_cast<std::uint64_t>(x); }
+
+ModelConfig apply_variant(const ModelConfig& cfg, const AttentionVariant& v) {
+    if (v.n_head_kv == 0) return cfg;
+    if (cfg.mla)
+        throw UsageError(fmt::format("--attention {}: {} uses MLA, whose cache is one shared latent; what-if head counts do not apply (the 'vs MHA' column compares with the equivalent MHA)",
+                                     v.label, cfg.name));
+    if (v.label == "mha") return with_kv_heads(cfg, cfg.n_head);
+    return with_kv_heads(cfg, v.n_head_kv);
+}
+
+// Tokens a sequence of T tokens occupies once rounded up to whole blocks.
+std::uint64_t allocated_tokens(std::uint64_t n_tokens, std::uint64_t block_size) {
+    if (block_size == 0) return n_tokens;
+    return checked_mul(ceil_div(n_tokens, block_size), block_size, "paged tokens");
+}
+
+// Bytes one sequence of T tokens holds (windows per mode, paging per block size).
+std::uint64_t sequence_bytes(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, const KvcalcRequest& r) {
+    return kv_bytes_sequence(cfg, dtype, allocated_tokens(n_tokens, r.block_size), r.window_mode).total();
+}
+
+std::string dtype_formula(DType dtype, std::uint64_t n_values) {
+    const auto& info = dtype_info(dtype);
+    if (info.block_values == 1) return fmt::format("{} x {} B ({})", n_values, info.block_bytes, info.name);
+    return fmt::format("ceil({}/{}) blocks x {} B ({})", n_values, info.block_values, info.block_bytes, info.name);
+}
+
+std::vector<std::uint64_t> contexts_for(const ModelConfig& cfg, const KvcalcRequest& r) {
+    if (!r.contexts.empty()) return r.contexts;
+    std::vector<std::uint64_t> out{4096};
+    if (cfg.n_ctx_max > 0 && u(cfg.n_ctx_max) != 4096) out.push_back(u(cfg.n_ctx_max));
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+// Largest T (<= limit) with batch * sequence_bytes(T) <= budget; 0 if even T = 1 does not fit.
+std::uint64_t max_context(const ModelConfig& cfg, DType dtype, std::uint64_t batch, std::uint64_t budget, std::uint64_t limit,
+                          const KvcalcRequest& r) {
+    auto fits = [&](std::uint64_t t) {
+        const auto per_seq = sequence_bytes(cfg, dtype, t, r);
+        return per_seq == 0 || per_seq <= budget / batch;
+    };
+    if (!fits(1)) return 0;
+    std::uint64_t lo = 1, hi = limit;
+    if (fits(hi)) return hi;
+    while (hi - lo > 1) {
+        const auto mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    return lo;
+}
+
+// floor(memory x util) in exact integer arithmetic: util is taken to 6 decimals (0.9 -> 900000 / 10^6).
+std::uint64_t usable_bytes(std::uint64_t memory, double util) {
+    __extension__ using u128 = unsigned __int128;  // memory x 10^6 can exceed 64 bits
+    const auto ppm = static_cast<u128>(std::llround(util * 1e6));
+    return static_cast<std::uint64_t>(static_cast<u128>(memory) * ppm / 1000000u);
+}
+
+// MLA has no MHA twin in its config; the equivalent MHA caches K of H x (nope + rope) and V of H x v_head_dim.
+std::uint64_t mha_equivalent_bytes_per_token(const ModelConfig& cfg, DType dtype) {
+    if (!cfg.mla) return kv_bytes_per_token(with_kv_heads(cfg, cfg.n_head), dtype).total();
+    const auto h = u(cfg.n_head);
+    const auto k = row_bytes(dtype, h * u(cfg.mla->qk_nope_head_dim + cfg.mla->qk_rope_head_dim));
+    const auto v = row_bytes(dtype, h * u(cfg.mla->v_head_dim));
+    return checked_mul(checked_add(k, v, "KV bytes"), u(cfg.n_layer), "KV bytes per token");
+}
+
+std::string window_formula(const ModelConfig& cfg, std::uint64_t n_tokens, const KvcalcRequest& r, std::uint64_t layer_bytes, std::uint64_t token_bytes) {
+    const auto t = allocated_tokens(n_tokens, r.block_size);
+    const std::string paged = r.block_size ? fmt::format(" (T = ceil({} / {}) x {} = {} paged tokens)", n_tokens, r.block_size, r.block_size, t) : "";
+    if (!cfg.sliding_window || r.window_mode == WindowMode::ignore) return fmt::format("{} tokens x {} B/token{}", t, token_bytes, paged);
+    const auto n_win = static_cast<std::uint64_t>(std::count(cfg.layer_windowed.begin(), cfg.layer_windowed.end(), true));
+    const auto held = std::min<std::uint64_t>(t, static_cast<std::uint64_t>(*cfg.sliding_window));
+    return fmt::format("({} windowed layers x min(W={}, T={}) = {} + {} global layers x {}) tokens x {} B/token/layer{}", n_win, *cfg.sliding_window, t, held,
+                       u(cfg.n_layer) - n_win, t, layer_bytes, paged);
+}
+
+}  // namespace
+
+std::vector<AttentionVariant> parse_attention_variants(const std::string& text) {
+    std::vector<AttentionVariant> out;
+    for (const auto& item : split_list(text)) {
+        if (item == "native") out.push_back({"native", 0});
+        else if (item == "mha") out.push_back({"mha", -1});
+        else if (item == "mqa") out.push_back({"mqa", 1});
+        else if (item.rfind("gqa:", 0) == 0 || item.rfind("kv:", 0) == 0) {
+            const auto n = parse_count(item.substr(item.find(':') + 1), "--attention");
+            out.push_back({item, static_cast<std::int64_t>(n)});
+        } else
+            throw UsageError(fmt::format("--attention: unknown variant '{}'; expected native, mha, gqa:N or mqa (comma-separated)", item));
+    }
+    return out;
+}
+
+ModelConfig per_gpu_config(const ModelConfig& cfg, std::uint64_t tp) {
+    if (tp <= 1 || cfg.mla) return cfg;  // MLA's latent is not split across heads: every GPU holds it whole
+    const auto kv = u(cfg.n_head_kv);
+    if (u(cfg.n_head) % tp != 0)
+        throw UsageError(fmt::format("--tp: {} does not divide {}'s {} query heads; expected a divisor", tp, cfg.name, cfg.n_head));
+    if (kv >= tp ? kv % tp != 0 : tp % kv != 0)
+        throw UsageError(fmt::format("--tp: {} and {}'s {} KV heads do not divide one another; expected TP dividing the KV heads or a multiple of them", tp,
+                                     cfg.name, kv));
+    ModelConfig out = cfg;
+    out.n_head = static_cast<std::int64_t>(u(cfg.n_head) / tp);
+    out.n_head_kv = static_cast<std::int64_t>(std::max<std::uint64_t>(kv / tp, 1));
+    return out;
+}
+
+BudgetFit fit_budget(std::uint64_t budget_bytes, std::uint64_t bytes_per_token, std::uint64_t block_size) {
+    const auto bytes_per_block = checked_mul(bytes_per_token, block_size, "bytes per block");
+    BudgetFit f;
+    f.n_blocks = budget_bytes / bytes_per_block;
+    f.n_tokens = checked_mul(f.n_blocks, block_size, "tokens in budget");
+    return f;
+}
+
+Report run_kvcalc(const KvcalcRequest& r) {
+    Report report;
+    const auto U = r.units;
+    auto& in = report.inputs;
+    in["dtypes"] = nlohmann::json::array();
+    for (auto d : r.dtypes) in["dtypes"].push_back(std::string(dtype_name(d)));
+    in["attention"] = nlohmann::json::array();
+    for (const auto& v : r.variants) in["attention"].push_back(v.label);
+    in["contexts"] = r.contexts;
+    in["batches"] = r.batches;
+    in["window_mode"] = r.window_mode == WindowMode::cap ? "cap" : "ignore";
+    in["block_size"] = r.block_size;
+    in["tp"] = r.tp;
+    in["units"] = U == UnitSystem::iec ? "iec" : "si";
+    in["models"] = nlohmann::json::array();
+
+    Table per_token{"KV cache per token", {
+        {"model", "model", false}, {"attention", "attention", false}, {"n_layer", "layers"}, {"n_head", "heads"},
+        {"n_head_kv", "kv heads"}, {"d_head", "head dim"}, {"dtype", "dtype", false},
+        {"bytes_k_per_token_layer", "K/token/layer"}, {"bytes_v_per_token_layer", "V/token/layer"},
+        {"bytes_per_token", "KV/token"}, {"reduction_vs_mha", "vs MHA"}}, {}, {}};
+    Table per_seq{"KV cache per sequence and batch", {
+        {"model", "model", false}, {"attention", "attention", false}, {"dtype", "dtype", false}, {"context", "context"},
+        {"batch", "batch"}, {"tokens_held", "tokens held"}, {"bytes_per_sequence", "KV/sequence"}, {"bytes_per_batch", "KV/batch"}}, {}, {}};
+    const bool any_window = std::any_of(r.models.begin(), r.models.end(), [](const ModelConfig& m) { return m.sliding_window.has_value(); });
+    if (any_window && r.window_mode == WindowMode::cap) per_seq.columns.push_back({"bytes_per_batch_no_window", "no window"});
+    if (r.block_size) {
+        per_seq.columns.push_back({"blocks_per_sequence", "blocks/seq"});
+        per_seq.columns.push_back({"bytes_paging_waste_per_batch", "paging waste"});
+    }
+    if (r.tp > 1) {
+        per_seq.columns.push_back({"n_head_kv_per_gpu", "kv heads/GPU"});
+        per_seq.columns.push_back({"bytes_per_batch_per_gpu", "KV/batch/GPU"});
+    }
+    Table gpu_fit{"", {}, {}, {}};
+    Table roofline{"", {}, {}, {}};
+    Table budget{"", {}, {}, {}};
+    if (r.gpu) {
+        gpu_fit = Table{fmt::format("Fit on {} ({} of {}{}, TP {})", r.gpu->display_name, fmt::format("{:.0f}%", r.mem_util * 100),
+                                    format_bytes(usable_gpu_bytes(*r.gpu), U), r.gpu->driver_bytes ? " driver-reported" : "", r.tp),
+                        {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"parameters", "params"},
+                         {"bytes_weights_per_gpu", "weights/GPU"}, {"bytes_kv_budget_per_gpu", "KV budget/GPU"}, {"max_tokens", "max tokens"},
+                         {"context", "context"}, {"max_batch", "max batch"}, {"batch", "batch"}, {"max_context", "max context"}}, {}, {}};
+        roofline = Table{fmt::format("Decode roofline on {} ({}/s per GPU)", r.gpu->display_name, format_bytes(r.gpu->bandwidth_bytes_per_s, UnitSystem::si)),
+                         {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"context", "context"},
+                          {"batch", "batch"}, {"bytes_weights_read", "weights read"}, {"bytes_kv_read", "KV read"},
+                          {"min_ms_per_step", "min ms/step"}, {"max_tokens_per_s", "max tok/s"}}, {}, {}};
+    }
+    if (r.kv_budget) {
+        const auto bs = r.block_size ? r.block_size : 16;
+        budget = Table{fmt::format("KV budget {} ({} B) per GPU, block size {}", format_bytes(*r.kv_budget, U), *r.kv_budget, bs),
+                       {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "dtype", false}, {"bytes_per_token_per_gpu", "KV/token/GPU"},
+                        {"gpu_blocks", "# GPU blocks"}, {"tokens", "tokens"}, {"context", "tokens/request"}, {"max_concurrency", "max concurrency"}}, {}, {}};
+    }
+
+    for (const auto& base : r.models) {
+        nlohmann::json mj = {{"name", base.name}, {"display_name", base.display_name}, {"source", base.source},
+                             {"n_layer", base.n_layer}, {"hidden_size", base.d_model}, {"n_head", base.n_head}, {"n_head_kv", base.n_head_kv},
+                             {"d_head", base.d_head}, {"max_position_embeddings", base.n_ctx_max}, {"attention", base.attention_kind()},
+                             {"head_dim_rule", base.head_dim_rule}, {"kv_heads_rule", base.kv_heads_rule}, {"window_rule", base.window_rule}};
+        if (base.sliding_window) mj["sliding_window"] = *base.sliding_window;
+        const auto contexts = contexts_for(base, r);
+        mj["contexts"] = contexts;
+        in["models"].push_back(mj);
+        report.notes.push_back(fmt::format("{}: {}; {}; {}", base.name, base.head_dim_rule, base.kv_heads_rule, base.window_rule));
+        for (auto t : contexts)
+            if (base.n_ctx_max > 0 && t > u(base.n_ctx_max))
+                report.notes.push_back(fmt::format("warning: context {} exceeds {}'s max_position_embeddings {}", t, base.name, base.n_ctx_max));
+
+        for (const auto& variant : r.variants) {
+            const ModelConfig cfg = apply_variant(base, variant);
+            const std::string att = variant.label == "native" ? cfg.attention_kind() + " (native)" : cfg.attention_kind();
+            const auto gpu_cfg = per_gpu_config(cfg, r.tp);
+            if (r.tp > u(cfg.n_head_kv) && !cfg.mla)
+                report.notes.push_back(fmt::format("{} {}: TP {} exceeds {} KV heads, so each GPU holds 1 KV head and every head is replicated on {} GPUs",
+                                                   cfg.name, att, r.tp, cfg.n_head_kv, r.tp / u(cfg.n_head_kv)));
+            if (r.tp > 1 && cfg.mla)
+                report.notes.push_back(fmt::format("{} {}: the MLA latent is shared by all heads, so every one of the {} GPUs holds it whole", cfg.name, att, r.tp));
+            for (const auto dtype : r.dtypes) {
+                const auto dn = std::string(dtype_name(dtype));
+                const auto layer = kv_bytes_per_token_layer(cfg, dtype);
+                const auto token = kv_bytes_per_token(cfg, dtype).total();
+                const auto token_mha = mha_equivalent_bytes_per_token(base, dtype);
+                per_token.rows.push_back({text_cell(cfg.name), text_cell(att), int_cell(cfg.n_layer), int_cell(cfg.n_head),
+                                          int_cell(cfg.mla ? 1 : cfg.n_head_kv), int_cell(cfg.mla ? cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim : cfg.d_head), text_cell(dn),
+                                          bytes_cell(layer.k, U), bytes_cell(layer.v, U), bytes_cell(token, U),
+                                          ratio_cell(static_cast<double>(token_mha) / static_cast<double>(token))});
+                if (r.explain) {
+                    if (cfg.mla)
+                        report.notes.push_back(fmt::format("{} {} {}: KV/token = {} layers x {} (latent {} + rope {}) = {} B = {}", cfg.name, att, dn,
+                                                           cfg.n_layer, dtype_formula(dtype, u(cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim)),
+                                                           cfg.mla->kv_lora_rank, cfg.mla->qk_rope_head_dim, token, format_bytes(token, U)));
+                    else
+                        report.notes.push_back(fmt::format("{} {} {}: KV/token = 2 (K and V) x {} layers x ({} KV head{} x {} head dim =) {} = {} B = {}", cfg.name, att,
+                                                           dn, cfg.n_layer, cfg.n_head_kv, cfg.n_head_kv == 1 ? "" : "s", cfg.d_head, dtype_formula(dtype, u(cfg.d_kv())), token,
+                                                           format_bytes(token, U)));
+                }
+                for (const auto t : contexts) {
+                    const auto seq = sequence_bytes(cfg, dtype, t, r);
+                    const auto exact_seq = kv_bytes_sequence(cfg, dtype, t, r.window_mode).total();
+                    std::uint64_t held = 0;
+                    for (std::int64_t l = 0; l < cfg.n_layer; ++l) held = std::max(held, kv_tokens_held(cfg, l, t, r.window_mode));
+                    if (r.explain) {
+                        report.notes.push_back(fmt::format("{} {} {}: KV/sequence at T={} = {} = {} B = {}", cfg.name, att, dn, t,
+                                                           window_formula(cfg, t, r, layer.total(), token),
+                                                           seq, format_bytes(seq, U)));
+                    }
+                    for (const auto b : r.batches) {
+                        const auto batch = checked_mul(seq, b, "KV bytes per batch");
+                        std::vector<Cell> row{text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(t), uint_cell(b), uint_cell(held),
+                                              bytes_cell(seq, U), bytes_cell(batch, U)};
+                        if (any_window && r.window_mode == WindowMode::cap)
+                            row.push_back(bytes_cell(checked_mul(kv_bytes_sequence(cfg, dtype, allocated_tokens(t, r.block_size), WindowMode::ignore).total(), b,
+                                                                 "KV bytes per batch"), U));
+                        if (r.block_size) {
+                            row.push_back(uint_cell(ceil_div(t, r.block_size)));
+                            row.push_back(bytes_cell(checked_mul(seq - exact_seq, b, "paging waste"), U));
+                        }
+                        if (r.tp > 1) {
+                            row.push_back(int_cell(gpu_cfg.mla ? 1 : gpu_cfg.n_head_kv));
+                            row.push_back(bytes_cell(checked_mul(sequence_bytes(gpu_cfg, dtype, t, r), b, "KV bytes per GPU"), U));
+                        }
+                        per_seq.rows.push_back(std::move(row));
+                        if (r.explain)
+                            report.notes.push_back(fmt::format("{} {} {}: KV/batch at T={}, B={} = {} B x {} = {} B = {}", cfg.name, att, dn, t, b, seq, b,
+                                                               batch, format_bytes(batch, U)));
+                    }
+                }
+                if (r.gpu) {
+                    const auto params = count_params(cfg);
+                    const auto weights = ceil_div(checked_mul(params.total(), dtype_info(r.weights_dtype).block_bytes, "weights bytes") /
+                                                      dtype_info(r.weights_dtype).block_values, r.tp);
+                    const auto usable = usable_bytes(usable_gpu_bytes(*r.gpu), r.mem_util);
+                    const std::uint64_t kv_budget = usable > weights ? usable - weights : 0;
+                    const auto per_token_gpu = kv_bytes_per_token(gpu_cfg, dtype).total();
+                    const auto max_tokens = kv_budget / per_token_gpu;
+                    if (r.explain)
+                        report.notes.push_back(fmt::format("{} {} {} on {}: KV budget/GPU = floor({} B x {}) - weights {} params x {} B ({}) / TP {} = {} B; max tokens = floor({} / {} B/token) = {}",
+                                                           cfg.name, att, dn, r.gpu->name, usable_gpu_bytes(*r.gpu), r.mem_util, params.total(),
+                                                           static_cast<double>(dtype_info(r.weights_dtype).block_bytes) / static_cast<double>(dtype_info(r.weights_dtype).block_values),
+                                                           dtype_name(r.weights_dtype), r.tp, kv_budget, kv_budget, per_token_gpu, max_tokens));
+                    if (kv_budget == 0)
+                        report.notes.push_back(fmt::format("warning: {} weights ({} per GPU) do not fit in {} x {} of {}", cfg.name,
+                                                           format_bytes(weights, U), format_bytes(usable_gpu_bytes(*r.gpu), U), r.mem_util, r.gpu->name));
+                    const auto limit = cfg.n_ctx_max > 0 ? u(cfg.n_ctx_max) : (std::uint64_t{1} << 40);
+                    const auto n_rows = std::max(contexts.size(), r.batches.size());
+                    for (std::size_t i = 0; i < n_rows; ++i) {
+                        std::vector<Cell> row{text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(params.total()), bytes_cell(weights, U),
+                                              bytes_cell(kv_budget, U), uint_cell(max_tokens)};
+                        if (i < contexts.size()) {
+                            const auto seq_gpu = sequence_bytes(gpu_cfg, dtype, contexts[i], r);
+                            row.push_back(uint_cell(contexts[i]));
+                            row.push_back(uint_cell(kv_budget / seq_gpu));
+                        } else {
+                            row.push_back({"", nullptr});
+                            row.push_back({"", nullptr});
+                        }
+                        if (i < r.batches.size()) {
+                            row.push_back(uint_cell(r.batches[i]));
+                            const auto c = max_context(gpu_cfg, dtype, r.batches[i], kv_budget, limit, r);
+                            row.push_back({fmt::format("{}{}", c, c == limit ? " (model max)" : ""), c});
+                        } else {
+                            row.push_back({"", nullptr});
+                            row.push_back({"", nullptr});
+                        }
+                        gpu_fit.rows.push_back(std::move(row));
+                    }
+                    if (r.gpu->bandwidth_bytes_per_s == 0) continue;  // --gpu-mem without --gpu-bandwidth: no roofline
+                    // Decode roofline: every step reads the active weights once and every resident KV byte once.
+                    const auto active_weights = ceil_div(checked_mul(params.active_per_token, dtype_info(r.weights_dtype).block_bytes, "weights bytes") /
+                                                             dtype_info(r.weights_dtype).block_values, r.tp);
+                    for (const auto t : contexts)
+                        for (const auto b : r.batches) {
+                            const auto kv_read = checked_mul(kv_bytes_sequence(gpu_cfg, dtype, t, r.window_mode).total(), b, "KV bytes read");
+                            const auto total = checked_add(active_weights, kv_read, "bytes per step");
+                            if (kv_read > kv_budget)
+                                report.notes.push_back(fmt::format("warning: {} {} {}: batch {} at context {} needs {} of KV per GPU, more than the {} budget; its roofline row is hypothetical",
+                                                                   cfg.name, att, dn, b, t, format_bytes(kv_read, U), format_bytes(kv_budget, U)));
+                            const double s = static_cast<double>(total) / static_cast<double>(r.gpu->bandwidth_bytes_per_s);
+                            roofline.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(t), uint_cell(b),
+                                                     bytes_cell(active_weights, U), bytes_cell(kv_read, U), real_cell(s * 1e3, 3),
+                                                     real_cell(static_cast<double>(b) / s, 1)});
+                            if (r.explain)
+                                report.notes.push_back(fmt::format("{} {} {}: min time/step at T={}, B={} = ({} B weights + {} B KV) / {} B/s = {:.3f} ms", cfg.name,
+                                                                   att, dn, t, b, active_weights, kv_read, r.gpu->bandwidth_bytes_per_s, s * 1e3));
+                        }
+                }
+                if (r.kv_budget) {
+                    const auto bs = r.block_size ? r.block_size : 16;
+                    const auto per_token_gpu = kv_bytes_per_token(gpu_cfg, dtype).total();
+                    const auto fit = fit_budget(*r.kv_budget, per_token_gpu, bs);
+                    for (const auto t : contexts) {
+                        const double conc = static_cast<double>(fit.n_tokens) / static_cast<double>(t);
+                        budget.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), bytes_cell(per_token_gpu, U), uint_cell(fit.n_blocks),
+                                               uint_cell(fit.n_tokens), uint_cell(t), {fmt::format("{:.2f}x", conc), conc}});
+                        if (r.explain)
+                            report.notes.push_back(fmt::format("{} {} {}: # GPU blocks = floor({} B / ({} tokens x {} B)) = {}; concurrency at {} tokens = {} x {} / {} = {:.2f}x",
+                                                               cfg.name, att, dn, *r.kv_budget, bs, per_token_gpu, fit.n_blocks, t, fit.n_blocks, bs, t, conc));
+                    }
+                }
+            }
+        }
+    }
+    report.tables.push_back(std::move(per_token));
+    report.tables.push_back(std::move(per_seq));
+    if (r.gpu) {
+        in["gpu"] = {{"name", r.gpu->name}, {"memory_bytes", r.gpu->memory_bytes}, {"usable_memory_bytes", usable_gpu_bytes(*r.gpu)}, {"bandwidth_bytes_per_s", r.gpu->bandwidth_bytes_per_s}};
+        in["weights_dtype"] = std::string(dtype_name(r.weights_dtype));
+        in["mem_util"] = r.mem_util;
+        gpu_fit.notes.push_back("The fit counts weights and KV only: activations, CUDA graphs and framework buffers also take memory, so engines report a smaller KV budget (use --kv-budget with the engine's figure).");
+        report.tables.push_back(std::move(gpu_fit));
+        if (r.gpu->bandwidth_bytes_per_s) report.tables.push_back(std::move(roofline));
+        else report.notes.push_back("no decode roofline: give --gpu-bandwidth (bytes per second) with --gpu-mem");
+    }
+    if (r.kv_budget) {
+        in["kv_budget_bytes"] = *r.kv_budget;
+        report.tables.push_back(std::move(budget));
+    }
+    return report;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,55 @@
+// kvcalc: KV-cache memory reports for one or more models, attention variants, dtypes, contexts and batches.
+// The sizes come from kv_memory.hpp; this file arranges them (paging, TP, GPU fit, budgets) into tables.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "calc/gpu_specs.hpp"
+#include "calc/kv_memory.hpp"
+#include "calc/model_config.hpp"
+#include "core/printer.hpp"
+
+namespace kvlab {
+
+// An attention layout to evaluate: the model's own, or a what-if KV head count.
+struct AttentionVariant {
+    std::string label;          // "native", "mha", "gqa:8", "mqa", "kv:4"
+    std::int64_t n_head_kv = 0; // 0 = native
+};
+// Parses "native,mha,gqa:8,mqa". Throws UsageError naming --attention.
+std::vector<AttentionVariant> parse_attention_variants(const std::string& text);
+
+struct KvcalcRequest {
+    std::vector<ModelConfig> models;
+    std::vector<AttentionVariant> variants{{"native", 0}};
+    std::vector<DType> dtypes{DType::fp16, DType::fp8_e4m3};
+    std::vector<std::uint64_t> contexts;          // empty: 4096 and each model's max context
+    std::vector<std::uint64_t> batches{1};
+    WindowMode window_mode = WindowMode::cap;
+    std::uint64_t block_size = 0;                 // 0: contiguous allocation, no paging
+    std::uint64_t tp = 1;                         // tensor-parallel degree
+    std::optional<GpuSpec> gpu;                   // from --gpu or --gpu-mem
+    DType weights_dtype = DType::bf16;
+    double mem_util = 0.9;                        // fraction of GPU memory the engine may use
+    std::optional<std::uint64_t> kv_budget;       // bytes of KV an engine reported (per GPU)
+    UnitSystem units = UnitSystem::iec;
+    bool explain = false;
+};
+
+Report run_kvcalc(const KvcalcRequest& request);
+
+// Per-GPU view of a model under tensor parallelism: KV heads per GPU = max(Hkv / TP, 1).
+// Throws UsageError when TP and Hkv do not divide one way or the other (as vLLM refuses).
+ModelConfig per_gpu_config(const ModelConfig& cfg, std::uint64_t tp);
+
+// vLLM-style budget arithmetic: blocks = floor(budget / (block_size * bytes_per_token)).
+struct BudgetFit {
+    std::uint64_t n_blocks = 0;
+    std::uint64_t n_tokens = 0;   // n_blocks * block_size
+};
+BudgetFit fit_budget(std::uint64_t budget_bytes, std::uint64_t bytes_per_token, std::uint64_t block_size);
+
+}  // namespace kvlab

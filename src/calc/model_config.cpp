@@ -1,0 +1,283 @@
+#include "calc/model_config.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/json_input.hpp"
+#include "core/mapped_file.hpp"
+
+namespace kvlab {
+namespace {
+
+using nlohmann::json;
+
+// Reads HF configs the way serving engines do; every field error names file, field and value.
+class FieldReader {
+public:
+    FieldReader(const json& j, std::string where) : j_(j), where_(std::move(where)) {}
+
+    const json* find(std::initializer_list<const char*> names, std::string* found_name = nullptr) const {
+        for (const char* n : names) {
+            auto it = j_.find(n);
+            if (it != j_.end() && !it->is_null()) {
+                if (found_name) *found_name = n;
+                return &*it;
+            }
+        }
+        return nullptr;
+    }
+
+    std::int64_t positive_int(const json& v, const std::string& field) const {
+        if (v.is_number_integer() || v.is_number_unsigned()) {
+            if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max() / 4))
+                throw ConfigError(fmt::format("{}: {} = {} is too large; expected a positive integer below 2^61", where_, field, v.dump()));
+            const auto x = v.get<std::int64_t>();
+            if (x <= 0) throw ConfigError(fmt::format("{}: {} = {}; expected a positive integer", where_, field, x));
+            if (x > (std::int64_t{1} << 40))
+                throw ConfigError(fmt::format("{}: {} = {} is implausibly large; expected a positive integer below 2^40", where_, field, x));
+            return x;
+        }
+        if (v.is_number_float()) {
+            const double d = v.get<double>();
+            // 4096.0 is tolerated by engines only if integral; kvlab refuses any float to avoid silent fix-ups.
+            throw ConfigError(fmt::format("{}: {} = {} is not an integer; expected a positive integer", where_, field, d));
+        }
+        throw ConfigError(fmt::format("{}: {} = {} has the wrong type ({}); expected a positive integer", where_, field, v.dump(), v.type_name()));
+    }
+
+    std::int64_t required(std::initializer_list<const char*> names) const {
+        std::string name;
+        const json* v = find(names, &name);
+        if (!v) throw ConfigError(fmt::format("{}: missing required field {}; expected a positive integer", where_, *names.begin()));
+        return positive_int(*v, name);
+    }
+
+    std::optional<std::int64_t> optional(std::initializer_list<const char*> names) const {
+        std::string name;
+        const json* v = find(names, &name);
+        if (!v) return std::nullopt;
+        return positive_int(*v, name);
+    }
+
+    double positive_real(std::initializer_list<const char*> names, double fallback) const {
+        std::string name;
+        const json* v = find(names, &name);
+        if (!v) return fallback;
+        if (!v->is_number() || !(v->get<double>() > 0.0) || !std::isfinite(v->get<double>()))
+            throw ConfigError(fmt::format("{}: {} = {}; expected a positive number", where_, name, v->dump()));
+        return v->get<double>();
+    }
+
+    bool boolean(const char* name, bool fallback) const {
+        auto it = j_.find(name);
+        if (it == j_.end() || it->is_null()) return fallback;
+        if (!it->is_boolean()) throw ConfigError(fmt::format("{}: {} = {}; expected true or false", where_, name, it->dump()));
+        return it->get<bool>();
+    }
+
+    std::string string(const char* name) const {
+        auto it = j_.find(name);
+        if (it == j_.end() || it->is_null()) return {};
+        if (!it->is_string()) throw ConfigError(fmt::format("{}: {} = {}; expected a string", where_, name, it->dump()));
+        return it->get<std::string>();
+    }
+
+private:
+    const json& j_;
+    std::string where_;
+};
+
+void read_sliding_window(const FieldReader& f, const json& j, const std::string& where, ModelConfig& cfg) {
+    cfg.layer_windowed.assign(static_cast<std::size_t>(cfg.n_layer), false);
+    const auto window = f.optional({"sliding_window"});
+    if (!window) {
+        cfg.window_rule = "no sliding window";
+        return;
+    }
+    if (!f.boolean("use_sliding_window", true)) {
+        cfg.window_rule = fmt::format("sliding_window {} ignored: use_sliding_window is false", *window);
+        return;
+    }
+    cfg.sliding_window = window;
+    auto types = j.find("layer_types");
+    if (types != j.end() && types->is_array()) {
+        if (static_cast<std::int64_t>(types->size()) != cfg.n_layer)
+            throw ConfigError(fmt::format("{}: layer_types has {} entries; expected num_hidden_layers = {}", where, types->size(), cfg.n_layer));
+        for (std::size_t i = 0; i < types->size(); ++i) {
+            const auto& t = (*types)[i];
+            if (!t.is_string()) throw ConfigError(fmt::format("{}: layer_types[{}] = {}; expected a string", where, i, t.dump()));
+            cfg.layer_windowed[i] = t.get<std::string>() == "sliding_attention";
+        }
+        cfg.window_rule = fmt::format("sliding window {} on layers marked sliding_attention in layer_types", *window);
+        return;
+    }
+    if (cfg.model_type == "gemma2") {
+        // Gemma-2 alternates: even layers local (sliding), odd layers global (HF modeling_gemma2).
+        for (std::int64_t i = 0; i < cfg.n_layer; ++i) cfg.layer_windowed[static_cast<std::size_t>(i)] = (i % 2 == 0);
+        cfg.window_rule = fmt::format("sliding window {} on even layers (Gemma-2 local/global alternation)", *window);
+        return;
+    }
+    if (const auto pattern = f.optional({"sliding_window_pattern"})) {
+        // Gemma-3 style: every pattern-th layer is global.
+        for (std::int64_t i = 0; i < cfg.n_layer; ++i) cfg.layer_windowed[static_cast<std::size_t>(i)] = ((i + 1) % *pattern != 0);
+        cfg.window_rule = fmt::format("sliding window {} except every {}th layer (sliding_window_pattern)", *window, *pattern);
+        return;
+    }
+    if (j.contains("max_window_layers") && !j["max_window_layers"].is_null() && j.contains("use_sliding_window")) {
+        // Qwen2: layers with index >= max_window_layers use the window.
+        const auto first = j["max_window_layers"];
+        if (!first.is_number_integer() || first.get<std::int64_t>() < 0)
+            throw ConfigError(fmt::format("{}: max_window_layers = {}; expected a non-negative integer", where, first.dump()));
+        for (std::int64_t i = first.get<std::int64_t>(); i < cfg.n_layer; ++i) cfg.layer_windowed[static_cast<std::size_t>(i)] = true;
+        cfg.window_rule = fmt::format("sliding window {} on layers >= max_window_layers ({})", *window, first.get<std::int64_t>());
+        return;
+    }
+    cfg.layer_windowed.assign(static_cast<std::size_t>(cfg.n_layer), true);
+    cfg.window_rule = fmt::format("sliding window {} on every layer", *window);
+}
+
+}  // namespace
+
+namespace {
+
+std::int64_t checked_width(std::int64_t heads, std::int64_t d_head, const char* heads_name) {
+    std::int64_t out = 0;
+    if (__builtin_mul_overflow(heads, d_head, &out))
+        throw OverflowError(fmt::format("{} ({}) x head_dim ({}) overflows 64 bits; expected a real model's shape", heads_name,
+                                        heads, d_head));
+    return out;
+}
+
+}  // namespace
+
+std::int64_t ModelConfig::d_q() const { return checked_width(n_head, d_head, "num_attention_heads"); }
+std::int64_t ModelConfig::d_kv() const { return checked_width(n_head_kv, d_head, "num_key_value_heads"); }
+
+std::string ModelConfig::attention_kind() const {
+    if (mla) return "MLA";
+    if (n_head_kv == n_head) return "MHA";
+    if (n_head_kv == 1) return "MQA";
+    return fmt::format("GQA-{}", n_head_kv);
+}
+
+ModelConfig parse_model_config(const json& root, const std::string& where, const std::string& name) {
+    if (!root.is_object()) throw ConfigError(fmt::format("{}: top level is {}; expected a JSON object", where, root.type_name()));
+    const json* jp = &root;
+    bool nested = false;
+    if (auto tc = root.find("text_config"); tc != root.end() && tc->is_object()) {
+        jp = &*tc;  // multimodal configs keep the language model here
+        nested = true;
+    }
+    const json& j = *jp;
+    const FieldReader f(j, nested ? where + " (text_config)" : where);
+
+    ModelConfig cfg;
+    cfg.name = name;
+    cfg.origin_path = where;
+    cfg.source = where;
+    cfg.display_name = name;
+    if (auto k = root.find("_kvlab"); k != root.end() && k->is_object()) {
+        const FieldReader kv(*k, where + " (_kvlab)");
+        if (const std::string s = kv.string("display_name"); !s.empty()) cfg.display_name = s;
+        if (const std::string s = kv.string("source"); !s.empty()) cfg.source = s;
+        cfg.preset_family = kv.string("family");
+        const std::filesystem::path dir = std::filesystem::path(where).parent_path();
+        if (const std::string c = kv.string("checkpoint"); !c.empty()) cfg.checkpoint = dir / c;
+        if (const std::string t = kv.string("tokenizer"); !t.empty()) cfg.tokenizer = dir / t;
+    }
+    cfg.activation = f.string("hidden_act");
+    if (cfg.activation.empty()) cfg.activation = f.string("activation_function");
+    cfg.model_type = f.string("model_type");
+    if (cfg.model_type.empty()) cfg.model_type = FieldReader(root, where).string("model_type");
+    const bool gpt2_names = j.contains("n_embd");
+    cfg.family = (cfg.model_type == "gpt2" || gpt2_names) ? Family::gpt2 : Family::llama;
+
+    cfg.n_layer = f.required({"num_hidden_layers", "n_layer", "num_layers"});
+    cfg.d_model = f.required({"hidden_size", "n_embd", "d_model"});
+    cfg.n_head = f.required({"num_attention_heads", "n_head"});
+    cfg.n_vocab = f.required({"vocab_size"});
+    if (auto ff = f.optional({"intermediate_size", "n_inner", "ffn_dim"})) {
+        cfg.d_ff = *ff;
+    } else if (cfg.family == Family::gpt2) {
+        cfg.d_ff = 4 * cfg.d_model;  // GPT-2: n_inner null means 4 * n_embd
+    } else {
+        throw ConfigError(fmt::format("{}: missing required field intermediate_size; expected a positive integer", where));
+    }
+    cfg.n_ctx_max = f.optional({"max_position_embeddings", "n_positions", "n_ctx", "max_seq_len", "seq_length"}).value_or(0);
+
+    // head_dim: explicit wins (vLLM PR #2622), else hidden_size / num_attention_heads.
+    if (auto hd = f.optional({"head_dim"})) {
+        cfg.d_head = *hd;
+        cfg.head_dim_rule = fmt::format("head_dim {} explicit in config", *hd);
+    } else {
+        if (cfg.d_model % cfg.n_head != 0)
+            throw ConfigError(fmt::format("{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and no head_dim is given", where, cfg.d_model, cfg.n_head));
+        cfg.d_head = cfg.d_model / cfg.n_head;
+        cfg.head_dim_rule = fmt::format("head_dim {} = hidden_size {} / num_attention_heads {}", cfg.d_head, cfg.d_model, cfg.n_head);
+    }
+
+    // KV heads: Falcon multi_query, then explicit counts, else MHA.
+    std::string kv_name;
+    const bool multi_query = f.boolean("multi_query", false) && !f.boolean("new_decoder_architecture", false);
+    if (multi_query) {
+        cfg.n_head_kv = 1;
+        cfg.kv_heads_rule = "1 KV head: multi_query is true (Falcon-style MQA)";
+    } else if (const json* v = f.find({"num_key_value_heads", "num_kv_heads", "n_head_kv"}, &kv_name)) {
+        cfg.n_head_kv = f.positive_int(*v, kv_name);
+        cfg.kv_heads_rule = fmt::format("{} KV heads from {}", cfg.n_head_kv, kv_name);
+    } else {
+        cfg.n_head_kv = cfg.n_head;
+        cfg.kv_heads_rule = fmt::format("{} KV heads: num_key_value_heads absent, so MHA", cfg.n_head_kv);
+    }
+    try {  // every width formed later from these fields fits 64 bits (products of two widths are checked where formed)
+        cfg.d_q();
+        cfg.d_kv();
+    } catch (const OverflowError& e) {
+        throw ConfigError(fmt::format("{}: {}", where, e.what()));
+    }
+    if (cfg.n_head % cfg.n_head_kv != 0)
+        throw ConfigError(fmt::format("{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", where, cfg.n_head, cfg.n_head_kv));
+
+    if (auto rank = f.optional({"kv_lora_rank"})) {
+        const auto rope = f.optional({"qk_rope_head_dim"});
+        if (!rope) throw ConfigError(fmt::format("{}: kv_lora_rank is set but qk_rope_head_dim is missing; expected a positive integer", where));
+        cfg.mla = MlaShape{*rank, *rope, f.optional({"q_lora_rank"}).value_or(0), f.optional({"qk_nope_head_dim"}).value_or(0),
+                           f.optional({"v_head_dim"}).value_or(cfg.d_head)};
+        cfg.kv_heads_rule = fmt::format("MLA: one latent of kv_lora_rank {} + qk_rope_head_dim {} per token per layer", *rank, *rope);
+    }
+
+    cfg.n_expert = f.optional({"num_local_experts", "n_routed_experts", "num_experts"}).value_or(1);
+    cfg.n_expert_active = f.optional({"num_experts_per_tok"}).value_or(1);
+    if (cfg.n_expert_active > cfg.n_expert)
+        throw ConfigError(fmt::format("{}: num_experts_per_tok ({}) exceeds the number of experts ({})", where, cfg.n_expert_active, cfg.n_expert));
+    cfg.d_ff_expert = f.optional({"moe_intermediate_size"}).value_or(0);
+    cfg.n_expert_shared = f.optional({"n_shared_experts"}).value_or(0);
+    if (j.contains("first_k_dense_replace") && j["first_k_dense_replace"].is_number_integer())
+        cfg.n_layer_dense = std::min(cfg.n_layer, std::max<std::int64_t>(0, j["first_k_dense_replace"].get<std::int64_t>()));
+    cfg.attention_bias = f.boolean("attention_bias", false) || cfg.model_type == "qwen2";
+    cfg.rope_theta = f.positive_real({"rope_theta"}, 10000.0);
+    cfg.norm_eps = f.positive_real({"rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"}, 1e-5);
+    // When a config omits tie_word_embeddings, the model class's default applies: LlamaConfig, MistralConfig
+    // and most decoder configs default to false; GPT-2 always ties and Gemma configs default to true.
+    const bool tie_default = cfg.family == Family::gpt2 || cfg.model_type.rfind("gemma", 0) == 0;
+    cfg.tied_embeddings = FieldReader(root, where).boolean("tie_word_embeddings", f.boolean("tie_word_embeddings", tie_default));
+    read_sliding_window(f, j, where, cfg);
+    return cfg;
+}
+
+ModelConfig load_model_config(const std::filesystem::path& path_in) {
+    std::filesystem::path path = path_in;
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) path /= "config.json";
+    // a config.json is a few KiB; 16 MiB leaves room for any real one (multimodal configs included)
+    const json j = parse_json(read_input_file(path, "config file (a config.json or a directory holding one)", 16 << 20), path.string());
+    std::string name = path.stem().string();
+    if (name == "config") name = path.parent_path().filename().string();
+    return parse_model_config(j, path.string(), name);
+}
+
+}  // namespace kvlab

@@ -1,0 +1,111 @@
+#include "core/mapped_file.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/text.hpp"
+
+namespace kvlab {
+
+namespace {
+
+// An open descriptor of a regular file, with its size; closes itself.
+struct InputFd {
+    int fd = -1;
+    std::uint64_t size = 0;
+    InputFd(const std::filesystem::path& path, std::string_view what) {
+        fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // O_NONBLOCK: a FIFO must not hang the open
+        if (fd < 0)
+            throw InputError(fmt::format("{}: cannot open the {}: {}", quote(path.string()), what, std::strerror(errno)));
+        struct stat info {};
+        if (::fstat(fd, &info) != 0) {
+            const int err = errno;
+            ::close(fd);
+            throw InputError(fmt::format("{}: cannot stat the {}: {}", quote(path.string()), what, std::strerror(err)));
+        }
+        if (!S_ISREG(info.st_mode)) {
+            ::close(fd);
+            const char* kind = S_ISDIR(info.st_mode) ? "a directory" : S_ISFIFO(info.st_mode) ? "a pipe" : "a device or special file";
+            throw InputError(fmt::format("{}: is {}; expected a regular {}", quote(path.string()), kind, what));
+        }
+        size = static_cast<std::uint64_t>(info.st_size);
+    }
+    ~InputFd() { ::close(fd); }
+    InputFd(const InputFd&) = delete;
+    InputFd& operator=(const InputFd&) = delete;
+};
+
+}  // namespace
+
+std::string read_input_file(const std::filesystem::path& path, std::string_view what, std::uint64_t max_bytes) {
+    const InputFd in(path, what);
+    if (in.size > max_bytes)
+        throw InputError(fmt::format("{}: the {} is {} bytes; kvlab reads at most {} bytes of it", quote(path.string()), what,
+                                     in.size, max_bytes));
+    std::string text(static_cast<std::size_t>(in.size), '\0');
+    std::size_t done = 0;
+    while (done < text.size()) {
+        const ssize_t n = ::read(in.fd, text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw IoError(fmt::format("{}: reading the {} failed: {}", quote(path.string()), what, std::strerror(errno)));
+        if (n == 0) break;  // the file shrank while read
+        done += static_cast<std::size_t>(n);
+    }
+    text.resize(done);
+    return text;
+}
+
+MappedFile::MappedFile(const std::filesystem::path& path, std::string_view what) : path_(path) {
+    const InputFd in(path, what);
+    const int fd = in.fd;
+    size_bytes_ = in.size;
+    if (size_bytes_ > 0) {
+        void* data = ::mmap(nullptr, size_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (data == MAP_FAILED)
+            throw IoError(fmt::format("{}: cannot map {} bytes: {}", quote(path.string()), size_bytes_, std::strerror(errno)));
+        data_ = data;
+    }
+}  // the mapping keeps the file alive once the descriptor closes
+
+MappedFile::~MappedFile() { release(); }
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_bytes_(std::exchange(other.size_bytes_, 0)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+    if (this != &other) {
+        release();
+        path_ = std::move(other.path_);
+        data_ = std::exchange(other.data_, nullptr);
+        size_bytes_ = std::exchange(other.size_bytes_, 0);
+    }
+    return *this;
+}
+
+void MappedFile::drop_pages(std::uint64_t offset, std::uint64_t n) const noexcept {
+    if (data_ == nullptr || offset >= size_bytes_) return;
+    const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+    const std::uint64_t end = std::min(size_bytes_, offset + std::min(n, size_bytes_ - offset));
+    const std::uint64_t first = (offset + page - 1) / page * page, last = end / page * page;  // whole pages inside
+    if (last > first) ::madvise(static_cast<std::byte*>(data_) + first, last - first, MADV_DONTNEED);
+}
+
+void MappedFile::release() noexcept {
+    if (data_ != nullptr) ::munmap(data_, size_bytes_);
+    data_ = nullptr;
+    size_bytes_ = 0;
+}
+
+}  // namespace kvlab

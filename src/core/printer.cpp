@@ -1,0 +1,171 @@
+#include "core/printer.hpp"
+
+#include <algorithm>
+#include <ostream>
+
+#include <fmt/format.h>
+
+#include "core/json_input.hpp"
+#include "core/text.hpp"
+#include "core/error.hpp"
+
+namespace kvlab {
+namespace {
+
+std::string csv_field(const std::string& s) {
+    if (s.find_first_of(",\"\n") == std::string::npos) return s;
+    std::string out = "\"";
+    for (char c : s) {
+        if (c == '"') out += '"';
+        out += c;
+    }
+    return out + "\"";
+}
+
+std::string csv_value(const nlohmann::json& v) {
+    if (v.is_string()) return csv_field(v.get<std::string>());
+    if (v.is_null()) return "";
+    return json_dump(v);
+}
+
+std::string md_escape(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+        if (c == '|') out += '\\';
+        out += c;
+    }
+    return out;
+}
+
+// Display width in code points, so "×" or "µ" does not break alignment.
+std::size_t display_width(const std::string& s) {
+    std::size_t n = 0;
+    for (unsigned char c : s)
+        if ((c & 0xC0) != 0x80) ++n;
+    return n;
+}
+
+std::string pad(const std::string& s, std::size_t width, bool right) {
+    const auto w = display_width(s);
+    if (w >= width) return s;
+    const std::string fill(width - w, ' ');
+    return right ? fill + s : s + fill;
+}
+
+void print_table(std::ostream& out, const Table& t) {
+    if (!t.title.empty()) out << printable(t.title) << "\n";  // titles may hold names from files
+    std::vector<std::size_t> width(t.columns.size());
+    for (std::size_t c = 0; c < t.columns.size(); ++c) {
+        width[c] = display_width(t.columns[c].header);
+        for (const auto& row : t.rows) width[c] = std::max(width[c], display_width(row[c].text));
+    }
+    std::string line;
+    for (std::size_t c = 0; c < t.columns.size(); ++c) line += (c ? "  " : "") + pad(t.columns[c].header, width[c], t.columns[c].align_right);
+    out << line << "\n";
+    line.clear();
+    for (std::size_t c = 0; c < t.columns.size(); ++c) line += (c ? "  " : "") + std::string(width[c], '-');
+    out << line << "\n";
+    for (const auto& row : t.rows) {
+        line.clear();
+        for (std::size_t c = 0; c < t.columns.size(); ++c) line += (c ? "  " : "") + pad(row[c].text, width[c], t.columns[c].align_right);
+        out << line << "\n";
+    }
+    for (const auto& n : t.notes) out << "  " << printable(n) << "\n";  // notes may quote names from files
+}
+
+void print_markdown(std::ostream& out, const Table& t) {
+    if (!t.title.empty()) out << "### " << md_escape(printable(t.title)) << "\n\n";
+    out << "|";
+    for (const auto& c : t.columns) out << " " << md_escape(c.header) << " |";
+    out << "\n|";
+    for (const auto& c : t.columns) out << (c.align_right ? " ---: |" : " --- |");
+    out << "\n";
+    for (const auto& row : t.rows) {
+        out << "|";
+        for (const auto& cell : row) out << " " << md_escape(cell.text) << " |";
+        out << "\n";
+    }
+    if (!t.notes.empty()) {
+        out << "\n";
+        for (const auto& n : t.notes) out << "- " << md_escape(printable(n)) << "\n";
+    }
+}
+
+nlohmann::json table_json(const Table& t) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& row : t.rows) {
+        nlohmann::json r = nlohmann::json::object();
+        for (std::size_t c = 0; c < t.columns.size(); ++c) r[t.columns[c].key] = row[c].value;
+        rows.push_back(std::move(r));
+    }
+    return {{"table", t.title}, {"rows", rows}, {"notes", t.notes}};
+}
+
+}  // namespace
+
+Format parse_format(std::string_view text, std::string_view flag) {
+    if (text == "table") return Format::table;
+    if (text == "csv") return Format::csv;
+    if (text == "json") return Format::json;
+    if (text == "markdown" || text == "md") return Format::markdown;
+    throw UsageError(fmt::format("{}: unknown format '{}'; expected table, csv, json or markdown", flag, text));
+}
+
+Cell text_cell(std::string text) { return {text, text}; }
+Cell int_cell(std::int64_t value) { return {fmt::format("{}", value), value}; }
+Cell uint_cell(std::uint64_t value) { return {fmt::format("{}", value), value}; }
+Cell bytes_cell(std::uint64_t bytes, UnitSystem units) { return {format_bytes(bytes, units), bytes}; }
+Cell real_cell(double value, int decimals) { return {fmt::format("{:.{}f}", value, decimals), value}; }
+Cell ratio_cell(double value) { return {fmt::format("{:.2f}x", value), value}; }
+
+Cell count_cell(std::uint64_t value, const char* unit) {
+    static const char* prefixes[] = {"", "k", "M", "G", "T", "P", "E"};
+    double v = static_cast<double>(value);
+    int i = 0;
+    while (v >= 1000.0 && i < 6) {
+        v /= 1000.0;
+        ++i;
+    }
+    return {i == 0 ? fmt::format("{} {}", value, unit) : fmt::format("{:.2f} {}{}", v, prefixes[i], unit), value};
+}
+
+void print_report(std::ostream& out, const Report& report, Format format) {
+    switch (format) {
+    case Format::table:
+        for (std::size_t i = 0; i < report.tables.size(); ++i) {
+            if (i) out << "\n";
+            print_table(out, report.tables[i]);
+        }
+        if (!report.notes.empty()) out << "\n";
+        for (const auto& n : report.notes) out << printable(n) << "\n";
+        break;
+    case Format::markdown:
+        for (std::size_t i = 0; i < report.tables.size(); ++i) {
+            if (i) out << "\n";
+            print_markdown(out, report.tables[i]);
+        }
+        if (!report.notes.empty()) out << "\n";
+        for (const auto& n : report.notes) out << "- " << md_escape(printable(n)) << "\n";
+        break;
+    case Format::csv:
+        for (std::size_t i = 0; i < report.tables.size(); ++i) {
+            const auto& t = report.tables[i];
+            if (report.tables.size() > 1) out << (i ? "\n" : "") << "# " << printable(t.title) << "\n";
+            for (std::size_t c = 0; c < t.columns.size(); ++c) out << (c ? "," : "") << csv_field(t.columns[c].key);
+            out << "\n";
+            for (const auto& row : t.rows) {
+                for (std::size_t c = 0; c < row.size(); ++c) out << (c ? "," : "") << csv_value(row[c].value);
+                out << "\n";
+            }
+        }
+        break;
+    case Format::json: {
+        nlohmann::json j = {{"inputs", report.inputs}, {"tables", nlohmann::json::array()}, {"notes", report.notes}};
+        for (const auto& t : report.tables) j["tables"].push_back(table_json(t));
+        out << json_dump(j, 2) << "\n";
+        break;
+    }
+    }
+}
+
+}  // namespace kvlab

@@ -1,0 +1,54 @@
+// One printer for every report kvlab writes: aligned table, CSV, JSON or Markdown.
+// A cell has a display text (human units) and an exact value (for CSV/JSON).
+#pragma once
+#include <iosfwd>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/units.hpp"
+
+namespace kvlab {
+
+enum class Format { table, csv, json, markdown };
+Format parse_format(std::string_view text, std::string_view flag);
+
+struct Column {
+    std::string key;      // machine name for CSV header / JSON key, e.g. "kv_bytes_per_token"
+    std::string header;   // human header for table/markdown, e.g. "KV/token"
+    bool align_right = true;
+};
+
+struct Cell {
+    std::string text;       // what a person reads
+    nlohmann::json value;   // what a script reads: exact integers, plain numbers, strings
+};
+
+Cell text_cell(std::string text);
+Cell int_cell(std::int64_t value);
+Cell uint_cell(std::uint64_t value);
+Cell bytes_cell(std::uint64_t bytes, UnitSystem units);  // text "512.00 KiB", value 524288
+Cell real_cell(double value, int decimals);               // text fixed-point, value the double
+Cell ratio_cell(double value);                            // text "4.00x", value the double
+Cell count_cell(std::uint64_t value, const char* unit);   // text "30.38 MFLOP" (10^3 steps), value exact
+
+struct Table {
+    std::string title;                      // printed above the table (table/markdown), "table" key in JSON
+    std::vector<Column> columns;
+    std::vector<std::vector<Cell>> rows;
+    std::vector<std::string> notes;         // printed under the table; in JSON as "notes"
+};
+
+struct Report {
+    nlohmann::json inputs = nlohmann::json::object();  // every input used (JSON: "inputs")
+    std::vector<Table> tables;
+    std::vector<std::string> notes;         // report-wide notes (warnings, rules applied)
+};
+
+// Writes `report` to `out`. CSV: each table as a header line + rows of exact values (the rows carry
+// their inputs as columns); with several tables, each starts with a "# <title>" line after a blank line.
+void print_report(std::ostream& out, const Report& report, Format format);
+
+}  // namespace kvlab

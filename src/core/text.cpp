@@ -1,0 +1,100 @@
+#include "core/text.hpp"
+
+#include <cstdint>
+
+#include <fmt/format.h>
+
+namespace kvlab {
+
+namespace {
+
+// Length of the valid UTF-8 sequence starting at text[i] (1..4), or 0 if none starts there: no
+// overlong forms, no surrogates, nothing past U+10FFFF.
+std::size_t utf8_sequence(std::string_view text, std::size_t i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) return 1;
+    std::size_t n = 0;
+    std::uint32_t cp = 0, min_cp = 0;
+    if ((c & 0xE0) == 0xC0) n = 2, cp = c & 0x1Fu, min_cp = 0x80;
+    else if ((c & 0xF0) == 0xE0) n = 3, cp = c & 0x0Fu, min_cp = 0x800;
+    else if ((c & 0xF8) == 0xF0) n = 4, cp = c & 0x07u, min_cp = 0x10000;
+    else return 0;
+    if (i + n > text.size()) return 0;
+    for (std::size_t k = 1; k < n; ++k) {
+        const auto cc = static_cast<unsigned char>(text[i + k]);
+        if ((cc & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (cc & 0x3Fu);
+    }
+    return cp >= min_cp && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF) ? n : 0;
+}
+
+}  // namespace
+
+namespace {
+
+// Appends text[0, max_bytes) to out with control bytes and invalid UTF-8 escaped (and ' and \ when
+// `quotes`); returns how many bytes of text were consumed.
+std::size_t escape_into(std::string& out, std::string_view text, std::size_t max_bytes, bool quotes) {
+    std::size_t i = 0;
+    while (i < text.size() && i < max_bytes) {
+        const auto c = static_cast<unsigned char>(text[i]);
+        const std::size_t n = utf8_sequence(text, i);
+        if (c == '\n') out += "\\n";
+        else if (c == '\t') out += "\\t";
+        else if (c == '\r') out += "\\r";
+        else if (quotes && c == '\\') out += "\\\\";
+        else if (quotes && c == '\'') out += "\\'";
+        else if (c >= 0x20 && c < 0x7F) out += static_cast<char>(c);
+        else if (c >= 0x80 && n > 0) {
+            out.append(text.substr(i, n));
+            i += n;
+            continue;
+        } else {
+            out += fmt::format("\\x{:02X}", c);
+        }
+        ++i;
+    }
+    return i;
+}
+
+}  // namespace
+
+std::string quote(std::string_view text, std::size_t max_bytes) {
+    std::string out = "'";
+    const std::size_t used = escape_into(out, text, max_bytes, true);
+    out += "'";
+    if (used < text.size()) out += fmt::format(" (cut; {} bytes in all)", text.size());
+    return out;
+}
+
+std::string printable(std::string_view text) {
+    std::string out;
+    escape_into(out, text, text.size(), false);
+    return out;
+}
+
+std::string to_valid_utf8(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    for (std::size_t i = 0; i < text.size();) {
+        if (const std::size_t n = utf8_sequence(text, i); n > 0) {
+            out.append(text.substr(i, n));
+            i += n;
+        } else {
+            out += "\xEF\xBF\xBD";  // U+FFFD
+            ++i;
+        }
+    }
+    return out;
+}
+
+bool is_valid_utf8(std::string_view text) {
+    for (std::size_t i = 0; i < text.size();) {
+        const std::size_t n = utf8_sequence(text, i);
+        if (n == 0) return false;
+        i += n;
+    }
+    return true;
+}
+
+}  // namespace kvlab

@@ -1,2 +1,0 @@
-// Anchors the error hierarchy's vtables in one translation unit.
-#include "kvlab/error.hpp"

@@ -1,0 +1,50 @@
+#include "formats/checkpoint.hpp"
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "formats/hf_checkpoint.hpp"
+#include "formats/llama2c_checkpoint.hpp"
+
+namespace kvlab {
+
+namespace {
+
+enum class Reader { hf, llama2c };
+
+// Which reader a path needs, and for Hugging Face the directory it names.
+Reader pick_reader(const std::filesystem::path& path, std::filesystem::path& hf_dir) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec))
+        throw UsageError(fmt::format("{}: checkpoint not found; expected a llama2.c .bin file or a Hugging Face directory", path.string()));
+    if (std::filesystem::is_directory(path)) {
+        hf_dir = path;
+        return Reader::hf;
+    }
+    if (path.extension() == ".safetensors") {
+        hf_dir = path.has_parent_path() ? path.parent_path() : ".";
+        return Reader::hf;
+    }
+    return Reader::llama2c;
+}
+
+}  // namespace
+
+LoadedModel load_checkpoint(const std::filesystem::path& path, std::optional<std::int64_t> n_layers) {
+    std::filesystem::path hf_dir;
+    return pick_reader(path, hf_dir) == Reader::hf ? load_hf_checkpoint(hf_dir, n_layers) : load_llama2c_checkpoint(path, n_layers);
+}
+
+std::int64_t layers_to_read(const ModelConfig& cfg, std::optional<std::int64_t> n_layers, const std::filesystem::path& path) {
+    if (!n_layers) return cfg.n_layer;
+    if (*n_layers < 1 || *n_layers > cfg.n_layer)
+        throw UsageError(fmt::format("--layers: {}; expected 1..{} (the layers of {})", *n_layers, cfg.n_layer, path.string()));
+    return *n_layers;
+}
+
+ModelConfig load_checkpoint_config(const std::filesystem::path& path) {
+    std::filesystem::path hf_dir;
+    return pick_reader(path, hf_dir) == Reader::hf ? load_model_config(hf_dir) : load_llama2c_config(path);
+}
+
+}  // namespace kvlab

@@ -1,0 +1,30 @@
+// Loading real weights: one entry point that picks the reader from the path
+// (a llama2.c .bin file, or a Hugging Face directory of safetensors). Non-goal: quantized formats.
+#pragma once
+#include <filesystem>
+#include <optional>
+
+#include "calc/model_config.hpp"
+#include "model/weights.hpp"
+
+namespace kvlab {
+
+// A model description and its weights, read from the same checkpoint.
+struct LoadedModel {
+    ModelConfig config;
+    Weights weights;
+};
+
+// A directory (or a *.safetensors file inside one) -> load_hf_checkpoint; any other file ->
+// load_llama2c_checkpoint. Throws FormatError / ConfigError on bad contents, IoError when unreadable.
+// With n_layers, only the first n_layers layers' tensors are read into weights.layers (simulate
+// --layers: the rest are never allocated); the config still describes the whole model.
+// Throws UsageError for n_layers outside 1..L.
+LoadedModel load_checkpoint(const std::filesystem::path& path, std::optional<std::int64_t> n_layers = std::nullopt);
+
+// How many layers a loader reads: n_layers, or all of them. Throws UsageError naming --layers.
+std::int64_t layers_to_read(const ModelConfig& cfg, std::optional<std::int64_t> n_layers, const std::filesystem::path& path);
+// The same choice of reader, config only (no tensor is read): for checks before allocating.
+ModelConfig load_checkpoint_config(const std::filesystem::path& path);
+
+}  // namespace kvlab

@@ -1,0 +1,19 @@
+// Hugging Face checkpoint directories: config.json + model.safetensors, or shards listed in
+// model.safetensors.index.json. Llama-architecture names (RoPE "rotate half") and GPT-2 names (Conv1D).
+// Non-goal: pytorch_model.bin pickles, biases on Llama-style attention, mixture-of-experts weights.
+#pragma once
+#include <filesystem>
+#include <optional>
+
+#include "formats/checkpoint.hpp"
+
+namespace kvlab {
+
+// Reads the config with load_model_config(dir) and every tensor it implies, F32/F16/BF16 -> fp32.
+// Llama family: weights.rope_pairing = halves, wq/wk used as stored. GPT-2: Conv1D (in, out) weights
+// transposed to (out, in), c_attn split into q, k, v. Throws FormatError naming the file and tensor
+// (missing, wrong shape, unknown dtype), ConfigError for a bad config.json, IoError if unreadable.
+// n_layers: see load_checkpoint.
+LoadedModel load_hf_checkpoint(const std::filesystem::path& dir, std::optional<std::int64_t> n_layers = std::nullopt);
+
+}  // namespace kvlab

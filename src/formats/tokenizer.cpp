@@ -1,0 +1,214 @@
+#include "formats/tokenizer.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <queue>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/mapped_file.hpp"
+
+static_assert(std::endian::native == std::endian::little, "tokenizer.bin is little-endian; so must the host be");
+
+namespace kvlab {
+namespace {
+
+int hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+// "<0xNN>" -> the byte NN, else -1.
+int byte_piece_value(const std::string& piece) {
+    if (piece.size() != 6 || piece.compare(0, 3, "<0x") != 0 || piece[5] != '>') return -1;
+    const int hi = hex_value(piece[3]), lo = hex_value(piece[4]);
+    return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(std::vector<std::string> pieces, std::vector<float> scores, std::string where)
+    : pieces_(std::move(pieces)), scores_(std::move(scores)), where_(std::move(where)) {
+    if (pieces_.size() != scores_.size())
+        throw FormatError(fmt::format("{}: {} pieces but {} scores", where_, pieces_.size(), scores_.size()));
+    for (std::size_t i = 0; i < scores_.size(); ++i)
+        if (std::isnan(scores_[i]))
+            throw FormatError(fmt::format("{}: token {} has score NaN; expected a number (merge priority)", where_, i));
+    ids_.reserve(pieces_.size());
+    for (const auto& p : pieces_) max_piece_bytes_ = std::max(max_piece_bytes_, static_cast<std::int64_t>(p.size()));
+    for (std::size_t i = 0; i < pieces_.size(); ++i) ids_.emplace(pieces_[i], static_cast<std::int32_t>(i));
+}
+
+Tokenizer Tokenizer::load(const std::filesystem::path& path, std::int64_t n_vocab) {
+    const std::string where = path.string();
+    if (n_vocab <= 0 || n_vocab > INT32_MAX)
+        throw UsageError(fmt::format("{}: vocabulary size {} is not a positive int32", where, n_vocab));
+    const MappedFile file(path, "tokenizer file");
+    const std::byte* data = file.bytes().data();
+    const std::uint64_t size = file.size_bytes();
+    if (size < 4) throw FormatError(fmt::format("{}: truncated at offset 0: {} bytes, the 4-byte max_token_length header is missing", where, size));
+    std::uint32_t max_token_length = 0;
+    std::memcpy(&max_token_length, data, 4);
+
+    std::vector<std::string> pieces(static_cast<std::size_t>(n_vocab));
+    std::vector<float> scores(static_cast<std::size_t>(n_vocab));
+    std::uint64_t offset = 4;
+    for (std::int64_t i = 0; i < n_vocab; ++i) {
+        if (size - offset < 8)
+            throw FormatError(fmt::format("{}: truncated at offset {}: token {} of {} needs an 8-byte score and length, {} bytes left",
+                                          where, offset, i, n_vocab, size - offset));
+        std::int32_t len = 0;
+        std::memcpy(&scores[static_cast<std::size_t>(i)], data + offset, 4);
+        std::memcpy(&len, data + offset + 4, 4);
+        if (len <= 0 || static_cast<std::uint32_t>(len) > max_token_length)
+            throw FormatError(fmt::format("{}: token {} at offset {} has length {}; expected 1..{} (max_token_length)",
+                                          where, i, offset + 4, len, max_token_length));
+        offset += 8;
+        if (size - offset < static_cast<std::uint64_t>(len))
+            throw FormatError(fmt::format("{}: truncated at offset {}: token {} needs {} bytes, {} left", where, offset, i, len,
+                                          size - offset));
+        pieces[static_cast<std::size_t>(i)].assign(reinterpret_cast<const char*>(data + offset), static_cast<std::size_t>(len));
+        offset += static_cast<std::uint64_t>(len);
+    }
+    if (offset != size)
+        throw FormatError(fmt::format("{}: {} bytes remain after token {} at offset {}: the file holds more tokens than the model's vocabulary ({})",
+                                      where, size - offset, n_vocab - 1, offset, n_vocab));
+    return Tokenizer(std::move(pieces), std::move(scores), where);
+}
+
+std::int32_t Tokenizer::find(const std::string& piece) const {
+    const auto it = ids_.find(piece);
+    return it == ids_.end() ? -1 : it->second;
+}
+
+std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool bos, bool eos) const {
+    std::vector<std::int32_t> tokens;
+    if (bos) tokens.push_back(bos_id);
+
+    // SentencePiece's add_dummy_prefix: the text is read as if it began with a space.
+    std::string padded;
+    if (!text.empty()) {
+        padded.reserve(text.size() + 1);
+        padded.push_back(' ');
+        padded.append(text);
+    }
+
+    // A code point is a lead byte plus the continuation bytes (10xxxxxx) after it, at most 4 bytes.
+    std::vector<std::int32_t> work;
+    for (std::size_t start = 0; start < padded.size();) {
+        std::size_t end = start + 1;
+        while (end < padded.size() && end - start < 4 && (static_cast<unsigned char>(padded[end]) & 0xC0u) == 0x80u) ++end;
+        const std::string point = padded.substr(start, end - start);
+        const std::int32_t id = find(point);
+        if (id >= 0) {
+            work.push_back(id);
+        } else {
+            for (const char c : point) {
+                const std::int32_t byte_id = static_cast<std::int32_t>(static_cast<unsigned char>(c)) + byte_fallback_offset;
+                if (byte_id >= n_vocab())
+                    throw FormatError(fmt::format("{}: byte 0x{:02X} of the text is not in the vocabulary and its fallback token {} "
+                                                  "is outside it ({} tokens)",
+                                                  where_, static_cast<unsigned char>(c), byte_id, n_vocab()));
+                work.push_back(byte_id);
+            }
+        }
+        start = end;
+    }
+
+    // Merge the best-scoring adjacent pair (leftmost on ties) until no pair's concatenation is a token.
+    // As llama2.c's loop, but a heap of candidate pairs replaces its rescan of the whole text after every
+    // merge: O(n log n), not O(n^2). Symbols form a linked list; a candidate whose two symbols changed since
+    // it was pushed is skipped when it comes up. Positions only grow along the list, so the smallest left
+    // position among equal scores is the leftmost pair.
+    struct Symbol {
+        std::int32_t id;
+        std::int64_t prev, next;  // -1 at either end
+    };
+    struct Candidate {
+        float score;
+        std::int64_t left, right;
+        std::int32_t left_id, right_id, merged_id;
+        bool operator<(const Candidate& o) const {  // the heap's top is the highest score, then the leftmost
+            return score != o.score ? score < o.score : left > o.left;
+        }
+    };
+    std::vector<Symbol> symbols(work.size());
+    for (std::size_t i = 0; i < work.size(); ++i)
+        symbols[i] = {work[i], static_cast<std::int64_t>(i) - 1, i + 1 < work.size() ? static_cast<std::int64_t>(i + 1) : -1};
+    std::priority_queue<Candidate> heap;
+    std::string merged;
+    const auto push_pair = [&](std::int64_t left, std::int64_t right) {
+        if (left < 0 || right < 0) return;
+        const std::int32_t a = symbols[static_cast<std::size_t>(left)].id, b = symbols[static_cast<std::size_t>(right)].id;
+        merged = pieces_[static_cast<std::size_t>(a)];
+        merged += pieces_[static_cast<std::size_t>(b)];
+        if (const std::int32_t id = find(merged); id >= 0) heap.push({scores_[static_cast<std::size_t>(id)], left, right, a, b, id});
+    };
+    for (std::size_t i = 0; i + 1 < symbols.size(); ++i) push_pair(static_cast<std::int64_t>(i), static_cast<std::int64_t>(i + 1));
+    while (!heap.empty()) {
+        const Candidate c = heap.top();
+        heap.pop();
+        Symbol& left = symbols[static_cast<std::size_t>(c.left)];
+        const Symbol& right = symbols[static_cast<std::size_t>(c.right)];
+        if (left.next != c.right || left.id != c.left_id || right.id != c.right_id) continue;  // stale
+        left.id = c.merged_id;
+        left.next = right.next;
+        if (right.next >= 0) symbols[static_cast<std::size_t>(right.next)].prev = c.left;
+        symbols[static_cast<std::size_t>(c.right)].id = -1;  // unlinked
+        push_pair(left.prev, c.left);
+        push_pair(c.left, left.next);
+    }
+    work.clear();
+    for (std::int64_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[static_cast<std::size_t>(i)].next)
+        work.push_back(symbols[static_cast<std::size_t>(i)].id);
+
+    tokens.insert(tokens.end(), work.begin(), work.end());
+    if (eos) tokens.push_back(eos_id);
+    return tokens;
+}
+
+const std::string& Tokenizer::piece(std::int32_t token) const {
+    if (token < 0 || token >= n_vocab())
+        throw UsageError(fmt::format("{}: token id {} is outside the vocabulary (0..{})", where_, token, n_vocab() - 1));
+    return pieces_[static_cast<std::size_t>(token)];
+}
+
+float Tokenizer::score(std::int32_t token) const {
+    piece(token);  // range check
+    return scores_[static_cast<std::size_t>(token)];
+}
+
+std::string Tokenizer::decode(std::int32_t prev_token, std::int32_t token) const {
+    const std::string& text = piece(token);
+    const int byte = byte_piece_value(text);
+    if (byte >= 0) return std::string(1, static_cast<char>(byte));
+    // SentencePiece strips the dummy-prefix space from the first piece after BOS.
+    if (prev_token == bos_id && !text.empty() && text[0] == ' ') return text.substr(1);
+    return text;
+}
+
+std::string TextDecoder::next(std::int32_t token) {
+    const std::int32_t prev = prev_;
+    prev_ = token;
+    if (prev < 0 && token == Tokenizer::bos_id) {
+        tokenizer_.piece(token);  // range check
+        return {};
+    }
+    return printable_piece(tokenizer_.decode(prev, token));
+}
+
+std::string printable_piece(std::string piece) {
+    if (piece.size() != 1) return piece;
+    const auto c = static_cast<unsigned char>(piece[0]);
+    const bool whitespace = c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+    if ((c < 0x20 && !whitespace) || c == 0x7F) return {};
+    return piece;
+}
+
+}  // namespace kvlab

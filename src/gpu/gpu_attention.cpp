@@ -1,0 +1,251 @@
+// The host side of the GPU attention timing: validation, byte and FLOP counts, attention variants,
+// fp16/bf16 rounding and the correctness check against the CPU reference. Built with or without CUDA.
+#include "gpu/gpu_attention.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "core/checked.hpp"
+#include "core/error.hpp"
+
+namespace kvlab {
+
+namespace {
+
+// Tokens one attention block scores at a time (src/gpu/cuda/decode_attention.cu kChunk); bounds the splits.
+constexpr std::uint64_t chunk_tokens = 256;
+
+// Round-to-nearest-even to a binary format with `n_mantissa` stored bits, smallest subnormal step
+// 2^min_ulp_exp and largest finite value `max_finite`, returned as float. Overflow becomes infinity
+// as on the device.
+float round_to_bits(float x, int n_mantissa, int min_ulp_exp, double max_finite) {
+    if (!std::isfinite(x) || x == 0.0f) return x;
+    int e = 0;
+    std::frexp(std::fabs(x), &e);  // |x| = m * 2^e, m in [0.5, 1): the ulp in [2^(e-1), 2^e) is 2^(e-1-n_mantissa)
+    const int ulp_exp = std::max(e - 1 - n_mantissa, min_ulp_exp);
+    const double r = std::ldexp(std::nearbyint(std::ldexp(static_cast<double>(std::fabs(x)), -ulp_exp)), ulp_exp);
+    return std::copysign(r > max_finite ? INFINITY : static_cast<float>(r), x);
+}
+
+std::uint64_t u64(std::int64_t value) { return static_cast<std::uint64_t>(value); }
+
+}  // namespace
+
+std::string_view gpu_attention_path_name(GpuAttentionPath path) {
+    return path == GpuAttentionPath::cached ? "cached" : "uncached";
+}
+
+void validate_gpu_attention_problem(const GpuAttentionProblem& p, std::string_view flag_hint) {
+    if (p.dtype != DType::fp16 && p.dtype != DType::bf16)
+        throw UsageError(fmt::format("{}: dtype {} is not supported on the GPU path; expected fp16 or bf16",
+                                     flag_hint, dtype_name(p.dtype)));
+    const AttentionShape& s = p.shape;
+    if (s.n_head < 1 || s.n_head_kv < 1 || s.d_head < 1 || s.n_head % s.n_head_kv != 0)
+        throw UsageError(fmt::format("{}: heads {} / KV heads {} / head dim {}: expected positive numbers with "
+                                     "heads a multiple of KV heads", flag_hint, s.n_head, s.n_head_kv, s.d_head));
+    if (s.d_head % 8 != 0 || s.d_head > gpu_attention_max_d_head)
+        throw UsageError(fmt::format("{}: head dim {} is not supported by the CUDA kernel; expected a multiple "
+                                     "of 8 up to {}", flag_hint, s.d_head, gpu_attention_max_d_head));
+    if (s.n_head > 65535 || s.n_head_kv > 65535 || p.n_batch < 1 || p.n_batch > 65535)
+        throw UsageError(fmt::format("{}: batch {}, heads {} and KV heads {} must each be 1..65535 (CUDA grid limit)",
+                                     flag_hint, p.n_batch, s.n_head, s.n_head_kv));
+    if (p.n_tokens < 1 || p.d_model < 1 || p.d_model > INT_MAX)
+        throw UsageError(fmt::format("{}: context {} and hidden size {} must be positive (hidden size < 2^31)",
+                                     flag_hint, p.n_tokens, p.d_model));
+    // cuBLAS takes int dimensions: the uncached GEMM has B*T rows.
+    if (p.n_tokens > INT_MAX / p.n_batch)
+        throw UsageError(fmt::format("{}: batch {} x context {} = {} rows exceeds the 2^31-1 rows a cuBLAS GEMM takes",
+                                     flag_hint, p.n_batch, p.n_tokens, static_cast<long double>(p.n_batch) * p.n_tokens));
+}
+
+GpuAttentionCost gpu_attention_cost(const GpuAttentionProblem& p) {
+    const std::uint64_t b = row_bytes(p.dtype, 1);
+    const std::uint64_t d_kv = checked_mul(u64(p.shape.n_head_kv), u64(p.shape.d_head), "KV width");
+    const std::uint64_t rows = checked_mul(u64(p.n_batch), u64(p.n_tokens), "batch x context");
+    GpuAttentionCost c;
+    c.kv_bytes = checked_mul(checked_mul(rows, d_kv, "KV values"), 2 * b, "KV bytes");
+    const std::uint64_t q_bytes =
+        checked_mul(checked_mul(checked_mul(u64(p.n_batch), u64(p.shape.n_head), "query heads"), u64(p.shape.d_head), "query values"),
+                    b, "query bytes");
+    c.cached_bytes = checked_add(c.kv_bytes, 2 * q_bytes, "cached step bytes");  // q read + out written, same size
+    const std::uint64_t x_bytes = checked_mul(checked_mul(rows, u64(p.d_model), "hidden values"), b, "hidden bytes");
+    const std::uint64_t w_bytes = checked_mul(checked_mul(u64(p.d_model), 2 * d_kv, "W_kv values"), b, "W_kv bytes");
+    c.uncached_bytes = checked_add(checked_add(x_bytes, w_bytes, "uncached step bytes"),
+                                   checked_add(checked_mul(c.kv_bytes, 2, "uncached step bytes"), 2 * q_bytes,
+                                               "uncached step bytes"),
+                                   "uncached step bytes");
+    const double attention_flops = 4.0 * static_cast<double>(p.n_batch) * static_cast<double>(p.shape.n_head) *
+                                   static_cast<double>(p.shape.d_head) * static_cast<double>(p.n_tokens);
+    c.cached_flops = attention_flops;
+    c.uncached_flops = 2.0 * static_cast<double>(rows) * static_cast<double>(p.d_model) * 2.0 * static_cast<double>(d_kv) +
+                       attention_flops;
+    // Split partials: per (sequence, query head, split) D fp32 sums plus a running max and sum.
+    const std::uint64_t partial_bytes = checked_mul(
+        checked_mul(checked_mul(u64(p.n_batch), u64(p.shape.n_head), "partials"), ceil_div(u64(p.n_tokens), chunk_tokens),
+                    "partials"),
+        (u64(p.shape.d_head) + 2) * 4, "partial bytes");
+    c.cached_device_bytes = checked_add(c.cached_bytes, partial_bytes, "cached device bytes");
+    // The uncached step holds X, W and the fused K|V it computes in place of the cache.
+    c.uncached_device_bytes = checked_add(checked_add(x_bytes, w_bytes, "uncached device bytes"),
+                                          c.cached_device_bytes, "uncached device bytes");
+    return c;
+}
+
+AttentionShape attention_variant(const AttentionShape& native, std::string_view spec, std::string_view flag) {
+    AttentionShape s = native;
+    if (spec == "native") return s;
+    if (spec == "mha") {
+        s.n_head_kv = s.n_head;
+        return s;
+    }
+    if (spec == "mqa") {
+        s.n_head_kv = 1;
+        return s;
+    }
+    if (spec.substr(0, 4) == "gqa:") {
+        const std::string_view digits = spec.substr(4);
+        std::int64_t n = 0;
+        const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+        if (ec == std::errc() && end == digits.data() + digits.size() && n >= 1 && n <= native.n_head &&
+            native.n_head % n == 0) {
+            s.n_head_kv = n;
+            return s;
+        }
+        throw UsageError(fmt::format("{}: '{}' needs a KV head count that divides the {} query heads, e.g. gqa:8",
+                                     flag, spec, native.n_head));
+    }
+    throw UsageError(fmt::format("{}: unknown attention variant '{}'; expected native, mha, mqa or gqa:N", flag, spec));
+}
+
+float round_to_dtype(float x, DType dtype) {
+    // fp16: 10 stored mantissa bits, subnormal step 2^-24, max 65504. bf16: 7 bits and the fp32 exponent
+    // range: subnormal step 2^-133, max (2 - 2^-7) * 2^127 = 255 * 2^120.
+    if (dtype == DType::fp16) return round_to_bits(x, 10, -24, 65504.0);
+    if (dtype == DType::bf16) return round_to_bits(x, 7, -133, std::ldexp(255.0, 120));
+    throw UsageError(fmt::format("round_to_dtype: dtype {} is not fp16 or bf16", dtype_name(dtype)));
+}
+
+double gpu_attention_tolerance(DType dtype, double max_abs_ref) {
+    const double ulp_at_one = dtype == DType::fp16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+    return 2.0 * ulp_at_one * std::max(1.0, max_abs_ref);
+}
+
+namespace {
+
+struct CheckInputs {
+    GpuAttentionProblem problem;
+    GpuAttentionInputs in;
+};
+
+CheckInputs random_inputs(const GpuAttentionProblem& shape_of, std::int64_t n_batch, std::int64_t n_tokens,
+                          std::mt19937_64& rng) {
+    CheckInputs c;
+    c.problem = shape_of;
+    c.problem.n_batch = n_batch;
+    c.problem.n_tokens = n_tokens;
+    // A small hidden width keeps the CPU GEMM quick; the kernel paths do not depend on d.
+    c.problem.d_model = std::min<std::int64_t>(shape_of.d_model, 128);
+    const AttentionShape& s = c.problem.shape;
+    const std::int64_t d_kv = s.n_head_kv * s.d_head;
+    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+    auto fill = [&](std::vector<float>& buf, std::size_t n, float scale) {
+        buf.resize(n);
+        for (float& value : buf) value = round_to_dtype(scale * unit(rng), c.problem.dtype);
+    };
+    fill(c.in.q, static_cast<std::size_t>(n_batch * s.n_head * s.d_head), 1.0f);
+    fill(c.in.k, static_cast<std::size_t>(n_batch * n_tokens * d_kv), 1.0f);
+    fill(c.in.v, static_cast<std::size_t>(n_batch * n_tokens * d_kv), 1.0f);
+    fill(c.in.x, static_cast<std::size_t>(n_batch * n_tokens * c.problem.d_model), 1.0f);
+    // W scaled by 1/sqrt(d) keeps K and V = X W near unit size.
+    fill(c.in.w_kv, static_cast<std::size_t>(c.problem.d_model * 2 * d_kv),
+         1.0f / std::sqrt(static_cast<float>(c.problem.d_model)));
+    return c;
+}
+
+// out (B, H*D) = attention_decode_ref per sequence over k, v (B, T, Hkv*D).
+std::vector<float> reference_outputs(const GpuAttentionProblem& p, const std::vector<float>& q,
+                                     const std::vector<float>& k, const std::vector<float>& v) {
+    const AttentionShape& s = p.shape;
+    const std::int64_t d_kv = s.n_head_kv * s.d_head;
+    std::vector<float> out(static_cast<std::size_t>(p.n_batch * s.n_head * s.d_head));
+    std::vector<float> scores(static_cast<std::size_t>(p.n_tokens));
+    for (std::int64_t b = 0; b < p.n_batch; ++b)
+        attention_decode_ref(s, q.data() + b * s.n_head * s.d_head, k.data() + b * p.n_tokens * d_kv,
+                             v.data() + b * p.n_tokens * d_kv, p.n_tokens, out.data() + b * s.n_head * s.d_head,
+                             scores.data());
+    return out;
+}
+
+GpuAttentionCheck compare(GpuAttentionPath path, const GpuAttentionProblem& p, int n_split,
+                          const std::vector<float>& got, const std::vector<float>& ref) {
+    GpuAttentionCheck c;
+    c.path = path;
+    c.n_batch = p.n_batch;
+    c.n_tokens = p.n_tokens;
+    c.d_model = p.d_model;
+    c.n_split = n_split;
+    double max_abs_ref = 0;
+    bool all_finite = got.size() == ref.size();
+    for (std::size_t i = 0; i < ref.size() && all_finite; ++i) {
+        if (!std::isfinite(got[i])) all_finite = false;
+        max_abs_ref = std::max(max_abs_ref, static_cast<double>(std::fabs(ref[i])));
+        c.max_abs_error = std::max(c.max_abs_error, static_cast<double>(std::fabs(got[i] - ref[i])));
+    }
+    if (!all_finite) c.max_abs_error = INFINITY;
+    c.tolerance = gpu_attention_tolerance(p.dtype, max_abs_ref);
+    c.passed = all_finite && c.max_abs_error <= c.tolerance;
+    return c;
+}
+
+}  // namespace
+
+std::vector<GpuAttentionCheck> gpu_attention_check(const GpuAttentionProblem& shape_of, std::uint64_t seed) {
+    validate_gpu_attention_problem(shape_of, "gpu attention check");
+    std::mt19937_64 rng(seed);
+    struct Case {
+        std::int64_t n_batch;
+        std::int64_t n_tokens;
+        int n_split;  // 0: as timing picks it
+    };
+    // T = 1: a single key; 300: one full 256-token chunk plus a partial one; 1300: several chunks,
+    // split across blocks and then forced into one block.
+    const Case cases[] = {{2, 1, 0}, {3, 300, 0}, {2, 1300, 0}, {2, 1300, 1}};
+    std::vector<GpuAttentionCheck> checks;
+    for (const Case& kase : cases) {
+        const CheckInputs c = random_inputs(shape_of, kase.n_batch, kase.n_tokens, rng);
+        const GpuAttentionProblem& p = c.problem;
+        const GpuAttentionOutputs got = gpu_attention_run(p, c.in, kase.n_split);
+        checks.push_back(compare(GpuAttentionPath::cached, p, got.n_split, got.out_cached,
+                                 reference_outputs(p, c.in.q, c.in.k, c.in.v)));
+        // Uncached reference: K, V = X W_kv in fp32, rounded to the dtype as the GEMM stores them.
+        const std::int64_t d_kv = p.shape.n_head_kv * p.shape.d_head;
+        const std::int64_t rows = p.n_batch * p.n_tokens;
+        std::vector<float> kv(static_cast<std::size_t>(rows * 2 * d_kv), 0.0f);  // (B*T, 2*Hkv*D) = X (B*T, d) W (d, 2*Hkv*D)
+        for (std::int64_t r = 0; r < rows; ++r) {
+            float* kv_r = kv.data() + r * 2 * d_kv;
+            for (std::int64_t j = 0; j < p.d_model; ++j) {
+                const float x_rj = c.in.x[static_cast<std::size_t>(r * p.d_model + j)];
+                const float* w_j = c.in.w_kv.data() + j * 2 * d_kv;
+                for (std::int64_t col = 0; col < 2 * d_kv; ++col) kv_r[col] += x_rj * w_j[col];
+            }
+        }
+        std::vector<float> k(static_cast<std::size_t>(rows * d_kv));
+        std::vector<float> v(k.size());
+        for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t j = 0; j < d_kv; ++j) {
+                k[static_cast<std::size_t>(r * d_kv + j)] = round_to_dtype(kv[static_cast<std::size_t>(r * 2 * d_kv + j)], p.dtype);
+                v[static_cast<std::size_t>(r * d_kv + j)] =
+                    round_to_dtype(kv[static_cast<std::size_t>(r * 2 * d_kv + d_kv + j)], p.dtype);
+            }
+        checks.push_back(compare(GpuAttentionPath::uncached, p, got.n_split, got.out_uncached,
+                                 reference_outputs(p, c.in.q, k, v)));
+    }
+    return checks;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,121 @@
+// Decode attention timed on a CUDA GPU: the cached step (read the KV cache) against the uncached step
+// (recompute K and V from hidden states with a GEMM, then attend). The core and the CLI see the CUDA
+// code only through this header; builds without CUDA link src/gpu/gpu_attention_nocuda.cpp instead.
+// Non-goals: a full forward pass on the GPU, paged caches, training.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/attention.hpp"
+#include "core/dtype.hpp"
+
+namespace kvlab {
+
+// One decode step of one attention layer for a batch of sequences.
+struct GpuAttentionProblem {
+    AttentionShape shape;         // H, Hkv, D
+    std::int64_t d_model = 0;     // d: width of the hidden states the uncached step projects to K and V
+    std::int64_t n_batch = 0;     // B sequences, one query token each
+    std::int64_t n_tokens = 0;    // T cached positions each query attends to
+    DType dtype = DType::fp16;    // storage of q, K, V, X, W and out: fp16 or bf16; arithmetic is fp32
+};
+
+enum class GpuAttentionPath { cached, uncached };
+std::string_view gpu_attention_path_name(GpuAttentionPath path);
+
+// Largest head dim the kernel handles (one 16-byte load of 8 values per lane, at most 32 lanes).
+inline constexpr std::int64_t gpu_attention_max_d_head = 256;
+
+// Throws UsageError naming `flag_hint` when the kernel cannot run the problem (dtype, D, H % Hkv).
+void validate_gpu_attention_problem(const GpuAttentionProblem& problem, std::string_view flag_hint);
+
+// Counts from the shapes (a multiply-add is 2 FLOPs). Bytes are the fewest each step must move through
+// device memory: every input read once, every output written once.
+struct GpuAttentionCost {
+    std::uint64_t kv_bytes = 0;           // K and V read by attention: B*T*Hkv*D*2*b
+    std::uint64_t cached_bytes = 0;       // kv_bytes + q B*H*D*b + out B*H*D*b
+    std::uint64_t uncached_bytes = 0;     // X B*T*d*b + W d*2*Hkv*D*b + K,V written then read + q + out
+    double cached_flops = 0;              // attention: 4*B*H*D*T (q.k and p.v, 2*H*D*T each)
+    double uncached_flops = 0;            // GEMM 2*(B*T)*d*(2*Hkv*D) + attention
+    std::uint64_t cached_device_bytes = 0;    // device memory the cached timing allocates
+    std::uint64_t uncached_device_bytes = 0;  // device memory the uncached timing allocates
+};
+// Throws OverflowError when a count does not fit 64 bits.
+GpuAttentionCost gpu_attention_cost(const GpuAttentionProblem& problem);
+
+// An attention variant of a native shape: "native", "mha" (Hkv = H), "mqa" (Hkv = 1) or "gqa:N"
+// (Hkv = N, N must divide H). Throws UsageError naming `flag`.
+AttentionShape attention_variant(const AttentionShape& native, std::string_view spec, std::string_view flag);
+
+// Round-to-nearest-even of x to fp16 or bf16 and back, as the GPU stores it. Throws UsageError for other dtypes.
+float round_to_dtype(float x, DType dtype);
+
+// Host copies of one problem's inputs, every value exactly representable in the problem's dtype.
+struct GpuAttentionInputs {
+    std::vector<float> q;      // (B, H*D)
+    std::vector<float> k;      // (B, T, Hkv*D) cached keys
+    std::vector<float> v;      // (B, T, Hkv*D) cached values
+    std::vector<float> x;      // (B, T, d) hidden states the uncached step projects
+    std::vector<float> w_kv;   // (d, 2*Hkv*D): [W_k | W_v], row-major
+};
+
+struct GpuAttentionOutputs {
+    std::vector<float> out_cached;    // (B, H*D) attention over the given K, V
+    std::vector<float> out_uncached;  // (B, H*D) attention over K, V = X W_kv computed on the device
+    int n_split = 0;                  // how many pieces T was split into (flash-decoding)
+};
+
+// One correctness comparison against attention_decode_ref.
+struct GpuAttentionCheck {
+    GpuAttentionPath path = GpuAttentionPath::cached;
+    std::int64_t n_batch = 0;
+    std::int64_t n_tokens = 0;
+    std::int64_t d_model = 0;
+    int n_split = 0;
+    double max_abs_error = 0;
+    double tolerance = 0;
+    bool passed = false;
+};
+// Tolerance on |out - ref| for outputs of magnitude <= max_abs_ref: 2 units in the last place of the
+// dtype at max(1, max_abs_ref) (fp16 2^-10, bf16 2^-7), covering the output's own rounding plus fp32
+// summation order; NaN never passes.
+double gpu_attention_tolerance(DType dtype, double max_abs_ref);
+// Runs both paths on small random problems with `shape_of`'s H, Hkv, D and dtype (hidden min(d, 128);
+// T = 1, 300 and 1300, the last also with T unsplit), against the CPU reference on the same rounded inputs.
+// Throws UnavailableError without CUDA or a device.
+std::vector<GpuAttentionCheck> gpu_attention_check(const GpuAttentionProblem& shape_of, std::uint64_t seed);
+
+// ---- implemented by src/gpu/cuda/ (CUDA builds) or src/gpu/gpu_attention_nocuda.cpp ----
+
+struct CudaDevice {
+    std::string name;                  // e.g. "NVIDIA H100 80GB HBM3"
+    int cc_major = 0;
+    int cc_minor = 0;
+    int n_sm = 0;
+    std::uint64_t l2_bytes = 0;
+    std::uint64_t memory_bytes = 0;
+    std::uint64_t memory_free_bytes = 0;
+};
+
+struct GpuTiming {
+    double median_ns = 0;   // median over repeats, CUDA events around the timed launches only
+    double min_ns = 0;
+    int n_repeat = 0;
+    int n_split = 0;        // attention splits used (0 for a copy)
+};
+
+bool cuda_built();
+// Device 0. Throws UnavailableError when this build has no CUDA or no device is present.
+CudaDevice cuda_device();
+// Runs both paths once on `inputs`; n_split 0 picks the split count as timing does.
+GpuAttentionOutputs gpu_attention_run(const GpuAttentionProblem& problem, const GpuAttentionInputs& inputs,
+                                      int n_split);
+// Times one path on device-generated random inputs; L2 is flushed before every repeat.
+GpuTiming gpu_attention_time(const GpuAttentionProblem& problem, GpuAttentionPath path, int n_warmup,
+                             int n_repeat);
+// Times a device-to-device copy of `bytes` (the bandwidth reference: 2*bytes moved per copy).
+GpuTiming cuda_copy_time(std::uint64_t bytes, int n_warmup, int n_repeat);
+
+}  // namespace kvlab

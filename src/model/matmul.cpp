@@ -1,0 +1,163 @@
+#include "model/matmul.hpp"
+
+#include <algorithm>
+
+#include <Eigen/Core>
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace kvlab {
+
+namespace {
+
+namespace ei = Eigen::internal;
+using Packet = ei::packet_traits<float>::type;  // the widest SIMD register of the build
+constexpr std::int64_t kPacket = ei::packet_traits<float>::size;
+constexpr int kRegisters = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS;
+constexpr int kTileVectors = 4;  // registers of tokens per tile (gemm_rows dispatches on 1..4)
+constexpr std::int64_t kTileTokens = kTileVectors * kPacket;
+constexpr std::int64_t kGroupTokens = 4 * kTileTokens;  // tokens packed at once: several tiles share one weight pass
+constexpr std::int64_t kPanelBytes = 256 * 1024;       // weight rows kept in L2 while a group's tiles pass over them
+
+// The kernels are templates on their register blocking (rows, token registers) so that the
+// accumulators are fixed-size arrays the compiler keeps in registers.
+
+// out[s] = row[s] . x for S rows read side by side: S independent accumulators, so S streams of
+// weights are in flight and the FMA chains do not wait on each other.
+template <int S>
+void dot_rows(const float* const (&row)[S], std::int64_t cols, const float* x, float* const (&out)[S]) {
+    Packet acc[S];
+    for (int s = 0; s < S; ++s) acc[s] = ei::pset1<Packet>(0.0f);
+    std::int64_t j = 0;
+    for (; j + kPacket <= cols; j += kPacket) {
+        const Packet xj = ei::ploadu<Packet>(x + j);
+        for (int s = 0; s < S; ++s) acc[s] = ei::pmadd(ei::ploadu<Packet>(row[s] + j), xj, acc[s]);
+    }
+    for (int s = 0; s < S; ++s) {
+        float sum = ei::predux(acc[s]);
+        for (std::int64_t t = j; t < cols; ++t) sum += row[s][t] * x[t];
+        *out[s] = sum;
+    }
+}
+
+// Rows per gemm micro-kernel with C registers of tokens: R*C accumulators + C token registers + one
+// broadcast weight must fit the register file (AVX-512, 32 registers: C = 4 -> 6 rows; AVX: C = 4 -> 2).
+constexpr int rows_for(int C) { return std::clamp((kRegisters - C - 1) / C, 1, 8); }
+
+// tile (R, kTileTokens) = W rows (R, cols) @ xt (cols, C*kPacket), the first C*kPacket tokens: for
+// each input feature j, R weights w[r][j] are broadcast against the C token registers xt[j].
+// Meanwhile the next R rows (`next`, nullable) are prefetched, a line of each per 16 features, so
+// they arrive while this block computes.
+template <int R, int C>
+void gemm_tile(const float* w, std::int64_t ldw, std::int64_t cols, const float* xt, float* tile, const float* next) {
+    Packet acc[R][C];
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) acc[r][c] = ei::pset1<Packet>(0.0f);
+    for (std::int64_t j = 0; j < cols; ++j) {
+        if (next && j % 16 == 0)
+            for (int r = 0; r < R; ++r) ei::prefetch(next + r * ldw + j);
+        Packet xj[C];
+        for (int c = 0; c < C; ++c) xj[c] = ei::ploadu<Packet>(xt + (j * C + c) * kPacket);
+        for (int r = 0; r < R; ++r) {
+            const Packet wr = ei::pset1<Packet>(w[r * ldw + j]);
+            for (int c = 0; c < C; ++c) acc[r][c] = ei::pmadd(wr, xj[c], acc[r][c]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) ei::pstore(tile + r * kTileTokens + c * kPacket, acc[r][c]);
+}
+
+// out (n_tok, rows) for one tile of n_tok <= kTileTokens packed tokens: R rows at a time, then one by one.
+template <int C>
+void gemm_tokens(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* xt,
+                 std::int64_t n_tok, float* out, std::int64_t ldo) {
+    constexpr int R = rows_for(C);
+    alignas(64) float tile[R * kTileTokens];  // (R, tile tokens) one block of out^T
+    auto scatter = [&](std::int64_t i0, int n_rows) {  // tile^T into out rows
+        for (std::int64_t t = 0; t < n_tok; ++t)
+            for (int r = 0; r < n_rows; ++r) out[t * ldo + i0 + r] = tile[r * kTileTokens + t];
+    };
+    std::int64_t i = 0;
+    for (; i + R <= rows; i += R) {
+        gemm_tile<R, C>(w + i * ldw, ldw, cols, xt, tile, i + 2 * R <= rows ? w + (i + R) * ldw : nullptr);
+        scatter(i, R);
+    }
+    for (; i < rows; ++i) {
+        gemm_tile<1, C>(w + i * ldw, ldw, cols, xt, tile, nullptr);
+        scatter(i, 1);
+    }
+}
+
+// xt (cols, n_vec registers) = x rows 0..n_tok-1 transposed, zero past n_tok up to a whole register.
+void pack_tile(const float* x, std::int64_t ldx, std::int64_t n_tok, std::int64_t cols, float* xt) {
+    const std::int64_t width = (n_tok + kPacket - 1) / kPacket * kPacket;
+    for (std::int64_t j = 0; j < cols; ++j) {
+        float* xt_j = xt + j * width;
+        for (std::int64_t t = 0; t < n_tok; ++t) xt_j[t] = x[t * ldx + j];
+        std::fill(xt_j + n_tok, xt_j + width, 0.0f);
+    }
+}
+
+}  // namespace
+
+void gemv_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, float* y) {
+    constexpr int S = kGemvStreams;
+    // rows = S * per + rest: sub-block s is rows [s*per, (s+1)*per); the rest run one at a time
+    const std::int64_t per = rows / S;
+    for (std::int64_t i = 0; i < per; ++i) {
+        const float* row[S];
+        float* out[S];
+        for (int s = 0; s < S; ++s) {
+            row[s] = w + (s * per + i) * ldw;
+            out[s] = y + s * per + i;
+        }
+        dot_rows<S>(row, cols, x, out);
+    }
+    for (std::int64_t i = S * per; i < rows; ++i) {
+        const float* row[1] = {w + i * ldw};
+        float* out[1] = {y + i};
+        dot_rows<1>(row, cols, x, out);
+    }
+}
+
+std::int64_t gemm_tile_tokens() { return kTileTokens; }
+
+std::int64_t gemm_scratch_floats(std::int64_t cols, std::int64_t n_max) {
+    std::int64_t out = 0;
+    if (__builtin_mul_overflow(cols, std::min(kGroupTokens, (n_max + kPacket - 1) / kPacket * kPacket), &out))
+        throw OverflowError(fmt::format("GEMM scratch for {} input features overflows 64 bits; expected a real model's shape", cols));
+    return out;
+}
+
+void gemm_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, std::int64_t ldx,
+               std::int64_t n, float* out, std::int64_t ldo, float* scratch) {
+    static_assert(kTileVectors == 4, "gemm_rows dispatches on 1..4 token registers");
+    const std::int64_t row_bytes = std::max<std::int64_t>(1, cols) * static_cast<std::int64_t>(sizeof(float));
+    for (std::int64_t g0 = 0; g0 < n; g0 += kGroupTokens) {
+        // pack every tile of this group of tokens once: tile k at scratch + k * cols * kTileTokens
+        const std::int64_t n_group = std::min(kGroupTokens, n - g0);
+        for (std::int64_t t0 = 0; t0 < n_group; t0 += kTileTokens)
+            pack_tile(x + (g0 + t0) * ldx, ldx, std::min(kTileTokens, n_group - t0), cols, scratch + t0 * cols);
+        // one tile: every row once; several: panels of rows small enough to stay in L2 while every
+        // tile passes over them, so the weights come from memory once per group
+        const std::int64_t panel = n_group <= kTileTokens ? rows : std::max<std::int64_t>(16, kPanelBytes / row_bytes);
+        for (std::int64_t i0 = 0; i0 < rows; i0 += panel) {
+            const std::int64_t n_rows = std::min(panel, rows - i0);
+            const float* w_i0 = w + i0 * ldw;
+            for (std::int64_t t0 = 0; t0 < n_group; t0 += kTileTokens) {
+                const std::int64_t n_tok = std::min(kTileTokens, n_group - t0);
+                const float* xt = scratch + t0 * cols;
+                float* out_t0 = out + (g0 + t0) * ldo + i0;
+                switch ((n_tok + kPacket - 1) / kPacket) {  // only the registers that hold tokens
+                    case 1: gemm_tokens<1>(w_i0, ldw, n_rows, cols, xt, n_tok, out_t0, ldo); break;
+                    case 2: gemm_tokens<2>(w_i0, ldw, n_rows, cols, xt, n_tok, out_t0, ldo); break;
+                    case 3: gemm_tokens<3>(w_i0, ldw, n_rows, cols, xt, n_tok, out_t0, ldo); break;
+                    default: gemm_tokens<4>(w_i0, ldw, n_rows, cols, xt, n_tok, out_t0, ldo); break;
+                }
+            }
+        }
+    }
+}
+
+}  // namespace kvlab

@@ -1,0 +1,101 @@
+// Simulator: decodes one prompt with the KV cache, without it, or both in lockstep on the same
+// tokens, recording one StepRecord per step per mode and comparing the two modes' logits.
+// Non-goals: printing (simulation_report does that), files (step_trace does that).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "core/checked.hpp"
+#include "model/cost.hpp"
+#include "calc/model_config.hpp"
+#include "model/sampler.hpp"
+#include "model/transformer.hpp"
+#include "model/weights.hpp"
+
+namespace kvlab {
+
+enum class SimMode { cached, uncached, both };
+SimMode parse_sim_mode(std::string_view text, std::string_view flag);  // throws UsageError
+std::string_view step_mode_name(StepMode mode);                       // "cached" | "uncached"
+
+struct SimulateOptions {
+    SimMode mode = SimMode::both;
+    std::int64_t n_prompt = 32;             // random prompt length, used when prompt_ids is empty
+    std::vector<TokenId> prompt_ids;        // explicit prompt
+    std::int64_t n_steps = 128;             // tokens generated; step 0 is the prefill
+    SamplerOptions sampler;                 // greedy by default
+    std::uint64_t seed = 42;                // random prompt ids (weights take their own seed)
+    bool count = true;                      // false: no cost counting (benchmarks measure its overhead)
+    const std::atomic<bool>* stop = nullptr;  // when set (SIGINT), stop after the current step
+    std::function<void(std::int64_t n_done, std::int64_t n_steps)> on_step;  // progress, may be empty
+    std::function<void(TokenId token)> on_token;  // each generated token as soon as it is chosen, may be empty
+};
+
+// One forward call of one mode. Costs are summed over layers.
+struct StepRecord {
+    StepMode mode = StepMode::cached;
+    std::int64_t step = 0;          // 0 = prefill (cached) / first full forward (uncached)
+    std::int64_t position = 0;      // position of the newest token processed
+    std::int64_t n_tokens = 0;      // tokens run through the model in this call
+    std::int64_t n_keys = 0;        // keys the newest token's query attends (widest layer)
+    StepCost cost;                  // per op
+    std::uint64_t kv_bytes_resident = 0;  // bytes of valid K and V in the cache after the step (uncached: 0)
+    std::int64_t wall_ns = 0;       // the forward call only (not sampling or comparison)
+    TokenId token = 0;              // token chosen from this step's logits
+    double max_abs_dlogit = -1.0;   // both modes: max |cached - uncached| logit this step; else -1
+    bool argmax_flip = false;       // both modes: argmaxes differ within tolerance (a near-tie)
+};
+
+struct SimulationResult {
+    std::vector<TokenId> prompt;
+    std::vector<TokenId> generated;
+    std::vector<StepRecord> records;  // per step: the cached record, then the uncached one
+    std::int64_t n_steps_done = 0;
+    bool interrupted = false;
+    std::uint64_t kv_cache_bytes = 0;   // allocated (0 in uncached mode)
+    double max_abs_dlogit = 0.0;        // over all steps (both modes)
+    std::int64_t n_argmax_flips = 0;
+    std::optional<std::int64_t> first_divergent_step;  // Δlogit beyond tolerance
+    double divergent_dlogit = 0.0;
+    double divergent_tolerance = 0.0;
+};
+
+// Tolerance for comparing the two modes' logits: 1e-3 * max(1, max |reference logit|).
+double logit_tolerance(const VectorF& reference);
+
+// The config simulate runs: `n_layers` (--layers) keeps the real layer shapes, fewer layers.
+// Throws ConfigError for MoE or MLA configs and UsageError for n_layers outside 1..L.
+ModelConfig simulation_config(const ModelConfig& cfg, std::optional<std::int64_t> n_layers);
+
+// Positions the run allocates: prompt + steps. Throws UsageError for empty/negative sizes, token ids
+// outside the vocabulary, or prompt + steps beyond the model's context.
+std::int64_t simulation_positions(const ModelConfig& cfg, const SimulateOptions& options);
+
+struct MemoryEstimate {
+    std::uint64_t weights = 0;
+    std::uint64_t kv_cache = 0;
+    std::uint64_t activations = 0;
+    std::uint64_t records = 0;  // StepRecords kept for the report and trace
+    std::uint64_t total() const {
+        return checked_add(checked_add(weights, kv_cache, "memory estimate"), checked_add(activations, records, "memory estimate"),
+                           "memory estimate");
+    }
+};
+// The transformer buffers a run needs: cached-only runs hold the prompt's tokens per call (then one per
+// step), runs with the uncached mode the whole sequence. Call simulation_positions first (it validates).
+TransformerSize simulation_size(const ModelConfig& cfg, const SimulateOptions& options);
+MemoryEstimate estimate_simulation_memory(const ModelConfig& cfg, const SimulateOptions& options);
+// The estimate, or UsageError naming --max-memory with a --layers hint when it exceeds max_bytes.
+MemoryEstimate check_simulation_memory(const ModelConfig& cfg, const SimulateOptions& options, std::uint64_t max_bytes);
+
+// The prompt a run decodes: options.prompt_ids, or n_prompt ids drawn uniformly from the vocabulary
+// with options.seed. Call simulation_positions first (it validates the sizes).
+std::vector<TokenId> simulation_prompt(const ModelConfig& cfg, const SimulateOptions& options);
+
+SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, const SimulateOptions& options);
+
+}  // namespace kvlab

@@ -1,0 +1,157 @@
+#include "report/simulation_report.hpp"
+
+#include <fmt/format.h>
+
+namespace kvlab {
+
+namespace {
+
+double per_second(double amount, std::int64_t ns) { return ns > 0 ? amount / (static_cast<double>(ns) * 1e-9) : 0.0; }
+double ratio(double num, double den) { return den > 0.0 ? num / den : 0.0; }
+
+const StepRecord* find_record(const std::vector<StepRecord>& records, StepMode mode, std::int64_t step) {
+    for (const auto& r : records)
+        if (r.mode == mode && r.step == step) return &r;
+    return nullptr;
+}
+
+}  // namespace
+
+ModeTotals mode_totals(const std::vector<StepRecord>& records, StepMode mode) {
+    ModeTotals t;
+    for (const auto& r : records) {
+        if (r.mode != mode) continue;
+        ++t.n_steps;
+        t.n_tokens += r.n_tokens;
+        t.cost += r.cost.total();
+        t.flops_matmul += r.cost.flops(OpCategory::matmul);
+        t.flops_attention += r.cost.flops(OpCategory::attention);
+        t.flops_other += r.cost.flops(OpCategory::other);
+        t.kv_bytes_resident = r.kv_bytes_resident;
+        t.wall_ns += r.wall_ns;
+    }
+    return t;
+}
+
+RunSummary run_summary(const ModelConfig& cfg, const SimulateOptions& o, const SimulationResult& result) {
+    RunSummary s;
+    s.display_name = cfg.display_name;
+    s.mode = o.mode;
+    s.n_prompt = static_cast<std::int64_t>(result.prompt.size());
+    s.n_steps = o.n_steps;
+    s.n_steps_done = result.n_steps_done;
+    s.interrupted = result.interrupted;
+    s.counted = o.count;
+    s.kv_cache_bytes = result.kv_cache_bytes;
+    s.max_abs_dlogit = result.max_abs_dlogit;
+    s.n_argmax_flips = result.n_argmax_flips;
+    s.first_divergent_step = result.first_divergent_step;
+    s.divergent_dlogit = result.divergent_dlogit;
+    s.divergent_tolerance = result.divergent_tolerance;
+    return s;
+}
+
+Report simulation_report(const ModelConfig& cfg, const SimulateOptions& o, const SimulationResult& result,
+                         const nlohmann::json& inputs, UnitSystem units) {
+    return simulation_report(run_summary(cfg, o, result), result.records, inputs, units);
+}
+
+Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& records, const nlohmann::json& inputs,
+                         UnitSystem units) {
+    std::vector<StepMode> modes;
+    if (run.mode != SimMode::uncached) modes.push_back(StepMode::cached);
+    if (run.mode != SimMode::cached) modes.push_back(StepMode::uncached);
+    const bool both = modes.size() == 2;
+    std::vector<ModeTotals> totals;
+    for (const StepMode m : modes) totals.push_back(mode_totals(records, m));
+
+    Report report;
+    report.inputs = inputs;
+    Table t;
+    t.title = fmt::format("kvlab simulate: {}, prompt {} tokens, {} steps", run.display_name, run.n_prompt,
+                          run.n_steps_done);
+    t.columns.push_back({"metric", "", false});
+    for (const StepMode m : modes) t.columns.push_back({std::string(step_mode_name(m)), std::string(step_mode_name(m))});
+    if (both) t.columns.push_back({"uncached_over_cached", "uncached / cached"});
+
+    auto add_row = [&](const std::string& key, const std::string& label, auto make_cell, auto value_of) {
+        std::vector<Cell> row{{label, key}};
+        for (const auto& mt : totals) row.push_back(make_cell(value_of(mt)));
+        if (both) row.push_back(ratio_cell(ratio(static_cast<double>(value_of(totals[1])), static_cast<double>(value_of(totals[0])))));
+        t.rows.push_back(std::move(row));
+    };
+    auto flop = [](std::uint64_t v) { return count_cell(v, "FLOP"); };
+    auto ops = [](std::uint64_t v) { return count_cell(v, "op"); };
+    auto bytes = [&](std::uint64_t v) { return bytes_cell(v, units); };
+    auto integer = [](std::int64_t v) { return int_cell(v); };
+    auto ms = [](double v) { return real_cell(v, 1); };
+    auto rate = [](double v) { return real_cell(v, 2); };
+
+    add_row("steps", "steps (tokens generated)", integer, [](const ModeTotals& m) { return m.n_steps; });
+    add_row("tokens_processed", "tokens through the model", integer, [](const ModeTotals& m) { return m.n_tokens; });
+    add_row("flops", "FLOPs", flop, [](const ModeTotals& m) { return m.cost.flops; });
+    add_row("flops_matmul", "  matmul (weights)", flop, [](const ModeTotals& m) { return m.flops_matmul; });
+    add_row("flops_attention", "  attention (QK, softmax, AV)", flop, [](const ModeTotals& m) { return m.flops_attention; });
+    add_row("flops_other", "  other (norms, RoPE, act., ...)", flop, [](const ModeTotals& m) { return m.flops_other; });
+    add_row("transcendentals", "transcendentals", ops, [](const ModeTotals& m) { return m.cost.transcendentals; });
+    add_row("bytes_weights_read", "weight bytes read", bytes, [](const ModeTotals& m) { return m.cost.bytes_weights_read; });
+    add_row("bytes_act", "activation bytes (read + written)", bytes,
+            [](const ModeTotals& m) { return m.cost.bytes_act_read + m.cost.bytes_act_written; });
+    add_row("bytes_kv_read", "KV-cache bytes read", bytes, [](const ModeTotals& m) { return m.cost.bytes_kv_read; });
+    add_row("bytes_kv_written", "KV-cache bytes written", bytes, [](const ModeTotals& m) { return m.cost.bytes_kv_written; });
+    add_row("bytes_total", "bytes moved", bytes, [](const ModeTotals& m) { return m.cost.bytes_total(); });
+    add_row("kv_bytes_resident", "KV cache resident at the end", bytes, [](const ModeTotals& m) { return m.kv_bytes_resident; });
+    add_row("flop_per_byte", "arithmetic intensity (FLOP/B)", rate,
+            [](const ModeTotals& m) { return ratio(static_cast<double>(m.cost.flops), static_cast<double>(m.cost.bytes_total())); });
+    if (run.has_wall_time) {
+        add_row("wall_ms", "wall time (ms)", ms, [](const ModeTotals& m) { return static_cast<double>(m.wall_ns) * 1e-6; });
+        add_row("tokens_per_s", "tokens/s", rate,
+                [](const ModeTotals& m) { return per_second(static_cast<double>(m.n_steps), m.wall_ns); });
+        add_row("gflop_per_s", "achieved GFLOP/s", rate,
+                [](const ModeTotals& m) { return per_second(static_cast<double>(m.cost.flops) * 1e-9, m.wall_ns); });
+        add_row("gb_per_s", "achieved GB/s (1e9 B/s)", rate,
+                [](const ModeTotals& m) { return per_second(static_cast<double>(m.cost.bytes_total()) * 1e-9, m.wall_ns); });
+    }
+
+    // how per-step cost grows: first decode step vs last step, measured
+    const std::int64_t last = run.n_steps_done - 1;
+    if (last >= 2) {
+        std::string growth = fmt::format("per-step FLOPs, step 1 -> step {}:", last);
+        for (const StepMode m : modes) {
+            const StepRecord* a = find_record(records, m, 1);
+            const StepRecord* b = find_record(records, m, last);
+            growth += fmt::format(" {} x{:.2f} (attention x{:.2f}){}", step_mode_name(m),
+                                  ratio(static_cast<double>(b->cost.total().flops), static_cast<double>(a->cost.total().flops)),
+                                  ratio(static_cast<double>(b->cost.flops(OpCategory::attention)),
+                                        static_cast<double>(a->cost.flops(OpCategory::attention))),
+                                  m == modes.back() ? "" : ";");
+        }
+        const StepRecord* first = find_record(records, modes[0], 1);
+        const StepRecord* final = find_record(records, modes[0], last);
+        growth += fmt::format(" (keys attended {} -> {})", first->n_keys, final->n_keys);
+        t.notes.push_back(growth);
+        t.notes.push_back("uncached work per step grows with T (every K and V is recomputed), so its total grows with T^2; "
+                          "cached work per step is flat apart from attention over the cache");
+    }
+    if (run.kv_cache_bytes > 0)
+        t.notes.push_back(fmt::format("KV cache allocated: {} for {} positions (fp32, K and V, all layers; = kvcalc's figure)",
+                                      format_bytes(run.kv_cache_bytes, units), run.n_prompt + run.n_steps));
+    if (both) {
+        t.notes.push_back(fmt::format("logits: max |cached - uncached| = {:.3g} over {} steps (tolerance 1e-3 * max(1, max |logit|)); "
+                                      "argmax flips on near-ties: {}",
+                                      run.max_abs_dlogit, run.n_steps_done, run.n_argmax_flips));
+        if (run.first_divergent_step)
+            t.notes.push_back(fmt::format("DIVERGED: at step {} max |delta logit| = {:.3g} > tolerance {:.3g}",
+                                          *run.first_divergent_step, run.divergent_dlogit, run.divergent_tolerance));
+        else
+            t.notes.push_back("both modes produced the same logits within tolerance, on the same tokens");
+    }
+    if (!run.counted) t.notes.push_back("counting was off: FLOP and byte figures are zero");
+    if (!run.has_wall_time) t.notes.push_back("no wall time: the trace was written with --deterministic");
+    if (run.interrupted)
+        report.notes.push_back(fmt::format("interrupted: stopped after {} of {} steps", run.n_steps_done, run.n_steps));
+    report.tables.push_back(std::move(t));
+    return report;
+}
+
+}  // namespace kvlab

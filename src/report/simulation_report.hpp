@@ -1,0 +1,52 @@
+// The end-of-run report of `kvlab simulate`: cached vs uncached totals side by side, their ratios,
+// how per-step cost grows, and the logit comparison, as a printer Report (table/csv/json/markdown).
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/printer.hpp"
+#include "model/simulator.hpp"
+
+namespace kvlab {
+
+// Totals of one mode's records.
+struct ModeTotals {
+    std::int64_t n_steps = 0;
+    std::int64_t n_tokens = 0;          // tokens run through the model, summed over steps
+    OpCost cost;
+    std::uint64_t flops_matmul = 0, flops_attention = 0, flops_other = 0;
+    std::uint64_t kv_bytes_resident = 0;  // at the last step
+    std::int64_t wall_ns = 0;
+};
+ModeTotals mode_totals(const std::vector<StepRecord>& records, StepMode mode);
+
+// What the report needs beyond the records. simulate takes it from its run; `kvlab trace summary`
+// from a trace file's header, so both print the same table from the same code.
+struct RunSummary {
+    std::string display_name;
+    SimMode mode = SimMode::both;
+    std::int64_t n_prompt = 0;            // prompt tokens
+    std::int64_t n_steps = 0;             // steps requested
+    std::int64_t n_steps_done = 0;
+    bool interrupted = false;
+    bool counted = true;                  // false: cost counting was off
+    bool has_wall_time = true;            // false: read from a --deterministic trace (no wall-time rows)
+    std::uint64_t kv_cache_bytes = 0;     // allocated (0 without the cached mode)
+    double max_abs_dlogit = 0.0;
+    std::int64_t n_argmax_flips = 0;
+    std::optional<std::int64_t> first_divergent_step;
+    double divergent_dlogit = 0.0;
+    double divergent_tolerance = 0.0;
+};
+RunSummary run_summary(const ModelConfig& cfg, const SimulateOptions& options, const SimulationResult& result);
+
+// `inputs` is copied into the report (JSON "inputs", CSV comments).
+Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& records, const nlohmann::json& inputs,
+                         UnitSystem units);
+Report simulation_report(const ModelConfig& cfg, const SimulateOptions& options, const SimulationResult& result,
+                         const nlohmann::json& inputs, UnitSystem units);
+
+}  // namespace kvlab

@@ -1,0 +1,50 @@
+// Step traces: one record per step per mode, per-op costs included, as CSV, JSON Lines or Chrome
+// Trace Event JSON (Perfetto), docs/trace-format.md. trace_reader reads them back.
+// Written atomically: a temporary file in the same directory, renamed over the target at the end.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "report/simulation_report.hpp"
+#include "model/simulator.hpp"
+
+namespace kvlab {
+
+enum class TraceFormat { csv, jsonl, perfetto };
+inline constexpr int trace_format_version = 2;
+std::string_view trace_format_name(TraceFormat format);  // "csv" | "jsonl" | "perfetto"
+
+// A trace as written or read back: the run's inputs and summary, and its records in file order.
+struct StepTrace {
+    nlohmann::json inputs = nlohmann::json::object();  // flat object of run inputs
+    RunSummary run;                                     // run.has_wall_time false: --deterministic
+    std::vector<StepRecord> records;
+    TraceFormat format = TraceFormat::csv;              // set by the reader
+};
+
+// From the extension: .csv, .jsonl or .json (Perfetto). Throws UsageError naming --trace.
+TraceFormat trace_format_for(const std::filesystem::path& path);
+// Before any work: the extension is known and a file can be created next to `path`.
+// Throws UsageError naming --trace and the reason.
+void check_trace_writable(const std::filesystem::path& path);
+
+// Column names in order: the step columns, then "<op>.<field>" per op. `deterministic` drops the
+// wall-time columns (wall_ns, gflop_per_s, gb_per_s, <op>.wall_ns).
+std::vector<std::string> trace_columns(bool deterministic);
+// The per-op fields, in column order: "flops", "transcendentals", "bytes_*" and, measured, "wall_ns".
+std::vector<std::string> trace_op_fields(bool deterministic);
+// One record as a flat JSON object keyed by trace_columns (max_abs_dlogit null when not compared).
+nlohmann::json trace_record_json(const StepRecord& record, bool deterministic);
+// The run summary as a flat JSON object (JSONL/Perfetto header "run", CSV "# run.key=value" lines).
+nlohmann::json run_summary_json(const RunSummary& run);
+
+// Writes `trace` in the format the extension names; `deterministic` leaves out wall time (Perfetto:
+// modelled time instead). Throws IoError if the file cannot be written.
+void write_step_trace(const std::filesystem::path& path, const RunSummary& run, const std::vector<StepRecord>& records,
+                      const nlohmann::json& inputs, bool deterministic);
+
+}  // namespace kvlab

@@ -1,0 +1,252 @@
+#include "trace/trace_report.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "core/json_input.hpp"
+#include "core/error.hpp"
+#include "trace/perfetto_trace.hpp"
+#include "report/simulation_report.hpp"
+
+namespace kvlab {
+
+namespace {
+
+// B - A with a sign, in the unit's human form; the exact signed difference for scripts
+Cell delta_cell(std::uint64_t a, std::uint64_t b, bool bytes, UnitSystem units) {
+    const bool negative = b < a;
+    const std::uint64_t magnitude = negative ? a - b : b - a;
+    const Cell c = bytes ? bytes_cell(magnitude, units) : count_cell(magnitude, "FLOP");
+    const double exact = negative ? -static_cast<double>(magnitude) : static_cast<double>(magnitude);
+    return {fmt::format("{}{}", negative ? "-" : "+", c.text),
+            magnitude <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ? nlohmann::json(negative ? -static_cast<std::int64_t>(magnitude)
+                                                                                        : static_cast<std::int64_t>(magnitude))
+                                                              : nlohmann::json(exact)};
+}
+
+double ratio(double num, double den) { return den > 0.0 ? num / den : 0.0; }
+Cell ratio_of(double b, double a) { return ratio_cell(ratio(b, a)); }
+Cell us_cell(std::int64_t ns) { return real_cell(static_cast<double>(ns) * 1e-3, 1); }
+
+std::vector<StepMode> modes_of(const StepTrace& t) {
+    std::vector<StepMode> modes;
+    if (t.run.mode != SimMode::uncached) modes.push_back(StepMode::cached);
+    if (t.run.mode != SimMode::cached) modes.push_back(StepMode::uncached);
+    return modes;
+}
+
+const StepRecord* find_record(const StepTrace& t, StepMode mode, std::int64_t step) {
+    for (const auto& r : t.records)
+        if (r.mode == mode && r.step == step) return &r;
+    return nullptr;
+}
+
+std::string source_note(const StepTrace& t) {
+    return fmt::format("{}, prompt {} tokens, {} steps ({} trace{})", t.run.display_name, t.run.n_prompt,
+                       t.run.n_steps_done, trace_format_name(t.format), t.run.has_wall_time ? "" : ", --deterministic");
+}
+
+}  // namespace
+
+std::vector<std::int64_t> steps_shown(std::int64_t n_steps, std::int64_t every) {
+    if (every < 1) throw UsageError(fmt::format("--every: {}; expected 1 or more (1 = every step)", every));
+    std::vector<std::int64_t> steps;
+    for (std::int64_t s = 0; s < n_steps; s += every) steps.push_back(s);
+    if (n_steps > 0 && steps.back() != n_steps - 1) steps.push_back(n_steps - 1);
+    return steps;
+}
+
+Report trace_summary_report(const StepTrace& trace, UnitSystem units) {
+    return simulation_report(trace.run, trace.records, trace.inputs, units);
+}
+
+Report trace_steps_report(const StepTrace& trace, std::int64_t every, bool ops, UnitSystem units) {
+    const auto steps = steps_shown(trace.run.n_steps_done, every);
+    const bool wall = trace.run.has_wall_time;
+    Report report;
+    report.inputs = trace.inputs;
+
+    Table t;
+    t.title = fmt::format("kvlab trace steps: {}", source_note(trace));
+    t.columns = {{"step", "step"},           {"mode", "mode", false},     {"phase", "phase", false},
+                 {"n_tokens", "tokens"},     {"n_keys", "keys"},          {"flops", "FLOPs"},
+                 {"flops_attention", "attn FLOPs"}, {"bytes_total", "bytes moved"}, {"bytes_weights_read", "weights read"},
+                 {"bytes_kv_read", "KV read"}, {"kv_bytes_resident", "KV resident"}, {"flop_per_byte", "FLOP/B"}};
+    if (wall) t.columns.push_back({"wall_us", "wall µs"});
+    else t.columns.push_back({"modelled_us", "modelled µs"});
+    for (const std::int64_t s : steps)
+        for (const StepMode m : modes_of(trace)) {
+            const StepRecord* r = find_record(trace, m, s);
+            const OpCost c = r->cost.total();
+            std::int64_t modelled = 0;
+            for (const auto& op : r->cost.ops) modelled += modelled_op_ns(op);
+            t.rows.push_back({int_cell(s), text_cell(std::string(step_mode_name(m))),
+                              text_cell(s == 0 ? "prefill" : "decode"), int_cell(r->n_tokens), int_cell(r->n_keys),
+                              count_cell(c.flops, "FLOP"), count_cell(r->cost.flops(OpCategory::attention), "FLOP"),
+                              bytes_cell(c.bytes_total(), units), bytes_cell(c.bytes_weights_read, units),
+                              bytes_cell(c.bytes_kv_read, units), bytes_cell(r->kv_bytes_resident, units),
+                              real_cell(ratio(static_cast<double>(c.flops), static_cast<double>(c.bytes_total())), 2),
+                              us_cell(wall ? r->wall_ns : modelled)});
+        }
+    if (!wall)
+        t.notes.push_back(fmt::format("no wall time in a --deterministic trace: modelled µs = sum over ops of "
+                                      "max(flops / {:g} FLOP/s, bytes / {:g} B/s)",
+                                      model_flop_per_s, model_bytes_per_s));
+    if (every > 1) t.notes.push_back(fmt::format("every {} steps and the last (--every)", every));
+    report.tables.push_back(std::move(t));
+
+    if (ops) {
+        Table o;
+        o.title = "per op (summed over layers)";
+        o.columns = {{"step", "step"},   {"mode", "mode", false}, {"op", "op", false},         {"flops", "FLOPs"},
+                     {"bytes_total", "bytes moved"}, {"bytes_kv_read", "KV read"}, {"flop_per_byte", "FLOP/B"}};
+        if (wall) {
+            o.columns.push_back({"wall_us", "wall µs"});
+            o.columns.push_back({"wall_share", "% of step"});
+        } else {
+            o.columns.push_back({"modelled_us", "modelled µs"});
+        }
+        for (const std::int64_t s : steps)
+            for (const StepMode m : modes_of(trace)) {
+                const StepRecord* r = find_record(trace, m, s);
+                for (int i = 0; i < n_ops; ++i) {
+                    const Op op = static_cast<Op>(i);
+                    const OpCost& c = r->cost.at(op);
+                    if (c == OpCost{} && r->cost.wall_ns_of(op) == 0) continue;
+                    std::vector<Cell> row{int_cell(s),
+                                          text_cell(std::string(step_mode_name(m))),
+                                          text_cell(std::string(op_name(op))),
+                                          count_cell(c.flops, "FLOP"),
+                                          bytes_cell(c.bytes_total(), units),
+                                          bytes_cell(c.bytes_kv_read, units),
+                                          real_cell(ratio(static_cast<double>(c.flops), static_cast<double>(c.bytes_total())), 2)};
+                    if (wall) {
+                        row.push_back(us_cell(r->cost.wall_ns_of(op)));
+                        row.push_back(real_cell(100.0 * ratio(static_cast<double>(r->cost.wall_ns_of(op)),
+                                                              static_cast<double>(r->wall_ns)), 1));
+                    } else {
+                        row.push_back(us_cell(modelled_op_ns(c)));
+                    }
+                    o.rows.push_back(std::move(row));
+                }
+            }
+        if (wall)
+            o.notes.push_back("wall µs: measured per op; qk, softmax and av run as one fused kernel whose time is split "
+                              "by their FLOPs; the ops' sum falls short of the step by the timers' own overhead");
+        report.tables.push_back(std::move(o));
+    }
+    return report;
+}
+
+Report trace_compare_report(const StepTrace& a, const StepTrace& b, const std::string& label_a, const std::string& label_b,
+                            std::int64_t every, UnitSystem units) {
+    const bool wall = a.run.has_wall_time && b.run.has_wall_time;
+    std::vector<StepMode> modes;
+    for (const StepMode m : modes_of(a)) {
+        const auto bm = modes_of(b);
+        if (std::find(bm.begin(), bm.end(), m) != bm.end()) modes.push_back(m);
+    }
+    if (modes.empty())
+        throw UsageError(fmt::format("trace compare: '{}' and '{}' have no mode in common (one is cached only, the other "
+                                     "uncached only)", label_a, label_b));
+    const std::int64_t n_common = std::min(a.run.n_steps_done, b.run.n_steps_done);
+
+    Report report;
+    report.inputs = {{"a", label_a}, {"b", label_b}, {"every", every}};
+
+    // totals over the steps both traces have
+    Table tot;
+    tot.title = fmt::format("kvlab trace compare: A = {}, B = {}", label_a, label_b);
+    tot.columns = {{"mode", "mode", false}, {"metric", "metric", false}, {"a", "A"}, {"b", "B"}, {"delta", "B - A"},
+                   {"ratio", "B / A"}};
+    for (const StepMode m : modes) {
+        std::vector<StepRecord> ra, rb;
+        for (const auto& r : a.records)
+            if (r.mode == m && r.step < n_common) ra.push_back(r);
+        for (const auto& r : b.records)
+            if (r.mode == m && r.step < n_common) rb.push_back(r);
+        const ModeTotals ta = mode_totals(ra, m), tb = mode_totals(rb, m);
+        const std::string mode(step_mode_name(m));
+        auto add = [&](const char* metric, std::uint64_t va, std::uint64_t vb, bool bytes) {
+            const Cell ca = bytes ? bytes_cell(va, units) : count_cell(va, "FLOP");
+            const Cell cb = bytes ? bytes_cell(vb, units) : count_cell(vb, "FLOP");
+            tot.rows.push_back({text_cell(mode), text_cell(metric), ca, cb, delta_cell(va, vb, bytes, units),
+                                ratio_of(static_cast<double>(vb), static_cast<double>(va))});
+        };
+        add("flops", ta.cost.flops, tb.cost.flops, false);
+        add("flops_matmul", ta.flops_matmul, tb.flops_matmul, false);
+        add("flops_attention", ta.flops_attention, tb.flops_attention, false);
+        add("bytes_total", ta.cost.bytes_total(), tb.cost.bytes_total(), true);
+        add("bytes_weights_read", ta.cost.bytes_weights_read, tb.cost.bytes_weights_read, true);
+        add("bytes_kv_read", ta.cost.bytes_kv_read, tb.cost.bytes_kv_read, true);
+        add("kv_bytes_resident", ta.kv_bytes_resident, tb.kv_bytes_resident, true);
+        if (wall) {
+            const double ms_a = static_cast<double>(ta.wall_ns) * 1e-6, ms_b = static_cast<double>(tb.wall_ns) * 1e-6;
+            tot.rows.push_back({text_cell(mode), text_cell("wall_ms"), real_cell(ms_a, 2), real_cell(ms_b, 2),
+                                real_cell(ms_b - ms_a, 2), ratio_of(ms_b, ms_a)});
+        }
+    }
+    tot.notes.push_back(fmt::format("A: {}", source_note(a)));
+    tot.notes.push_back(fmt::format("B: {}", source_note(b)));
+    if (a.run.n_steps_done != b.run.n_steps_done)
+        tot.notes.push_back(fmt::format("A has {} steps, B has {}: steps 0..{} compared", a.run.n_steps_done,
+                                        b.run.n_steps_done, n_common - 1));
+    std::vector<std::string> differ;
+    for (const auto& [key, value] : a.inputs.items())
+        if (b.inputs.contains(key) && b.inputs.at(key) != value && key != "memory_estimate_bytes")
+            differ.push_back(fmt::format("{} {} vs {}", key, json_excerpt(value), json_excerpt(b.inputs.at(key))));
+    if (!differ.empty()) {
+        std::string line = "inputs that differ:";
+        for (std::size_t i = 0; i < differ.size(); ++i) line += (i ? "; " : " ") + differ[i];
+        tot.notes.push_back(line);
+    }
+    if (!wall) tot.notes.push_back("wall time left out: a trace was written with --deterministic");
+    report.tables.push_back(std::move(tot));
+
+    // per step
+    Table ps;
+    ps.title = "per step";
+    ps.columns = {{"step", "step"},           {"mode", "mode", false},    {"flops_a", "FLOPs A"}, {"flops_b", "FLOPs B"},
+                  {"flops_delta", "B - A"},   {"flops_ratio", "B / A"},   {"bytes_a", "bytes A"}, {"bytes_b", "bytes B"},
+                  {"bytes_delta", "B - A"},   {"bytes_ratio", "B / A"},   {"kv_read_a", "KV read A"},
+                  {"kv_read_b", "KV read B"}, {"kv_read_ratio", "B / A"}};
+    if (wall) {
+        ps.columns.push_back({"wall_us_a", "wall µs A"});
+        ps.columns.push_back({"wall_us_b", "wall µs B"});
+        ps.columns.push_back({"wall_ratio", "B / A"});
+    }
+    for (const std::int64_t s : steps_shown(n_common, every))
+        for (const StepMode m : modes) {
+            const StepRecord* x = find_record(a, m, s);
+            const StepRecord* y = find_record(b, m, s);
+            const OpCost cx = x->cost.total(), cy = y->cost.total();
+            std::vector<Cell> row{int_cell(s),
+                                  text_cell(std::string(step_mode_name(m))),
+                                  count_cell(cx.flops, "FLOP"),
+                                  count_cell(cy.flops, "FLOP"),
+                                  delta_cell(cx.flops, cy.flops, false, units),
+                                  ratio_of(static_cast<double>(cy.flops), static_cast<double>(cx.flops)),
+                                  bytes_cell(cx.bytes_total(), units),
+                                  bytes_cell(cy.bytes_total(), units),
+                                  delta_cell(cx.bytes_total(), cy.bytes_total(), true, units),
+                                  ratio_of(static_cast<double>(cy.bytes_total()), static_cast<double>(cx.bytes_total())),
+                                  bytes_cell(cx.bytes_kv_read, units),
+                                  bytes_cell(cy.bytes_kv_read, units),
+                                  ratio_of(static_cast<double>(cy.bytes_kv_read), static_cast<double>(cx.bytes_kv_read))};
+            if (wall) {
+                row.push_back(us_cell(x->wall_ns));
+                row.push_back(us_cell(y->wall_ns));
+                row.push_back(ratio_of(static_cast<double>(y->wall_ns), static_cast<double>(x->wall_ns)));
+            }
+            ps.rows.push_back(std::move(row));
+        }
+    ps.notes.push_back("ratios of 0.00x: A's value is 0 (e.g. KV read in the uncached mode)");
+    if (every > 1) ps.notes.push_back(fmt::format("every {} steps and the last (--every)", every));
+    report.tables.push_back(std::move(ps));
+    return report;
+}
+
+}  // namespace kvlab
