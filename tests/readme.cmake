@@ -1,0 +1,149 @@
+# The README's examples as tests, one CTest each (tests/CMakeLists.txt registers them, in README order,
+# each depending on the one before: a later example may read a file an earlier one wrote).
+#
+#   cmake -DREADME=README.md -DINDEX=n -DKVLAB=path/to/kvlab -DROOT=repo -DWORK=dir -P readme.cmake
+#
+# An example is a `kvlab ...` line of a ```sh block (its `# comment` dropped) or a `$ kvlab ...` line of
+# a ```console block. It runs in bash in WORK (which links the repository's models/, presets/ and
+# tests/), with kvlab first on PATH, and must exit 0. A console example must print the lines the README
+# shows, in order ('...' skips any number of lines; runs of spaces count as one). A sh example must
+# print what its entry below expects: the figures the README's comment states. An example without an
+# entry fails, so a new README example comes with its expectation.
+
+# readme_examples(VAR readme): the README's example commands, in order
+function(readme_examples var readme)
+  file(STRINGS "${readme}" lines)
+  set(fence "")
+  set(out)
+  foreach(line IN LISTS lines)
+    if(line MATCHES "^```(.*)$")
+      if(fence STREQUAL "")
+        set(fence "${CMAKE_MATCH_1}")
+        if(fence STREQUAL "")
+          set(fence "text")
+        endif()
+      else()
+        set(fence "")
+      endif()
+    elseif(fence STREQUAL "sh" AND line MATCHES "^kvlab ")
+      string(REGEX REPLACE " +#.*$" "" line "${line}")
+      list(APPEND out "${line}")
+    elseif(fence STREQUAL "console" AND line MATCHES "^\\$ (kvlab .*)$")
+      list(APPEND out "${CMAKE_MATCH_1}")
+    endif()
+  endforeach()
+  set(${var} "${out}" PARENT_SCOPE)
+endfunction()
+
+if(NOT DEFINED INDEX)
+  return()  # included by tests/CMakeLists.txt for readme_examples()
+endif()
+
+# What the sh examples must print: the figures their README comments state, with the arithmetic.
+# expect(COMMAND OUT regex... [SETUP shell command])
+cmake_minimum_required(VERSION 3.25)
+function(expect cmd)
+  cmake_parse_arguments(E "" "SETUP" "OUT" ${ARGN})
+  if(cmd STREQUAL example)
+    set(want "${E_OUT}" PARENT_SCOPE)
+    set(setup "${E_SETUP}" PARENT_SCOPE)
+    set(found TRUE PARENT_SCOPE)
+  endif()
+endfunction()
+
+readme_examples(examples "${README}")
+list(GET examples ${INDEX} example)
+set(found FALSE)
+set(setup "")
+
+# 2 x 80 layers x 64 KV heads x 128 x 2 B = 2621440 B = 2.50 MiB; GQA-8: /8 = 320 KiB; MQA: /64 = 40 KiB
+expect("kvlab kvcalc -m llama-2-70b -a native,mha,gqa:8,mqa -d fp16"
+       OUT "MHA .* 2.50 MiB +1.00x" "GQA-8 .* 320.00 KiB +8.00x" "MQA .* 40.00 KiB +64.00x")
+# vLLM's log for Llama-3.1-8B with this budget: "# GPU blocks: 1952" (16-token blocks: 31232 tokens);
+# 31232 / 20000 = 1.56x concurrency
+expect("kvlab kvcalc -m llama-3.1-8b -d bf16 --kv-budget 3.8125GiB --context 20000" OUT "1952 +31232 +20000 +1.56x")
+# Mistral 7B: 2 x 32 layers x 8 KV heads x 128 x 2 B = 131072 B/token (f16); q8_0 = 34/32 B per value:
+# 2 x 32 x 1024 x 34/32 = 69632 B/token
+expect("kvlab kvcalc --config presets/mistral-7b-v0.1.json -d f16,q8_0 --context 8192 --format csv"
+       OUT "model,attention," "fp16,.*,131072," "q8_0,.*,69632,")
+expect("kvlab kvcalc -m llama-3-8b --gpu h100-sxm-80gb --context 8k,32k --batch 1,64 --explain"
+       OUT "KV/token = 2 \\(K and V\\) x 32 layers" "Fit on NVIDIA H100" "Decode roofline")
+# models/README.md: held-out perplexity 1.19179 in PyTorch
+expect("kvlab simulate --model tiny-llama --eval models/heldout.txt" OUT "perplexity" " 1\\.1917[89]")
+expect("kvlab simulate" OUT "TinyStories 15M" "steps \\(tokens generated\\) +128 +128")
+expect("kvlab simulate --model gpt2 --layers 1 -n 12" OUT "GPT-2" "steps \\(tokens generated\\) +12 +12")
+expect("kvlab simulate --trace run.csv --deterministic" OUT "steps \\(tokens generated\\) +128 +128")
+expect("kvlab simulate --model stories260k -n 16 --prompt-ids 1,2,3 --save-checkpoint s260k.bin"
+       OUT "steps \\(tokens generated\\) +16 +16")
+expect("kvlab simulate --checkpoint s260k.bin -n 16 --prompt-ids 1,2,3" OUT "steps \\(tokens generated\\) +16 +16")
+expect("kvlab simulate --trace run.json" OUT "steps \\(tokens generated\\) +128 +128")
+expect("kvlab trace summary run.json" OUT "steps \\(tokens generated\\) +128 +128")
+expect("kvlab trace steps run.json --every 32 --ops" OUT "per op" " 127 +cached +lm_head")
+expect("kvlab trace compare mha.csv gqa.csv" OUT "KV"
+       SETUP "mkdir -p gqa && sed 's/\"num_key_value_heads\": 6/\"num_key_value_heads\": 2/' presets/stories15m.json > gqa/config.json && kvlab simulate -q -n 16 --deterministic --trace mha.csv > /dev/null && kvlab simulate -q -n 16 --deterministic --config gqa --trace gqa.csv > /dev/null")
+expect("kvlab trace plot run.json -o chart.svg" OUT "chart.svg")
+
+get_filename_component(bin_dir "${KVLAB}" DIRECTORY)
+set(ENV{PATH} "${bin_dir}:$ENV{PATH}")
+set(ENV{KVLAB_PRESETS_DIR} "${ROOT}/presets")
+file(MAKE_DIRECTORY "${WORK}")
+foreach(dir models presets tests)
+  if(NOT EXISTS "${WORK}/${dir}")
+    file(CREATE_LINK "${ROOT}/${dir}" "${WORK}/${dir}" SYMBOLIC)
+  endif()
+endforeach()
+
+if(NOT setup STREQUAL "")
+  execute_process(COMMAND bash -c "${setup}" WORKING_DIRECTORY "${WORK}" RESULT_VARIABLE rc ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "README example '${example}': its setup failed (exit ${rc}): ${setup}\n${err}")
+  endif()
+endif()
+execute_process(COMMAND bash -c "${example}" WORKING_DIRECTORY "${WORK}" RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "README example '${example}' exited ${rc}:\n${err}")
+endif()
+
+# A console example: the README's lines after the command, up to the block's end
+file(STRINGS "${README}" lines)
+set(in_block FALSE)
+set(shown)
+foreach(line IN LISTS lines)
+  if(line STREQUAL "$ ${example}")
+    set(in_block TRUE)
+  elseif(in_block AND line MATCHES "^```")
+    break()
+  elseif(in_block)
+    list(APPEND shown "${line}")
+  endif()
+endforeach()
+
+if(in_block)
+  string(REGEX REPLACE "[ \t]+" " " flat "${out}")
+  set(at 0)
+  foreach(line IN LISTS shown)
+    if(line STREQUAL "..." OR line STREQUAL "")
+      continue()
+    endif()
+    string(REGEX REPLACE "[ \t]+" " " line "${line}")
+    string(STRIP "${line}" line)
+    string(SUBSTRING "${flat}" ${at} -1 rest)
+    string(FIND "${rest}" "${line}" pos)
+    if(pos EQUAL -1)
+      message(FATAL_ERROR "README example '${example}' no longer prints, in order, the README's line\n  ${line}\n"
+                          "It printed:\n${out}")
+    endif()
+    string(LENGTH "${line}" len)
+    math(EXPR at "${at} + ${pos} + ${len}")
+  endforeach()
+elseif(NOT found)
+  message(FATAL_ERROR "README example '${example}' has no expectation in tests/readme.cmake: add an expect() entry "
+                      "with the figures its comment states")
+endif()
+foreach(re IN LISTS want)
+  if(NOT "${out}" MATCHES "${re}")
+    message(FATAL_ERROR "README example '${example}': the output has no match for '${re}':\n${out}")
+  endif()
+endforeach()
+message(STATUS "README example '${example}': as the README says")
