@@ -106,7 +106,8 @@ TEST_CASE("Vectorised attention matches the reference decode attention") {
         for (auto& x : *buf) x = normal(rng);
     std::vector<float> out_ref(q.size()), out(q.size()), scores(static_cast<std::size_t>(n_keys));
     attention_decode_ref(shape, q.data(), k.data(), v.data(), n_keys, out_ref.data(), scores.data());
-    attention_rows(shape, q.data(), k.data(), v.data(), n_keys, out.data(), scores.data());
+    for (std::int64_t h = 0; h < shape.n_head; ++h)
+        attention_head(shape, h, q.data(), k.data(), v.data(), n_keys, out.data(), scores.data());
     for (std::size_t i = 0; i < out.size(); ++i) CHECK(out[i] == doctest::Approx(out_ref[i]).epsilon(1e-5));
 }
 

@@ -27,11 +27,9 @@ KvBytes kv_bytes_per_token(const ModelConfig& cfg, DType dtype) {
 }
 
 std::uint64_t kv_tokens_held(const ModelConfig& cfg, std::int64_t layer, std::uint64_t n_tokens, WindowMode mode) {
-    if (mode == WindowMode::cap && cfg.sliding_window && cfg.layer_windowed.at(static_cast<std::size_t>(layer))) {
-        const auto window = static_cast<std::uint64_t>(*cfg.sliding_window);
-        return n_tokens < window ? n_tokens : window;
-    }
-    return n_tokens;
+    // a windowed layer holds its last `window` tokens (unsigned: n_tokens may be any user count)
+    const auto window = static_cast<std::uint64_t>(cfg.layer_window(layer));
+    return mode == WindowMode::cap && window > 0 && window < n_tokens ? window : n_tokens;
 }
 
 KvBytes kv_bytes_sequence(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, WindowMode mode) {

@@ -157,6 +157,14 @@ std::int64_t checked_width(std::int64_t heads, std::int64_t d_head, const char* 
 std::int64_t ModelConfig::d_q() const { return checked_width(n_head, d_head, "num_attention_heads"); }
 std::int64_t ModelConfig::d_kv() const { return checked_width(n_head_kv, d_head, "num_key_value_heads"); }
 
+std::int64_t ModelConfig::layer_window(std::int64_t layer) const {
+    return sliding_window && layer_windowed.at(static_cast<std::size_t>(layer)) ? *sliding_window : 0;
+}
+
+std::int64_t ModelConfig::keys_attended(std::int64_t layer, std::int64_t pos) const {
+    return keys_in_window(layer_window(layer), pos);
+}
+
 std::string ModelConfig::attention_kind() const {
     if (mla) return "MLA";
     if (n_head_kv == n_head) return "MHA";

@@ -69,8 +69,18 @@ struct ModelConfig {
     std::int64_t d_q() const;
     std::int64_t d_kv() const;
     std::int64_t n_group() const { return n_head / n_head_kv; }
+    // The per-layer window rule, stated once (KV-cache sizes, the forward pass and its costs use it):
+    // layer l attends to its last sliding_window positions if it is a windowed layer, else to all of
+    // them (layer_window = 0). keys_attended: keys a query at position pos sees in layer l.
+    std::int64_t layer_window(std::int64_t layer) const;
+    std::int64_t keys_attended(std::int64_t layer, std::int64_t pos) const;
     std::string attention_kind() const;  // "MHA", "GQA-8", "MQA", "MLA"
 };
+
+// Keys a query at position `pos` attends under a window of `window` positions (0: no window).
+inline std::int64_t keys_in_window(std::int64_t window, std::int64_t pos) {
+    return window > 0 && window < pos + 1 ? window : pos + 1;
+}
 
 // Parse and validate; `where` names the file in error messages. Throws ConfigError.
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& where, const std::string& name);

@@ -3,7 +3,30 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/weights.hpp"
+
 namespace kvlab {
+
+void attention_head(const AttentionShape& shape, std::int64_t h, const float* q, const float* k, const float* v,
+                    std::int64_t n_tokens, float* out, float* scores) {
+    using StridedRows = Eigen::Map<const MatrixRM, 0, Eigen::OuterStride<>>;
+    const std::int64_t D = shape.d_head, d_kv = shape.n_head_kv * D, n_group = shape.n_head / shape.n_head_kv;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const std::int64_t kv_off = (h / n_group) * D;  // column of this head's KV head in a (Hkv*D) row
+    const StridedRows k_h(k + kv_off, n_tokens, D, Eigen::OuterStride<>(d_kv));  // (T, D)
+    const StridedRows v_h(v + kv_off, n_tokens, D, Eigen::OuterStride<>(d_kv));  // (T, D)
+    Eigen::Map<const VectorF> q_h(q + h * D, D);
+    Eigen::Map<VectorF> out_h(out + h * D, D);
+    Eigen::Map<VectorF> s(scores, n_tokens);  // (T)
+    // scores = K_h q_h / sqrt(D), then softmax, max-subtracted
+    s.noalias() = k_h * q_h;
+    s *= scale;
+    s = (s.array() - s.maxCoeff()).exp();
+    const float sum = s.sum();
+    // out_h = V_h^T p
+    out_h.noalias() = v_h.transpose() * s;
+    out_h /= sum;
+}
 
 void attention_decode_ref(const AttentionShape& shape, const float* q, const float* k, const float* v,
                           std::int64_t n_tokens, float* out, float* scores) {

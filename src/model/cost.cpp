@@ -202,12 +202,9 @@ StepCost closed_form_step_cost(const ModelConfig& cfg, StepMode mode, std::int64
     s.add(Op::embed, cost_embed(n, d));
     if (gpt2) s.add(Op::pos_embed, cost_pos_embed(n, d));
     for (std::int64_t l = 0; l < cfg.n_layer; ++l) {
-        const bool windowed = cfg.sliding_window && cfg.layer_windowed.at(static_cast<std::size_t>(l));
-        const std::int64_t window = windowed ? *cfg.sliding_window : 0;
-        const std::int64_t n_scores = sum_keys_attended(pos0, n, window);
+        const std::int64_t n_scores = sum_keys_attended(pos0, n, cfg.layer_window(l));
         // distinct key positions read: from the first query's oldest key to the newest position
-        const std::int64_t first_key = windowed ? std::max<std::int64_t>(0, pos0 - window + 1) : 0;
-        const std::int64_t n_key_rows = pos0 + n - first_key;
+        const std::int64_t n_key_rows = n - 1 + cfg.keys_attended(l, pos0);
         s.add(Op::attn_norm, gpt2 ? cost_layernorm(n, d) : cost_rmsnorm(n, d));
         s.add(Op::q_proj, cost_matmul(n, d, d_q, qkv_bias));
         s.add(Op::k_proj, cost_matmul(n, d, d_kv, qkv_bias));

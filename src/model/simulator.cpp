@@ -117,10 +117,7 @@ namespace {
 
 std::int64_t keys_of_newest(const ModelConfig& cfg, std::int64_t pos) {
     std::int64_t widest = 0;
-    for (std::int64_t l = 0; l < cfg.n_layer; ++l) {
-        const bool windowed = cfg.sliding_window && cfg.layer_windowed[static_cast<std::size_t>(l)];
-        widest = std::max(widest, windowed ? std::min(*cfg.sliding_window, pos + 1) : pos + 1);
-    }
+    for (std::int64_t l = 0; l < cfg.n_layer; ++l) widest = std::max(widest, cfg.keys_attended(l, pos));
     return widest;
 }
 

@@ -16,11 +16,6 @@ namespace kvlab {
 
 using TokenId = std::int32_t;
 
-// One query's attention, same layout and math as attention_decode_ref, vectorised with Eigen:
-// q (H*D); k, v (n_keys, Hkv*D) rows; out (H*D); scores (n_keys) scratch.
-void attention_rows(const AttentionShape& shape, const float* q, const float* k, const float* v, std::int64_t n_keys,
-                    float* out, float* scores);
-
 // What the forward calls of one run need buffers for.
 struct TransformerSize {
     std::int64_t n_positions = 0;  // longest sequence: keys one query attends (scores scratch)
@@ -50,9 +45,7 @@ public:
 
 private:
     const VectorF& forward(std::span<const TokenId> tokens, std::int64_t pos0, KvCache* cache, StepCost* cost);
-    void norm(const VectorF& weight, const VectorF& bias, std::int64_t row0, std::int64_t n, MatrixRM& out,
-              const MatrixRM& in) const;
-    void rope_row(float* q, float* k, std::int64_t pos) const;
+    void check_call(std::span<const TokenId> tokens, std::int64_t pos0) const;
 
     const ModelConfig& cfg_;
     const Weights& w_;
@@ -74,7 +67,7 @@ private:
     MatrixRM hb2_;      // (N, f)      MLP up projection (llama)
     MatrixRM scores_;   // (threads, T rounded up to 16) attention scores scratch, one row per thread
     MatrixRM gemm_scratch_;  // (threads, gemm_scratch_floats(max(d,H*D,f), N)) packed tokens; empty if N = 1
-    VectorF x_last_;    // (d)         final-normed last position
+    MatrixRM x_last_;   // (1, d)      final-normed last position
     VectorF logits_;    // (V)
 };
 

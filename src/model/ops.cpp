@@ -1,0 +1,293 @@
+// The named ops of the forward pass: the math of each, its threading, and the one line that records
+// its cost. Threads: a matmul runs in one parallel region where each thread computes its block of
+// output features, with the elementwise work that follows on the same block; attention runs one task
+// per (query, head); row-wise work over several tokens is split by rows.
+#include "model/ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <omp.h>
+
+#include "model/matmul.hpp"
+
+namespace kvlab {
+
+OpRecorder::OpRecorder(StepCost* cost) : cost_(cost) {
+    if (cost_) last_ = std::chrono::steady_clock::now();
+}
+
+std::int64_t OpRecorder::elapsed_ns() {
+    const auto now = std::chrono::steady_clock::now();
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_).count();
+    last_ = now;
+    return ns;
+}
+
+void OpRecorder::lap(Op op) {
+    if (cost_) cost_->wall_ns[static_cast<std::size_t>(op)] += elapsed_ns();
+}
+
+void OpRecorder::record(std::initializer_list<Entry> entries) {
+    if (!cost_) return;
+    for (const Entry& e : entries) cost_->add(e.op, e.cost);
+    const std::int64_t ns = elapsed_ns();
+    double total_flops = 0.0;
+    for (const Entry& e : entries) total_flops += static_cast<double>(cost_->at(e.op).flops);
+    std::int64_t given = 0;
+    for (const Entry& e : entries) {
+        const bool last = &e == entries.end() - 1;
+        const double flops = static_cast<double>(cost_->at(e.op).flops);
+        const std::int64_t share =
+            last ? ns - given : (total_flops > 0.0 ? static_cast<std::int64_t>(static_cast<double>(ns) * flops / total_flops) : 0);
+        cost_->wall_ns[static_cast<std::size_t>(e.op)] += share;
+        given += share;
+    }
+}
+
+namespace {
+
+// ---- threading: the ops below split their work with these two ----
+
+// f(i) for every task i in [0, n), handed out to the threads one at a time (tasks may differ in cost). One
+// task, or one thread, runs here with no OpenMP region at all: libgomp allocates a new team for every
+// one-thread region (an if() clause that serialises it included), and a decode step must not allocate.
+template <typename TaskFn>
+void for_each_task(std::int64_t n, TaskFn f) {
+    if (!omp_in_parallel() && (n == 1 || omp_get_max_threads() == 1)) {
+        for (std::int64_t i = 0; i < n; ++i) f(i);
+        return;
+    }
+#pragma omp parallel for schedule(dynamic)
+    for (std::int64_t i = 0; i < n; ++i) f(i);
+}
+
+// body() on every thread of a team, each taking its share by omp_get_thread_num (thread_block); with one
+// thread it runs here, outside any region, since libgomp allocates a fresh team for every one-thread
+// region. (Under --threads 0 libgomp may still size a team to one thread on a loaded machine.) Inside an
+// enclosing region a nested region is kept, so thread_block sees a team of its own.
+template <typename Body>
+void on_threads(Body body) {
+    if (omp_get_max_threads() == 1 && !omp_in_parallel()) {
+        body();
+        return;
+    }
+#pragma omp parallel
+    body();
+}
+
+// A thread's share of [0, n) inside a parallel region: contiguous, starting at a multiple of 16 (one
+// 64-byte line of floats), so each thread streams its own rows of a weight matrix.
+struct Block {
+    std::int64_t begin = 0, size = 0;
+};
+
+Block thread_block(std::int64_t n) {
+    const std::int64_t n_threads = omp_get_num_threads(), t = omp_get_thread_num(), n_lines = (n + 15) / 16;
+    const std::int64_t begin = std::min(n, n_lines * t / n_threads * 16), end = std::min(n, n_lines * (t + 1) / n_threads * 16);
+    return {begin, end - begin};
+}
+
+// W (d_out, d_in) @ x (d_in) -> y (d_out), this thread's block of output features, one token.
+Block gemv_block(const MatrixRM& w, const float* x, float* y) {
+    const Block b = thread_block(w.rows());
+    if (b.size > 0) gemv_rows(w.row(b.begin).data(), w.cols(), b.size, w.cols(), x, y + b.begin);
+    return b;
+}
+
+// out rows (n, d_out) = x rows (n, d_in) W^T (+ bias), this thread's block of output features; called
+// inside a parallel region, where every thread computes its own block. Both kernels read the block's
+// weights in place, once per call (model/matmul.hpp): one token is a GEMV (memory-bound), several
+// tokens a GEMM that packs them into this thread's row of scratch.gemm and reuses each weight for all.
+Block matmul_block(MatrixRM& out, const MatrixRM& x, std::int64_t n, const MatrixRM& w, const VectorF& bias,
+                   const OpScratch& scratch) {
+    const Block b = n == 1 ? gemv_block(w, x.row(0).data(), out.row(0).data()) : thread_block(w.rows());
+    if (b.size == 0) return b;
+    if (n > 1)
+        gemm_rows(w.row(b.begin).data(), w.cols(), b.size, w.cols(), x.data(), x.cols(), n, out.data() + b.begin,
+                  out.cols(), scratch.gemm->row(omp_get_thread_num()).data());
+    if (bias.size() != 0) out.block(0, b.begin, n, b.size).rowwise() += bias.segment(b.begin, b.size).transpose();
+    return b;
+}
+
+OpCost matmul_cost(std::int64_t n, const MatrixRM& w, const VectorF& bias) {
+    return cost_matmul(n, w.cols(), w.rows(), bias.size() != 0);
+}
+
+// ---- row kernels ----
+
+// out (d) = x (d) / sqrt(mean(x^2) + eps) * w (d)
+void rmsnorm_row(float* out, const float* x, const float* w, std::int64_t d, float eps) {
+    float ss = 0.0f;
+    for (std::int64_t i = 0; i < d; ++i) ss += x[i] * x[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+    for (std::int64_t i = 0; i < d; ++i) out[i] = x[i] * inv * w[i];
+}
+
+// out (d) = (x - mean) / sqrt(var + eps) * w + b
+void layernorm_row(float* out, const float* x, const float* w, const float* b, std::int64_t d, float eps) {
+    float mean = 0.0f;
+    for (std::int64_t i = 0; i < d; ++i) mean += x[i];
+    mean /= static_cast<float>(d);
+    float var = 0.0f;
+    for (std::int64_t i = 0; i < d; ++i) var += (x[i] - mean) * (x[i] - mean);
+    const float inv = 1.0f / std::sqrt(var / static_cast<float>(d) + eps);
+    for (std::int64_t i = 0; i < d; ++i) out[i] = (x[i] - mean) * inv * w[i] + b[i];
+}
+
+// RoPE on one position: q (H*D) and k (Hkv*D) rotated in place by angle pos * inv_freq[i] on pair i of
+// every head: (x[2i], x[2i+1]) as llama2.c's interleaved weights, or (x[i], x[i + D/2]) as Hugging
+// Face's. One sin and cos per frequency, shared by every head.
+void rope_row(float* q, std::int64_t n_head, float* k, std::int64_t n_head_kv, std::int64_t pos,
+              std::span<const float> inv_freq, bool halves, std::int64_t D) {
+    const std::int64_t n_freq = D / 2;
+    for (std::int64_t i = 0; i < n_freq; ++i) {
+        const float angle = static_cast<float>(pos) * inv_freq[static_cast<std::size_t>(i)];
+        const float cos_a = std::cos(angle), sin_a = std::sin(angle);
+        auto rotate = [&](float* x, std::int64_t heads) {
+            for (std::int64_t h = 0; h < heads; ++h) {
+                float& a = halves ? x[h * D + i] : x[h * D + 2 * i];
+                float& b = halves ? x[h * D + i + n_freq] : x[h * D + 2 * i + 1];
+                const float a0 = a, b0 = b;
+                a = a0 * cos_a - b0 * sin_a;
+                b = a0 * sin_a + b0 * cos_a;
+            }
+        };
+        rotate(q, n_head);
+        rotate(k, n_head_kv);
+    }
+}
+
+}  // namespace
+
+// ---- the ops ----
+
+void embed(MatrixRM& x, std::span<const std::int32_t> tokens, const MatrixRM& table, OpRecorder& rec) {
+    const auto n = static_cast<std::int64_t>(tokens.size());
+    for (std::int64_t i = 0; i < n; ++i) x.row(i) = table.row(tokens[static_cast<std::size_t>(i)]);
+    rec.record(Op::embed, cost_embed(n, table.cols()));
+}
+
+void add_positions(MatrixRM& x, std::int64_t n, const MatrixRM& table, std::int64_t pos0, OpRecorder& rec) {
+    x.topRows(n) += table.middleRows(pos0, n);
+    rec.record(Op::pos_embed, cost_pos_embed(n, table.cols()));
+}
+
+void norm(NormKind kind, MatrixRM& out, const MatrixRM& x, std::int64_t row0, std::int64_t n, const VectorF& w,
+          const VectorF& b, float eps, Op op, OpRecorder& rec) {
+    const std::int64_t d = x.cols();
+    for_each_task(n, [&](std::int64_t i) {
+        if (kind == NormKind::layer) layernorm_row(out.row(i).data(), x.row(row0 + i).data(), w.data(), b.data(), d, eps);
+        else rmsnorm_row(out.row(i).data(), x.row(row0 + i).data(), w.data(), d, eps);
+    });
+    rec.record(op, kind == NormKind::layer ? cost_layernorm(n, d) : cost_rmsnorm(n, d));
+}
+
+void qkv_projections(MatrixRM& q, MatrixRM& k, MatrixRM& v, const MatrixRM& x, std::int64_t n, const LayerWeights& lw,
+                     const OpScratch& scratch, OpRecorder& rec) {
+    on_threads([&] {  // one pass over the three weight matrices
+        matmul_block(q, x, n, lw.wq, lw.bq, scratch);
+        matmul_block(k, x, n, lw.wk, lw.bk, scratch);
+        matmul_block(v, x, n, lw.wv, lw.bv, scratch);
+    });
+    rec.record({{Op::q_proj, matmul_cost(n, lw.wq, lw.bq)},
+                {Op::k_proj, matmul_cost(n, lw.wk, lw.bk)},
+                {Op::v_proj, matmul_cost(n, lw.wv, lw.bv)}});
+}
+
+void rope(MatrixRM& q, MatrixRM& k, std::int64_t n, std::int64_t pos0, std::span<const float> inv_freq,
+          RopePairing pairing, std::int64_t d_head, OpRecorder& rec) {
+    const std::int64_t n_head = q.cols() / d_head, n_head_kv = k.cols() / d_head;
+    const bool halves = pairing == RopePairing::halves;
+    for_each_task(n, [&](std::int64_t i) {
+        rope_row(q.row(i).data(), n_head, k.row(i).data(), n_head_kv, pos0 + i, inv_freq, halves, d_head);
+    });
+    rec.record(Op::rope, cost_rope(n, n_head, n_head_kv, d_head));
+}
+
+void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const MatrixRM& v_new, std::int64_t n,
+               std::int64_t pos0, const KvRows& kv, const AttentionShape& shape, std::int64_t window,
+               const OpScratch& scratch, OpRecorder& rec) {
+    const bool cache = kv.place == KvPlace::cache;
+    MatrixRM& k = *kv.k;
+    MatrixRM& v = *kv.v;
+    auto store = [&](std::int64_t i) {
+        const std::int64_t row = cache ? (pos0 + i) % kv.n_rows : pos0 + i;
+        k.row(row) = k_new.row(i);
+        v.row(row) = v_new.row(i);
+    };
+    // keys the query at row i attends: its last `window` positions, or all
+    auto n_keys_of = [&](std::int64_t i) { return keys_in_window(window, pos0 + i); };
+    // first stored row of those keys: cache rows 0..n_keys-1 hold exactly the attended positions (a
+    // full ring holds the window); activations hold position p in row p
+    auto first_row_of = [&](std::int64_t i) { return cache ? 0 : pos0 + i + 1 - n_keys_of(i); };
+    auto attend = [&](std::int64_t i, std::int64_t h, float* scores) {
+        const std::int64_t row0 = first_row_of(i);
+        attention_head(shape, h, q.row(i).data(), k.row(row0).data(), v.row(row0).data(), n_keys_of(i),
+                       out.row(i).data(), scores);
+    };
+    if (cache && n > 1 && pos0 + n > kv.n_rows) {
+        // the ring wraps within this call: a later token would overwrite a key an earlier query still
+        // needs, so store and attend in order (the stores' time lands in the attention ops')
+        for (std::int64_t i = 0; i < n; ++i) {
+            store(i);
+            for (std::int64_t h = 0; h < shape.n_head; ++h) attend(i, h, scratch.scores->row(0).data());
+        }
+    } else {
+        for (std::int64_t i = 0; i < n; ++i) store(i);
+        rec.lap(Op::kv_store);
+        // one task per (query, head): a decode step spreads its heads over the threads, a prefill its queries
+        for_each_task(n * shape.n_head, [&](std::int64_t task) {
+            attend(task / shape.n_head, task % shape.n_head, scratch.scores->row(omp_get_thread_num()).data());
+        });
+    }
+    std::int64_t n_scores = 0;  // query-key pairs per head, over the n queries
+    for (std::int64_t i = 0; i < n; ++i) n_scores += n_keys_of(i);
+    const std::int64_t n_key_rows = n - 1 + n_keys_of(0);  // distinct positions read: first query's oldest .. newest
+    const std::int64_t d_kv = k.cols();
+    rec.add(Op::kv_store, cost_kv_store(n, k_new.cols(), kv.place));
+    rec.record({{Op::qk, cost_qk(n, shape.n_head, d_kv, shape.d_head, n_scores, n_key_rows, kv.place)},
+                {Op::softmax, cost_softmax(shape.n_head, n_scores)},
+                {Op::av, cost_av(n, shape.n_head, d_kv, shape.d_head, n_scores, n_key_rows, kv.place)}});
+}
+
+void project_add(MatrixRM& x, MatrixRM& tmp, const MatrixRM& in, std::int64_t n, const MatrixRM& w, const VectorF& b,
+                 const OpScratch& scratch, Op proj, Op residual, OpRecorder& rec) {
+    on_threads([&] {  // the residual on each thread's block of the output, while it is in cache
+        const Block blk = matmul_block(tmp, in, n, w, b, scratch);
+        x.block(0, blk.begin, n, blk.size) += tmp.block(0, blk.begin, n, blk.size);
+    });
+    rec.record({{proj, matmul_cost(n, w, b)}, {residual, cost_residual(n, x.cols())}});
+}
+
+void swiglu_mlp_in(MatrixRM& h, MatrixRM& h2, const MatrixRM& x, std::int64_t n, const LayerWeights& lw,
+                   const OpScratch& scratch, OpRecorder& rec) {
+    const VectorF no_bias;
+    on_threads([&] {  // gate and up share the block split, so SwiGLU runs on each thread's block in cache
+        const Block blk = matmul_block(h, x, n, lw.w1, lw.b1, scratch);
+        matmul_block(h2, x, n, lw.w3, no_bias, scratch);
+        auto g = h.block(0, blk.begin, n, blk.size).array();
+        g = g / (1.0f + (-g).exp()) * h2.block(0, blk.begin, n, blk.size).array();
+    });
+    rec.record({{Op::mlp_gate, matmul_cost(n, lw.w1, lw.b1)},
+                {Op::mlp_up, matmul_cost(n, lw.w3, no_bias)},
+                {Op::activation, cost_swiglu(n, h.cols())}});
+}
+
+void gelu_mlp_in(MatrixRM& h, const MatrixRM& x, std::int64_t n, const LayerWeights& lw, const OpScratch& scratch,
+                 OpRecorder& rec) {
+    on_threads([&] {  // GELU on each thread's block while it is in cache
+        const Block blk = matmul_block(h, x, n, lw.w1, lw.b1, scratch);
+        auto u = h.block(0, blk.begin, n, blk.size).array();
+        constexpr float c = 0.7978845608028654f;  // sqrt(2/pi)
+        u = 0.5f * u * (1.0f + (c * (u + 0.044715f * u * u * u)).tanh());
+    });
+    rec.record({{Op::mlp_up, matmul_cost(n, lw.w1, lw.b1)}, {Op::activation, cost_gelu_tanh(n, h.cols())}});
+}
+
+void classify(VectorF& logits, const MatrixRM& x, const MatrixRM& w, OpRecorder& rec) {
+    on_threads([&] { gemv_block(w, x.row(0).data(), logits.data()); });
+    rec.record(Op::lm_head, cost_matmul(1, w.cols(), w.rows(), false));
+}
+
+}  // namespace kvlab
