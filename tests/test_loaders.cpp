@@ -1,6 +1,7 @@
 // Loaders: llama2.c checkpoints, tokenizer.bin, safetensors and HF directories, fp16/bf16 widening.
 // Every file is built here, in a temporary directory, from numbers the checks then expect back.
 #include <doctest/doctest.h>
+#include <Eigen/Core>
 
 #include <algorithm>
 #include <bit>
@@ -22,7 +23,6 @@
 
 #include "formats/checkpoint.hpp"
 #include "core/error.hpp"
-#include "core/half_float.hpp"
 #include "formats/hf_checkpoint.hpp"
 #include "formats/llama2c_checkpoint.hpp"
 #include "core/mapped_file.hpp"
@@ -407,7 +407,13 @@ TEST_CASE("llama2.c headers with absurd dimensions are FormatErrors, not allocat
 
 // ---------------------------------------------------------------- fp16 / bf16
 
-TEST_CASE("fp16 widening gives the IEEE binary16 values, subnormals and specials included") {
+namespace {
+// The widening the safetensors reader uses (Eigen 3.4's 16-bit floats).
+float fp16_to_fp32(std::uint16_t bits) { return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(bits)); }
+float bf16_to_fp32(std::uint16_t bits) { return static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(bits)); }
+}  // namespace
+
+TEST_CASE("fp16 widening (Eigen::half) gives the IEEE binary16 values, subnormals and specials included") {
     CHECK(fp16_to_fp32(0x3C00) == 1.0f);
     CHECK(fp16_to_fp32(0xC000) == -2.0f);
     CHECK(fp16_to_fp32(0x7BFF) == 65504.0f);                     // largest finite: (2 - 2^-10) * 2^15
@@ -432,7 +438,7 @@ TEST_CASE("fp16 widening gives the IEEE binary16 values, subnormals and specials
     CHECK(mismatches == 0);
 }
 
-TEST_CASE("bf16 widening is the top half of an fp32") {
+TEST_CASE("bf16 widening (Eigen::bfloat16) is the top half of an fp32") {
     CHECK(bf16_to_fp32(0x3F80) == 1.0f);
     CHECK(bf16_to_fp32(0x4049) == 3.140625f);  // pi truncated to 8 significant bits
     CHECK(bf16_to_fp32(0xC2F7) == -123.5f);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 
+#include <Eigen/Core>
 #include <fmt/format.h>
 
 #include "core/checked.hpp"
@@ -23,15 +24,6 @@ constexpr std::uint64_t chunk_tokens = 256;
 // Round-to-nearest-even to a binary format with `n_mantissa` stored bits, smallest subnormal step
 // 2^min_ulp_exp and largest finite value `max_finite`, returned as float. Overflow becomes infinity
 // as on the device.
-float round_to_bits(float x, int n_mantissa, int min_ulp_exp, double max_finite) {
-    if (!std::isfinite(x) || x == 0.0f) return x;
-    int e = 0;
-    std::frexp(std::fabs(x), &e);  // |x| = m * 2^e, m in [0.5, 1): the ulp in [2^(e-1), 2^e) is 2^(e-1-n_mantissa)
-    const int ulp_exp = std::max(e - 1 - n_mantissa, min_ulp_exp);
-    const double r = std::ldexp(std::nearbyint(std::ldexp(static_cast<double>(std::fabs(x)), -ulp_exp)), ulp_exp);
-    return std::copysign(r > max_finite ? INFINITY : static_cast<float>(r), x);
-}
-
 std::uint64_t u64(std::int64_t value) { return static_cast<std::uint64_t>(value); }
 
 }  // namespace
@@ -123,10 +115,11 @@ AttentionShape attention_variant(const AttentionShape& native, std::string_view 
 }
 
 float round_to_dtype(float x, DType dtype) {
-    // fp16: 10 stored mantissa bits, subnormal step 2^-24, max 65504. bf16: 7 bits and the fp32 exponent
-    // range: subnormal step 2^-133, max (2 - 2^-7) * 2^127 = 255 * 2^120.
-    if (dtype == DType::fp16) return round_to_bits(x, 10, -24, 65504.0);
-    if (dtype == DType::bf16) return round_to_bits(x, 7, -133, std::ldexp(255.0, 120));
+    // Eigen 3.4's Eigen::half and Eigen::bfloat16 narrow with round-to-nearest-even, as the GPU stores
+    // (fp16: 10 stored mantissa bits, subnormal step 2^-24, overflow to inf from 65520; bf16: 7 bits and
+    // the fp32 exponent range)
+    if (dtype == DType::fp16) return static_cast<float>(Eigen::half(x));
+    if (dtype == DType::bf16) return static_cast<float>(Eigen::bfloat16(x));
     throw UsageError(fmt::format("round_to_dtype: dtype {} is not fp16 or bf16", dtype_name(dtype)));
 }
 
