@@ -15,6 +15,7 @@
 #include "core/json_input.hpp"
 #include "core/mapped_file.hpp"
 #include "formats/safetensors.hpp"
+#include "model/tensor_table.hpp"
 
 namespace kvlab {
 namespace {
@@ -91,81 +92,54 @@ private:
     std::string where_;
 };
 
+// Every tensor of the table from the checkpoint, in forward order. GPT-2's Conv1D weights are stored
+// (in, out) and transposed to kvlab's (out, in); its c_attn holds q, k and v (weights and biases) fused,
+// read once per layer and sliced. `root` prefixes the names ("transformer." in GPT2LMHeadModel files).
+Weights read_weights(const TensorSource& src, const ModelConfig& cfg, std::int64_t n_read, const std::string& root) {
+    const std::vector<TensorSpec> specs = tensor_specs(cfg);
+    Weights w;
+    w.layers.resize(static_cast<std::size_t>(n_read));
+    MatrixRM fused_w;  // this layer's c_attn weight (3 x out, in) and bias (3 x out), kept for the slices after the first
+    VectorF fused_b;
+    for_each_tensor(specs, w.layers.size(), [&](const TensorSpec& s, std::size_t layer) {
+        // lm_head sits beside the transformer module, never under its root
+        const std::string name = (s.name == "lm_head" ? "" : root) + fmt::format(fmt::runtime(s.hf_name), layer);
+        if (s.name == "lm_head" && !src.contains(name)) {
+            if (cfg.family == Family::gpt2) return;  // GPT-2 files tie it to wte whatever the config says
+            throw FormatError(fmt::format("{}: tensor '{}' is missing (expected shape [{}, {}]) and config.json does not set "
+                                          "tie_word_embeddings: true", src.where(), name, s.rows, s.cols));
+        }
+        if (s.hf_slice == 0 && s.is_matrix()) fused_w = src.matrix(name, s.cols, 3 * s.rows).transpose();
+        if (s.hf_slice == 0 && !s.is_matrix()) fused_b = src.vector(name, 3 * s.rows);
+        if (s.is_matrix()) {
+            MatrixRM& m = matrix_of(w, s, layer);
+            if (s.hf_slice >= 0) m = fused_w.middleRows(s.hf_slice * s.rows, s.rows);  // slice of the fused rows
+            else if (s.hf_transposed) m = src.matrix(name, s.cols, s.rows).transpose();
+            else m = src.matrix(name, s.rows, s.cols);
+        } else {
+            VectorF& v = vector_of(w, s, layer);
+            v = s.hf_slice >= 0 ? VectorF(fused_b.segment(s.hf_slice * s.rows, s.rows)) : src.vector(name, s.rows);
+        }
+    });
+    return w;
+}
+
 Weights load_llama_weights(const TensorSource& src, const ModelConfig& cfg, std::int64_t n_read) {
-    const std::int64_t d = cfg.d_model, d_q = cfg.d_q(), d_kv = cfg.d_kv(), f = cfg.d_ff, v = cfg.n_vocab;
     if (cfg.attention_bias || src.contains("model.layers.0.self_attn.q_proj.bias"))
         throw FormatError(fmt::format("{}: the model has attention biases (model_type {}); kvlab's llama forward pass has none",
                                       src.where(), quote(cfg.model_type, 40)));
-    Weights w;
+    Weights w = read_weights(src, cfg, n_read, "");
     w.rope_pairing = RopePairing::halves;  // HF Llama rotates (x[i], x[i+D/2]); wq/wk rows are stored for that
-    w.tok_embed = src.matrix("model.embed_tokens.weight", v, d);
-    w.layers.resize(static_cast<std::size_t>(n_read));
-    for (std::int64_t i = 0; i < n_read; ++i) {
-        LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
-        const std::string p = fmt::format("model.layers.{}.", i);
-        l.attn_norm = src.vector(p + "input_layernorm.weight", d);
-        l.wq = src.matrix(p + "self_attn.q_proj.weight", d_q, d);
-        l.wk = src.matrix(p + "self_attn.k_proj.weight", d_kv, d);
-        l.wv = src.matrix(p + "self_attn.v_proj.weight", d_kv, d);
-        l.wo = src.matrix(p + "self_attn.o_proj.weight", d, d_q);
-        l.mlp_norm = src.vector(p + "post_attention_layernorm.weight", d);
-        l.w1 = src.matrix(p + "mlp.gate_proj.weight", f, d);
-        l.w3 = src.matrix(p + "mlp.up_proj.weight", f, d);
-        l.w2 = src.matrix(p + "mlp.down_proj.weight", d, f);
-    }
-    w.final_norm = src.vector("model.norm.weight", d);
-    if (!cfg.tied_embeddings) {
-        if (!src.contains("lm_head.weight"))
-            throw FormatError(fmt::format("{}: tensor 'lm_head.weight' is missing (expected shape [{}, {}]) and config.json does "
-                                          "not set tie_word_embeddings: true",
-                                          src.where(), v, d));
-        w.lm_head = src.matrix("lm_head.weight", v, d);
-    }
     return w;
-}
-
-// GPT-2's Conv1D stores (in, out) for y = x W + b; kvlab keeps (out, in).
-MatrixRM conv1d(const TensorSource& src, const std::string& name, std::int64_t d_in, std::int64_t d_out) {
-    return src.matrix(name, d_in, d_out).transpose();
 }
 
 Weights load_gpt2_weights(const TensorSource& src, const ModelConfig& cfg, std::int64_t n_read) {
-    const std::int64_t d = cfg.d_model, f = cfg.d_ff, v = cfg.n_vocab;
-    if (cfg.d_q() != d || cfg.n_head_kv != cfg.n_head)
+    if (cfg.d_q() != cfg.d_model || cfg.n_head_kv != cfg.n_head)
         throw FormatError(fmt::format("{}: gpt2 needs n_head x d_head == d_model and no grouped KV heads ({} x {} vs {}, {} KV heads)",
-                                      src.where(), cfg.n_head, cfg.d_head, d, cfg.n_head_kv));
+                                      src.where(), cfg.n_head, cfg.d_head, cfg.d_model, cfg.n_head_kv));
     // GPT2Model checkpoints name tensors "wte.weight"; GPT2LMHeadModel ones "transformer.wte.weight".
     const std::string root = src.contains("wte.weight") || !src.contains("transformer.wte.weight") ? "" : "transformer.";
-    Weights w;
-    w.tok_embed = src.matrix(root + "wte.weight", v, d);
-    w.pos_embed = src.matrix(root + "wpe.weight", cfg.n_ctx_max, d);
-    w.layers.resize(static_cast<std::size_t>(n_read));
-    for (std::int64_t i = 0; i < n_read; ++i) {
-        LayerWeights& l = w.layers[static_cast<std::size_t>(i)];
-        const std::string p = fmt::format("{}h.{}.", root, i);
-        l.attn_norm = src.vector(p + "ln_1.weight", d);
-        l.attn_norm_bias = src.vector(p + "ln_1.bias", d);
-        const MatrixRM qkv = conv1d(src, p + "attn.c_attn.weight", d, 3 * d);  // (3d, d): q rows, then k, then v
-        const VectorF qkv_bias = src.vector(p + "attn.c_attn.bias", 3 * d);
-        l.wq = qkv.topRows(d);
-        l.wk = qkv.middleRows(d, d);
-        l.wv = qkv.bottomRows(d);
-        l.bq = qkv_bias.head(d);
-        l.bk = qkv_bias.segment(d, d);
-        l.bv = qkv_bias.tail(d);
-        l.wo = conv1d(src, p + "attn.c_proj.weight", d, d);
-        l.bo = src.vector(p + "attn.c_proj.bias", d);
-        l.mlp_norm = src.vector(p + "ln_2.weight", d);
-        l.mlp_norm_bias = src.vector(p + "ln_2.bias", d);
-        l.w1 = conv1d(src, p + "mlp.c_fc.weight", d, f);
-        l.b1 = src.vector(p + "mlp.c_fc.bias", f);
-        l.w2 = conv1d(src, p + "mlp.c_proj.weight", f, d);
-        l.b2 = src.vector(p + "mlp.c_proj.bias", d);
-    }
-    w.final_norm = src.vector(root + "ln_f.weight", d);
-    w.final_norm_bias = src.vector(root + "ln_f.bias", d);
-    if (!cfg.tied_embeddings && src.contains("lm_head.weight")) w.lm_head = src.matrix("lm_head.weight", v, d);
-    return w;
+    return read_weights(src, cfg, n_read, root);
 }
 
 }  // namespace

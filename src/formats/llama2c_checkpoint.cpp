@@ -17,6 +17,7 @@
 #include "core/checked.hpp"
 #include "core/error.hpp"
 #include "core/mapped_file.hpp"
+#include "model/tensor_table.hpp"
 
 static_assert(std::endian::native == std::endian::little, "llama2.c files are little-endian; so must the host be");
 
@@ -113,16 +114,6 @@ public:
         });
         offset_ += n_bytes;
     }
-    MatrixRM matrix(std::int64_t rows, std::int64_t cols) {
-        MatrixRM m(rows, cols);
-        read(m.data(), static_cast<std::uint64_t>(m.size()));
-        return m;
-    }
-    VectorF vector(std::int64_t n) {
-        VectorF v(n);
-        read(v.data(), static_cast<std::uint64_t>(n));
-        return v;
-    }
     void skip(std::uint64_t n_values) { offset_ += n_values * 4; }
     std::uint64_t offset() const { return offset_; }
 
@@ -131,65 +122,51 @@ private:
     std::uint64_t offset_;
 };
 
-// One tensor kind, stored for all n_layer layers in turn: the first w.layers.size() layers are read,
-// the tensors of the layers after them skipped.
-class LayerReader {
-public:
-    LayerReader(FloatReader& in, const ModelConfig& cfg, Weights& w)
-        : in_(in), layers_(w.layers), n_skipped_(static_cast<std::uint64_t>(cfg.n_layer) - w.layers.size()) {}
+// The formats' tensor orders (llama2.c's export.py: legacy_export writes v0, version1_export v1), as
+// names of the tensor table; each per-layer tensor is stored for all layers in turn. "rope_tables" is
+// v0's legacy freq_cis_real and freq_cis_imag, (seq_len, D/2) each, which kvlab computes itself; lm_head
+// is stored only when the classifier is untied.
+constexpr std::string_view rope_tables = "rope_tables";
+constexpr std::array<std::string_view, 13> v0_order = {"tok_embed", "attn_norm", "wq", "wk", "wv", "wo", "mlp_norm",
+                                                       "w1", "w2", "w3", "final_norm", rope_tables, "lm_head"};
+constexpr std::array<std::string_view, 12> v1_order = {"attn_norm", "mlp_norm", "final_norm", "tok_embed", "wq", "wk",
+                                                       "wv", "wo", "w1", "w2", "w3", "lm_head"};
 
-    void matrices(MatrixRM LayerWeights::*member, std::int64_t rows, std::int64_t cols) {
-        for (auto& l : layers_) l.*member = in_.matrix(rows, cols);
-        in_.skip(n_skipped_ * static_cast<std::uint64_t>(rows * cols));
-    }
-    void vectors(VectorF LayerWeights::*member, std::int64_t n) {
-        for (auto& l : layers_) l.*member = in_.vector(n);
-        in_.skip(n_skipped_ * static_cast<std::uint64_t>(n));
-    }
-
-private:
-    FloatReader& in_;
-    std::vector<LayerWeights>& layers_;
-    std::uint64_t n_skipped_;
-};
-
-// v0 order: embeddings, attention norms, wq, wk, wv, wo, ffn norms, w1, w2, w3, final norm, legacy
-// RoPE tables, classifier (untied only).
-void read_weights_v0(FloatReader& in, const ModelConfig& cfg, Weights& w) {
-    const std::int64_t d = cfg.d_model, d_q = cfg.d_q(), d_kv = cfg.d_kv(), f = cfg.d_ff;
-    LayerReader layers(in, cfg, w);
-    w.tok_embed = in.matrix(cfg.n_vocab, d);
-    layers.vectors(&LayerWeights::attn_norm, d);
-    layers.matrices(&LayerWeights::wq, d_q, d);
-    layers.matrices(&LayerWeights::wk, d_kv, d);
-    layers.matrices(&LayerWeights::wv, d_kv, d);
-    layers.matrices(&LayerWeights::wo, d, d_q);
-    layers.vectors(&LayerWeights::mlp_norm, d);
-    layers.matrices(&LayerWeights::w1, f, d);
-    layers.matrices(&LayerWeights::w2, d, f);
-    layers.matrices(&LayerWeights::w3, f, d);
-    w.final_norm = in.vector(d);
-    // Legacy freq_cis_real and freq_cis_imag tables: (seq_len, D/2) each; kvlab computes RoPE itself.
-    in.skip(2 * static_cast<std::uint64_t>(cfg.n_ctx_max) * static_cast<std::uint64_t>(cfg.d_head / 2));
-    if (!cfg.tied_embeddings) w.lm_head = in.matrix(cfg.n_vocab, d);
+std::span<const std::string_view> file_order(Llama2cVersion version) {
+    if (version == Llama2cVersion::v0) return v0_order;
+    return v1_order;
 }
 
-// v1 order: attention norms, ffn norms, final norm, embeddings, wq, wk, wv, wo, w1, w2, w3, classifier.
-void read_weights_v1(FloatReader& in, const ModelConfig& cfg, Weights& w) {
-    const std::int64_t d = cfg.d_model, d_q = cfg.d_q(), d_kv = cfg.d_kv(), f = cfg.d_ff;
-    LayerReader layers(in, cfg, w);
-    layers.vectors(&LayerWeights::attn_norm, d);
-    layers.vectors(&LayerWeights::mlp_norm, d);
-    w.final_norm = in.vector(d);
-    w.tok_embed = in.matrix(cfg.n_vocab, d);
-    layers.matrices(&LayerWeights::wq, d_q, d);
-    layers.matrices(&LayerWeights::wk, d_kv, d);
-    layers.matrices(&LayerWeights::wv, d_kv, d);
-    layers.matrices(&LayerWeights::wo, d, d_q);
-    layers.matrices(&LayerWeights::w1, f, d);
-    layers.matrices(&LayerWeights::w2, d, f);
-    layers.matrices(&LayerWeights::w3, f, d);
-    if (!cfg.tied_embeddings) w.lm_head = in.matrix(cfg.n_vocab, d);
+std::uint64_t rope_table_floats(const ModelConfig& cfg) {
+    return checked_mul(static_cast<std::uint64_t>(cfg.n_ctx_max), static_cast<std::uint64_t>(cfg.d_head / 2) * 2,
+                       "llama2.c rope tables");
+}
+
+// fn(spec or null for the rope tables) for every tensor of the file, in its order; lm_head is absent
+// from the table when the classifier is tied.
+template <typename Fn>
+void for_each_stored(const std::vector<TensorSpec>& specs, Llama2cVersion version, Fn fn) {
+    for (const std::string_view name : file_order(version)) {
+        if (name == rope_tables) {
+            if (version == Llama2cVersion::v0) fn(nullptr);
+            continue;
+        }
+        for (const TensorSpec& s : specs)
+            if (s.name == name) fn(&s);
+    }
+}
+
+// The first w.layers.size() layers are read, the tensors of the layers after them skipped.
+void read_weights(FloatReader& in, const ModelConfig& cfg, Llama2cVersion version, Weights& w) {
+    const std::uint64_t n_skipped = static_cast<std::uint64_t>(cfg.n_layer) - w.layers.size();
+    for_each_stored(tensor_specs(cfg), version, [&](const TensorSpec* s) {
+        if (s == nullptr) return in.skip(rope_table_floats(cfg));
+        for (std::size_t layer = 0; layer < (s->per_layer ? w.layers.size() : 1); ++layer) {
+            allocate_tensor(w, *s, layer);
+            in.read(tensor_data(w, *s, layer).data(), s->n_values());
+        }
+        if (s->per_layer) in.skip(n_skipped * s->n_values());
+    });
 }
 
 // ---- writing ----
@@ -204,37 +181,27 @@ std::int32_t header_int(const std::filesystem::path& path, const char* name, std
     return static_cast<std::int32_t>(value);
 }
 
-void check_shape(const std::filesystem::path& path, const std::string& name, std::int64_t rows, std::int64_t cols,
-                 std::int64_t want_rows, std::int64_t want_cols) {
-    if (rows != want_rows || cols != want_cols)
-        throw unwritable(path, fmt::format("{} is ({}, {}); the config needs ({}, {})", name, rows, cols, want_rows, want_cols));
-}
-
+// Every tensor the file stores has the config's shape, and the weights hold nothing else (biases,
+// learned positions: the format has no place for them).
 void check_weights(const std::filesystem::path& path, const ModelConfig& cfg, const Weights& w) {
-    const std::int64_t d = cfg.d_model, d_kv = cfg.d_kv(), f = cfg.d_ff, v = cfg.n_vocab;
     if (static_cast<std::int64_t>(w.layers.size()) != cfg.n_layer)
         throw unwritable(path, fmt::format("weights have {} layers; the config says {}", w.layers.size(), cfg.n_layer));
-    check_shape(path, "tok_embed", w.tok_embed.rows(), w.tok_embed.cols(), v, d);
-    check_shape(path, "final_norm", w.final_norm.size(), 1, d, 1);
-    if (w.lm_head.size() != 0) check_shape(path, "lm_head", w.lm_head.rows(), w.lm_head.cols(), v, d);
-    if (w.pos_embed.size() != 0 || w.final_norm_bias.size() != 0)
-        throw unwritable(path, "learned position embeddings / norm biases have no place in the format");
-    for (std::size_t i = 0; i < w.layers.size(); ++i) {
-        const LayerWeights& l = w.layers[i];
-        const std::string p = fmt::format("layer {} ", i);
-        check_shape(path, p + "attn_norm", l.attn_norm.size(), 1, d, 1);
-        check_shape(path, p + "mlp_norm", l.mlp_norm.size(), 1, d, 1);
-        check_shape(path, p + "wq", l.wq.rows(), l.wq.cols(), d, d);
-        check_shape(path, p + "wk", l.wk.rows(), l.wk.cols(), d_kv, d);
-        check_shape(path, p + "wv", l.wv.rows(), l.wv.cols(), d_kv, d);
-        check_shape(path, p + "wo", l.wo.rows(), l.wo.cols(), d, d);
-        check_shape(path, p + "w1", l.w1.rows(), l.w1.cols(), f, d);
-        check_shape(path, p + "w2", l.w2.rows(), l.w2.cols(), d, f);
-        check_shape(path, p + "w3", l.w3.rows(), l.w3.cols(), f, d);
-        const bool has_bias = l.bq.size() || l.bk.size() || l.bv.size() || l.bo.size() || l.b1.size() || l.b2.size() ||
-                              l.attn_norm_bias.size() || l.mlp_norm_bias.size();
-        if (has_bias) throw unwritable(path, p + "has biases; llama2.c has none");
-    }
+    const auto shape = [](std::int64_t rows, std::int64_t cols) {
+        return cols == 0 ? fmt::format("({})", rows) : fmt::format("({}, {})", rows, cols);
+    };
+    std::uint64_t stored_bytes = 0;
+    for_each_stored(tensor_specs(cfg), Llama2cVersion::v0, [&](const TensorSpec* s) {
+        if (s == nullptr) return;
+        for (std::size_t layer = 0; layer < (s->per_layer ? w.layers.size() : 1); ++layer) {
+            const auto [rows, cols] = held_shape(w, *s, layer);
+            if (rows != s->rows || cols != s->cols)
+                throw unwritable(path, fmt::format("{}{} is {}; the config needs {}", s->per_layer ? fmt::format("layer {} ", layer) : "",
+                                                   s->name, shape(rows, cols), shape(s->rows, s->cols)));
+            stored_bytes += 4 * s->n_values();
+        }
+    });
+    if (weights_bytes_held(w) != stored_bytes)
+        throw unwritable(path, "the weights hold biases or learned position embeddings; llama2.c has no place for them");
 }
 
 // HF "rotate half" rows -> llama2.c neighbour rows, per head of d_head rows:
@@ -254,25 +221,17 @@ void write_floats(std::ostream& out, const float* data, std::uint64_t n) {
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(n * 4));
 }
 void write_tensor(std::ostream& out, const MatrixRM& m) { write_floats(out, m.data(), static_cast<std::uint64_t>(m.size())); }
-void write_tensor(std::ostream& out, const VectorF& v) { write_floats(out, v.data(), static_cast<std::uint64_t>(v.size())); }
 
 }  // namespace
 
 std::uint64_t llama2c_file_bytes(const ModelConfig& cfg, Llama2cVersion version) {
-    const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };
-    const std::uint64_t d = u(cfg.d_model), d_q = checked_mul(u(cfg.n_head), u(cfg.d_head), "llama2.c query width");
-    const std::uint64_t d_kv = checked_mul(u(cfg.n_head_kv), u(cfg.d_head), "llama2.c kv width");
-    // Per layer: two norms (d) + wq (d_q,d) + wk, wv (d_kv,d) + wo (d,d_q) + w1, w3 (f,d) + w2 (d,f).
-    std::uint64_t per_layer = checked_mul(2, d, "llama2.c layer size");
-    per_layer = checked_add(per_layer, checked_mul(checked_mul(2, d_q, "llama2.c layer size"), d, "llama2.c layer size"), "llama2.c layer size");
-    per_layer = checked_add(per_layer, checked_mul(checked_mul(2, d_kv, "llama2.c layer size"), d, "llama2.c layer size"), "llama2.c layer size");
-    per_layer = checked_add(per_layer, checked_mul(checked_mul(3, u(cfg.d_ff), "llama2.c layer size"), d, "llama2.c layer size"), "llama2.c layer size");
-    const std::uint64_t embed = checked_mul(u(cfg.n_vocab), d, "llama2.c embedding size");
-    std::uint64_t n_floats = checked_add(embed, checked_mul(u(cfg.n_layer), per_layer, "llama2.c weights size"), "llama2.c weights size");
-    n_floats = checked_add(n_floats, d, "llama2.c weights size");  // final norm
-    if (version == Llama2cVersion::v0)  // freq_cis_real + freq_cis_imag, (seq_len, D/2) each
-        n_floats = checked_add(n_floats, checked_mul(u(cfg.n_ctx_max), u(cfg.d_head / 2) * 2, "llama2.c rope tables"), "llama2.c weights size");
-    if (!cfg.tied_embeddings) n_floats = checked_add(n_floats, embed, "llama2.c weights size");
+    std::uint64_t n_floats = 0;
+    for_each_stored(tensor_specs(cfg), version, [&](const TensorSpec* s) {
+        const std::uint64_t n = s == nullptr ? rope_table_floats(cfg)
+                                             : checked_mul(s->n_values(), s->per_layer ? static_cast<std::uint64_t>(cfg.n_layer) : 1,
+                                                           "llama2.c weights size");
+        n_floats = checked_add(n_floats, n, "llama2.c weights size");
+    });
     const std::uint64_t header = version == Llama2cVersion::v0 ? llama2c_v0_header_bytes : llama2c_v1_header_bytes;
     return checked_add(header, checked_mul(n_floats, 4, "llama2.c file size"), "llama2.c file size");
 }
@@ -359,13 +318,8 @@ LoadedModel load_llama2c_checkpoint(const std::filesystem::path& path, std::opti
     const ModelConfig& cfg = model.config;
     model.weights.rope_pairing = RopePairing::neighbours;
     model.weights.layers.resize(static_cast<std::size_t>(layers_to_read(cfg, n_layers, path)));
-    if (layout.version == Llama2cVersion::v0) {
-        FloatReader in(file, llama2c_v0_header_bytes);
-        read_weights_v0(in, cfg, model.weights);
-    } else {
-        FloatReader in(file, llama2c_v1_header_bytes);
-        read_weights_v1(in, cfg, model.weights);
-    }
+    FloatReader in(file, layout.version == Llama2cVersion::v0 ? llama2c_v0_header_bytes : llama2c_v1_header_bytes);
+    read_weights(in, cfg, layout.version, model.weights);
     return model;
 }
 
@@ -393,7 +347,7 @@ void save_llama2c_v0(const std::filesystem::path& path, const ModelConfig& cfg, 
     check_llama2c_v0_config(path, cfg);
     check_weights(path, cfg, weights);
 
-    const bool tied = weights.lm_head.size() == 0;
+    const bool tied = cfg.tied_embeddings;
     const std::int32_t vocab = header_int(path, "n_vocab", cfg.n_vocab);
     const std::array<std::int32_t, 7> header = {header_int(path, "d_model", cfg.d_model),
                                                 header_int(path, "d_ff", cfg.d_ff),
@@ -417,20 +371,18 @@ void save_llama2c_v0(const std::filesystem::path& path, const ModelConfig& cfg, 
     const bool permute = weights.rope_pairing == RopePairing::halves;
     write_atomically(path, "--save-checkpoint", [&](std::ostream& out) {
         out.write(reinterpret_cast<const char*>(header.data()), sizeof(header));
-        write_tensor(out, weights.tok_embed);
-        for (const auto& l : weights.layers) write_tensor(out, l.attn_norm);
-        for (const auto& l : weights.layers) write_tensor(out, permute ? halves_to_neighbours(l.wq, cfg.d_head) : l.wq);
-        for (const auto& l : weights.layers) write_tensor(out, permute ? halves_to_neighbours(l.wk, cfg.d_head) : l.wk);
-        for (const auto& l : weights.layers) write_tensor(out, l.wv);
-        for (const auto& l : weights.layers) write_tensor(out, l.wo);
-        for (const auto& l : weights.layers) write_tensor(out, l.mlp_norm);
-        for (const auto& l : weights.layers) write_tensor(out, l.w1);
-        for (const auto& l : weights.layers) write_tensor(out, l.w2);
-        for (const auto& l : weights.layers) write_tensor(out, l.w3);
-        write_tensor(out, weights.final_norm);
-        write_floats(out, freq_cos.data(), freq_cos.size());
-        write_floats(out, freq_sin.data(), freq_sin.size());
-        if (!tied) write_tensor(out, weights.lm_head);
+        for_each_stored(tensor_specs(cfg), Llama2cVersion::v0, [&](const TensorSpec* s) {
+            if (s == nullptr) {
+                write_floats(out, freq_cos.data(), freq_cos.size());
+                write_floats(out, freq_sin.data(), freq_sin.size());
+                return;
+            }
+            for (std::size_t layer = 0; layer < (s->per_layer ? weights.layers.size() : 1); ++layer) {
+                const bool rotated = permute && (s->name == "wq" || s->name == "wk");
+                if (rotated) write_tensor(out, halves_to_neighbours(weights.layers[layer].*(s->layer_matrix), cfg.d_head));
+                else write_floats(out, tensor_data(weights, *s, layer).data(), s->n_values());
+            }
+        });
     });
 }
 

@@ -43,92 +43,23 @@ void fill_normal(float* out, std::int64_t n, std::uint64_t key, float sigma) {
     }
 }
 
-struct Filler {
-    std::uint64_t seed;
-    float sigma;
-    std::uint64_t n_tensors = 0;
-
-    MatrixRM matrix(std::int64_t rows, std::int64_t cols) {
-        MatrixRM m(rows, cols);
-        fill_normal(m.data(), m.size(), mix64(seed ^ mix64(++n_tensors)), sigma);
-        return m;
-    }
-};
-
 }  // namespace
 
-std::uint64_t weights_bytes(const ModelConfig& cfg) {
-    const bool gpt2 = cfg.family == Family::gpt2;
-    const auto d = static_cast<std::uint64_t>(cfg.d_model), d_q = static_cast<std::uint64_t>(cfg.d_q()),
-               d_kv = static_cast<std::uint64_t>(cfg.d_kv()), f = static_cast<std::uint64_t>(cfg.d_ff);
-    // every sum and product checked: the shapes come from user configs
-    const auto sum = [](std::initializer_list<std::uint64_t> terms) {
-        std::uint64_t total = 0;
-        for (const std::uint64_t t : terms) total = checked_add(total, t, "weights bytes");
-        return total;
-    };
-    const auto mul = [](std::uint64_t a, std::uint64_t b) { return checked_mul(a, b, "weights bytes"); };
-    const std::uint64_t qkv_bias = sum({d_q, mul(2, d_kv)});
-    std::uint64_t layer = sum({mul(d_q, d), mul(2, mul(d_kv, d)), mul(d, d_q), mul(f, d), mul(d, f)});  // wq wk wv wo w1 w2
-    layer = gpt2 ? sum({layer, mul(4, d), qkv_bias, d, f, d})                                      // norms + biases
-                 : sum({layer, mul(f, d), mul(2, d), cfg.attention_bias ? qkv_bias : 0});          // w3 + norms (+ q, k, v biases)
-    std::uint64_t n_values = mul(layer, static_cast<std::uint64_t>(cfg.n_layer));
-    n_values = sum({n_values, mul(static_cast<std::uint64_t>(cfg.n_vocab), d)});
-    if (gpt2) n_values = sum({n_values, mul(static_cast<std::uint64_t>(cfg.n_ctx_max), d)});
-    if (!cfg.tied_embeddings) n_values = sum({n_values, mul(static_cast<std::uint64_t>(cfg.n_vocab), d)});
-    n_values = sum({n_values, gpt2 ? mul(2, d) : d});
-    return mul(n_values, sizeof(float));
-}
-
 Weights random_weights(const ModelConfig& cfg, std::uint64_t seed, float sigma) {
-    const bool gpt2 = cfg.family == Family::gpt2;
-    const std::int64_t d = cfg.d_model, d_q = cfg.d_q(), d_kv = cfg.d_kv(), f = cfg.d_ff;
-    Filler fill{seed, sigma};
+    const std::vector<TensorSpec> specs = tensor_specs(cfg);
     Weights w;
     w.rope_pairing = RopePairing::neighbours;  // as llama2.c, the reference for random-init runs
-    w.tok_embed = fill.matrix(cfg.n_vocab, d);
-    if (gpt2) w.pos_embed = fill.matrix(cfg.n_ctx_max, d);
     w.layers.resize(static_cast<std::size_t>(cfg.n_layer));
-    for (auto& lw : w.layers) {
-        lw.attn_norm = VectorF::Ones(d);
-        lw.mlp_norm = VectorF::Ones(d);
-        lw.wq = fill.matrix(d_q, d);
-        lw.wk = fill.matrix(d_kv, d);
-        lw.wv = fill.matrix(d_kv, d);
-        lw.wo = fill.matrix(d, d_q);
-        lw.w1 = fill.matrix(f, d);
-        if (!gpt2) lw.w3 = fill.matrix(f, d);
-        lw.w2 = fill.matrix(d, f);
-        if (gpt2) {
-            lw.attn_norm_bias = VectorF::Zero(d);
-            lw.mlp_norm_bias = VectorF::Zero(d);
-            lw.bq = VectorF::Zero(d_q);
-            lw.bk = VectorF::Zero(d_kv);
-            lw.bv = VectorF::Zero(d_kv);
-            lw.bo = VectorF::Zero(d);
-            lw.b1 = VectorF::Zero(f);
-            lw.b2 = VectorF::Zero(d);
-        } else if (cfg.attention_bias) {
-            lw.bq = VectorF::Zero(d_q);
-            lw.bk = VectorF::Zero(d_kv);
-            lw.bv = VectorF::Zero(d_kv);
-        }
-    }
-    w.final_norm = VectorF::Ones(d);
-    if (gpt2) w.final_norm_bias = VectorF::Zero(d);
-    if (!cfg.tied_embeddings) w.lm_head = fill.matrix(cfg.n_vocab, d);
+    std::uint64_t n_drawn = 0;  // matrices drawn so far: each draws from its own key, in forward order
+    for_each_tensor(specs, w.layers.size(), [&](const TensorSpec& s, std::size_t layer) {
+        allocate_tensor(w, s, layer);
+        const std::span<float> data = tensor_data(w, s, layer);
+        if (s.init == TensorInit::normal)
+            fill_normal(data.data(), static_cast<std::int64_t>(data.size()), mix64(seed ^ mix64(++n_drawn)), sigma);
+        else
+            std::fill(data.begin(), data.end(), s.init == TensorInit::ones ? 1.0f : 0.0f);
+    });
     return w;
-}
-
-std::uint64_t weights_bytes_held(const Weights& w) {
-    std::uint64_t n = static_cast<std::uint64_t>(w.tok_embed.size() + w.pos_embed.size() + w.final_norm.size() +
-                                                 w.final_norm_bias.size() + w.lm_head.size());
-    for (const auto& lw : w.layers)
-        n += static_cast<std::uint64_t>(
-            lw.attn_norm.size() + lw.attn_norm_bias.size() + lw.wq.size() + lw.wk.size() + lw.wv.size() +
-            lw.wo.size() + lw.bq.size() + lw.bk.size() + lw.bv.size() + lw.bo.size() + lw.mlp_norm.size() +
-            lw.mlp_norm_bias.size() + lw.w1.size() + lw.w3.size() + lw.w2.size() + lw.b1.size() + lw.b2.size());
-    return n * sizeof(float);
 }
 
 }  // namespace kvlab
