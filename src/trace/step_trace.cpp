@@ -20,13 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* units_line =
-    "flops and transcendentals: operations (a multiply-add = 2 FLOPs); bytes_* and kv_bytes_resident: bytes; "
-    "wall_ns: nanoseconds; gflop_per_s: 1e9 FLOP/s; gb_per_s: 1e9 bytes/s; flop_per_byte: FLOP per byte moved; "
-    "max_abs_dlogit: logit units; <op>.*: the same per op, summed over layers";
-
-double ratio(double num, double den) { return den > 0.0 ? num / den : 0.0; }
-
 std::string csv_value(const nlohmann::json& v) {
     if (v.is_null()) return "";
     if (v.is_string()) return v.get<std::string>();
@@ -72,73 +65,6 @@ void check_trace_writable(const fs::path& path) {
                                      quote(path.string())));
     trace_format_for(path);
     check_output_path(path, "--trace");
-}
-
-std::vector<std::string> trace_op_fields(bool deterministic) {
-    std::vector<std::string> fields = {"flops",          "transcendentals",   "bytes_weights_read", "bytes_act_read",
-                                       "bytes_act_written", "bytes_kv_read", "bytes_kv_written"};
-    if (!deterministic) fields.push_back("wall_ns");
-    return fields;
-}
-
-std::vector<std::string> trace_columns(bool deterministic) {
-    std::vector<std::string> cols = {
-        "mode", "step", "phase", "position", "n_tokens", "n_keys", "flops", "flops_matmul", "flops_attention",
-        "flops_other", "transcendentals", "bytes_weights_read", "bytes_act_read", "bytes_act_written", "bytes_kv_read",
-        "bytes_kv_written", "bytes_total", "kv_bytes_resident", "flop_per_byte", "token", "max_abs_dlogit",
-        "argmax_flip"};
-    if (!deterministic) cols.insert(cols.end(), {"wall_ns", "gflop_per_s", "gb_per_s"});
-    const auto fields = trace_op_fields(deterministic);
-    for (int i = 0; i < n_ops; ++i)
-        for (const auto& f : fields) cols.push_back(fmt::format("{}.{}", op_name(static_cast<Op>(i)), f));
-    return cols;
-}
-
-nlohmann::json trace_record_json(const StepRecord& r, bool deterministic) {
-    const OpCost total = r.cost.total();
-    nlohmann::json j = nlohmann::json::object();
-    j["mode"] = std::string(step_mode_name(r.mode));
-    j["step"] = r.step;
-    j["phase"] = r.step == 0 ? "prefill" : "decode";
-    j["position"] = r.position;
-    j["n_tokens"] = r.n_tokens;
-    j["n_keys"] = r.n_keys;
-    j["flops"] = total.flops;
-    j["flops_matmul"] = r.cost.flops(OpCategory::matmul);
-    j["flops_attention"] = r.cost.flops(OpCategory::attention);
-    j["flops_other"] = r.cost.flops(OpCategory::other);
-    j["transcendentals"] = total.transcendentals;
-    j["bytes_weights_read"] = total.bytes_weights_read;
-    j["bytes_act_read"] = total.bytes_act_read;
-    j["bytes_act_written"] = total.bytes_act_written;
-    j["bytes_kv_read"] = total.bytes_kv_read;
-    j["bytes_kv_written"] = total.bytes_kv_written;
-    j["bytes_total"] = total.bytes_total();
-    j["kv_bytes_resident"] = r.kv_bytes_resident;
-    j["flop_per_byte"] = ratio(static_cast<double>(total.flops), static_cast<double>(total.bytes_total()));
-    j["token"] = r.token;
-    j["max_abs_dlogit"] = r.max_abs_dlogit >= 0.0 ? nlohmann::json(r.max_abs_dlogit) : nlohmann::json(nullptr);
-    j["argmax_flip"] = r.argmax_flip;
-    if (!deterministic) {
-        const double seconds = static_cast<double>(r.wall_ns) * 1e-9;
-        j["wall_ns"] = r.wall_ns;
-        j["gflop_per_s"] = ratio(static_cast<double>(total.flops) * 1e-9, seconds);
-        j["gb_per_s"] = ratio(static_cast<double>(total.bytes_total()) * 1e-9, seconds);
-    }
-    for (int i = 0; i < n_ops; ++i) {
-        const Op op = static_cast<Op>(i);
-        const OpCost& c = r.cost.at(op);
-        const auto prefix = std::string(op_name(op)) + ".";
-        j[prefix + "flops"] = c.flops;
-        j[prefix + "transcendentals"] = c.transcendentals;
-        j[prefix + "bytes_weights_read"] = c.bytes_weights_read;
-        j[prefix + "bytes_act_read"] = c.bytes_act_read;
-        j[prefix + "bytes_act_written"] = c.bytes_act_written;
-        j[prefix + "bytes_kv_read"] = c.bytes_kv_read;
-        j[prefix + "bytes_kv_written"] = c.bytes_kv_written;
-        if (!deterministic) j[prefix + "wall_ns"] = r.cost.wall_ns_of(op);
-    }
-    return j;
 }
 
 nlohmann::json run_summary_json(const RunSummary& run) {

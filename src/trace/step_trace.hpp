@@ -11,6 +11,7 @@
 
 #include "report/simulation_report.hpp"
 #include "model/simulator.hpp"
+#include "trace/trace_schema.hpp"
 
 namespace kvlab {
 
@@ -32,13 +33,6 @@ TraceFormat trace_format_for(const std::filesystem::path& path);
 // Throws UsageError naming --trace and the reason.
 void check_trace_writable(const std::filesystem::path& path);
 
-// Column names in order: the step columns, then "<op>.<field>" per op. `deterministic` drops the
-// wall-time columns (wall_ns, gflop_per_s, gb_per_s, <op>.wall_ns).
-std::vector<std::string> trace_columns(bool deterministic);
-// The per-op fields, in column order: "flops", "transcendentals", "bytes_*" and, measured, "wall_ns".
-std::vector<std::string> trace_op_fields(bool deterministic);
-// One record as a flat JSON object keyed by trace_columns (max_abs_dlogit null when not compared).
-nlohmann::json trace_record_json(const StepRecord& record, bool deterministic);
 // The run summary as a flat JSON object (JSONL/Perfetto header "run", CSV "# run.key=value" lines).
 nlohmann::json run_summary_json(const RunSummary& run);
 

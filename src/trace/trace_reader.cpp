@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -21,34 +22,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using json = nlohmann::json;
-
-enum class ColumnType { text, boolean, real, real_or_null, integer, count };
-
-// Every column's type: counts are unsigned (FLOPs, bytes), integers signed (steps, ids, ns).
-ColumnType column_type(const std::string& column) {
-    const auto dot = column.find('.');
-    const std::string field = dot == std::string::npos ? column : column.substr(dot + 1);
-    if (field == "mode" || field == "phase") return ColumnType::text;
-    if (field == "argmax_flip") return ColumnType::boolean;
-    if (field == "max_abs_dlogit") return ColumnType::real_or_null;
-    if (field == "flop_per_byte" || field == "gflop_per_s" || field == "gb_per_s") return ColumnType::real;
-    if (field == "step" || field == "position" || field == "n_tokens" || field == "n_keys" || field == "token" ||
-        field == "wall_ns")
-        return ColumnType::integer;
-    return ColumnType::count;
-}
-
-const char* type_name(ColumnType t) {
-    switch (t) {
-        case ColumnType::text: return "a string";
-        case ColumnType::boolean: return "a boolean";
-        case ColumnType::real: return "a number";
-        case ColumnType::real_or_null: return "a number or empty";
-        case ColumnType::integer: return "an integer";
-        case ColumnType::count: return "a non-negative integer";
-    }
-    return "a value";
-}
 
 class Reader {
 public:
@@ -137,32 +110,32 @@ private:
     }
 
     json value_from_text(std::size_t line, const std::string& column, const std::string& text) const {
-        const ColumnType t = column_type(column);
+        const FieldType t = column_type(column);
         auto bad = [&]() -> json {
-            fail(line, fmt::format("column '{}' is {}; expected {}", column, quote(text, 40), type_name(t)));
+            fail(line, fmt::format("column '{}' is {}; expected {}", column, quote(text, 40), field_type_name(t)));
         };
         switch (t) {
-            case ColumnType::text: return text;
-            case ColumnType::boolean:
+            case FieldType::text: return text;
+            case FieldType::boolean:
                 if (text == "0" || text == "1") return text == "1";
                 return bad();
-            case ColumnType::real_or_null:
+            case FieldType::real_or_null:
                 if (text.empty()) return nullptr;
                 [[fallthrough]];
-            case ColumnType::real: {
+            case FieldType::real: {
                 if (text.empty()) return bad();
                 char* end = nullptr;
                 const double v = std::strtod(text.c_str(), &end);
                 if (end != text.c_str() + text.size()) return bad();
                 return v;
             }
-            case ColumnType::integer: {
+            case FieldType::integer: {
                 std::int64_t v = 0;
                 const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
                 if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return bad();
                 return v;
             }
-            case ColumnType::count: {
+            case FieldType::count: {
                 std::uint64_t v = 0;
                 const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
                 if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return bad();
@@ -173,80 +146,25 @@ private:
     }
 
     void check_value_type(std::size_t line, const std::string& column, const json& v) const {
-        const ColumnType t = column_type(column);
+        const FieldType t = column_type(column);
         bool ok = false;
         switch (t) {
-            case ColumnType::text: ok = v.is_string(); break;
-            case ColumnType::boolean: ok = v.is_boolean(); break;
-            case ColumnType::real_or_null: ok = v.is_null() || v.is_number(); break;
-            case ColumnType::real: ok = v.is_number(); break;
-            case ColumnType::integer: ok = v.is_number_integer(); break;
-            case ColumnType::count: ok = v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0); break;
+            case FieldType::text: ok = v.is_string(); break;
+            case FieldType::boolean: ok = v.is_boolean(); break;
+            case FieldType::real_or_null: ok = v.is_null() || v.is_number(); break;
+            case FieldType::real: ok = v.is_number(); break;
+            case FieldType::integer: ok = v.is_number_integer(); break;
+            case FieldType::count: ok = v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0); break;
         }
-        if (!ok) fail(line, fmt::format("column '{}' is {}; expected {}", column, json_excerpt(v), type_name(t)));
-    }
-
-    template <typename T>
-    static T get(const json& row, const std::string& key) {
-        return row.at(key).get<T>();
+        if (!ok) fail(line, fmt::format("column '{}' is {}; expected {}", column, json_excerpt(v), field_type_name(t)));
     }
 
     StepRecord record_from_row(std::size_t line, const json& row) const {
-        StepRecord r;
-        const auto mode = get<std::string>(row, "mode");
-        if (mode == "cached") r.mode = StepMode::cached;
-        else if (mode == "uncached") r.mode = StepMode::uncached;
-        else fail(line, fmt::format("mode {}; expected cached or uncached", quote(mode, 20)));
-        r.step = get<std::int64_t>(row, "step");
-        if (r.step < 0) fail(line, fmt::format("step {}; expected 0 or more", r.step));
-        const auto phase = get<std::string>(row, "phase");
-        if (phase != (r.step == 0 ? "prefill" : "decode"))
-            fail(line, fmt::format("phase {} at step {}; expected {}", quote(phase, 20), r.step, r.step == 0 ? "prefill" : "decode"));
-        r.position = get<std::int64_t>(row, "position");
-        r.n_tokens = get<std::int64_t>(row, "n_tokens");
-        r.n_keys = get<std::int64_t>(row, "n_keys");
-        r.kv_bytes_resident = get<std::uint64_t>(row, "kv_bytes_resident");
-        r.token = static_cast<TokenId>(get<std::int64_t>(row, "token"));
-        r.max_abs_dlogit = row.at("max_abs_dlogit").is_null() ? -1.0 : get<double>(row, "max_abs_dlogit");
-        r.argmax_flip = get<bool>(row, "argmax_flip");
-        if (!deterministic_) {
-            r.wall_ns = get<std::int64_t>(row, "wall_ns");
-            if (r.wall_ns < 0) fail(line, fmt::format("wall_ns {}; expected 0 or more", r.wall_ns));
+        try {
+            return kvlab::record_from_row(row, deterministic_);
+        } catch (const std::invalid_argument& e) {
+            fail(line, e.what());
         }
-        for (int i = 0; i < n_ops; ++i) {
-            const Op op = static_cast<Op>(i);
-            const std::string p = std::string(op_name(op)) + ".";
-            OpCost c;
-            c.flops = get<std::uint64_t>(row, p + "flops");
-            c.transcendentals = get<std::uint64_t>(row, p + "transcendentals");
-            c.bytes_weights_read = get<std::uint64_t>(row, p + "bytes_weights_read");
-            c.bytes_act_read = get<std::uint64_t>(row, p + "bytes_act_read");
-            c.bytes_act_written = get<std::uint64_t>(row, p + "bytes_act_written");
-            c.bytes_kv_read = get<std::uint64_t>(row, p + "bytes_kv_read");
-            c.bytes_kv_written = get<std::uint64_t>(row, p + "bytes_kv_written");
-            r.cost.add(op, c);
-            if (!deterministic_) r.cost.wall_ns[static_cast<std::size_t>(i)] = get<std::int64_t>(row, p + "wall_ns");
-        }
-        // the step's totals must be the sums of its ops: a hand-edited or corrupted file is caught here
-        const OpCost total = r.cost.total();
-        const std::pair<const char*, std::uint64_t> sums[] = {
-            {"flops", total.flops},
-            {"flops_matmul", r.cost.flops(OpCategory::matmul)},
-            {"flops_attention", r.cost.flops(OpCategory::attention)},
-            {"flops_other", r.cost.flops(OpCategory::other)},
-            {"transcendentals", total.transcendentals},
-            {"bytes_weights_read", total.bytes_weights_read},
-            {"bytes_act_read", total.bytes_act_read},
-            {"bytes_act_written", total.bytes_act_written},
-            {"bytes_kv_read", total.bytes_kv_read},
-            {"bytes_kv_written", total.bytes_kv_written},
-            {"bytes_total", total.bytes_total()},
-        };
-        for (const auto& [column, sum] : sums)
-            if (get<std::uint64_t>(row, column) != sum)
-                fail(line, fmt::format("{} is {} but its ops sum to {}; the file was edited or corrupted", column,
-                                       get<std::uint64_t>(row, column), sum));
-        return r;
     }
 
     RunSummary run_from_json(std::size_t line, const json& j) const {
