@@ -1,0 +1,110 @@
+// Reading a Perfetto (Chrome trace-event JSON) trace kvlab wrote: step slices carry the step columns,
+// op slices the per-op ones (perfetto_trace.cpp writes them).
+#include "trace/perfetto_trace.hpp"
+#include "trace/trace_parser.hpp"
+
+namespace kvlab {
+
+std::size_t TraceParser::line_of_offset(std::size_t offset) const {
+    std::size_t line = 1;
+    for (std::size_t i = 0; i < offset && i < text_.size(); ++i)
+        if (text_[i] == '\n') ++line;
+    return line;
+}
+
+// Perfetto: the writer puts event i of traceEvents on line i + 2; errors name that line.
+void TraceParser::read_perfetto(StepTrace& trace) {
+    json doc;
+    try {
+        doc = parse_json(text_, path_.string());
+    } catch (const JsonSyntaxError& e) {
+        fail(line_of_offset(e.byte),
+             e.at_end ? "the JSON ends early: the file is truncated"
+                      : "not valid JSON; expected a kvlab trace (CSV, JSON Lines or Perfetto JSON)");
+    }
+    if (!doc.is_object() || !doc.contains("traceEvents") || !doc.at("traceEvents").is_array())
+        fail(1, "a JSON document without a 'traceEvents' array; expected Perfetto JSON from kvlab simulate --trace FILE.json");
+    const std::size_t other_line = doc.at("traceEvents").size() + 4;
+    if (!doc.contains("otherData") || !doc.at("otherData").is_object())
+        fail(other_line, "no 'otherData' object: not written by kvlab simulate");
+    const json& other = doc.at("otherData");
+    if (!other.contains("kvlab_trace")) fail(other_line, "otherData has no 'kvlab_trace' version: not written by kvlab simulate");
+    check_version(other_line, other.at("kvlab_trace"));
+    if (!other.contains("time") || !other.at("time").is_string() ||
+        (other.at("time") != "measured" && other.at("time") != "modelled"))
+        fail(other_line, "otherData 'time' is missing; expected \"measured\" or \"modelled\"");
+    set_columns(other.at("time") == "modelled");
+    if (!other.contains("inputs") || !other.at("inputs").is_object()) fail(other_line, "otherData has no 'inputs' object");
+    trace.inputs = other.at("inputs");
+    if (!other.contains("run")) fail(other_line, "otherData has no 'run' object (the run summary)");
+    trace.run = run_from_json(other_line, other.at("run"));
+
+    const auto op_fields = trace_op_fields(deterministic_);
+    std::vector<std::pair<std::size_t, json>> rows;  // (line, row)
+    std::map<int, std::size_t> open_step;            // pid -> index in rows of its latest step
+    const json& events = doc.at("traceEvents");
+    for (std::size_t e = 0; e < events.size(); ++e) {
+        const std::size_t line = e + 2;
+        const json& ev = events[e];
+        if (!ev.is_object() || !ev.contains("ph") || !ev.at("ph").is_string())
+            fail(line, "a trace event without a 'ph' phase");
+        const std::string ph = ev.at("ph").get<std::string>();
+        if (ph == "M") continue;
+        if (!ev.contains("pid") || !ev.at("pid").is_number_integer()) fail(line, "an event without an integer 'pid'");
+        const json& pid_value = ev.at("pid");
+        if (pid_value != perfetto_pid(StepMode::cached) && pid_value != perfetto_pid(StepMode::uncached))
+            fail(line, fmt::format("pid {}; expected 1 (cached) or 2 (uncached)", json_excerpt(pid_value)));
+        const int pid = pid_value.get<int>();
+        if (!ev.contains("args") || !ev.at("args").is_object()) fail(line, "an event without an 'args' object");
+        const json& args = ev.at("args");
+        if (ph == "C") {
+            for (const auto& [key, value] : args.items())
+                if (!value.is_number())
+                    fail(line, fmt::format("counter value {} is {}; expected a number", quote(key, 40), json_excerpt(value)));
+            continue;
+        }
+        if (ph != "X") fail(line, fmt::format("phase {}; expected X, C or M", quote(ph, 20)));
+        const std::string cat = ev.contains("cat") && ev.at("cat").is_string() ? ev.at("cat").get<std::string>() : "";
+        if (cat == "step") {
+            json row = json::object();
+            for (const auto& c : columns_) {
+                if (c.find('.') != std::string::npos) {
+                    row[c] = 0;  // ops that did not run have no slice
+                    continue;
+                }
+                if (!args.contains(c)) fail(line, fmt::format("step slice without '{}' in its args", c));
+                check_value_type(line, c, args.at(c));
+                row[c] = args.at(c);
+            }
+            const std::string expected_mode(step_mode_name(pid == 1 ? StepMode::cached : StepMode::uncached));
+            if (row.at("mode") != expected_mode)
+                fail(line, fmt::format("mode {} in pid {}; expected '{}'", quote(row.at("mode").get<std::string>(), 20), pid, expected_mode));
+            open_step[pid] = rows.size();
+            rows.emplace_back(line, std::move(row));
+        } else if (cat == "op") {
+            if (!open_step.count(pid)) fail(line, "an op slice before any step slice of its process");
+            json& row = rows[open_step[pid]].second;
+            const std::string name = ev.contains("name") && ev.at("name").is_string() ? ev.at("name").get<std::string>() : "";
+            bool known = false;
+            for (int i = 0; i < n_ops; ++i) known = known || op_name(static_cast<Op>(i)) == name;
+            if (!known) fail(line, fmt::format("op slice {}; expected an op name such as q_proj", quote(name, 40)));
+            if (!args.contains("step") || args.at("step") != row.at("step"))
+                fail(line, fmt::format("op slice '{}' of step {} inside step {}", name,
+                                       args.contains("step") ? json_excerpt(args.at("step")) : "?", json_excerpt(row.at("step"))));
+            for (const auto& f : op_fields) {
+                const std::string c = name + "." + f;
+                if (!args.contains(f)) fail(line, fmt::format("op slice '{}' without '{}' in its args", name, f));
+                check_value_type(line, c, args.at(f));
+                row[c] = args.at(f);
+            }
+        } else {
+            fail(line, fmt::format("slice category {}; expected step or op", quote(cat, 40)));
+        }
+    }
+    for (const auto& [line, row] : rows) {
+        trace.records.push_back(record_from_row(line, row));
+        record_lines_.push_back(line);
+    }
+}
+
+}  // namespace kvlab

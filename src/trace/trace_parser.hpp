@@ -1,0 +1,243 @@
+// The reader shared by the trace layouts (internal to src/trace): the file's text, errors naming file and
+// line, column and value checks against the schema, records and the run summary, the step sequence.
+// read() tells the layout apart by content and calls read_csv, read_jsonl or read_perfetto.
+#pragma once
+#include <charconv>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/json_input.hpp"
+#include "core/mapped_file.hpp"
+#include "core/text.hpp"
+
+#include "trace/step_trace.hpp"
+
+namespace kvlab {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+class TraceParser {
+public:
+    explicit TraceParser(fs::path path) : path_(std::move(path)) {}
+
+    StepTrace read() {
+        // a 1024-step trace of both modes is ~6 MB; a file past 1 GiB is not one kvlab wrote
+        text_ = read_input_file(path_, "trace file (CSV, JSON Lines or Perfetto JSON from kvlab simulate --trace)", 1ull << 30);
+        const auto first = text_.find_first_not_of(" \t\r\n");
+        if (first == std::string::npos)
+            fail(1, "empty file; expected a kvlab trace (CSV, JSON Lines or Perfetto JSON from kvlab simulate --trace)");
+        StepTrace trace;
+        if (text_[first] == '{') {
+            const std::string line1 = text_.substr(0, text_.find('\n'));
+            if (json::accept(line1) && parse(1, line1).contains("kvlab_trace")) {
+                trace.format = TraceFormat::jsonl;
+                read_jsonl(trace);
+            } else {
+                trace.format = TraceFormat::perfetto;
+                read_perfetto(trace);
+            }
+        } else {
+            trace.format = TraceFormat::csv;
+            read_csv(trace);
+        }
+        check_sequence(trace);
+        return trace;
+    }
+
+    // The three layouts (trace_reader.cpp: CSV and JSON Lines; perfetto_reader.cpp: Perfetto JSON).
+    void read_csv(StepTrace& trace);
+    void read_jsonl(StepTrace& trace);
+    void read_perfetto(StepTrace& trace);
+    std::size_t line_of_offset(std::size_t offset) const;
+
+    [[noreturn]] void fail(std::size_t line, const std::string& what) const {
+        throw FormatError(fmt::format("{}: line {}: {}", path_.string(), line, what));
+    }
+
+    json parse(std::size_t line, std::string_view text) const {
+        return parse_json(text, fmt::format("{}: line {}", path_.string(), line));
+    }
+
+    // Text for a JSON document: UTF-8 (nlohmann_json would refuse to print it later), no NUL bytes.
+    void check_text(std::size_t line, const std::string& text) const {
+        if (text.find('\0') != std::string::npos || to_valid_utf8(text) != text)
+            fail(line, fmt::format("{} is not valid UTF-8 text", quote(text, 60)));
+    }
+
+    std::vector<std::string> lines() const {
+        std::vector<std::string> out;
+        std::size_t pos = 0;
+        while (pos < text_.size()) {
+            auto end = text_.find('\n', pos);
+            if (end == std::string::npos) end = text_.size();
+            std::string line = text_.substr(pos, end - pos);
+            if (!line.empty() && line.back() == '\r') line.pop_back();
+            out.push_back(std::move(line));
+            pos = end + 1;
+        }
+        return out;
+    }
+
+    void check_version(std::size_t line, const json& version) const {
+        if (!version.is_number_integer())
+            fail(line, fmt::format("trace format {}; expected {}", json_excerpt(version), trace_format_version));
+        // compared as written, not narrowed: 4294967298 is not format 2
+        if (version != trace_format_version)
+            fail(line, fmt::format("trace format {}; this kvlab reads format {} (re-run kvlab simulate --trace)",
+                                   json_excerpt(version), trace_format_version));
+    }
+
+    // Every column is required (Perfetto files leave out the slices of ops that did not run: their
+    // columns are filled with zeros before the check). No wall_ns column: a --deterministic trace.
+    void set_columns(bool deterministic) {
+        deterministic_ = deterministic;
+        columns_ = trace_columns(deterministic);
+        column_set_ = std::set<std::string>(columns_.begin(), columns_.end());
+    }
+
+    void check_header_columns(std::size_t line, const std::vector<std::string>& got) const {
+        std::set<std::string> seen;
+        for (const auto& c : got) {
+            if (!column_set_.count(c))
+                fail(line, fmt::format("unknown column {}; expected the columns of trace format {} (docs/trace-format.md)",
+                                       quote(c, 60), trace_format_version));
+            if (!seen.insert(c).second) fail(line, fmt::format("column '{}' appears twice", c));
+        }
+        for (const auto& c : columns_)
+            if (!seen.count(c)) fail(line, fmt::format("missing column '{}'", c));
+    }
+
+    json value_from_text(std::size_t line, const std::string& column, const std::string& text) const {
+        const FieldType t = column_type(column);
+        auto bad = [&]() -> json {
+            fail(line, fmt::format("column '{}' is {}; expected {}", column, quote(text, 40), field_type_name(t)));
+        };
+        switch (t) {
+            case FieldType::text: return text;
+            case FieldType::boolean:
+                if (text == "0" || text == "1") return text == "1";
+                return bad();
+            case FieldType::real_or_null:
+                if (text.empty()) return nullptr;
+                [[fallthrough]];
+            case FieldType::real: {
+                if (text.empty()) return bad();
+                char* end = nullptr;
+                const double v = std::strtod(text.c_str(), &end);
+                if (end != text.c_str() + text.size()) return bad();
+                return v;
+            }
+            case FieldType::integer: {
+                std::int64_t v = 0;
+                const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+                if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return bad();
+                return v;
+            }
+            case FieldType::count: {
+                std::uint64_t v = 0;
+                const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+                if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return bad();
+                return v;
+            }
+        }
+        return bad();
+    }
+
+    void check_value_type(std::size_t line, const std::string& column, const json& v) const {
+        const FieldType t = column_type(column);
+        bool ok = false;
+        switch (t) {
+            case FieldType::text: ok = v.is_string(); break;
+            case FieldType::boolean: ok = v.is_boolean(); break;
+            case FieldType::real_or_null: ok = v.is_null() || v.is_number(); break;
+            case FieldType::real: ok = v.is_number(); break;
+            case FieldType::integer: ok = v.is_number_integer(); break;
+            case FieldType::count: ok = v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0); break;
+        }
+        if (!ok) fail(line, fmt::format("column '{}' is {}; expected {}", column, json_excerpt(v), field_type_name(t)));
+    }
+
+    StepRecord record_from_row(std::size_t line, const json& row) const {
+        try {
+            return kvlab::record_from_row(row, deterministic_);
+        } catch (const std::invalid_argument& e) {
+            fail(line, e.what());
+        }
+    }
+
+    RunSummary run_from_json(std::size_t line, const json& j) const {
+        if (!j.is_object()) fail(line, "the run summary is not a JSON object");
+        auto need = [&](const char* key, bool (json::*is)() const noexcept, const char* what) -> const json& {
+            if (!j.contains(key) || !(j.at(key).*is)())
+                fail(line, fmt::format("run summary: '{}' is {}; expected {}", key, j.contains(key) ? json_excerpt(j.at(key)) : "missing", what));
+            return j.at(key);
+        };
+        RunSummary run;
+        run.display_name = need("display_name", &json::is_string, "a string").get<std::string>();
+        const auto mode = need("mode", &json::is_string, "a string").get<std::string>();
+        if (mode == "both") run.mode = SimMode::both;
+        else if (mode == "cached") run.mode = SimMode::cached;
+        else if (mode == "uncached") run.mode = SimMode::uncached;
+        else fail(line, fmt::format("run summary: mode {}; expected cached, uncached or both", quote(mode, 20)));
+        run.n_prompt = need("prompt_tokens", &json::is_number_integer, "an integer").get<std::int64_t>();
+        run.n_steps = need("steps_requested", &json::is_number_integer, "an integer").get<std::int64_t>();
+        run.n_steps_done = need("steps_done", &json::is_number_integer, "an integer").get<std::int64_t>();
+        run.interrupted = need("interrupted", &json::is_boolean, "a boolean").get<bool>();
+        run.counted = need("counted", &json::is_boolean, "a boolean").get<bool>();
+        run.kv_cache_bytes = need("kv_cache_bytes", &json::is_number_unsigned, "a non-negative integer").get<std::uint64_t>();
+        run.max_abs_dlogit = need("max_abs_dlogit", &json::is_number, "a number").get<double>();
+        run.n_argmax_flips = need("argmax_flips", &json::is_number_integer, "an integer").get<std::int64_t>();
+        if (!j.contains("first_divergent_step") ||
+            !(j.at("first_divergent_step").is_null() || j.at("first_divergent_step").is_number_integer()))
+            fail(line, "run summary: 'first_divergent_step' is missing; expected an integer or null");
+        if (!j.at("first_divergent_step").is_null()) run.first_divergent_step = j.at("first_divergent_step").get<std::int64_t>();
+        run.divergent_dlogit = need("divergent_dlogit", &json::is_number, "a number").get<double>();
+        run.divergent_tolerance = need("divergent_tolerance", &json::is_number, "a number").get<double>();
+        run.has_wall_time = !deterministic_;
+        return run;
+    }
+
+    // Each mode's steps 0, 1, 2, ... in order, as many as the run summary says, modes as it says.
+    void check_sequence(const StepTrace& trace) const {
+        const std::size_t end_line = record_lines_.empty() ? 1 : record_lines_.back();
+        if (trace.records.empty()) fail(end_line, "no records; expected at least one step");
+        std::map<StepMode, std::int64_t> next;
+        for (std::size_t i = 0; i < trace.records.size(); ++i) {
+            const StepRecord& r = trace.records[i];
+            const bool allowed = trace.run.mode == SimMode::both ||
+                                 (trace.run.mode == SimMode::cached) == (r.mode == StepMode::cached);
+            if (!allowed)
+                fail(record_lines_[i], fmt::format("a {} record in a --mode {} trace", step_mode_name(r.mode),
+                                                   trace.run.mode == SimMode::cached ? "cached" : "uncached"));
+            if (r.step != next[r.mode])
+                fail(record_lines_[i], fmt::format("{} step {}; expected step {} (steps in order, each once)",
+                                                   step_mode_name(r.mode), r.step, next[r.mode]));
+            ++next[r.mode];
+        }
+        for (const StepMode m : {StepMode::cached, StepMode::uncached}) {
+            const bool expected = trace.run.mode == SimMode::both || (trace.run.mode == SimMode::cached) == (m == StepMode::cached);
+            if (expected && next[m] != trace.run.n_steps_done)
+                fail(end_line, fmt::format("{} {} steps; the run summary says {} were done: the file is truncated",
+                                           next[m], step_mode_name(m), trace.run.n_steps_done));
+        }
+    }
+
+    fs::path path_;
+    std::string text_;
+    bool deterministic_ = false;
+    std::vector<std::string> columns_;
+    std::set<std::string> column_set_;
+    std::vector<std::size_t> record_lines_;
+};
+
+}  // namespace kvlab
