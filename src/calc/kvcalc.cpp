@@ -20,8 +20,7 @@ ModelConfig apply_variant(const ModelConfig& cfg, const AttentionVariant& v) {
     if (cfg.mla)
         throw UsageError(fmt::format("--attention {}: {} uses MLA, whose cache is one shared latent; what-if head counts do not apply (the 'vs MHA' column compares with the equivalent MHA)",
                                      v.label, cfg.name));
-    if (v.label == "mha") return with_kv_heads(cfg, cfg.n_head);
-    return with_kv_heads(cfg, v.n_head_kv);
+    return with_kv_heads(cfg, v.n_head_kv < 0 ? cfg.n_head : v.n_head_kv);
 }
 
 // Tokens a sequence of T tokens occupies once rounded up to whole blocks.
@@ -93,21 +92,6 @@ std::string window_formula(const ModelConfig& cfg, std::uint64_t n_tokens, const
 }
 
 }  // namespace
-
-std::vector<AttentionVariant> parse_attention_variants(const std::string& text) {
-    std::vector<AttentionVariant> out;
-    for (const auto& item : split_list(text)) {
-        if (item == "native") out.push_back({"native", 0});
-        else if (item == "mha") out.push_back({"mha", -1});
-        else if (item == "mqa") out.push_back({"mqa", 1});
-        else if (item.rfind("gqa:", 0) == 0 || item.rfind("kv:", 0) == 0) {
-            const auto n = parse_count(item.substr(item.find(':') + 1), "--attention");
-            out.push_back({item, static_cast<std::int64_t>(n)});
-        } else
-            throw UsageError(fmt::format("--attention: unknown variant '{}'; expected native, mha, gqa:N or mqa (comma-separated)", item));
-    }
-    return out;
-}
 
 ModelConfig per_gpu_config(const ModelConfig& cfg, std::uint64_t tp) {
     if (tp <= 1 || cfg.mla) return cfg;  // MLA's latent is not split across heads: every GPU holds it whole

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "calc/attention_variant.hpp"
 #include "core/dtype.hpp"
 #include "calc/gpu_specs.hpp"
 #include "calc/kv_memory.hpp"
@@ -14,13 +15,6 @@
 
 namespace kvlab {
 
-// An attention layout to evaluate: the model's own, or a what-if KV head count.
-struct AttentionVariant {
-    std::string label;          // "native", "mha", "gqa:8", "mqa", "kv:4"
-    std::int64_t n_head_kv = 0; // 0 = native
-};
-// Parses "native,mha,gqa:8,mqa". Throws UsageError naming --attention.
-std::vector<AttentionVariant> parse_attention_variants(const std::string& text);
 
 struct KvcalcRequest {
     std::vector<ModelConfig> models;

@@ -81,9 +81,7 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
     if (!(o.mem_util > 0.0 && o.mem_util <= 1.0)) throw UsageError(fmt::format("--mem-util: {}; expected a fraction in (0, 1]", o.mem_util));
     r.mem_util = o.mem_util;
     if (!o.kv_budget.empty()) r.kv_budget = parse_size(o.kv_budget, "--kv-budget");
-    if (o.units == "iec") r.units = UnitSystem::iec;
-    else if (o.units == "si") r.units = UnitSystem::si;
-    else throw UsageError(fmt::format("--units: '{}'; expected iec (KiB, MiB, GiB) or si (KB, MB, GB)", o.units));
+    r.units = parse_unit_system(o.units);
     r.explain = o.explain;
     return r;
 }

@@ -164,9 +164,7 @@ void run(SimulateCliOptions o, bool model_given, bool prompt_len_given, bool pro
     if (prompt_given && (prompt_len_given || !o.prompt_ids.empty()))
         throw UsageError("--prompt and --prompt-len/--prompt-ids: give one prompt, not both");
     const Format format = parse_format(o.format, "--format");
-    UnitSystem units = UnitSystem::iec;
-    if (o.units == "si") units = UnitSystem::si;
-    else if (o.units != "iec") throw UsageError(fmt::format("--units: '{}'; expected iec or si", o.units));
+    const UnitSystem units = parse_unit_system(o.units);
     if (o.threads < 0) throw UsageError(fmt::format("--threads: {}; expected 0 (all cores) or more", o.threads));
     if (o.threads > 0) {
         omp_set_num_threads(o.threads);

@@ -45,12 +45,6 @@ struct TracePlotOptions {
 
 namespace {
 
-UnitSystem parse_units(const std::string& text) {
-    if (text == "iec") return UnitSystem::iec;
-    if (text == "si") return UnitSystem::si;
-    throw UsageError(fmt::format("--units: '{}'; expected iec or si", text));
-}
-
 void print(const Report& report, const std::string& format) {
     print_report(std::cout, report, parse_format(format, "--format"));
     std::cout.flush();
@@ -69,7 +63,7 @@ void setup_trace(CLI::App& app) {
     summary->add_option("-f,--format", so->format, "table, csv, json or markdown")->capture_default_str();
     summary->callback([so] {
         const Format format = parse_format(so->format, "--format");
-        const UnitSystem units = parse_units(so->units);
+        const UnitSystem units = parse_unit_system(so->units);
         print_report(std::cout, trace_summary_report(read_step_trace(so->file), units), format);
     });
 
@@ -81,7 +75,7 @@ void setup_trace(CLI::App& app) {
     steps->add_option("--units", st->units, "iec (KiB/MiB/GiB) or si (KB/MB/GB)")->capture_default_str();
     steps->add_option("-f,--format", st->format, "table, csv, json or markdown")->capture_default_str();
     steps->callback([st] {
-        const UnitSystem units = parse_units(st->units);
+        const UnitSystem units = parse_unit_system(st->units);
         parse_format(st->format, "--format");
         steps_shown(1, st->every);  // --every checked before the file is read
         print(trace_steps_report(read_step_trace(st->file), st->every, st->ops, units), st->format);
@@ -95,7 +89,7 @@ void setup_trace(CLI::App& app) {
     compare->add_option("--units", co->units, "iec (KiB/MiB/GiB) or si (KB/MB/GB)")->capture_default_str();
     compare->add_option("-f,--format", co->format, "table, csv, json or markdown")->capture_default_str();
     compare->callback([co] {
-        const UnitSystem units = parse_units(co->units);
+        const UnitSystem units = parse_unit_system(co->units);
         parse_format(co->format, "--format");
         steps_shown(1, co->every);
         const StepTrace a = read_step_trace(co->file_a);

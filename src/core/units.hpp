@@ -18,5 +18,7 @@ std::uint64_t parse_count(std::string_view text, std::string_view flag);
 // Comma-separated list of counts ("4k,32k,128k"); each item as parse_count.
 std::vector<std::uint64_t> parse_count_list(std::string_view text, std::string_view flag);
 std::vector<std::string> split_list(std::string_view text);
+// "iec" or "si" (--units). Throws UsageError naming `flag`.
+UnitSystem parse_unit_system(std::string_view text, std::string_view flag = "--units");
 
 }  // namespace kvlab

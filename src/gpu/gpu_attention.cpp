@@ -11,6 +11,7 @@
 #include <Eigen/Core>
 #include <fmt/format.h>
 
+#include "calc/attention_variant.hpp"
 #include "core/checked.hpp"
 #include "core/error.hpp"
 
@@ -90,28 +91,8 @@ GpuAttentionCost gpu_attention_cost(const GpuAttentionProblem& p) {
 
 AttentionShape attention_variant(const AttentionShape& native, std::string_view spec, std::string_view flag) {
     AttentionShape s = native;
-    if (spec == "native") return s;
-    if (spec == "mha") {
-        s.n_head_kv = s.n_head;
-        return s;
-    }
-    if (spec == "mqa") {
-        s.n_head_kv = 1;
-        return s;
-    }
-    if (spec.substr(0, 4) == "gqa:") {
-        const std::string_view digits = spec.substr(4);
-        std::int64_t n = 0;
-        const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
-        if (ec == std::errc() && end == digits.data() + digits.size() && n >= 1 && n <= native.n_head &&
-            native.n_head % n == 0) {
-            s.n_head_kv = n;
-            return s;
-        }
-        throw UsageError(fmt::format("{}: '{}' needs a KV head count that divides the {} query heads, e.g. gqa:8",
-                                     flag, spec, native.n_head));
-    }
-    throw UsageError(fmt::format("{}: unknown attention variant '{}'; expected native, mha, mqa or gqa:N", flag, spec));
+    s.n_head_kv = variant_kv_heads(parse_attention_variant(spec, flag), native.n_head, native.n_head_kv, flag);
+    return s;
 }
 
 float round_to_dtype(float x, DType dtype) {

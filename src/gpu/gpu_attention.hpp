@@ -45,8 +45,8 @@ struct GpuAttentionCost {
 // Throws OverflowError when a count does not fit 64 bits.
 GpuAttentionCost gpu_attention_cost(const GpuAttentionProblem& problem);
 
-// An attention variant of a native shape: "native", "mha" (Hkv = H), "mqa" (Hkv = 1) or "gqa:N"
-// (Hkv = N, N must divide H). Throws UsageError naming `flag`.
+// An attention variant of a native shape, in calc/attention_variant.hpp's grammar: "native", "mha"
+// (Hkv = H), "mqa" (Hkv = 1) or "gqa:N" (Hkv = N, N must divide H). Throws UsageError naming `flag`.
 AttentionShape attention_variant(const AttentionShape& native, std::string_view spec, std::string_view flag);
 
 // Round-to-nearest-even of x to fp16 or bf16 and back, as the GPU stores it. Throws UsageError for other dtypes.

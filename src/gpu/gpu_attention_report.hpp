@@ -1,0 +1,35 @@
+// `kvlab gpu attention` as a library call: the native shape (from a model or explicit sizes), every
+// list parsed and every problem validated before the device is touched, correctness against the CPU
+// reference first, then the bandwidth reference and the timing grid, as one Report.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/printer.hpp"
+
+namespace kvlab {
+
+struct GpuAttentionRequest {
+    std::string model;                 // preset name or config path; empty: the explicit sizes below
+    std::int64_t n_head = 0;           // --heads
+    std::int64_t n_head_kv = 0;        // --kv-heads (0: same as --heads)
+    std::int64_t d_head = 0;           // --head-dim
+    std::int64_t d_model = 0;          // --hidden (0: heads x head dim)
+    std::string batch = "1,8,64";
+    std::string context = "1k,8k";
+    std::string dtype = "fp16";
+    std::string attention = "native";
+    int n_warmup = 3;
+    int n_repeat = 20;
+    std::uint64_t seed = 1;
+};
+
+// The report, and when a correctness check failed, why (the report then holds the checks only and no
+// timings). Throws UsageError for bad requests, Error when the build has no CUDA or no device is present.
+struct GpuAttentionRun {
+    Report report;
+    std::string failure;
+};
+GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& request);
+
+}  // namespace kvlab
