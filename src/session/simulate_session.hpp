@@ -1,0 +1,76 @@
+// `kvlab simulate` as library calls: a request (the command's options) is checked and prepared in
+// full before any work (model, weights, tokenizer, prompt, memory, output paths), run by the caller
+// (which owns the token stream, progress and Ctrl-C), and turned into a report and a trace.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "calc/model_config.hpp"
+#include "core/printer.hpp"
+#include "core/units.hpp"
+#include "formats/tokenizer.hpp"
+#include "model/simulator.hpp"
+#include "model/weights.hpp"
+
+namespace kvlab {
+
+struct SimulateRequest {
+    std::string model = "stories15m";  // preset name or path to a config.json
+    std::string config;                // a config.json or a directory holding one
+    std::string checkpoint;            // llama2.c .bin or Hugging Face directory: real config and weights
+    std::string tokenizer;             // llama2.c tokenizer.bin: text prompt in, text out
+    std::string prompt;                // text prompt, encoded with --tokenizer (BOS first)
+    std::string save_checkpoint;       // write the model run as llama2.c v0
+    std::string eval;                  // text file: teacher-forced NLL and perplexity instead of decoding
+    std::int64_t layers = 0;           // 0: all of the model's layers
+    std::string mode = "both";
+    std::int64_t prompt_len = 32;
+    std::string prompt_ids;            // comma-separated token ids, instead of a random prompt
+    std::int64_t steps = 128;
+    double temperature = 0.0;
+    std::int64_t top_k = 0;
+    double top_p = 1.0;
+    std::uint64_t seed = 42;
+    std::string trace;
+    bool deterministic = false;
+    bool quiet = false;
+    std::string max_memory;            // empty: 75% of physical RAM
+    int threads = 0;                   // 0: all cores
+    std::string units = "iec";
+    std::string format = "table";
+    // which of --model, --prompt-len, --prompt the user gave (their defaults alone do not count)
+    bool model_given = false;
+    bool prompt_len_given = false;
+    bool prompt_given = false;
+};
+
+// Everything a run needs, checked: the config (its first --layers layers), the weights, the
+// simulator's options (prompt ids filled in), the tokenizer, the run's inputs for reports and traces.
+struct PreparedSimulation {
+    SimulateRequest request;        // as resolved: a preset's checkpoint and tokenizer filled in
+    ModelConfig config;
+    Weights weights;
+    SimulateOptions sim;
+    std::optional<Tokenizer> tokenizer;
+    std::vector<TokenId> eval_ids;  // --eval: the text's token ids
+    nlohmann::json inputs;
+    Format format = Format::table;
+    UnitSystem units = UnitSystem::iec;
+    bool tokens_meaningful = false; // a tokenizer, a given prompt or real weights: worth streaming
+};
+
+// Throws UsageError / ConfigError / FormatError / IoError for anything wrong with the request, before
+// allocating; sets the OpenMP thread count (--threads).
+PreparedSimulation prepare_simulation(SimulateRequest request);
+// --eval: teacher-forced mean NLL and perplexity of the text.
+Report eval_report(const PreparedSimulation& prepared);
+// After run_simulation: the trace written (--trace) and the report. Throws Interrupted when no step finished.
+Report simulation_outcome(const PreparedSimulation& prepared, const SimulationResult& result);
+// After printing the report: throws Error when cached and uncached diverged, Interrupted after Ctrl-C.
+void check_outcome(const PreparedSimulation& prepared, const SimulationResult& result);
+
+}  // namespace kvlab
