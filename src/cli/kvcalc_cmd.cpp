@@ -49,7 +49,6 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
             if (cfg.preset_family == "llama") r.models.push_back(std::move(cfg));
         }
     }
-    if (!o.kv_heads.empty() && o.attention != "native") throw UsageError("--kv-heads and --attention: give one or the other, not both");
     if (!o.kv_heads.empty()) {
         const auto n = static_cast<std::int64_t>(parse_count(o.kv_heads, "--kv-heads"));
         r.variants = {{fmt::format("kv:{}", n), n}};
@@ -93,8 +92,8 @@ void setup_kvcalc(CLI::App& app) {
     auto* cmd = app.add_subcommand("kvcalc", "KV-cache memory for Llama-style models: per token, sequence, batch and GPU");
     cmd->add_option("-m,--model", o->models, "Preset name(s), repeatable or comma-separated (default: all Llama-family presets)");
     cmd->add_option("-c,--config", o->config, "A Hugging Face config.json, or a directory holding one");
-    cmd->add_option("-a,--attention", o->attention, "Attention layouts: native,mha,gqa:N,mqa")->capture_default_str();
-    cmd->add_option("--kv-heads", o->kv_heads, "What-if KV head count (instead of --attention)");
+    auto* attention = cmd->add_option("-a,--attention", o->attention, "Attention layouts: native,mha,gqa:N,mqa")->capture_default_str();
+    cmd->add_option("--kv-heads", o->kv_heads, "What-if KV head count (instead of --attention)")->excludes(attention);
     cmd->add_option("-d,--dtype", o->dtypes, "KV dtypes: fp32,fp16,bf16,fp8 (=fp8_e4m3),fp8_e5m2,int8,int4,q8_0,q4_0")->capture_default_str();
     cmd->add_option("--context", o->contexts, "Context lengths in tokens, e.g. 4k,32k,128k (k = 1024; default: 4096 and the model's max)");
     cmd->add_option("-b,--batch", o->batches, "Batch sizes (sequences), e.g. 1,8,64")->capture_default_str();
