@@ -114,6 +114,9 @@ function(expand var kind body)
   decode(run_cmd "${cmd}")
   execute_process(COMMAND bash -c "${run_cmd}" WORKING_DIRECTORY "${ROOT}"
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  # the checkout's own path (e.g. where presets are found) differs from clone to clone
+  string(REPLACE "${ROOT}" "<repo>" out "${out}")
+  string(REPLACE "${ROOT}" "<repo>" err "${err}")
   decode(cmd "${cmd}")
   set(block "```console\n$ ${cmd}")
   if(kind STREQUAL "RUN")
