@@ -585,7 +585,7 @@ int main(int argc, char** argv) {
     app.add_option("-f,--format", o.format, "table, csv, json or markdown")->capture_default_str();
     CLI11_PARSE(app, argc, argv);
     try {
-        const Format format = parse_format(o.format, "--format");
+        const Format format = parse_choice(format_choices, o.format, "--format");
         if (o.threads < 0) throw UsageError(fmt::format("--threads: {}; expected 0 (every core) or more", o.threads));
         const int n_threads = o.threads > 0 ? o.threads : omp_get_num_procs();
         omp_set_dynamic(0);

@@ -4,12 +4,14 @@
 #pragma once
 #include <cstdint>
 
+#include "core/choice.hpp"
 #include "core/dtype.hpp"
 #include "calc/model_config.hpp"
 
 namespace kvlab {
 
 enum class WindowMode { cap, ignore };  // cap: windowed layers hold min(W, T) tokens; ignore: T
+inline constexpr std::array<Choice<WindowMode>, 2> window_mode_choices{{{"cap", WindowMode::cap}, {"ignore", WindowMode::ignore}}};
 
 struct KvBytes {
     std::uint64_t k = 0;  // bytes of keys (MLA: the latent)

@@ -125,10 +125,10 @@ Report run_kvcalc(const KvcalcRequest& r) {
     for (const auto& v : r.variants) in["attention"].push_back(v.label);
     in["contexts"] = r.contexts;
     in["batches"] = r.batches;
-    in["window_mode"] = r.window_mode == WindowMode::cap ? "cap" : "ignore";
+    in["window_mode"] = choice_name(window_mode_choices, r.window_mode);
     in["block_size"] = r.block_size;
     in["tp"] = r.tp;
-    in["units"] = U == UnitSystem::iec ? "iec" : "si";
+    in["units"] = choice_name(unit_system_choices, U);
     in["models"] = nlohmann::json::array();
 
     Table per_token{"KV cache per token", {

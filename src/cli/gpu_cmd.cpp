@@ -6,6 +6,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include "core/error.hpp"
 #include "core/printer.hpp"
 #include "gpu/gpu_attention_report.hpp"
@@ -16,7 +17,7 @@ namespace {
 
 struct GpuCliOptions {
     GpuAttentionRequest request;
-    std::string format = "table";
+    Format format = Format::table;
 };
 
 }  // namespace
@@ -44,11 +45,10 @@ void setup_gpu(CLI::App& app) {
     cmd->add_option("--warmup", o->n_warmup, "Untimed runs before timing")->check(CLI::NonNegativeNumber)->capture_default_str();
     cmd->add_option("--repeats", o->n_repeat, "Timed runs; the median is reported")->check(CLI::PositiveNumber)->capture_default_str();
     cmd->add_option("--seed", o->seed, "Seed of the correctness check's random inputs")->capture_default_str();
-    cmd->add_option("--format", opts->format, "table | csv | json | markdown")->capture_default_str();
+    add_format_option(cmd, opts->format);
     cmd->callback([opts] {
-        const Format format = parse_format(opts->format, "--format");
         const GpuAttentionRun run = run_gpu_attention(opts->request);
-        print_report(std::cout, run.report, format);
+        print_report(std::cout, run.report, opts->format);
         if (!run.failure.empty()) throw Error(run.failure);
     });
 }

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include "core/error.hpp"
 #include "calc/kvcalc.hpp"
 #include "calc/presets.hpp"
@@ -19,7 +20,7 @@ struct KvcalcOptions {
     std::string dtypes = "fp16,fp8";
     std::string contexts;                // empty: 4096 and each model's max context
     std::string batches = "1";
-    std::string window_mode = "cap";
+    WindowMode window_mode = WindowMode::cap;
     std::string block_size = "0";
     std::string tp = "1";
     std::string gpu;
@@ -28,8 +29,8 @@ struct KvcalcOptions {
     std::string weights_dtype = "bf16";
     double mem_util = 0.9;
     std::string kv_budget;
-    std::string units = "iec";
-    std::string format = "table";
+    UnitSystem units = UnitSystem::iec;
+    Format format = Format::table;
     bool explain = false;
 };
 
@@ -37,7 +38,6 @@ namespace {
 
 KvcalcRequest make_request(const KvcalcOptions& o) {
     KvcalcRequest r;
-    if (!o.config.empty() && !o.models.empty()) throw UsageError("--config and --model: give one or the other, not both");
     if (!o.config.empty()) {
         r.models.push_back(load_model_config(o.config));
     } else if (!o.models.empty()) {
@@ -59,12 +59,9 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
     for (const auto& d : split_list(o.dtypes)) r.dtypes.push_back(parse_dtype(d, "--dtype"));
     if (!o.contexts.empty()) r.contexts = parse_count_list(o.contexts, "--context");
     r.batches = parse_count_list(o.batches, "--batch");
-    if (o.window_mode == "cap") r.window_mode = WindowMode::cap;
-    else if (o.window_mode == "ignore") r.window_mode = WindowMode::ignore;
-    else throw UsageError(fmt::format("--window-mode: '{}'; expected cap or ignore", o.window_mode));
+    r.window_mode = o.window_mode;
     r.block_size = o.block_size == "0" ? 0 : parse_count(o.block_size, "--block-size");
     r.tp = parse_count(o.tp, "--tp");
-    if (!o.gpu.empty() && !o.gpu_mem.empty()) throw UsageError("--gpu and --gpu-mem: give one or the other, not both");
     if (!o.gpu.empty()) r.gpu = find_gpu(o.gpu);
     if (!o.gpu_mem.empty()) {
         GpuSpec g;
@@ -80,7 +77,7 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
     if (!(o.mem_util > 0.0 && o.mem_util <= 1.0)) throw UsageError(fmt::format("--mem-util: {}; expected a fraction in (0, 1]", o.mem_util));
     r.mem_util = o.mem_util;
     if (!o.kv_budget.empty()) r.kv_budget = parse_size(o.kv_budget, "--kv-budget");
-    r.units = parse_unit_system(o.units);
+    r.units = o.units;
     r.explain = o.explain;
     return r;
 }
@@ -90,29 +87,27 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
 void setup_kvcalc(CLI::App& app) {
     auto o = std::make_shared<KvcalcOptions>();
     auto* cmd = app.add_subcommand("kvcalc", "KV-cache memory for Llama-style models: per token, sequence, batch and GPU");
-    cmd->add_option("-m,--model", o->models, "Preset name(s), repeatable or comma-separated (default: all Llama-family presets)");
-    cmd->add_option("-c,--config", o->config, "A Hugging Face config.json, or a directory holding one");
+    auto* model = cmd->add_option("-m,--model", o->models, "Preset name(s), repeatable or comma-separated (default: all Llama-family presets)");
+    cmd->add_option("-c,--config", o->config, "A Hugging Face config.json, or a directory holding one (instead of --model)")->excludes(model);
     auto* attention = cmd->add_option("-a,--attention", o->attention, "Attention layouts: native,mha,gqa:N,mqa")->capture_default_str();
     cmd->add_option("--kv-heads", o->kv_heads, "What-if KV head count (instead of --attention)")->excludes(attention);
     cmd->add_option("-d,--dtype", o->dtypes, "KV dtypes: fp32,fp16,bf16,fp8 (=fp8_e4m3),fp8_e5m2,int8,int4,q8_0,q4_0")->capture_default_str();
     cmd->add_option("--context", o->contexts, "Context lengths in tokens, e.g. 4k,32k,128k (k = 1024; default: 4096 and the model's max)");
     cmd->add_option("-b,--batch", o->batches, "Batch sizes (sequences), e.g. 1,8,64")->capture_default_str();
-    cmd->add_option("--window-mode", o->window_mode, "Sliding-window layers: cap (hold min(W,T) tokens) or ignore")->capture_default_str();
+    add_choice(cmd, "--window-mode", o->window_mode, window_mode_choices, "Sliding-window layers: cap (hold min(W,T) tokens) or ignore");
     cmd->add_option("--block-size", o->block_size, "Paged allocation: tokens per block (vLLM default 16); 0 = contiguous")->capture_default_str();
     cmd->add_option("--tp", o->tp, "Tensor-parallel degree")->capture_default_str();
-    cmd->add_option("--gpu", o->gpu, "GPU preset (presets/gpus.json), e.g. h100-sxm-80gb");
-    cmd->add_option("--gpu-mem", o->gpu_mem, "GPU memory instead of a preset, e.g. 80GiB or 24GB");
+    auto* gpu = cmd->add_option("--gpu", o->gpu, "GPU preset (presets/gpus.json), e.g. h100-sxm-80gb");
+    cmd->add_option("--gpu-mem", o->gpu_mem, "GPU memory instead of a preset, e.g. 80GiB or 24GB")->excludes(gpu);
     cmd->add_option("--gpu-bandwidth", o->gpu_bandwidth, "Memory bandwidth in bytes/s for the roofline, e.g. 3350GB (per second)");
     cmd->add_option("--weights-dtype", o->weights_dtype, "dtype of the weights for the GPU fit")->capture_default_str();
     cmd->add_option("--mem-util", o->mem_util, "Fraction of GPU memory the engine may use (vLLM gpu_memory_utilization)")->capture_default_str();
     cmd->add_option("--kv-budget", o->kv_budget, "KV budget an engine reported, per GPU, e.g. 3.8125GiB: gives blocks, tokens, concurrency");
-    cmd->add_option("--units", o->units, "iec (KiB/MiB/GiB = 2^10..) or si (KB/MB/GB = 10^3..)")->capture_default_str();
-    cmd->add_option("-f,--format", o->format, "table, csv, json or markdown")->capture_default_str();
+    add_units_option(cmd, o->units);
+    add_format_option(cmd, o->format);
     cmd->add_flag("--explain", o->explain, "Print each formula with the numbers substituted");
     cmd->callback([o] {
-        const auto format = parse_format(o->format, "--format");
-        const auto report = run_kvcalc(make_request(*o));
-        print_report(std::cout, report, format);
+        print_report(std::cout, run_kvcalc(make_request(*o)), o->format);
     });
 }
 

@@ -88,6 +88,9 @@ int main(int argc, char** argv) {
         return app.exit(e);
     } catch (const CLI::CallForVersion& e) {
         return app.exit(e);
+    } catch (const CLI::ExcludesError& e) {
+        std::cerr << "kvlab: error: " << e.what() << ": give one or the other (see kvlab --help)\n";
+        return 2;
     } catch (const CLI::ParseError& e) {
         std::cerr << "kvlab: error: " << e.what() << " (see kvlab --help)\n";
         return 2;

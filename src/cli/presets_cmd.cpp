@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include "calc/param_count.hpp"
 #include "calc/presets.hpp"
 #include "core/printer.hpp"
@@ -11,15 +12,15 @@
 namespace kvlab::cli {
 
 struct PresetsOptions {
-    std::string format = "table";
+    Format format = Format::table;
 };
 
 void setup_presets(CLI::App& app) {
     auto opts = std::make_shared<PresetsOptions>();
     auto* cmd = app.add_subcommand("presets", "List model presets (name, family, layers, heads, head dim, attention, max context, parameters)");
-    cmd->add_option("-f,--format", opts->format, "table, csv, json or markdown")->capture_default_str();
+    add_format_option(cmd, opts->format);
     cmd->callback([opts] {
-        const auto format = parse_format(opts->format, "--format");
+        const Format format = opts->format;
         Table t{"Model presets (" + presets_dir().string() + ")",
                 {{"name", "name", false}, {"family", "family", false}, {"n_layer", "layers"}, {"n_head", "heads"}, {"n_head_kv", "kv heads"},
                  {"d_head", "head dim"}, {"attention", "attention", false}, {"max_context", "max context"}, {"parameters", "params"},

@@ -13,6 +13,7 @@
 #endif
 
 #include "commands.hpp"
+#include "options.hpp"
 #include "core/interrupt.hpp"
 #include "core/printer.hpp"
 #include "formats/tokenizer.hpp"
@@ -54,11 +55,11 @@ void run(const SimulateRequest& request) {
     PreparedSimulation p = prepare_simulation(request);
     const SimulateRequest& o = p.request;
     if (!o.eval.empty()) {
-        print_report(std::cout, eval_report(p), p.format);
+        print_report(std::cout, eval_report(p), o.format);
         return;
     }
     SimulateOptions& sim = p.sim;
-    const Format format = p.format;
+    const Format format = o.format;
     // tokens stream as they come when they mean something (a tokenizer, a given prompt or real
     // weights): on stdout above the table, else on stderr (not with --quiet)
     const bool tokens_meaningful = p.tokens_meaningful;
@@ -112,31 +113,33 @@ void setup_simulate(CLI::App& app) {
     auto o = std::make_shared<SimulateRequest>();
     auto* cmd = app.add_subcommand("simulate", "Decode with and without the KV cache on a CPU transformer, counting FLOPs and bytes per step");
     auto* model = cmd->add_option("-m,--model", o->model, "Preset name, or a path to a config.json")->capture_default_str();
-    cmd->add_option("-c,--config", o->config, "A Hugging Face config.json, or a directory holding one (instead of --model)");
-    cmd->add_option("--checkpoint", o->checkpoint, "Real weights: a llama2.c .bin (v0 or v1) or a Hugging Face directory with safetensors (instead of --model/--config)");
+    auto* config = cmd->add_option("-c,--config", o->config, "A Hugging Face config.json, or a directory holding one (instead of --model)")->excludes(model);
+    cmd->add_option("--checkpoint", o->checkpoint, "Real weights: a llama2.c .bin (v0 or v1) or a Hugging Face directory with safetensors (instead of --model/--config)")
+        ->excludes(model)
+        ->excludes(config);
     cmd->add_option("--layers", o->layers, "Simulate only the first N layers, at their real shapes (0 = all)")->capture_default_str();
-    cmd->add_option("--mode", o->mode, "cached, uncached or both (same tokens, logits compared)")->capture_default_str();
+    add_choice(cmd, "--mode", o->mode, sim_mode_choices, "cached, uncached or both (same tokens, logits compared)");
     cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer.bin for the model's vocabulary: --prompt text in, text out");
     auto* prompt = cmd->add_option("--prompt", o->prompt, "Prompt text, encoded with --tokenizer (BOS first)");
     auto* prompt_len = cmd->add_option("-p,--prompt-len", o->prompt_len, "Prompt length in tokens (random ids from --seed)")->capture_default_str();
-    cmd->add_option("--prompt-ids", o->prompt_ids, "Comma-separated prompt token ids (instead of --prompt-len)");
+    auto* prompt_ids = cmd->add_option("--prompt-ids", o->prompt_ids, "Comma-separated prompt token ids (instead of --prompt-len)")->excludes(prompt_len);
+    prompt->excludes(prompt_len)->excludes(prompt_ids);
     cmd->add_option("-n,--steps", o->steps, "Tokens to generate; step 0 is the prefill")->capture_default_str();
     cmd->add_option("--temperature", o->temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
     cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
     cmd->add_option("--top-p", o->top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
     cmd->add_option("-s,--seed", o->seed, "Seed for weights, prompt and sampler")->capture_default_str();
-    cmd->add_option("--eval", o->eval, "Score a text file instead of decoding: teacher-forced mean NLL and perplexity (needs --tokenizer)");
+    auto* eval = cmd->add_option("--eval", o->eval, "Score a text file instead of decoding: teacher-forced mean NLL and perplexity (needs --tokenizer)");
+    eval->excludes(prompt)->excludes(prompt_len)->excludes(prompt_ids);
     cmd->add_option("--save-checkpoint", o->save_checkpoint, "Write the model run (e.g. random weights) as a llama2.c v0 FILE.bin");
-    cmd->add_option("--trace", o->trace, "Write one record per step per mode to FILE.csv, FILE.jsonl or FILE.json (Perfetto timeline)");
+    cmd->add_option("--trace", o->trace, "Write one record per step per mode to FILE.csv, FILE.jsonl or FILE.json (Perfetto timeline)")->excludes(eval);
     cmd->add_flag("--deterministic", o->deterministic, "Omit wall time from the trace, modelled time in Perfetto (byte-identical reruns)");
     cmd->add_flag("-q,--quiet", o->quiet, "No progress line on stderr (csv/json/markdown: no token stream there either)");
     cmd->add_option("--max-memory", o->max_memory, "Refuse runs whose weights + KV + activations exceed this, e.g. 8GiB (default: 75% of RAM)");
     cmd->add_option("--threads", o->threads, "Threads for matmuls and attention (0 = all cores, fewer when the machine is busy)")->capture_default_str();
-    cmd->add_option("--units", o->units, "iec (KiB/MiB/GiB) or si (KB/MB/GB)")->capture_default_str();
-    cmd->add_option("-f,--format", o->format, "table, csv, json or markdown")->capture_default_str();
-    cmd->callback([o, model, prompt_len, prompt] {
-        o->model_given = model->count() > 0;
-        o->prompt_len_given = prompt_len->count() > 0;
+    add_units_option(cmd, o->units);
+    add_format_option(cmd, o->format);
+    cmd->callback([o, prompt] {
         o->prompt_given = prompt->count() > 0;
         run(*o);
     });

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include "core/error.hpp"
 #include "trace/trace_plot.hpp"
 #include "trace/trace_reader.hpp"
@@ -16,24 +17,24 @@ namespace kvlab::cli {
 
 struct TraceSummaryOptions {
     std::string file;
-    std::string units = "iec";
-    std::string format = "table";
+    UnitSystem units = UnitSystem::iec;
+    Format format = Format::table;
 };
 
 struct TraceStepsOptions {
     std::string file;
     std::int64_t every = 1;
     bool ops = false;
-    std::string units = "iec";
-    std::string format = "table";
+    UnitSystem units = UnitSystem::iec;
+    Format format = Format::table;
 };
 
 struct TraceCompareOptions {
     std::string file_a;
     std::string file_b;
     std::int64_t every = 1;
-    std::string units = "iec";
-    std::string format = "table";
+    UnitSystem units = UnitSystem::iec;
+    Format format = Format::table;
 };
 
 struct TracePlotOptions {
@@ -45,8 +46,8 @@ struct TracePlotOptions {
 
 namespace {
 
-void print(const Report& report, const std::string& format) {
-    print_report(std::cout, report, parse_format(format, "--format"));
+void print(const Report& report, Format format) {
+    print_report(std::cout, report, format);
     std::cout.flush();
 }
 
@@ -59,12 +60,10 @@ void setup_trace(CLI::App& app) {
     auto so = std::make_shared<TraceSummaryOptions>();
     auto* summary = trace->add_subcommand("summary", "The cached-vs-uncached table simulate printed, rebuilt from a trace");
     summary->add_option("file", so->file, "Trace file (.csv, .jsonl or Perfetto .json)")->required();
-    summary->add_option("--units", so->units, "iec (KiB/MiB/GiB) or si (KB/MB/GB)")->capture_default_str();
-    summary->add_option("-f,--format", so->format, "table, csv, json or markdown")->capture_default_str();
+    add_units_option(summary, so->units);
+    add_format_option(summary, so->format);
     summary->callback([so] {
-        const Format format = parse_format(so->format, "--format");
-        const UnitSystem units = parse_unit_system(so->units);
-        print_report(std::cout, trace_summary_report(read_step_trace(so->file), units), format);
+        print(trace_summary_report(read_step_trace(so->file), so->units), so->format);
     });
 
     auto st = std::make_shared<TraceStepsOptions>();
@@ -72,13 +71,11 @@ void setup_trace(CLI::App& app) {
     steps->add_option("file", st->file, "Trace file (.csv, .jsonl or Perfetto .json)")->required();
     steps->add_option("--every", st->every, "Show every K-th step (and the last)")->capture_default_str();
     steps->add_flag("--ops", st->ops, "Add the per-op breakdown of each shown step");
-    steps->add_option("--units", st->units, "iec (KiB/MiB/GiB) or si (KB/MB/GB)")->capture_default_str();
-    steps->add_option("-f,--format", st->format, "table, csv, json or markdown")->capture_default_str();
+    add_units_option(steps, st->units);
+    add_format_option(steps, st->format);
     steps->callback([st] {
-        const UnitSystem units = parse_unit_system(st->units);
-        parse_format(st->format, "--format");
         steps_shown(1, st->every);  // --every checked before the file is read
-        print(trace_steps_report(read_step_trace(st->file), st->every, st->ops, units), st->format);
+        print(trace_steps_report(read_step_trace(st->file), st->every, st->ops, st->units), st->format);
     });
 
     auto co = std::make_shared<TraceCompareOptions>();
@@ -86,15 +83,13 @@ void setup_trace(CLI::App& app) {
     compare->add_option("a", co->file_a, "Trace A (the reference)")->required();
     compare->add_option("b", co->file_b, "Trace B")->required();
     compare->add_option("--every", co->every, "Show every K-th step (and the last)")->capture_default_str();
-    compare->add_option("--units", co->units, "iec (KiB/MiB/GiB) or si (KB/MB/GB)")->capture_default_str();
-    compare->add_option("-f,--format", co->format, "table, csv, json or markdown")->capture_default_str();
+    add_units_option(compare, co->units);
+    add_format_option(compare, co->format);
     compare->callback([co] {
-        const UnitSystem units = parse_unit_system(co->units);
-        parse_format(co->format, "--format");
         steps_shown(1, co->every);
         const StepTrace a = read_step_trace(co->file_a);
         const StepTrace b = read_step_trace(co->file_b);
-        print(trace_compare_report(a, b, co->file_a, co->file_b, co->every, units), co->format);
+        print(trace_compare_report(a, b, co->file_a, co->file_b, co->every, co->units), co->format);
     });
 
     auto po = std::make_shared<TracePlotOptions>();

@@ -103,14 +103,6 @@ nlohmann::json table_json(const Table& t) {
 
 }  // namespace
 
-Format parse_format(std::string_view text, std::string_view flag) {
-    if (text == "table") return Format::table;
-    if (text == "csv") return Format::csv;
-    if (text == "json") return Format::json;
-    if (text == "markdown" || text == "md") return Format::markdown;
-    throw UsageError(fmt::format("{}: unknown format '{}'; expected table, csv, json or markdown", flag, text));
-}
-
 Cell text_cell(std::string text) { return {text, text}; }
 Cell int_cell(std::int64_t value) { return {fmt::format("{}", value), value}; }
 Cell uint_cell(std::uint64_t value) { return {fmt::format("{}", value), value}; }

@@ -8,12 +8,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/choice.hpp"
 #include "core/units.hpp"
 
 namespace kvlab {
 
 enum class Format { table, csv, json, markdown };
-Format parse_format(std::string_view text, std::string_view flag);
+inline constexpr std::array<Choice<Format>, 4> format_choices{
+    {{"table", Format::table}, {"csv", Format::csv}, {"json", Format::json}, {"markdown", Format::markdown}}};
 
 struct Column {
     std::string key;      // machine name for CSV header / JSON key, e.g. "kv_bytes_per_token"

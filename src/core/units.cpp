@@ -140,10 +140,4 @@ std::vector<std::uint64_t> parse_count_list(std::string_view text, std::string_v
     return out;
 }
 
-UnitSystem parse_unit_system(std::string_view text, std::string_view flag) {
-    if (text == "iec") return UnitSystem::iec;
-    if (text == "si") return UnitSystem::si;
-    throw UsageError(fmt::format("{}: {}; expected iec (KiB, MiB, GiB) or si (KB, MB, GB)", flag, quote(std::string(text), 20)));
-}
-
 }  // namespace kvlab

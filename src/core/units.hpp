@@ -5,9 +5,12 @@
 #include <string_view>
 #include <vector>
 
+#include "core/choice.hpp"
+
 namespace kvlab {
 
-enum class UnitSystem { iec, si };
+enum class UnitSystem { iec, si };  // --units
+inline constexpr std::array<Choice<UnitSystem>, 2> unit_system_choices{{{"iec", UnitSystem::iec}, {"si", UnitSystem::si}}};
 
 // "512.00 KiB", "1.25 GiB", "2.15 GB"; below 1 KiB/KB: "40 B".
 std::string format_bytes(std::uint64_t bytes, UnitSystem units);
@@ -18,7 +21,5 @@ std::uint64_t parse_count(std::string_view text, std::string_view flag);
 // Comma-separated list of counts ("4k,32k,128k"); each item as parse_count.
 std::vector<std::uint64_t> parse_count_list(std::string_view text, std::string_view flag);
 std::vector<std::string> split_list(std::string_view text);
-// "iec" or "si" (--units). Throws UsageError naming `flag`.
-UnitSystem parse_unit_system(std::string_view text, std::string_view flag = "--units");
 
 }  // namespace kvlab

@@ -16,13 +16,6 @@
 
 namespace kvlab {
 
-SimMode parse_sim_mode(std::string_view text, std::string_view flag) {
-    if (text == "cached") return SimMode::cached;
-    if (text == "uncached") return SimMode::uncached;
-    if (text == "both") return SimMode::both;
-    throw UsageError(fmt::format("{}: unknown mode '{}'; expected cached, uncached or both", flag, text));
-}
-
 std::string_view step_mode_name(StepMode mode) { return mode == StepMode::cached ? "cached" : "uncached"; }
 
 double logit_tolerance(const VectorF& reference) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/checked.hpp"
+#include "core/choice.hpp"
 #include "model/cost.hpp"
 #include "calc/model_config.hpp"
 #include "model/sampler.hpp"
@@ -19,7 +20,8 @@
 namespace kvlab {
 
 enum class SimMode { cached, uncached, both };
-SimMode parse_sim_mode(std::string_view text, std::string_view flag);  // throws UsageError
+inline constexpr std::array<Choice<SimMode>, 3> sim_mode_choices{
+    {{"cached", SimMode::cached}, {"uncached", SimMode::uncached}, {"both", SimMode::both}}};
 std::string_view step_mode_name(StepMode mode);                       // "cached" | "uncached"
 
 struct SimulateOptions {

@@ -70,21 +70,14 @@ ModelConfig resolve_model(SimulateRequest& o) {
 }  // namespace
 
 PreparedSimulation prepare_simulation(SimulateRequest o) {
-    const bool model_given = o.model_given, prompt_len_given = o.prompt_len_given, prompt_given = o.prompt_given;
-    if (model_given && !o.config.empty()) throw UsageError("--config and --model: give one or the other, not both");
-    if (!o.checkpoint.empty() && (model_given || !o.config.empty()))
-        throw UsageError("--checkpoint and --model/--config: the checkpoint carries its own config; give one or the other");
+    // options that exclude one another (--config/--model/--checkpoint, the prompt options, --eval) are
+    // refused by the CLI (CLI11 excludes); what is checked here depends on values, not on presence
+    const bool prompt_given = o.prompt_given;
     const ModelConfig full = resolve_model(o);  // may set o.checkpoint and o.tokenizer
-    if (prompt_len_given && !o.prompt_ids.empty())
-        throw UsageError("--prompt-len and --prompt-ids: give one or the other, not both");
     if (prompt_given && o.tokenizer.empty())
         throw UsageError("--prompt: text needs --tokenizer FILE (llama2.c tokenizer.bin) to become token ids; without one, give "
                          "--prompt-ids, or a model that ships a tokenizer (kvlab presets: tiny-llama, tiny-gpt2)");
-    if (prompt_given && (prompt_len_given || !o.prompt_ids.empty()))
-        throw UsageError("--prompt and --prompt-len/--prompt-ids: give one prompt, not both");
     PreparedSimulation p;
-    p.format = parse_format(o.format, "--format");
-    p.units = parse_unit_system(o.units);
     if (o.threads < 0) throw UsageError(fmt::format("--threads: {}; expected 0 (all cores) or more", o.threads));
     if (o.threads > 0) {
         omp_set_num_threads(o.threads);
@@ -100,7 +93,7 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     const ModelConfig cfg = simulation_config(full, o.layers > 0 ? std::optional<std::int64_t>(o.layers) : std::nullopt);
     if (o.layers < 0) throw UsageError(fmt::format("--layers: {}; expected 1..{}", o.layers, full.n_layer));
     SimulateOptions& sim = p.sim;
-    sim.mode = parse_sim_mode(o.mode, "--mode");
+    sim.mode = o.mode;
     sim.n_prompt = o.prompt_len;
     if (!o.prompt_ids.empty()) sim.prompt_ids = parse_token_ids(o.prompt_ids);
     std::optional<Tokenizer>& tokenizer = p.tokenizer;
@@ -108,9 +101,6 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     std::vector<TokenId>& eval_ids = p.eval_ids;
     if (!o.eval.empty()) {
         if (!tokenizer) throw UsageError("--eval: the text needs --tokenizer FILE (llama2.c tokenizer.bin) to become token ids");
-        if (prompt_given || prompt_len_given || !o.prompt_ids.empty() || !o.trace.empty())
-            throw UsageError("--eval and --prompt/--prompt-len/--prompt-ids/--trace: --eval scores a text; it decodes no prompt "
-                             "and writes no step trace");
         eval_ids = tokenizer->encode(read_input_file(o.eval, "eval text file", 64 << 20), true, false);
     }
     if (prompt_given) {
@@ -155,7 +145,7 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
         {"family", cfg.family == Family::gpt2 ? "gpt2" : "llama"},
         {"layers", cfg.n_layer},
         {"layers_in_model", full.n_layer},
-        {"mode", o.mode},
+        {"mode", choice_name(sim_mode_choices, o.mode)},
         {"prompt_len", sim.prompt_ids.empty() ? o.prompt_len : static_cast<std::int64_t>(sim.prompt_ids.size())},
         {"steps", o.steps},
         {"positions", n_positions},
@@ -223,7 +213,7 @@ Report simulation_outcome(const PreparedSimulation& p, const SimulationResult& r
         throw Interrupted(fmt::format("interrupted before the first step; no report{}",
                                       o.trace.empty() ? "" : fmt::format(", {} not written", quote(o.trace))));
     if (!o.trace.empty()) write_step_trace(o.trace, summary, result.records, p.inputs, o.deterministic);
-    Report report = simulation_report(summary, result.records, p.inputs, p.units);
+    Report report = simulation_report(summary, result.records, p.inputs, p.request.units);
     if (!o.save_checkpoint.empty())
         report.notes.push_back(fmt::format("saved the model run as llama2.c v0: {} ({} bytes)", o.save_checkpoint,
                                            llama2c_file_bytes(cfg, Llama2cVersion::v0)));

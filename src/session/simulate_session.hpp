@@ -27,7 +27,7 @@ struct SimulateRequest {
     std::string save_checkpoint;       // write the model run as llama2.c v0
     std::string eval;                  // text file: teacher-forced NLL and perplexity instead of decoding
     std::int64_t layers = 0;           // 0: all of the model's layers
-    std::string mode = "both";
+    SimMode mode = SimMode::both;
     std::int64_t prompt_len = 32;
     std::string prompt_ids;            // comma-separated token ids, instead of a random prompt
     std::int64_t steps = 128;
@@ -40,12 +40,9 @@ struct SimulateRequest {
     bool quiet = false;
     std::string max_memory;            // empty: 75% of physical RAM
     int threads = 0;                   // 0: all cores
-    std::string units = "iec";
-    std::string format = "table";
-    // which of --model, --prompt-len, --prompt the user gave (their defaults alone do not count)
-    bool model_given = false;
-    bool prompt_len_given = false;
-    bool prompt_given = false;
+    UnitSystem units = UnitSystem::iec;
+    Format format = Format::table;
+    bool prompt_given = false;        // --prompt given (an empty text is a prompt too: BOS alone)
 };
 
 // Everything a run needs, checked: the config (its first --layers layers), the weights, the
@@ -58,8 +55,6 @@ struct PreparedSimulation {
     std::optional<Tokenizer> tokenizer;
     std::vector<TokenId> eval_ids;  // --eval: the text's token ids
     nlohmann::json inputs;
-    Format format = Format::table;
-    UnitSystem units = UnitSystem::iec;
     bool tokens_meaningful = false; // a tokenizer, a given prompt or real weights: worth streaming
 };
 

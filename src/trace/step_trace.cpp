@@ -70,7 +70,7 @@ void check_trace_writable(const fs::path& path) {
 nlohmann::json run_summary_json(const RunSummary& run) {
     return {
         {"display_name", run.display_name},
-        {"mode", run.mode == SimMode::both ? "both" : run.mode == SimMode::cached ? "cached" : "uncached"},
+        {"mode", choice_name(sim_mode_choices, run.mode)},
         {"prompt_tokens", run.n_prompt},
         {"steps_requested", run.n_steps},
         {"steps_done", run.n_steps_done},

@@ -54,9 +54,9 @@ string(REGEX MATCH "generated ids:[^\n]*" preset_ids "${KVLAB_OUT}")
 kvlab_expect(RC 0 ARGS ${run} --checkpoint s260k.bin --prompt-ids 1,2,3 OUT "\n${preset_ids}\n")
 
 # --- usage errors: exit 2, one line
-kvlab_expect(RC 2 ARGS ${run} --checkpoint tiny.bin --model stories15m ERR "--checkpoint and --model/--config")
+kvlab_expect(RC 2 ARGS ${run} --checkpoint tiny.bin --model stories15m ERR "--model excludes --checkpoint: give one or the other")
 kvlab_expect(RC 2 ARGS ${run} --prompt hi ERR "--prompt: text needs --tokenizer")
-kvlab_expect(RC 2 ARGS ${run} --checkpoint tiny.bin --tokenizer tok512.bin --prompt hi --prompt-ids 1 ERR "--prompt and --prompt-len/--prompt-ids")
+kvlab_expect(RC 2 ARGS ${run} --checkpoint tiny.bin --tokenizer tok512.bin --prompt hi --prompt-ids 1 ERR "--prompt excludes --prompt-ids: give one or the other")
 kvlab_expect(RC 2 ARGS ${run} --model llama-3-8b --layers 1 --save-checkpoint x.bin ERR "x.bin: cannot save as llama2.c v0: rope_theta is 500000")
 kvlab_expect(RC 2 ARGS ${run} --model gpt2 --layers 1 --save-checkpoint x.bin ERR "cannot save as llama2.c v0: only the llama family")
 kvlab_expect(RC 2 ARGS ${run} --model stories260k --save-checkpoint no/such/dir/x.bin ERR "--save-checkpoint: .*does not exist")

@@ -21,5 +21,6 @@ kvlab_expect(RC 0 ARGS simulate --model tiny-gpt2 --eval ${MODELS}/heldout.txt -
 # --eval needs a tokenizer, and decodes nothing
 kvlab_expect(RC 2 ARGS simulate --model stories260k --eval ${MODELS}/heldout.txt ERR "--eval: the text needs --tokenizer")
 kvlab_expect(RC 2 ARGS simulate --model tiny-llama --eval ${MODELS}/heldout.txt --trace "${WORK}/t.csv"
-             ERR "--eval and --prompt/--prompt-len/--prompt-ids/--trace")
+             ERR "--eval excludes --trace: give one or the other")
+kvlab_expect(RC 2 ARGS simulate --model tiny-llama --eval ${MODELS}/heldout.txt --prompt-len 4 ERR "--prompt-len excludes --eval: give one or the other")
 kvlab_expect(RC 2 ARGS simulate --model tiny-llama --eval "${WORK}/missing.txt" ERR "cannot open the eval text file")

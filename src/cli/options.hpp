@@ -1,0 +1,35 @@
+// Options that take one name from a closed set (core/choice.hpp): CLI11's IsMember refuses any other
+// value ("--units: x not in {iec,si}") and --help lists the names; the option sets the enum directly.
+// The two every report-printing subcommand shares, --format and --units, are added by one line each.
+#pragma once
+#include <array>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "core/choice.hpp"
+#include "core/printer.hpp"
+#include "core/units.hpp"
+
+namespace kvlab::cli {
+
+// `table` must outlive the parse (the tables are constexpr globals).
+template <class E, std::size_t N>
+CLI::Option* add_choice(CLI::App* cmd, const std::string& flags, E& target, const std::array<Choice<E>, N>& table,
+                        const std::string& help) {
+    CLI::Option* opt = cmd->add_option_function<std::string>(
+        flags, [&target, &table](const std::string& name) { target = parse_choice(table, name, ""); }, help);
+    opt->check(CLI::IsMember(choice_names(table)));
+    opt->default_str(std::string(choice_name(table, target)));
+    return opt;
+}
+
+inline CLI::Option* add_format_option(CLI::App* cmd, Format& target) {
+    return add_choice(cmd, "-f,--format", target, format_choices, "Output: an aligned table, or csv, json, markdown for tools");
+}
+
+inline CLI::Option* add_units_option(CLI::App* cmd, UnitSystem& target) {
+    return add_choice(cmd, "--units", target, unit_system_choices, "Byte units: iec (KiB/MiB/GiB = 2^10..) or si (KB/MB/GB = 10^3..)");
+}
+
+}  // namespace kvlab::cli
