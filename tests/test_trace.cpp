@@ -19,6 +19,7 @@
 #include "trace/trace_plot.hpp"
 #include "trace/trace_reader.hpp"
 #include "trace/trace_report.hpp"
+#include "trace/trace_schema.hpp"
 #include "sim_configs.hpp"
 #include "test_files.hpp"
 
@@ -325,4 +326,55 @@ TEST_CASE("Plots are drawn by gnuplot, and its absence names the package") {
         MESSAGE("gnuplot not installed: drawing not checked");
     }
     fs::remove_all(dir);
+}
+
+// docs/trace-format.md is what users read; the schema is what the program writes. Each row of the
+// doc's "Columns" table must be the schema's column of that position, with its type and unit, and
+// every per-op field must be named in the text with the unit of the step column of the same name.
+TEST_CASE("docs/trace-format.md's column table is the trace schema, in order, with types and units") {
+    std::ifstream in(std::string(KVLAB_DOCS_DIR) + "/trace-format.md");
+    REQUIRE(in);
+    std::stringstream text;
+    text << in.rdbuf();
+    std::istringstream lines(text.str());
+    std::vector<std::array<std::string, 3>> rows;  // column, type, unit
+    bool in_columns = false;
+    for (std::string line; std::getline(lines, line);) {
+        if (line.rfind("## ", 0) == 0) in_columns = line == "## Columns";
+        if (!in_columns || line.rfind("| `", 0) != 0) continue;
+        std::vector<std::string> cells;
+        std::istringstream row(line.substr(1));
+        for (std::string cell; std::getline(row, cell, '|');) {
+            const auto b = cell.find_first_not_of(' '), e = cell.find_last_not_of(' ');
+            cells.push_back(b == std::string::npos ? "" : cell.substr(b, e - b + 1));
+        }
+        REQUIRE(cells.size() >= 3);
+        rows.push_back({cells[0].substr(1, cells[0].size() - 2), cells[1], cells[2]});
+    }
+    const auto doc_type = [](FieldType t) -> std::string {
+        switch (t) {
+            case FieldType::text: return "string";
+            case FieldType::boolean: return "boolean";
+            case FieldType::real: return "number";
+            case FieldType::real_or_null: return "number or empty/null";
+            case FieldType::integer:
+            case FieldType::count: return "integer";
+        }
+        return "?";
+    };
+    const auto fields = step_fields();
+    REQUIRE(rows.size() == fields.size());
+    std::map<std::string, std::string> step_unit;
+    for (std::size_t i = 0; i < fields.size(); ++i) {
+        INFO("row ", i + 1, " of the table: ", rows[i][0]);
+        CHECK(rows[i][0] == fields[i].name);
+        CHECK(rows[i][1] == doc_type(fields[i].type));
+        CHECK(rows[i][2] == fields[i].unit);
+        step_unit[std::string(fields[i].name)] = fields[i].unit;
+    }
+    for (const OpField& f : op_fields()) {
+        INFO("op field ", f.name);
+        CHECK(text.str().find("`<op>." + std::string(f.name) + "`") != std::string::npos);
+        CHECK(step_unit.at(std::string(f.name)) == f.unit);
+    }
 }

@@ -26,72 +26,72 @@ OpCost total(const StepRecord& r) { return r.cost.total(); }
 
 // The columns, in file order. Derived ones (read = nullptr) are recomputed by the reader.
 constexpr StepField step_table[] = {
-    {"mode", FieldType::text, false, [](const StepRecord& r) -> json { return std::string(step_mode_name(r.mode)); },
+    {"mode", FieldType::text, "", false, [](const StepRecord& r) -> json { return std::string(step_mode_name(r.mode)); },
      [](StepRecord& r, const json& v) {
          const auto mode = v.get<std::string>();
          if (mode == "cached") r.mode = StepMode::cached;
          else if (mode == "uncached") r.mode = StepMode::uncached;
          else bad(fmt::format("mode {}; expected cached or uncached", quote(mode, 20)));
      }},
-    {"step", FieldType::integer, false, [](const StepRecord& r) -> json { return r.step; },
+    {"step", FieldType::integer, "", false, [](const StepRecord& r) -> json { return r.step; },
      [](StepRecord& r, const json& v) {
          r.step = v.get<std::int64_t>();
          if (r.step < 0) bad(fmt::format("step {}; expected 0 or more", r.step));
      }},
-    {"phase", FieldType::text, false, [](const StepRecord& r) -> json { return r.step == 0 ? "prefill" : "decode"; },
+    {"phase", FieldType::text, "", false, [](const StepRecord& r) -> json { return r.step == 0 ? "prefill" : "decode"; },
      [](StepRecord& r, const json& v) {  // a check: the phase follows from the step
          const char* want = r.step == 0 ? "prefill" : "decode";
          if (v.get<std::string>() != want) bad(fmt::format("phase {} at step {}; expected {}", quote(v.get<std::string>(), 20), r.step, want));
      }},
-    {"position", FieldType::integer, false, [](const StepRecord& r) -> json { return r.position; },
+    {"position", FieldType::integer, "position", false, [](const StepRecord& r) -> json { return r.position; },
      [](StepRecord& r, const json& v) { r.position = v.get<std::int64_t>(); }},
-    {"n_tokens", FieldType::integer, false, [](const StepRecord& r) -> json { return r.n_tokens; },
+    {"n_tokens", FieldType::integer, "tokens", false, [](const StepRecord& r) -> json { return r.n_tokens; },
      [](StepRecord& r, const json& v) { r.n_tokens = v.get<std::int64_t>(); }},
-    {"n_keys", FieldType::integer, false, [](const StepRecord& r) -> json { return r.n_keys; },
+    {"n_keys", FieldType::integer, "keys", false, [](const StepRecord& r) -> json { return r.n_keys; },
      [](StepRecord& r, const json& v) { r.n_keys = v.get<std::int64_t>(); }},
-    {"flops", FieldType::count, false, [](const StepRecord& r) -> json { return total(r).flops; }, nullptr},
-    {"flops_matmul", FieldType::count, false, [](const StepRecord& r) -> json { return r.cost.flops(OpCategory::matmul); }, nullptr},
-    {"flops_attention", FieldType::count, false, [](const StepRecord& r) -> json { return r.cost.flops(OpCategory::attention); }, nullptr},
-    {"flops_other", FieldType::count, false, [](const StepRecord& r) -> json { return r.cost.flops(OpCategory::other); }, nullptr},
-    {"transcendentals", FieldType::count, false, [](const StepRecord& r) -> json { return total(r).transcendentals; }, nullptr},
-    {"bytes_weights_read", FieldType::count, false, [](const StepRecord& r) -> json { return total(r).bytes_weights_read; }, nullptr},
-    {"bytes_act_read", FieldType::count, false, [](const StepRecord& r) -> json { return total(r).bytes_act_read; }, nullptr},
-    {"bytes_act_written", FieldType::count, false, [](const StepRecord& r) -> json { return total(r).bytes_act_written; }, nullptr},
-    {"bytes_kv_read", FieldType::count, false, [](const StepRecord& r) -> json { return total(r).bytes_kv_read; }, nullptr},
-    {"bytes_kv_written", FieldType::count, false, [](const StepRecord& r) -> json { return total(r).bytes_kv_written; }, nullptr},
-    {"bytes_total", FieldType::count, false, [](const StepRecord& r) -> json { return total(r).bytes_total(); }, nullptr},
-    {"kv_bytes_resident", FieldType::count, false, [](const StepRecord& r) -> json { return r.kv_bytes_resident; },
+    {"flops", FieldType::count, "FLOP", false, [](const StepRecord& r) -> json { return total(r).flops; }, nullptr},
+    {"flops_matmul", FieldType::count, "FLOP", false, [](const StepRecord& r) -> json { return r.cost.flops(OpCategory::matmul); }, nullptr},
+    {"flops_attention", FieldType::count, "FLOP", false, [](const StepRecord& r) -> json { return r.cost.flops(OpCategory::attention); }, nullptr},
+    {"flops_other", FieldType::count, "FLOP", false, [](const StepRecord& r) -> json { return r.cost.flops(OpCategory::other); }, nullptr},
+    {"transcendentals", FieldType::count, "operations", false, [](const StepRecord& r) -> json { return total(r).transcendentals; }, nullptr},
+    {"bytes_weights_read", FieldType::count, "bytes", false, [](const StepRecord& r) -> json { return total(r).bytes_weights_read; }, nullptr},
+    {"bytes_act_read", FieldType::count, "bytes", false, [](const StepRecord& r) -> json { return total(r).bytes_act_read; }, nullptr},
+    {"bytes_act_written", FieldType::count, "bytes", false, [](const StepRecord& r) -> json { return total(r).bytes_act_written; }, nullptr},
+    {"bytes_kv_read", FieldType::count, "bytes", false, [](const StepRecord& r) -> json { return total(r).bytes_kv_read; }, nullptr},
+    {"bytes_kv_written", FieldType::count, "bytes", false, [](const StepRecord& r) -> json { return total(r).bytes_kv_written; }, nullptr},
+    {"bytes_total", FieldType::count, "bytes", false, [](const StepRecord& r) -> json { return total(r).bytes_total(); }, nullptr},
+    {"kv_bytes_resident", FieldType::count, "bytes", false, [](const StepRecord& r) -> json { return r.kv_bytes_resident; },
      [](StepRecord& r, const json& v) { r.kv_bytes_resident = v.get<std::uint64_t>(); }},
-    {"flop_per_byte", FieldType::real, false,
+    {"flop_per_byte", FieldType::real, "FLOP/byte", false,
      [](const StepRecord& r) -> json { return ratio(static_cast<double>(total(r).flops), static_cast<double>(total(r).bytes_total())); },
      nullptr},
-    {"token", FieldType::integer, false, [](const StepRecord& r) -> json { return r.token; },
+    {"token", FieldType::integer, "token id", false, [](const StepRecord& r) -> json { return r.token; },
      [](StepRecord& r, const json& v) { r.token = static_cast<TokenId>(v.get<std::int64_t>()); }},
-    {"max_abs_dlogit", FieldType::real_or_null, false,
+    {"max_abs_dlogit", FieldType::real_or_null, "logit units", false,
      [](const StepRecord& r) -> json { return r.max_abs_dlogit >= 0.0 ? json(r.max_abs_dlogit) : json(nullptr); },
      [](StepRecord& r, const json& v) { r.max_abs_dlogit = v.is_null() ? -1.0 : v.get<double>(); }},
-    {"argmax_flip", FieldType::boolean, false, [](const StepRecord& r) -> json { return r.argmax_flip; },
+    {"argmax_flip", FieldType::boolean, "", false, [](const StepRecord& r) -> json { return r.argmax_flip; },
      [](StepRecord& r, const json& v) { r.argmax_flip = v.get<bool>(); }},
-    {"wall_ns", FieldType::integer, true, [](const StepRecord& r) -> json { return r.wall_ns; },
+    {"wall_ns", FieldType::integer, "nanoseconds", true, [](const StepRecord& r) -> json { return r.wall_ns; },
      [](StepRecord& r, const json& v) {
          r.wall_ns = v.get<std::int64_t>();
          if (r.wall_ns < 0) bad(fmt::format("wall_ns {}; expected 0 or more", r.wall_ns));
      }},
-    {"gflop_per_s", FieldType::real, true,
+    {"gflop_per_s", FieldType::real, "1e9 FLOP/s", true,
      [](const StepRecord& r) -> json { return ratio(static_cast<double>(total(r).flops) * 1e-9, seconds(r)); }, nullptr},
-    {"gb_per_s", FieldType::real, true,
+    {"gb_per_s", FieldType::real, "1e9 bytes/s", true,
      [](const StepRecord& r) -> json { return ratio(static_cast<double>(total(r).bytes_total()) * 1e-9, seconds(r)); }, nullptr},
 };
 
 constexpr OpField op_table[] = {
-    {"flops", &OpCost::flops, false},
-    {"transcendentals", &OpCost::transcendentals, false},
-    {"bytes_weights_read", &OpCost::bytes_weights_read, false},
-    {"bytes_act_read", &OpCost::bytes_act_read, false},
-    {"bytes_act_written", &OpCost::bytes_act_written, false},
-    {"bytes_kv_read", &OpCost::bytes_kv_read, false},
-    {"bytes_kv_written", &OpCost::bytes_kv_written, false},
-    {"wall_ns", nullptr, true},
+    {"flops", "FLOP", &OpCost::flops, false},
+    {"transcendentals", "operations", &OpCost::transcendentals, false},
+    {"bytes_weights_read", "bytes", &OpCost::bytes_weights_read, false},
+    {"bytes_act_read", "bytes", &OpCost::bytes_act_read, false},
+    {"bytes_act_written", "bytes", &OpCost::bytes_act_written, false},
+    {"bytes_kv_read", "bytes", &OpCost::bytes_kv_read, false},
+    {"bytes_kv_written", "bytes", &OpCost::bytes_kv_written, false},
+    {"wall_ns", "nanoseconds", nullptr, true},
 };
 
 }  // namespace

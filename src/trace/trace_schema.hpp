@@ -24,6 +24,7 @@ const char* field_type_name(FieldType type);  // "a non-negative integer", ... (
 struct StepField {
     std::string_view name;
     FieldType type;
+    std::string_view unit;  // "bytes", "FLOP", ...; empty for labels (docs/trace-format.md's table, tested)
     bool measured;  // wall time and rates: absent from --deterministic traces
     nlohmann::json (*write)(const StepRecord& record);
     void (*read)(StepRecord& record, const nlohmann::json& value);
@@ -32,13 +33,14 @@ struct StepField {
 // A per-op column "<op>.<name>": an OpCost count, or the op's measured wall time (member null).
 struct OpField {
     std::string_view name;
+    std::string_view unit;
     std::uint64_t OpCost::*member;
     bool measured;
 };
 
 std::span<const StepField> step_fields();
 std::span<const OpField> op_fields();
-// The units of the columns, one line (the CSV "# units:" line and the JSON Lines header's "units").
+// The units of the columns summed up in one line (the CSV "# units:" line and the JSON Lines header's "units").
 extern const char* const units_line;
 
 // Column names in order: the step columns, then "<op>.<field>" per op. `deterministic` drops the
