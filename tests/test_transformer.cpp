@@ -9,6 +9,9 @@
 #include "calc/kv_memory.hpp"
 #include "model/random_weights.hpp"
 #include "model/sampler.hpp"
+#include "model/tensor_table.hpp"
+#include "calc/param_count.hpp"
+#include "calc/presets.hpp"
 #include "model/transformer.hpp"
 #include "sim_configs.hpp"
 #include "test_support.hpp"
@@ -132,6 +135,22 @@ TEST_CASE("Random weights are reproducible from the seed and sized by weights_by
             CHECK(weights_bytes_held(random_weights(cc, 1)) == weights_bytes(cc));
         }
     }
+}
+
+// The tensor table (what the simulator allocates and the loaders read) and count_params (pinned to
+// published counts in test_config.cpp: stories15M 15,191,712, GPT-2 124,439,808, ...) are written
+// independently; for every dense preset the simulator runs, the table must hold exactly that many fp32
+// values: 4 bytes per parameter.
+TEST_CASE("The tensor table holds count_params parameters for every dense preset, 4 bytes each") {
+    int checked = 0;
+    for (const auto& name : preset_names()) {
+        const ModelConfig cfg = load_preset(name);
+        if (cfg.n_expert > 1 || cfg.mla) continue;  // MoE and MLA: kvcalc sizes them, the simulator does not run them
+        INFO(name);
+        CHECK(weights_bytes(cfg) == 4 * count_params(cfg).total());
+        ++checked;
+    }
+    CHECK(checked >= 10);  // the Llama 2/3 presets, stories*, gpt2, tiny-*
 }
 
 TEST_CASE("The transformer allocates the activation bytes it estimates") {
