@@ -277,15 +277,24 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
     return cfg;
 }
 
+std::string config_model_name(const json& j, const std::filesystem::path& path) {
+    // transformers' save_pretrained records where the model came from (a Hub id or a local path)
+    if (const auto it = j.find("_name_or_path"); it != j.end() && it->is_string() && !it->get<std::string>().empty())
+        return it->get<std::string>();
+    // "config.json", "./config.json", "." all name the folder they are in, by its real name
+    std::error_code ec;
+    const std::filesystem::path real = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
+    if (path.stem() == "config" && !real.parent_path().filename().empty()) return real.parent_path().filename().string();
+    return path.stem().string();
+}
+
 ModelConfig load_model_config(const std::filesystem::path& path_in) {
     std::filesystem::path path = path_in;
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) path /= "config.json";
     // a config.json is a few KiB; 16 MiB leaves room for any real one (multimodal configs included)
     const json j = parse_json(read_input_file(path, "config file (a config.json or a directory holding one)", 16 << 20), path.string());
-    std::string name = path.stem().string();
-    if (name == "config") name = path.parent_path().filename().string();
-    return parse_model_config(j, path.string(), name);
+    return parse_model_config(j, path.string(), config_model_name(j, path));
 }
 
 }  // namespace kvlab

@@ -84,6 +84,9 @@ inline std::int64_t keys_in_window(std::int64_t window, std::int64_t pos) {
 
 // Parse and validate; `where` names the file in error messages. Throws ConfigError.
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& where, const std::string& name);
+// The name a config file gives its model: its "_name_or_path" (written by transformers'
+// save_pretrained), else the real name of the folder holding a config.json, else the file's stem.
+std::string config_model_name(const nlohmann::json& j, const std::filesystem::path& path);
 // Read a config.json, or a directory holding one. Throws ConfigError / IoError.
 ModelConfig load_model_config(const std::filesystem::path& path);
 

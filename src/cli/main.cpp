@@ -5,8 +5,11 @@
 #include <filesystem>
 #include <iostream>
 #include <new>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "commands.hpp"
 #include "core/error.hpp"
@@ -67,20 +70,93 @@ void read_numbers_strictly(CLI::App& app) {
     for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) read_numbers_strictly(*sub);
 }
 
+// Edit distance (insert, delete, substitute, swap of neighbours), for "did you mean".
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+    for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+    for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i)
+        for (std::size_t j = 1; j <= b.size(); ++j) {
+            d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+        }
+    return d[a.size()][b.size()];
+}
+
+// "kvlab kvcalcc", "kvlab trace sumary x": CLI11 alone says "A subcommand is required". Walks the
+// leading words of the command line down the subcommand tree; a word that names no subcommand where
+// one is required is refused with the nearest name, or the list.
+void check_subcommand_names(CLI::App& app, int argc, char** argv) {
+    CLI::App* at = &app;
+    std::string path = "kvlab";
+    for (int i = 1; i < argc; ++i) {
+        const std::string word = argv[i];
+        if (word.empty() || word[0] == '-' || at->get_require_subcommand_min() == 0) return;  // options: CLI11's
+        std::vector<std::string> names;
+        CLI::App* next = nullptr;
+        for (CLI::App* sub : at->get_subcommands([](CLI::App*) { return true; })) {
+            names.push_back(sub->get_name());
+            if (sub->get_name() == word) next = sub;
+        }
+        if (!next) {
+            std::string best;
+            std::size_t best_d = word.size() / 3 + 2;  // a typo, not another word
+            for (const auto& n : names)
+                if (const std::size_t dn = edit_distance(word, n); dn < best_d) best = n, best_d = dn;
+            const std::string hint = best.empty() ? fmt::format("expected one of: {}", fmt::join(names, ", "))
+                                                  : fmt::format("did you mean '{}'?", best);
+            throw kvlab::UsageError(fmt::format("unknown subcommand {} of '{}'; {} (see {} --help)", kvlab::quote(word, 40), path, hint, path));
+        }
+        at = next;
+        path += " " + word;
+    }
+    if (at->get_require_subcommand_min() > 0) {
+        std::vector<std::string> names;
+        for (CLI::App* sub : at->get_subcommands([](CLI::App*) { return true; })) names.push_back(sub->get_name());
+        throw kvlab::UsageError(fmt::format("'{}' needs a subcommand: {} (see {} --help)", path, fmt::join(names, ", "), path));
+    }
+}
+
+// --version on kvlab and on every subcommand ("kvlab simulate --version"), from the CMake project version.
+void add_version_flags(CLI::App& app) {
+    app.set_version_flag("--version", "kvlab " KVLAB_VERSION);
+    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) add_version_flags(*sub);
+}
+
+// The subcommands the parse reached, "kvlab trace summary": the help to point an error to.
+std::string command_path(const CLI::App& app) {
+    std::string path = "kvlab";
+    for (const CLI::App* at = &app; !at->get_subcommands().empty();) {
+        at = at->get_subcommands().front();
+        path += " " + at->get_name();
+    }
+    return path;
+}
+
+// CLI11 lists unexpected arguments last first ("2 --kv-heads"): put them back in command-line order.
+std::string unexpected_arguments(const CLI::App& app, int argc, char** argv) {
+    const std::vector<std::string> left = app.remaining(true);
+    std::vector<std::string> in_order;
+    for (int i = 1; i < argc; ++i)
+        if (std::find(left.begin(), left.end(), argv[i]) != left.end()) in_order.emplace_back(argv[i]);
+    return fmt::format("unexpected arguments: {}", kvlab::quote(fmt::format("{}", fmt::join(in_order, " ")), 80));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{"kvlab: why LLM inference caches keys and values, and what that cache costs"};
     app.require_subcommand(1);
-    app.set_version_flag("--version", "kvlab 0.1.0");
     kvlab::cli::setup_kvcalc(app);
     kvlab::cli::setup_presets(app);
     kvlab::cli::setup_gpu(app);
     kvlab::cli::setup_simulate(app);
     kvlab::cli::setup_trace(app);
     read_numbers_strictly(app);
+    add_version_flags(app);
     kvlab::install_interrupt_handlers();
     try {
+        check_subcommand_names(app, argc, argv);
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
@@ -89,10 +165,13 @@ int main(int argc, char** argv) {
     } catch (const CLI::CallForVersion& e) {
         return app.exit(e);
     } catch (const CLI::ExcludesError& e) {
-        std::cerr << "kvlab: error: " << e.what() << ": give one or the other (see kvlab --help)\n";
+        std::cerr << "kvlab: error: " << e.what() << ": give one or the other (see " << command_path(app) << " --help)\n";
+        return 2;
+    } catch (const CLI::ExtrasError&) {
+        std::cerr << "kvlab: error: " << unexpected_arguments(app, argc, argv) << " (see " << command_path(app) << " --help)\n";
         return 2;
     } catch (const CLI::ParseError& e) {
-        std::cerr << "kvlab: error: " << e.what() << " (see kvlab --help)\n";
+        std::cerr << "kvlab: error: " << e.what() << " (see " << command_path(app) << " --help)\n";
         return 2;
     } catch (const kvlab::Error& e) {
         std::cerr << "kvlab: error: " << e.what() << "\n";

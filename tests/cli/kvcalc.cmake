@@ -26,6 +26,23 @@ kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b -d fp16,fp8 --context 8k --batch 1,8
 # Markdown table.
 kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b -d fp16 --format markdown OUT "\\| llama-2-7b \\| MHA \\(native\\) \\|" "\\| ---: \\|")
 
+# The model's name: "_name_or_path" (transformers writes it), else the real name of the folder holding
+# config.json (also for "config.json", "./config.json" and "." in the current directory), else the stem.
+file(MAKE_DIRECTORY "${WORK}/my-model")
+configure_file(${DATA}/llamacpp-36l.json "${WORK}/config.json" COPYONLY)
+configure_file(${DATA}/llamacpp-36l.json "${WORK}/my-model/config.json" COPYONLY)
+configure_file(${DATA}/llamacpp-36l.json "${WORK}/other-name.json" COPYONLY)
+file(READ ${DATA}/llamacpp-36l.json cfg_text)
+string(JSON cfg_text SET "${cfg_text}" _name_or_path "\"acme/Model-36L\"")
+file(WRITE "${WORK}/named.json" "${cfg_text}")
+foreach(arg config.json ./config.json .)
+  kvlab_expect(RC 0 ARGS kvcalc --config ${arg} -d fp16 --context 1k --format csv OUT "\ncli_kvcalc,GQA-8")
+endforeach()
+kvlab_expect(RC 0 ARGS kvcalc --config my-model -d fp16 --context 1k --format csv OUT "\nmy-model,GQA-8")
+kvlab_expect(RC 0 ARGS kvcalc --config my-model/../my-model/./config.json -d fp16 --context 1k --format csv OUT "\nmy-model,GQA-8")
+kvlab_expect(RC 0 ARGS kvcalc --config other-name.json -d fp16 --context 1k --format csv OUT "\nother-name,GQA-8")
+kvlab_expect(RC 0 ARGS kvcalc --config named.json -d fp16 --context 1k --format csv OUT "\nacme/Model-36L,GQA-8")
+
 # llama.cpp golden: 36 layers x 8 KV heads x 128, -c 8192: 1152.00 MiB f16, 612.00 MiB q8_0.
 # 1152 MiB = 1207959552 B (prints as 1.12 GiB); 612 MiB = 641728512 B.
 kvlab_expect(RC 0 ARGS kvcalc --config ${DATA}/llamacpp-36l.json -d f16,q8_0 --context 8192 --format csv

@@ -1,0 +1,21 @@
+include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
+
+# Mistyped or missing subcommands: the nearest name, or the list (CLI11 alone said "A subcommand is required").
+kvlab_expect(RC 2 ARGS kvcalcc ERR "^kvlab: error: unknown subcommand 'kvcalcc' of 'kvlab'; did you mean 'kvcalc'\\? \\(see kvlab --help\\)\n$")
+kvlab_expect(RC 2 ARGS trace sumary run.json ERR "unknown subcommand 'sumary' of 'kvlab trace'; did you mean 'summary'\\? \\(see kvlab trace --help\\)")
+kvlab_expect(RC 2 ARGS simualte -n 3 ERR "did you mean 'simulate'")
+kvlab_expect(RC 2 ARGS frobnicate ERR "unknown subcommand 'frobnicate' of 'kvlab'; expected one of: kvcalc, presets, gpu, simulate, trace")
+kvlab_expect(RC 2 ARGS ERR "'kvlab' needs a subcommand: kvcalc, presets, gpu, simulate, trace \\(see kvlab --help\\)")
+kvlab_expect(RC 2 ARGS trace ERR "'kvlab trace' needs a subcommand: summary, steps, compare, plot \\(see kvlab trace --help\\)")
+
+# Option errors point to the help of the subcommand they belong to, and list arguments in the order typed.
+kvlab_expect(RC 2 ARGS simulate --kv-heads 2 ERR "unexpected arguments: '--kv-heads 2' \\(see kvlab simulate --help\\)")
+kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --bogus 2 3 ERR "unexpected arguments: '--bogus 2 3' \\(see kvlab kvcalc --help\\)")
+kvlab_expect(RC 2 ARGS trace summary ERR "file is required \\(see kvlab trace summary --help\\)")
+kvlab_expect(RC 2 ARGS kvcalc --units mib ERR "\\(see kvlab kvcalc --help\\)")
+
+# --version everywhere, with the project's version
+foreach(cmd "" kvcalc presets simulate trace "trace summary" "gpu attention")
+  separate_arguments(words UNIX_COMMAND "${cmd}")
+  kvlab_expect(RC 0 ARGS ${words} --version OUT "^kvlab [0-9]+\\.[0-9]+\\.[0-9]+\n$")
+endforeach()
