@@ -133,12 +133,24 @@ std::string command_path(const CLI::App& app) {
     return path;
 }
 
-// CLI11 lists unexpected arguments last first ("2 --kv-heads"): put them back in command-line order.
+// CLI11 lists unexpected arguments last first ("2 --kv-heads"): put them back in command-line order;
+// an unknown option of the subcommand gets the nearest option name it has.
 std::string unexpected_arguments(const CLI::App& app, int argc, char** argv) {
     const std::vector<std::string> left = app.remaining(true);
     std::vector<std::string> in_order;
     for (int i = 1; i < argc; ++i)
         if (std::find(left.begin(), left.end(), argv[i]) != left.end()) in_order.emplace_back(argv[i]);
+    if (!in_order.empty() && in_order[0].rfind("--", 0) == 0) {
+        const std::string word = in_order[0].substr(0, in_order[0].find('='));
+        const CLI::App* at = &app;
+        while (!at->get_subcommands().empty()) at = at->get_subcommands().front();
+        std::string best;
+        std::size_t best_d = word.size() / 3 + 1;
+        for (const CLI::Option* opt : at->get_options())
+            for (const std::string& name : opt->get_lnames())
+                if (const std::size_t d = edit_distance(word, "--" + name); d < best_d) best = "--" + name, best_d = d;
+        return fmt::format("unknown option {}{}", kvlab::quote(word, 40), best.empty() ? "" : fmt::format("; did you mean '{}'?", best));
+    }
     return fmt::format("unexpected arguments: {}", kvlab::quote(fmt::format("{}", fmt::join(in_order, " ")), 80));
 }
 

@@ -65,6 +65,21 @@ std::string read_input_file(const std::filesystem::path& path, std::string_view 
     return text;
 }
 
+std::string read_input_head(const std::filesystem::path& path, std::string_view what, std::size_t n) {
+    const InputFd in(path, what);
+    std::string head(static_cast<std::size_t>(std::min<std::uint64_t>(n, in.size)), '\0');
+    std::size_t done = 0;
+    while (done < head.size()) {
+        const ssize_t got = ::read(in.fd, head.data() + done, head.size() - done);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) throw IoError(fmt::format("{}: reading the {} failed: {}", quote(path.string()), what, std::strerror(errno)));
+        if (got == 0) break;
+        done += static_cast<std::size_t>(got);
+    }
+    head.resize(done);
+    return head;
+}
+
 MappedFile::MappedFile(const std::filesystem::path& path, std::string_view what) : path_(path) {
     const InputFd in(path, what);
     const int fd = in.fd;

@@ -54,5 +54,7 @@ private:
 // The whole of a regular file as text. `what` names the file's role in messages ("config file", "trace
 // file"); a file over `max_bytes` is refused before anything is read.
 std::string read_input_file(const std::filesystem::path& path, std::string_view what, std::uint64_t max_bytes);
+// Its first `n` bytes (fewer if the file is shorter): to tell what a file is before reading all of it.
+std::string read_input_head(const std::filesystem::path& path, std::string_view what, std::size_t n);
 
 }  // namespace kvlab

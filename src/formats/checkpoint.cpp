@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/mapped_file.hpp"
+#include "core/text.hpp"
 #include "formats/hf_checkpoint.hpp"
 #include "formats/llama2c_checkpoint.hpp"
 
@@ -25,6 +27,12 @@ Reader pick_reader(const std::filesystem::path& path, std::filesystem::path& hf_
         hf_dir = path.has_parent_path() ? path.parent_path() : ".";
         return Reader::hf;
     }
+    // a config.json given as --checkpoint would otherwise read as a nonsense llama2.c header
+    const std::string head = read_input_head(path, "checkpoint", 256);
+    if (const auto first = head.find_first_not_of(" \t\r\n"); first != std::string::npos && head[first] == '{')
+        throw UsageError(fmt::format("--checkpoint: {} is a JSON file (a config.json?), not a checkpoint; give a config with "
+                                     "--config, and --checkpoint a llama2.c .bin or a Hugging Face directory (config.json and "
+                                     "safetensors)", quote(path.string())));
     return Reader::llama2c;
 }
 

@@ -32,7 +32,12 @@ public:
 
     StepTrace read() {
         // a 1024-step trace of both modes is ~6 MB; a file past 1 GiB is not one kvlab wrote
-        text_ = read_input_file(path_, "trace file (CSV, JSON Lines or Perfetto JSON from kvlab simulate --trace)", 1ull << 30);
+        const char* what = "trace file (CSV, JSON Lines or Perfetto JSON from kvlab simulate --trace)";
+        // a checkpoint or a chart given by mistake: said before it is read whole, not shown as a "line"
+        if (const std::size_t nul = read_input_head(path_, what, 4096).find('\0'); nul != std::string::npos)
+            throw FormatError(fmt::format("{}: binary data (a NUL byte at offset {}); expected a text trace: CSV, JSON Lines or "
+                                          "Perfetto JSON from kvlab simulate --trace", quote(path_.string()), nul));
+        text_ = read_input_file(path_, what, 1ull << 30);
         const auto first = text_.find_first_not_of(" \t\r\n");
         if (first == std::string::npos)
             fail(1, "empty file; expected a kvlab trace (CSV, JSON Lines or Perfetto JSON from kvlab simulate --trace)");

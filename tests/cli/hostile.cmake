@@ -81,6 +81,11 @@ kvlab_expect(RC 2 ARGS simulate --checkpoint "${WORK}/fx/tiny.bin" --tokenizer "
 # 8. Unbounded reads: a device, a FIFO or a directory is not a trace or config file.
 kvlab_expect(RC 2 ARGS trace summary /dev/zero ERR "'/dev/zero': is a device or special file; expected a regular trace file")
 kvlab_expect(RC 2 ARGS trace summary "${WORK}" ERR "is a directory; expected a regular trace file")
+# a binary file (a checkpoint, the program itself) is named as such before it is read whole
+kvlab_expect(RC 2 ARGS trace summary "${KVLAB}" ERR "binary data \\(a NUL byte at offset [0-9]+\\); expected a text trace")
+kvlab_expect(RC 2 ARGS simulate --trace "${WORK}" ERR "--trace: '.*' is a directory; expected a file name ending in .csv, .jsonl or .json")
+# a config.json given as --checkpoint is called a JSON file, not read as a llama2.c header
+kvlab_expect(RC 2 ARGS simulate --checkpoint ${DATA}/llamacpp-36l.json ERR "--checkpoint: '.*llamacpp-36l.json' is a JSON file \\(a config.json\\?\\), not a checkpoint; give a config with --config")
 kvlab_expect(RC 2 ARGS kvcalc --config /dev/zero ERR "'/dev/zero': is a device or special file; expected a regular config file")
 
 # 9. Numbers: plain decimal in range, or refused (no wrap, no clamp, no hex, no empty value).

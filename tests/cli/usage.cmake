@@ -9,8 +9,10 @@ kvlab_expect(RC 2 ARGS ERR "'kvlab' needs a subcommand: kvcalc, presets, gpu, si
 kvlab_expect(RC 2 ARGS trace ERR "'kvlab trace' needs a subcommand: summary, steps, compare, plot \\(see kvlab trace --help\\)")
 
 # Option errors point to the help of the subcommand they belong to, and list arguments in the order typed.
-kvlab_expect(RC 2 ARGS simulate --kv-heads 2 ERR "unexpected arguments: '--kv-heads 2' \\(see kvlab simulate --help\\)")
-kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --bogus 2 3 ERR "unexpected arguments: '--bogus 2 3' \\(see kvlab kvcalc --help\\)")
+kvlab_expect(RC 2 ARGS simulate --kv-heads 2 ERR "unknown option '--kv-heads' \\(see kvlab simulate --help\\)")
+kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --contxt 4k ERR "unknown option '--contxt'; did you mean '--context'\\? \\(see kvlab kvcalc --help\\)")
+kvlab_expect(RC 2 ARGS simulate --promt-len=3 ERR "unknown option '--promt-len'; did you mean '--prompt-len'\\?")
+kvlab_expect(RC 2 ARGS simulate -n 3 extra1 extra2 ERR "unexpected arguments: 'extra1 extra2' \\(see kvlab simulate --help\\)")
 kvlab_expect(RC 2 ARGS trace summary ERR "file is required \\(see kvlab trace summary --help\\)")
 kvlab_expect(RC 2 ARGS kvcalc --units mib ERR "\\(see kvlab kvcalc --help\\)")
 
