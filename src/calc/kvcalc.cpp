@@ -262,7 +262,7 @@ Report run_kvcalc(const KvcalcRequest& r) {
                     const auto limit = cfg.n_ctx_max > 0 ? u(cfg.n_ctx_max) : (std::uint64_t{1} << 40);
                     const auto n_rows = std::max(contexts.size(), r.batches.size());
                     for (std::size_t i = 0; i < n_rows; ++i) {
-                        std::vector<Cell> row{text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(params.total()), bytes_cell(weights, U),
+                        std::vector<Cell> row{text_cell(cfg.name), text_cell(att), text_cell(dn), params_cell(params.total()), bytes_cell(weights, U),
                                               bytes_cell(kv_budget, U), uint_cell(max_tokens)};
                         if (i < contexts.size()) {
                             const auto seq_gpu = sequence_bytes(gpu_cfg, dtype, contexts[i], r);

@@ -1,5 +1,7 @@
 #include "calc/param_count.hpp"
 
+#include <fmt/format.h>
+
 #include "core/checked.hpp"
 
 namespace kvlab {
@@ -63,6 +65,14 @@ ParamCount count_params(const ModelConfig& c) {
     }
     p.active_per_token = add(add(add(add(p.embedding, p.attention), active_mlp), p.norms), p.lm_head);
     return p;
+}
+
+Cell params_cell(std::uint64_t count) {
+    const double n = static_cast<double>(count);
+    if (count >= 1000000000) return {fmt::format("{:.2f} B", n / 1e9), count};
+    if (count >= 1000000) return {fmt::format("{:.2f} M", n / 1e6), count};
+    if (count >= 1000) return {fmt::format("{:.2f} K", n / 1e3), count};
+    return {fmt::format("{}", count), count};
 }
 
 }  // namespace kvlab

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "calc/model_config.hpp"
+#include "core/printer.hpp"
 
 namespace kvlab {
 
@@ -17,5 +18,9 @@ struct ParamCount {
 };
 
 ParamCount count_params(const ModelConfig& cfg);
+
+// A parameter count as model names write it: "68.98 B" (10^9), "15.19 M", "262.50 K", "512"; the exact
+// count is the cell's value (csv/json).
+Cell params_cell(std::uint64_t count);
 
 }  // namespace kvlab

@@ -1,0 +1,59 @@
+#include "calc/presets_report.hpp"
+
+#include <fmt/format.h>
+
+#include "calc/gpu_specs.hpp"
+#include "calc/param_count.hpp"
+#include "calc/presets.hpp"
+
+namespace kvlab {
+
+Report model_presets_report(bool with_sources) {
+    Table t{"Model presets (" + presets_dir().string() + ")",
+            {{"name", "name", false}, {"family", "family", false}, {"n_layer", "layers"}, {"n_head", "heads"}, {"n_head_kv", "kv heads"},
+             {"d_head", "head dim"}, {"attention", "attention", false}, {"max_context", "max context"}, {"parameters", "params"},
+             {"display_name", "model", false}},
+            {}, {}};
+    if (with_sources) t.columns.push_back({"source", "source", false});
+    for (const auto& name : preset_names()) {
+        const auto cfg = load_preset(name);
+        std::vector<Cell> row{text_cell(name), text_cell(cfg.preset_family), int_cell(cfg.n_layer), int_cell(cfg.n_head),
+                              int_cell(cfg.n_head_kv), int_cell(cfg.d_head), text_cell(cfg.attention_kind()), int_cell(cfg.n_ctx_max),
+                              params_cell(count_params(cfg).total()), text_cell(cfg.display_name)};
+        if (with_sources) row.push_back(text_cell(cfg.source));
+        t.rows.push_back(std::move(row));
+    }
+    Report report;
+    report.tables.push_back(std::move(t));
+    return report;
+}
+
+Report gpu_presets_report(bool with_sources) {
+    // bandwidth and FLOP/s in decimal units, as the datasheets print them; memory in binary ones
+    Table t{"GPU presets (" + (presets_dir() / "gpus.json").string() + ")",
+            {{"name", "name", false}, {"display_name", "GPU", false}, {"memory_bytes", "memory"},
+             {"driver_bytes", "driver-reported"}, {"bandwidth_bytes_per_s", "bandwidth"}, {"fp16_dense_flops", "FP16 dense"},
+             {"aliases", "aliases", false}},
+            {}, {}};
+    if (with_sources) t.columns.push_back({"source", "source", false});
+    for (const GpuSpec& g : load_gpus()) {
+        std::vector<Cell> row{
+            text_cell(g.name),
+            text_cell(g.display_name),
+            bytes_cell(g.memory_bytes, UnitSystem::iec),
+            g.driver_bytes ? Cell{format_bytes(g.driver_bytes, UnitSystem::iec), g.driver_bytes} : Cell{"unknown", nullptr},
+            {format_bytes(g.bandwidth_bytes_per_s, UnitSystem::si) + "/s", g.bandwidth_bytes_per_s},
+            {fmt::format("{:.1f} TFLOP/s", g.fp16_dense_flops / 1e12), g.fp16_dense_flops},
+            text_cell(fmt::format("{}", fmt::join(g.aliases, ", ")))};
+        if (with_sources) row.push_back(text_cell(g.source));
+        t.rows.push_back(std::move(row));
+    }
+    Report report;
+    report.tables.push_back(std::move(t));
+    report.notes.push_back("memory: the datasheet's 'N GB', which for these parts is N GiB (gpus.json, memory_convention); "
+                           "driver-reported: nvidia-smi's memory.total, what an engine can allocate from (kvcalc --gpu uses it when known)");
+    report.notes.push_back("bandwidth in GB/s (10^9 B/s) and FP16 dense (no 2:4 sparsity) Tensor Core FLOP/s, as the datasheets print them");
+    return report;
+}
+
+}  // namespace kvlab
