@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(g++ cmake make libcli11-dev libfmt-dev libeigen3-dev doctest-dev nlohmann-json3-dev gnuplot-nox
+packages=(g++ cmake make libcli11-dev libfmt-dev libeigen3-dev doctest-dev nlohmann-json3-dev gnuplot-nox help2man
           clang libclang-rt-14-dev libomp-14-dev)  # clang: the sanitizer build and its fuzz targets
 
 install_missing() {
@@ -31,7 +31,8 @@ build() {  # build <preset>
 case "${1:-}" in
 run)
     install_missing
-    build release
+    cmake --preset release >/dev/null
+    cmake --build --preset release -j"$jobs" --target kvlab  # only what it runs; `test` builds everything
     ./build/release/kvlab kvcalc
     ;;
 test)

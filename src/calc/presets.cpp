@@ -7,20 +7,16 @@
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 
 namespace kvlab {
 namespace {
 
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-    std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
-    for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-    for (std::size_t i = 1; i <= a.size(); ++i) {
-        cur[0] = i;
-        for (std::size_t j = 1; j <= b.size(); ++j)
-            cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-        std::swap(prev, cur);
-    }
-    return prev[b.size()];
+// The folder the running executable is in (Linux: /proc/self/exe), empty when unknown.
+std::filesystem::path executable_dir() {
+    std::error_code ec;
+    const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    return ec ? std::filesystem::path() : exe.parent_path();
 }
 
 }  // namespace
@@ -29,12 +25,19 @@ std::filesystem::path presets_dir() {
     std::error_code ec;
     if (const char* env = std::getenv("KVLAB_PRESETS_DIR"); env && *env) {
         if (!std::filesystem::is_directory(env, ec))
-            throw UsageError(fmt::format("KVLAB_PRESETS_DIR: '{}' is not a directory; expected the folder holding the preset .json files", env));
+            throw ConfigError(fmt::format("KVLAB_PRESETS_DIR: {} is not a directory; expected the folder holding the preset .json files",
+                                          quote(env)));
         return env;
     }
-    if (std::filesystem::is_directory(KVLAB_INSTALL_PRESETS_DIR, ec)) return KVLAB_INSTALL_PRESETS_DIR;
-    if (std::filesystem::is_directory(KVLAB_SOURCE_PRESETS_DIR, ec)) return KVLAB_SOURCE_PRESETS_DIR;
-    throw IoError(fmt::format("no presets directory found (looked at {} and {}); set KVLAB_PRESETS_DIR", KVLAB_INSTALL_PRESETS_DIR, KVLAB_SOURCE_PRESETS_DIR));
+    // an installed kvlab (<prefix>/bin/kvlab) reads <prefix>/share/kvlab/presets, whatever prefix it was
+    // installed to; a build-tree kvlab reads the source tree's presets
+    std::vector<std::string> tried;
+    if (const auto exe = executable_dir(); !exe.empty()) tried.push_back((exe.parent_path() / "share" / "kvlab" / "presets").string());
+    tried.emplace_back(KVLAB_SOURCE_PRESETS_DIR);
+    for (const auto& dir : tried)
+        if (std::filesystem::is_directory(dir, ec)) return dir;
+    throw ConfigError(fmt::format("no presets folder found (looked at {}); set KVLAB_PRESETS_DIR to the folder holding the preset .json files",
+                                  fmt::join(tried, " and ")));
 }
 
 std::vector<std::string> preset_names() {
@@ -44,6 +47,9 @@ std::vector<std::string> preset_names() {
         names.push_back(entry.path().stem().string());
     }
     std::sort(names.begin(), names.end());
+    if (names.empty())
+        throw ConfigError(fmt::format("{}: no model presets (.json files) in the presets folder; set KVLAB_PRESETS_DIR to the folder "
+                                      "holding them", quote(presets_dir().string())));
     return names;
 }
 

@@ -46,6 +46,7 @@ void setup_gpu(CLI::App& app) {
     cmd->add_option("--repeats", o->n_repeat, "Timed runs; the median is reported")->check(CLI::PositiveNumber)->capture_default_str();
     cmd->add_option("--seed", o->seed, "Seed of the correctness check's random inputs")->capture_default_str();
     add_format_option(cmd, opts->format);
+    cmd->footer("Example:\n  kvlab gpu attention --model llama-3-8b --context 1k,8k --attention mha,gqa:8,mqa");
     cmd->callback([opts] {
         const GpuAttentionRun run = run_gpu_attention(opts->request);
         print_report(std::cout, run.report, opts->format);

@@ -106,6 +106,8 @@ void setup_kvcalc(CLI::App& app) {
     add_units_option(cmd, o->units);
     add_format_option(cmd, o->format);
     cmd->add_flag("--explain", o->explain, "Print each formula with the numbers substituted");
+    cmd->footer("Examples:\n  kvlab kvcalc -m llama-3-8b -d fp16,fp8 --context 8k,128k --batch 1,8\n"
+                "  kvlab kvcalc --config path/to/config.json --gpu h100 --explain");
     cmd->callback([o] {
         print_report(std::cout, run_kvcalc(make_request(*o)), o->format);
     });

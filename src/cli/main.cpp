@@ -70,19 +70,6 @@ void read_numbers_strictly(CLI::App& app) {
     for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) read_numbers_strictly(*sub);
 }
 
-// Edit distance (insert, delete, substitute, swap of neighbours), for "did you mean".
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-    std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
-    for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-    for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-    for (std::size_t i = 1; i <= a.size(); ++i)
-        for (std::size_t j = 1; j <= b.size(); ++j) {
-            d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-        }
-    return d[a.size()][b.size()];
-}
-
 // "kvlab kvcalcc", "kvlab trace sumary x": CLI11 alone says "A subcommand is required". Walks the
 // leading words of the command line down the subcommand tree; a word that names no subcommand where
 // one is required is refused with the nearest name, or the list.
@@ -102,7 +89,7 @@ void check_subcommand_names(CLI::App& app, int argc, char** argv) {
             std::string best;
             std::size_t best_d = word.size() / 3 + 2;  // a typo, not another word
             for (const auto& n : names)
-                if (const std::size_t dn = edit_distance(word, n); dn < best_d) best = n, best_d = dn;
+                if (const std::size_t dn = kvlab::edit_distance(word, n); dn < best_d) best = n, best_d = dn;
             const std::string hint = best.empty() ? fmt::format("expected one of: {}", fmt::join(names, ", "))
                                                   : fmt::format("did you mean '{}'?", best);
             throw kvlab::UsageError(fmt::format("unknown subcommand {} of '{}'; {} (see {} --help)", kvlab::quote(word, 40), path, hint, path));
@@ -148,7 +135,7 @@ std::string unexpected_arguments(const CLI::App& app, int argc, char** argv) {
         std::size_t best_d = word.size() / 3 + 1;
         for (const CLI::Option* opt : at->get_options())
             for (const std::string& name : opt->get_lnames())
-                if (const std::size_t d = edit_distance(word, "--" + name); d < best_d) best = "--" + name, best_d = d;
+                if (const std::size_t d = kvlab::edit_distance(word, "--" + name); d < best_d) best = "--" + name, best_d = d;
         return fmt::format("unknown option {}{}", kvlab::quote(word, 40), best.empty() ? "" : fmt::format("; did you mean '{}'?", best));
     }
     return fmt::format("unexpected arguments: {}", kvlab::quote(fmt::format("{}", fmt::join(in_order, " ")), 80));
@@ -157,13 +144,14 @@ std::string unexpected_arguments(const CLI::App& app, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"kvlab: why LLM inference caches keys and values, and what that cache costs"};
+    CLI::App app{"kvlab: why LLM inference caches keys and values, and what that cache costs", "kvlab"};
     app.require_subcommand(1);
     kvlab::cli::setup_kvcalc(app);
     kvlab::cli::setup_presets(app);
     kvlab::cli::setup_gpu(app);
     kvlab::cli::setup_simulate(app);
     kvlab::cli::setup_trace(app);
+    kvlab::cli::setup_completion(app);
     read_numbers_strictly(app);
     add_version_flags(app);
     kvlab::install_interrupt_handlers();

@@ -139,6 +139,8 @@ void setup_simulate(CLI::App& app) {
     cmd->add_option("--threads", o->threads, "Threads for matmuls and attention (0 = all cores, fewer when the machine is busy)")->capture_default_str();
     add_units_option(cmd, o->units);
     add_format_option(cmd, o->format);
+    cmd->footer("Examples:\n  kvlab simulate -m tiny-llama --prompt \"Once upon a time\" -n 64 --trace run.json\n"
+                "  kvlab simulate -m stories15m -p 32 -n 128 --mode both");
     cmd->callback([o, prompt] {
         o->prompt_given = prompt->count() > 0;
         run(*o);

@@ -62,6 +62,7 @@ void setup_trace(CLI::App& app) {
     summary->add_option("file", so->file, "Trace file (.csv, .jsonl or Perfetto .json)")->required();
     add_units_option(summary, so->units);
     add_format_option(summary, so->format);
+    summary->footer("Example:\n  kvlab trace summary run.json --format markdown");
     summary->callback([so] {
         print(trace_summary_report(read_step_trace(so->file), so->units), so->format);
     });
@@ -73,6 +74,7 @@ void setup_trace(CLI::App& app) {
     steps->add_flag("--ops", st->ops, "Add the per-op breakdown of each shown step");
     add_units_option(steps, st->units);
     add_format_option(steps, st->format);
+    steps->footer("Example:\n  kvlab trace steps run.csv --every 32 --ops");
     steps->callback([st] {
         steps_shown(1, st->every);  // --every checked before the file is read
         print(trace_steps_report(read_step_trace(st->file), st->every, st->ops, st->units), st->format);
@@ -85,6 +87,7 @@ void setup_trace(CLI::App& app) {
     compare->add_option("--every", co->every, "Show every K-th step (and the last)")->capture_default_str();
     add_units_option(compare, co->units);
     add_format_option(compare, co->format);
+    compare->footer("Example:\n  kvlab trace compare mha.jsonl gqa.jsonl --every 16");
     compare->callback([co] {
         steps_shown(1, co->every);
         const StepTrace a = read_step_trace(co->file_a);
@@ -98,6 +101,7 @@ void setup_trace(CLI::App& app) {
     plot->add_option("-o,--output", po->output, "Chart file: .svg or .png")->required();
     auto* log = plot->add_flag("--log", po->log, "Logarithmic y axes (the default)");
     plot->add_flag("--linear", po->linear, "Linear y axes")->excludes(log);
+    plot->footer("Example:\n  kvlab trace plot run.json -o run.svg");
     plot->callback([po] {
         const StepTrace t = read_step_trace(po->file);
         plot_trace(t, po->output, po->linear ? PlotScale::linear : PlotScale::log);

@@ -10,6 +10,8 @@ namespace kvlab {
 // are not UTF-8 written as \n, \t or \xNN, cut after `max_bytes` bytes with the total length named, so a
 // message never carries megabytes of input or raw terminal controls. quote("a\nb") == "'a\\nb'".
 std::string quote(std::string_view text, std::size_t max_bytes = 80);
+// Levenshtein distance (insertions, deletions, substitutions), for "did you mean" hints.
+std::size_t edit_distance(std::string_view a, std::string_view b);
 
 // `text` for a terminal or a one-line field (a table title, a CSV comment): control bytes and invalid
 // UTF-8 escaped as quote() does, nothing cut, no quotes added. printable("a\nb") == "a\\nb".
