@@ -152,7 +152,9 @@ void print_report(std::ostream& out, const Report& report, Format format) {
         }
         break;
     case Format::json: {
-        nlohmann::json j = {{"inputs", report.inputs}, {"tables", nlohmann::json::array()}, {"notes", report.notes}};
+        // "schema" names this layout (inputs, tables of columns and rows, notes) and changes when it does
+        nlohmann::json j = {{"schema", report_json_schema}, {"kvlab_version", KVLAB_VERSION}, {"inputs", report.inputs},
+                            {"tables", nlohmann::json::array()}, {"notes", report.notes}};
         for (const auto& t : report.tables) j["tables"].push_back(table_json(t));
         out << json_dump(j, 2) << "\n";
         break;

@@ -52,5 +52,7 @@ struct Report {
 // Writes `report` to `out`. CSV: each table as a header line + rows of exact values (the rows carry
 // their inputs as columns); with several tables, each starts with a "# <title>" line after a blank line.
 void print_report(std::ostream& out, const Report& report, Format format);
+// The "schema" field of every JSON report: the layout's name and version (docs/cli.md, "JSON output").
+inline constexpr const char* report_json_schema = "kvlab-report/1";
 
 }  // namespace kvlab

@@ -66,3 +66,14 @@ string(REPLACE "\"gelu_new\"" "\"gelu\"" erf_cfg "${gpt2_cfg}")
 file(WRITE "${WORK}/erf-gelu.json" "${erf_cfg}")
 kvlab_expect(RC 2 ARGS simulate --config "${WORK}/erf-gelu.json" -p 2 -n 2
              ERR "activation 'gelu' is not simulated; kvlab computes the tanh GELU")
+
+# On a terminal the progress line shows the rate so far and the time left at it (script(1) gives
+# kvlab a terminal; stdout goes to a file so only stderr's progress reaches it).
+find_program(SCRIPT script)
+if(SCRIPT)
+  execute_process(COMMAND ${SCRIPT} -qec "'${KVLAB}' simulate -m stories260k -n 40 --threads 1 -f csv > '${WORK}/progress.csv'" /dev/null
+                  OUTPUT_VARIABLE out RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "simulate: step [0-9]+/40, [0-9.]+ steps/s, ETA [0-9]+ s")
+    message(SEND_ERROR "progress line on a terminal: exit ${rc}, output:\n${out}")
+  endif()
+endif()
