@@ -67,7 +67,9 @@ expect("kvlab kvcalc -m llama-3.1-8b -d bf16 --kv-budget 3.8125GiB --context 200
 expect("kvlab kvcalc --config presets/mistral-7b-v0.1.json -d f16,q8_0 --context 8192 --format csv"
        OUT "model,attention," "fp16,.*,131072," "q8_0,.*,69632,")
 expect("kvlab kvcalc -m llama-3-8b --gpu h100-sxm-80gb --context 8k,32k --batch 1,64 --explain"
-       OUT "KV/token = 2 \\(K and V\\) x 32 layers" "Fit on NVIDIA H100" "Decode roofline")
+       OUT "KV/token = 2 \\(K and V\\) x 32 layers" "Does it fit on NVIDIA H100" "Decode roofline"
+           # budget floor(85520809984 B x 0.9) - 16060522496 B of bf16 weights = 60908206489 B; / 1 GiB per 8k fp16 sequence = 56
+           "fp16 +8192 +56\n")
 # models/README.md: held-out perplexity 1.19179 in PyTorch
 expect("kvlab simulate --model tiny-llama --eval models/heldout.txt" OUT "perplexity" " 1\\.1917[89]")
 expect("kvlab simulate" OUT "TinyStories 15M" "steps \\(tokens generated\\) +128 +128")

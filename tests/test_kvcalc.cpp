@@ -88,17 +88,47 @@ TEST_CASE("GPU fit subtracts the weights from usable memory and divides by bytes
     r.gpu = g;
     r.mem_util = 0.9;
     const auto report = run_kvcalc(r);
-    const auto& t = table_named(report, "Fit on");
+    const auto& t = table_named(report, "Does it fit on");
     const std::uint64_t weights = 8030261248ull * 2;                               // computed parameters x 2 B (bf16)
     const std::uint64_t usable = static_cast<std::uint64_t>((80ull << 30) * 0.9);  // 77309411328
     CHECK(cell(t, 0, "bytes_weights_per_gpu") == weights);
     CHECK(cell(t, 0, "bytes_kv_budget_per_gpu") == usable - weights);
     CHECK(cell(t, 0, "max_tokens") == (usable - weights) / 131072);
-    CHECK(cell(t, 0, "max_batch") == (usable - weights) / (131072ull * 8192));
-    CHECK(cell(t, 0, "max_context").get<std::uint64_t>() == 8192);  // one sequence fits the model's whole context
+    CHECK(cell(t, 0, "fits") == "yes");
+    CHECK(cell(table_named(report, "Largest batch at each context"), 0, "max_batch") == (usable - weights) / (131072ull * 8192));
+    // one sequence fits the model's whole context
+    CHECK(cell(table_named(report, "Longest context at each batch"), 0, "max_context").get<std::uint64_t>() == 8192);
     const auto& roof = table_named(report, "Decode roofline");
     // (weights + 8192 x 131072 B of KV) / 2e12 B/s
     CHECK(cell(roof, 0, "min_ms_per_step").get<double>() == doctest::Approx((weights + 8192.0 * 131072) / 2e12 * 1e3));
+}
+
+TEST_CASE("A model whose weights do not fit says so, with the smallest TP that would, and gets no batch, context or roofline rows") {
+    KvcalcRequest r;
+    r.models = {load_preset("llama-3-70b")};
+    r.dtypes = {DType::fp16};
+    r.contexts = {8192};
+    GpuSpec g;
+    g.name = g.display_name = "24 GiB";
+    g.memory_bytes = 24ull << 30;
+    g.bandwidth_bytes_per_s = 300000000000ull;
+    r.gpu = g;
+    r.mem_util = 0.9;
+    const auto report = run_kvcalc(r);
+    const auto& t = table_named(report, "Does it fit on");
+    // 70,553,706,496 parameters x 2 B (bf16) = 141,107,412,992 B; usable floor(24 GiB x 0.9) = 23,192,823,398 B.
+    // TP 8 holds 17,638,426,624 B per GPU and fits; TP 4 (35.3 GB) does not; 5, 6 and 7 do not divide 64 heads.
+    CHECK(cell(t, 0, "bytes_weights_per_gpu") == 141107412992ull);
+    CHECK(cell(t, 0, "fits") == "no");
+    CHECK(cell(t, 0, "max_tokens").is_null());
+    bool said = false;
+    for (const auto& n : report.notes) said = said || n.find("llama-3-70b does not fit on 24 GiB") != std::string::npos &&
+                                                         n.find("needs TP >= 8 (--tp 8)") != std::string::npos;
+    CHECK(said);
+    for (const auto& other : report.tables) {
+        CHECK(other.title.rfind("Largest batch", 0) != 0);
+        CHECK(other.title.rfind("Decode roofline", 0) != 0);
+    }
 }
 
 TEST_CASE("A batch of 1e15 sequences overflows instead of wrapping") {

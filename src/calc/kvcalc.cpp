@@ -115,6 +115,23 @@ BudgetFit fit_budget(std::uint64_t budget_bytes, std::uint64_t bytes_per_token, 
     return f;
 }
 
+namespace {
+
+// The smallest tensor-parallel degree that per_gpu_config accepts (TP divides the query heads, and TP
+// and the KV heads divide one another) at which the weights' share fits in `usable` bytes; 0 if none.
+std::uint64_t min_tp_to_fit(const ModelConfig& cfg, std::uint64_t n_params, DType weights_dtype, std::uint64_t usable) {
+    const auto& w = dtype_info(weights_dtype);
+    const std::uint64_t total = checked_mul(n_params, w.block_bytes, "weights bytes") / w.block_values;
+    const auto heads = u(cfg.n_head), kv = u(cfg.n_head_kv);
+    for (std::uint64_t tp = 1; tp <= heads; ++tp) {
+        const bool valid = heads % tp == 0 && (cfg.mla || (kv >= tp ? kv % tp == 0 : tp % kv == 0));
+        if (valid && ceil_div(total, tp) < usable) return tp;
+    }
+    return 0;
+}
+
+}  // namespace
+
 Report run_kvcalc(const KvcalcRequest& r) {
     Report report;
     const auto U = r.units;
@@ -149,15 +166,22 @@ Report run_kvcalc(const KvcalcRequest& r) {
         per_seq.columns.push_back({"n_head_kv_per_gpu", "kv heads/GPU"});
         per_seq.columns.push_back({"bytes_per_batch_per_gpu", "KV/batch/GPU"});
     }
-    Table gpu_fit{"", {}, {}, {}};
+    Table gpu_fit{"", {}, {}, {}}, gpu_batch{"", {}, {}, {}}, gpu_context{"", {}, {}, {}};
     Table roofline{"", {}, {}, {}};
     Table budget{"", {}, {}, {}};
     if (r.gpu) {
-        gpu_fit = Table{fmt::format("Fit on {} ({} of {}{}, TP {})", r.gpu->display_name, fmt::format("{:.0f}%", r.mem_util * 100),
-                                    format_bytes(usable_gpu_bytes(*r.gpu), U), r.gpu->driver_bytes ? " driver-reported" : "", r.tp),
+        const std::string on = fmt::format("{} ({} of {}{}, TP {})", r.gpu->display_name, fmt::format("{:.0f}%", r.mem_util * 100),
+                                           format_bytes(usable_gpu_bytes(*r.gpu), U), r.gpu->driver_bytes ? " driver-reported" : "", r.tp);
+        gpu_fit = Table{"Does it fit on " + on + "?",
                         {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"parameters", "params"},
-                         {"bytes_weights_per_gpu", "weights/GPU"}, {"bytes_kv_budget_per_gpu", "KV budget/GPU"}, {"max_tokens", "max tokens"},
-                         {"context", "context"}, {"max_batch", "max batch"}, {"batch", "batch"}, {"max_context", "max context"}}, {}, {}};
+                         {"bytes_weights_per_gpu", "weights/GPU"}, {"fits", "weights fit", false}, {"bytes_kv_budget_per_gpu", "KV budget/GPU"},
+                         {"max_tokens", "max KV tokens"}}, {}, {}};
+        gpu_batch = Table{"Largest batch at each context on " + on,
+                          {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"context", "context"},
+                           {"max_batch", "max batch"}}, {}, {}};
+        gpu_context = Table{"Longest context at each batch on " + on,
+                            {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"batch", "batch"},
+                             {"max_context", "max context"}}, {}, {}};
         roofline = Table{fmt::format("Decode roofline on {} ({}/s per GPU)", r.gpu->display_name, format_bytes(r.gpu->bandwidth_bytes_per_s, UnitSystem::si)),
                          {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"context", "context"},
                           {"batch", "batch"}, {"bytes_weights_read", "weights read"}, {"bytes_kv_read", "KV read"},
@@ -256,31 +280,29 @@ Report run_kvcalc(const KvcalcRequest& r) {
                                                            cfg.name, att, dn, r.gpu->name, usable_gpu_bytes(*r.gpu), r.mem_util, params.total(),
                                                            static_cast<double>(dtype_info(r.weights_dtype).block_bytes) / static_cast<double>(dtype_info(r.weights_dtype).block_values),
                                                            dtype_name(r.weights_dtype), r.tp, kv_budget, kv_budget, per_token_gpu, max_tokens));
-                    if (kv_budget == 0)
-                        report.notes.push_back(fmt::format("warning: {} weights ({} per GPU) do not fit in {} x {} of {}", cfg.name,
-                                                           format_bytes(weights, U), format_bytes(usable_gpu_bytes(*r.gpu), U), r.mem_util, r.gpu->name));
+                    const bool fits = usable > weights;
+                    if (!fits) {
+                        const std::uint64_t tp_needed = min_tp_to_fit(cfg, params.total(), r.weights_dtype, usable);
+                        report.notes.push_back(fmt::format(
+                            "{} does not fit on {}: its {} weights need {} per GPU at TP {}, more than the {} usable ({:.0f}% of {}); {}", cfg.name,
+                            r.gpu->name, dtype_name(r.weights_dtype), format_bytes(weights, U), r.tp, format_bytes(usable, U), r.mem_util * 100,
+                            format_bytes(usable_gpu_bytes(*r.gpu), U),
+                            tp_needed ? fmt::format("needs TP >= {} (--tp {}) for the weights alone", tp_needed, tp_needed)
+                                      : std::string("no tensor-parallel degree that divides its heads makes the weights fit")));
+                        gpu_fit.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), params_cell(params.total()), bytes_cell(weights, U),
+                                                text_cell("no"), {"-", nullptr}, {"-", nullptr}});
+                        continue;  // no batch, context or roofline for a model that cannot load
+                    }
+                    gpu_fit.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), params_cell(params.total()), bytes_cell(weights, U),
+                                            text_cell("yes"), bytes_cell(kv_budget, U), uint_cell(max_tokens)});
                     const auto limit = cfg.n_ctx_max > 0 ? u(cfg.n_ctx_max) : (std::uint64_t{1} << 40);
-                    const auto n_rows = std::max(contexts.size(), r.batches.size());
-                    for (std::size_t i = 0; i < n_rows; ++i) {
-                        std::vector<Cell> row{text_cell(cfg.name), text_cell(att), text_cell(dn), params_cell(params.total()), bytes_cell(weights, U),
-                                              bytes_cell(kv_budget, U), uint_cell(max_tokens)};
-                        if (i < contexts.size()) {
-                            const auto seq_gpu = sequence_bytes(gpu_cfg, dtype, contexts[i], r);
-                            row.push_back(uint_cell(contexts[i]));
-                            row.push_back(uint_cell(kv_budget / seq_gpu));
-                        } else {
-                            row.push_back({"", nullptr});
-                            row.push_back({"", nullptr});
-                        }
-                        if (i < r.batches.size()) {
-                            row.push_back(uint_cell(r.batches[i]));
-                            const auto c = max_context(gpu_cfg, dtype, r.batches[i], kv_budget, limit, r);
-                            row.push_back({fmt::format("{}{}", c, c == limit ? " (model max)" : ""), c});
-                        } else {
-                            row.push_back({"", nullptr});
-                            row.push_back({"", nullptr});
-                        }
-                        gpu_fit.rows.push_back(std::move(row));
+                    for (const auto t : contexts)
+                        gpu_batch.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(t),
+                                                  uint_cell(kv_budget / sequence_bytes(gpu_cfg, dtype, t, r))});
+                    for (const auto b : r.batches) {
+                        const auto c = max_context(gpu_cfg, dtype, b, kv_budget, limit, r);
+                        gpu_context.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(b),
+                                                    {fmt::format("{}{}", c, c == limit ? " (model max)" : ""), c}});
                     }
                     if (r.gpu->bandwidth_bytes_per_s == 0) continue;  // --gpu-mem without --gpu-bandwidth: no roofline
                     // Decode roofline: every step reads the active weights once and every resident KV byte once.
@@ -326,7 +348,9 @@ Report run_kvcalc(const KvcalcRequest& r) {
         in["mem_util"] = r.mem_util;
         gpu_fit.notes.push_back("The fit counts weights and KV only: activations, CUDA graphs and framework buffers also take memory, so engines report a smaller KV budget (use --kv-budget with the engine's figure).");
         report.tables.push_back(std::move(gpu_fit));
-        if (r.gpu->bandwidth_bytes_per_s) report.tables.push_back(std::move(roofline));
+        if (!gpu_batch.rows.empty()) report.tables.push_back(std::move(gpu_batch));
+        if (!gpu_context.rows.empty()) report.tables.push_back(std::move(gpu_context));
+        if (r.gpu->bandwidth_bytes_per_s && !roofline.rows.empty()) report.tables.push_back(std::move(roofline));
         else report.notes.push_back("no decode roofline: give --gpu-bandwidth (bytes per second) with --gpu-mem");
     }
     if (r.kv_budget) {

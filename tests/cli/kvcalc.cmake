@@ -67,7 +67,7 @@ kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b -d fp16 --context 4096 --units si OU
 kvlab_expect(RC 0 ARGS kvcalc -m mistral-7b-v0.1 -d fp16 --context 32k OUT "32768 +1 +4096 +512.00 MiB +512.00 MiB +4.00 GiB")
 kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b -d fp16 --context 8k OUT "warning: context 8192 exceeds llama-2-7b's max_position_embeddings 4096")
 kvlab_expect(RC 0 ARGS kvcalc -m llama-2-70b -d fp16 --context 4096 --tp 16 OUT "kv heads/GPU" "4096 +1 +4096 +1.25 GiB +1.25 GiB +1 +160.00 MiB")
-kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b -d fp16 --gpu h100-sxm-80gb --context 8k --batch 64 OUT "Fit on NVIDIA H100" "Decode roofline")
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b -d fp16 --gpu h100-sxm-80gb --context 8k --batch 64 OUT "Does it fit on NVIDIA H100" "Largest batch at each context" "Longest context at each batch" "Decode roofline")
 
 # Errors: one line, exit 2, naming the flag/file and value.
 kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7 ERR "unknown preset 'llama-2-7'; did you mean: llama-2-7b")
@@ -91,7 +91,11 @@ kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b -d fp16 --context 1000 --batch 8 --b
 kvlab_expect(RC 0 ARGS kvcalc --config ${DATA}/deepseek-mla.json -d bf16 --context 4096 OUT "MLA \\(native\\) +61 +128 +1 +576 +bf16 +1.12 KiB +0 B +68.62 KiB +71.11x")
 kvlab_expect(RC 2 ARGS kvcalc --config ${DATA}/deepseek-mla.json -a mha ERR "uses MLA")
 # floor(24e9 B x 0.95) = 22800000000 exactly; Llama-2-7B weights 6738415616 x 2 B = 13476831232; budget 9323168768
-kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b --gpu-mem 24GB --mem-util 0.95 -d fp16 --context 4096 --format csv OUT ",13476831232,9323168768," )
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b --gpu-mem 24GB --mem-util 0.95 -d fp16 --context 4096 --format csv OUT ",13476831232,yes,9323168768," )
+# Llama-3-70B on an L4: 141,107,412,992 B of bf16 weights, 20.24 GiB usable: does not fit, TP >= 8 would
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3-70b --gpu l4 -d fp16 --context 8k
+             OUT "llama-3-70b +GQA-8 \\(native\\) +fp16 +70.55 B +131.42 GiB +no +- +-" "does not fit on l4-24gb: its bf16 weights need 131.42 GiB per GPU at TP 1, more than the 20.24 GiB usable \\(90% of 22.49 GiB\\); needs TP >= 8"
+             NOT_OUT "Decode roofline" "Largest batch")
 
 # The README's examples, verbatim.
 kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b,llama-3-8b -d fp16 --context 4096 OUT "llama-3-8b +GQA-8 \\(native\\) +fp16 +4096 +1 +4096 +512.00 MiB +512.00 MiB")
