@@ -306,9 +306,12 @@ TEST_CASE("Plots are drawn by gnuplot, and its absence names the package") {
     const fs::path dir = temp_dir();
     write_step_trace(dir / "t.csv", r.summary, r.result.records, r.inputs, false);
     const StepTrace t = read_step_trace(dir / "t.csv");
-    CHECK_THROWS_WITH_AS(plot_trace(t, dir / "chart.pdf", PlotScale::log), doctest::Contains("expected .svg or .png"), UsageError);
+    const std::vector<PlotInput> one{{&t, ""}};
+    CHECK_THROWS_WITH_AS(plot_traces(one, dir / "chart.pdf", PlotScale::log), doctest::Contains("expected .svg or .png"), UsageError);
+    CHECK_THROWS_WITH_AS(plot_traces(std::vector<PlotInput>(7, {&t, "x"}), dir / "chart.svg", PlotScale::log),
+                         doctest::Contains("7 traces; expected 1 to 6"), UsageError);
     ::setenv("KVLAB_GNUPLOT", "/nonexistent/gnuplot", 1);
-    CHECK_THROWS_WITH_AS(plot_trace(t, dir / "chart.svg", PlotScale::log), doctest::Contains("gnuplot-nox"), UnavailableError);
+    CHECK_THROWS_WITH_AS(plot_traces(one, dir / "chart.svg", PlotScale::log), doctest::Contains("gnuplot-nox"), UnavailableError);
     ::unsetenv("KVLAB_GNUPLOT");
     bool have_gnuplot = true;
     try {
@@ -317,9 +320,17 @@ TEST_CASE("Plots are drawn by gnuplot, and its absence names the package") {
         have_gnuplot = false;
     }
     if (have_gnuplot) {
-        plot_trace(t, dir / "chart.svg", PlotScale::log);
-        CHECK(slurp(dir / "chart.svg").find("<svg") != std::string::npos);
-        plot_trace(t, dir / "chart.png", PlotScale::linear);
+        plot_traces(one, dir / "chart.svg", PlotScale::linear);
+        const std::string svg = slurp(dir / "chart.svg");
+        CHECK(svg.find("<svg") != std::string::npos);
+        CHECK(svg.find("KiB (2</tspan>") != std::string::npos);  // byte axes in binary units, as the tables
+        CHECK(svg.find(" FLOP)</tspan>") != std::string::npos);   // FLOP axes name their decimal prefix
+        CHECK(svg.find("FLOPs so far") != std::string::npos); // the cumulative panel
+        // two traces overlaid: every series is labelled with its trace
+        plot_traces({{&t, "mha"}, {&t, "gqa"}}, dir / "both.svg", PlotScale::linear);
+        const std::string both = slurp(dir / "both.svg");
+        for (const char* series : {"mha cached", "mha uncached", "gqa cached", "gqa uncached"}) CHECK(both.find(series) != std::string::npos);
+        plot_traces(one, dir / "chart.png", PlotScale::log);
         CHECK(slurp(dir / "chart.png").substr(1, 3) == "PNG");
         for (const auto& entry : fs::directory_iterator(dir)) CHECK(entry.path().filename().string()[0] != '.');
     } else {

@@ -1,6 +1,7 @@
 #include "calc/attention_variant.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.hpp"
 #include "core/text.hpp"
@@ -28,9 +29,13 @@ std::vector<AttentionVariant> parse_attention_variants(std::string_view text, st
 std::int64_t variant_kv_heads(const AttentionVariant& v, std::int64_t n_head, std::int64_t n_head_kv, std::string_view flag) {
     if (v.n_head_kv == 0) return n_head_kv;
     if (v.n_head_kv < 0) return n_head;
-    if (v.n_head_kv > n_head || n_head % v.n_head_kv != 0)
-        throw UsageError(fmt::format("{}: '{}' needs a KV head count that divides the {} query heads, e.g. gqa:8", flag,
-                                     v.label, n_head));
+    if (v.n_head_kv > n_head || n_head % v.n_head_kv != 0) {
+        std::vector<std::string> divisors;  // the counts that work, as the user would type them
+        for (std::int64_t d = 1; d <= n_head && divisors.size() < 12; ++d)
+            if (n_head % d == 0) divisors.push_back(fmt::format("gqa:{}", d));
+        throw UsageError(fmt::format("{}: '{}' needs a KV head count that divides the {} query heads: {}", flag, v.label, n_head,
+                                     fmt::join(divisors, ", ")));
+    }
     return v.n_head_kv;
 }
 

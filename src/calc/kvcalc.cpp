@@ -1,3 +1,5 @@
+// kvcalc's tables from a request (~360 lines, over the house's ~350: run_kvcalc is one loop over models,
+// variants, dtypes, contexts and batches that fills every table, and reads best whole).
 #include "calc/kvcalc.hpp"
 
 #include <algorithm>

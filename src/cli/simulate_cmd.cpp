@@ -125,6 +125,8 @@ void setup_simulate(CLI::App& app) {
         ->excludes(model)
         ->excludes(config);
     cmd->add_option("--layers", o->layers, "Simulate only the first N layers, at their real shapes (0 = all)")->capture_default_str();
+    cmd->add_option("-a,--attention", o->attention, "What-if KV heads on random weights: native, mha, gqa:N (N KV heads), mqa")
+        ->capture_default_str();
     add_choice(cmd, "--mode", o->mode, sim_mode_choices, "cached, uncached or both (same tokens, logits compared)");
     cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer.bin for the model's vocabulary: --prompt text in, text out");
     auto* prompt = cmd->add_option("--prompt", o->prompt, "Prompt text, encoded with --tokenizer (BOS first)");

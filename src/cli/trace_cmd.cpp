@@ -1,7 +1,9 @@
 // `kvlab trace`: read step traces written by `kvlab simulate --trace` (CSV, JSON Lines, Perfetto JSON):
 // summary (simulate's table again), steps (per step and per op), compare (two traces), plot (gnuplot).
 #include <iostream>
+#include <filesystem>
 #include <memory>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -38,7 +40,7 @@ struct TraceCompareOptions {
 };
 
 struct TracePlotOptions {
-    std::string file;
+    std::vector<std::string> files;
     std::string output;
     bool log = false;
     bool linear = false;
@@ -96,15 +98,27 @@ void setup_trace(CLI::App& app) {
     });
 
     auto po = std::make_shared<TracePlotOptions>();
-    auto* plot = trace->add_subcommand("plot", "Chart per-step FLOPs, bytes, wall time and KV bytes with gnuplot (.svg or .png)");
-    plot->add_option("file", po->file, "Trace file (.csv, .jsonl or Perfetto .json)")->required();
+    auto* plot = trace->add_subcommand(
+        "plot", "Chart per-step and cumulative FLOPs and bytes, time and KV bytes with gnuplot (.svg or .png); several traces overlaid");
+    plot->add_option("files", po->files, "Trace files (.csv, .jsonl or Perfetto .json), 1 to 6, overlaid and labelled by file name")
+        ->required()
+        ->expected(1, static_cast<int>(max_plot_traces));
     plot->add_option("-o,--output", po->output, "Chart file: .svg or .png")->required();
-    auto* log = plot->add_flag("--log", po->log, "Logarithmic y axes (the default)");
-    plot->add_flag("--linear", po->linear, "Linear y axes")->excludes(log);
-    plot->footer("Example:\n  kvlab trace plot run.json -o run.svg");
+    auto* log = plot->add_flag("--log", po->log, "Logarithmic y axes (for traces whose sizes differ by orders of magnitude)");
+    plot->add_flag("--linear", po->linear, "Linear y axes (the default: linear growth looks linear)")->excludes(log);
+    plot->footer("Examples:\n  kvlab trace plot run.json -o run.svg\n  kvlab trace plot mha.jsonl gqa.jsonl mqa.jsonl -o attention.svg");
     plot->callback([po] {
-        const StepTrace t = read_step_trace(po->file);
-        plot_trace(t, po->output, po->linear ? PlotScale::linear : PlotScale::log);
+        std::vector<StepTrace> traces;
+        for (const auto& f : po->files) traces.push_back(read_step_trace(f));
+        std::vector<PlotInput> inputs;
+        for (std::size_t i = 0; i < traces.size(); ++i) {
+            // the file's stem names its series; the whole path when two stems are the same
+            std::string label = std::filesystem::path(po->files[i]).stem().string();
+            for (std::size_t j = 0; j < traces.size(); ++j)
+                if (j != i && std::filesystem::path(po->files[j]).stem() == std::filesystem::path(po->files[i]).stem()) label = po->files[i];
+            inputs.push_back({&traces[i], label});
+        }
+        plot_traces(inputs, po->output, po->log ? PlotScale::log : PlotScale::linear);
         std::cout << fmt::format("wrote {}\n", po->output);
     });
 }

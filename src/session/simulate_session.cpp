@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include "calc/attention_variant.hpp"
 #include "calc/kv_memory.hpp"
 #include "calc/presets.hpp"
 #include "core/atomic_write.hpp"
@@ -90,8 +91,17 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     }
 
     // everything that can be wrong with the input is found before any allocation or work
-    const ModelConfig cfg = simulation_config(full, o.layers > 0 ? std::optional<std::int64_t>(o.layers) : std::nullopt);
+    ModelConfig cfg = simulation_config(full, o.layers > 0 ? std::optional<std::int64_t>(o.layers) : std::nullopt);
     if (o.layers < 0) throw UsageError(fmt::format("--layers: {}; expected 1..{}", o.layers, full.n_layer));
+    if (const AttentionVariant variant = parse_attention_variant(o.attention); variant.n_head_kv != 0) {
+        // the seed's MHA vs GQA vs MQA lesson on one shape: K and V projections of another width, random weights
+        if (!o.checkpoint.empty())
+            throw UsageError(fmt::format("--attention {}: {} runs trained weights ({}), whose K and V projections have {} KV heads; a "
+                                         "what-if layout needs random weights: give the shape with --model or --config",
+                                         o.attention, cfg.name, o.checkpoint, cfg.n_head_kv));
+        cfg = with_kv_heads(cfg, variant_kv_heads(variant, cfg.n_head, cfg.n_head_kv));
+        cfg.display_name += fmt::format(", {} what-if", cfg.attention_kind());
+    }
     SimulateOptions& sim = p.sim;
     sim.mode = o.mode;
     sim.n_prompt = o.prompt_len;
@@ -145,6 +155,8 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
         {"family", cfg.family == Family::gpt2 ? "gpt2" : "llama"},
         {"layers", cfg.n_layer},
         {"layers_in_model", full.n_layer},
+        {"attention", o.attention},
+        {"n_head_kv", cfg.n_head_kv},
         {"mode", choice_name(sim_mode_choices, o.mode)},
         {"prompt_len", sim.prompt_ids.empty() ? o.prompt_len : static_cast<std::int64_t>(sim.prompt_ids.size())},
         {"steps", o.steps},

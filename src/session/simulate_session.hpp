@@ -27,6 +27,7 @@ struct SimulateRequest {
     std::string save_checkpoint;       // write the model run as llama2.c v0
     std::string eval;                  // text file: teacher-forced NLL and perplexity instead of decoding
     std::int64_t layers = 0;           // 0: all of the model's layers
+    std::string attention = "native"; // what-if KV heads on random weights: native, mha, gqa:N, mqa
     SimMode mode = SimMode::both;
     std::int64_t prompt_len = 32;
     std::string prompt_ids;            // comma-separated token ids, instead of a random prompt

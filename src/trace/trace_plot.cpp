@@ -1,10 +1,13 @@
 #include "trace/trace_plot.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -82,10 +85,12 @@ fs::path find_gnuplot() {
                            "package (Debian/Ubuntu: apt install gnuplot-nox), or set KVLAB_GNUPLOT to its path");
 }
 
-void plot_trace(const StepTrace& trace, const fs::path& output, PlotScale scale) {
+void plot_traces(const std::vector<PlotInput>& traces, const fs::path& output, PlotScale scale) {
     const std::string ext = output.extension().string();
     if (ext != ".svg" && ext != ".png")
         throw UsageError(fmt::format("-o: {} has extension {}; expected .svg or .png", quote(output.string()), quote(ext, 20)));
+    if (traces.empty() || traces.size() > max_plot_traces)
+        throw UsageError(fmt::format("trace plot: {} traces; expected 1 to {} on one chart", traces.size(), max_plot_traces));
     check_output_path(output, "-o");
     const fs::path gnuplot = find_gnuplot();
 
@@ -93,67 +98,130 @@ void plot_trace(const StepTrace& trace, const fs::path& output, PlotScale scale)
     // stderr, all files created here: no name from the trace or the command line enters the script
     TempFile chart(output, "-o"), data(output, "-o", ".dat"), script(output, "-o", ".gp"), log(output, "-o", ".log");
 
-    // one line per step: step, then per mode flops, bytes, time (ms), KV resident; "?" where a mode is absent
-    const bool wall = trace.run.has_wall_time;
+    // one block per trace (gnuplot's `index i`), one line per step: step, then per mode FLOPs, bytes,
+    // time (ms), KV resident (cached), and the running sums of FLOPs and bytes; "?" where a mode is absent
+    double col_max[13] = {};  // per data column, over every trace: picks each panel's unit
     {
         std::ofstream out(data.path());
         if (!out) throw IoError(fmt::format("-o: cannot write the data for {}: {}", quote(output.string()), std::strerror(errno)));
-        out << "# step flops_c flops_u bytes_c bytes_u ms_c ms_u kv_c\n";
-        for (std::int64_t s = 0; s < trace.run.n_steps_done; ++s) {
-            const StepRecord* c = find_record(trace, StepMode::cached, s);
-            const StepRecord* u = find_record(trace, StepMode::uncached, s);
-            auto col = [](const StepRecord* r, auto value) { return r ? fmt::format("{}", value(*r)) : std::string("?"); };
-            auto flops = [](const StepRecord& r) { return r.cost.total().flops; };
-            auto bytes = [](const StepRecord& r) { return r.cost.total().bytes_total(); };
-            auto ms = [&](const StepRecord& r) { return static_cast<double>(wall ? r.wall_ns : modelled_step_ns(r)) * 1e-6; };
-            auto kv = [](const StepRecord& r) { return r.kv_bytes_resident; };
-            out << s << ' ' << col(c, flops) << ' ' << col(u, flops) << ' ' << col(c, bytes) << ' ' << col(u, bytes) << ' '
-                << col(c, ms) << ' ' << col(u, ms) << ' ' << col(c, kv) << '\n';
+        for (std::size_t i = 0; i < traces.size(); ++i) {
+            const StepTrace& trace = *traces[i].trace;
+            const bool wall = trace.run.has_wall_time;
+            out << (i ? "\n\n" : "") << "# step flops_c flops_u bytes_c bytes_u ms_c ms_u kv_c sum_flops_c sum_flops_u sum_bytes_c sum_bytes_u\n";
+            double sum[4] = {0, 0, 0, 0};  // running sums as doubles: gnuplot reads numbers as doubles anyway
+            for (std::int64_t s = 0; s < trace.run.n_steps_done; ++s) {
+                const StepRecord* c = find_record(trace, StepMode::cached, s);
+                const StepRecord* u = find_record(trace, StepMode::uncached, s);
+                auto col = [](const StepRecord* r, auto value) { return r ? fmt::format("{}", value(*r)) : std::string("?"); };
+                auto flops = [](const StepRecord& r) { return r.cost.total().flops; };
+                auto bytes = [](const StepRecord& r) { return r.cost.total().bytes_total(); };
+                auto ms = [&](const StepRecord& r) { return static_cast<double>(wall ? r.wall_ns : modelled_step_ns(r)) * 1e-6; };
+                auto kv = [](const StepRecord& r) { return r.kv_bytes_resident; };
+                if (c) sum[0] += static_cast<double>(flops(*c)), sum[2] += static_cast<double>(bytes(*c));
+                if (u) sum[1] += static_cast<double>(flops(*u)), sum[3] += static_cast<double>(bytes(*u));
+                auto total = [&](const StepRecord* r, int k) { return r ? fmt::format("{:.17g}", sum[k]) : std::string("?"); };
+                const double values[13] = {0, 0, c ? static_cast<double>(flops(*c)) : 0, u ? static_cast<double>(flops(*u)) : 0,
+                                           c ? static_cast<double>(bytes(*c)) : 0, u ? static_cast<double>(bytes(*u)) : 0, 0, 0,
+                                           c ? static_cast<double>(kv(*c)) : 0, sum[0], sum[1], sum[2], sum[3]};
+                for (int k = 2; k < 13; ++k) col_max[k] = std::max(col_max[k], values[k]);
+                out << s << ' ' << col(c, flops) << ' ' << col(u, flops) << ' ' << col(c, bytes) << ' ' << col(u, bytes) << ' '
+                    << col(c, ms) << ' ' << col(u, ms) << ' ' << col(c, kv) << ' ' << total(c, 0) << ' ' << total(u, 1) << ' '
+                    << total(c, 2) << ' ' << total(u, 3) << '\n';
+            }
         }
         if (!out.flush()) throw IoError(fmt::format("-o: writing the data for {} failed", quote(output.string())));
     }
 
-    const bool has_c = trace.run.mode != SimMode::uncached, has_u = trace.run.mode != SimMode::cached;
+    // Series: trace i in colour i; cached solid with points, uncached dashed. A trace's label (ARG3..,
+    // text from the command line) reaches gnuplot as a string value, never as script.
     const std::string d = "ARG1";  // the data file's name, passed on gnuplot's command line (gnuplot -c)
-    auto series = [&](int col_c, int col_u) {
+    const bool labelled = traces.size() > 1;
+    // Units on the axes: each panel scales its data to one unit chosen from its largest value, so the
+    // ticks are round numbers of that unit: FLOPs in decimal prefixes (as the tables: MFLOP, GFLOP),
+    // bytes in binary ones (KiB, MiB, GiB, as the tables with --units iec), time in ms.
+    struct Axis {
+        double scale;
+        std::string ylabel;
+    };
+    auto flop_axis = [&](int col_c, int col_u) {
+        const double m = std::max(col_max[col_c], col_max[col_u]);
+        static const char* names[] = {"FLOP", "kFLOP (10^3 FLOP)", "MFLOP (10^6 FLOP)", "GFLOP (10^9 FLOP)", "TFLOP (10^{12} FLOP)"};
+        int k = 0;
+        while (k < 4 && m >= std::pow(1000.0, k + 1)) ++k;
+        return Axis{std::pow(1000.0, k), names[k]};
+    };
+    auto byte_axis = [&](int col_c, int col_u) {
+        const double m = std::max(col_max[col_c], col_max[col_u]);
+        static const char* names[] = {"bytes", "KiB (2^{10} B)", "MiB (2^{20} B)", "GiB (2^{30} B)", "TiB (2^{40} B)"};
+        int k = 0;
+        while (k < 4 && m >= std::ldexp(1.0, 10 * (k + 1))) ++k;
+        return Axis{std::ldexp(1.0, 10 * k), names[k]};
+    };
+    auto series = [&](int col_c, int col_u, const Axis& axis, bool cached_only = false) {
+        const std::string y = axis.scale == 1.0 ? "" : fmt::format("/{:.17g}", axis.scale);
         std::vector<std::string> parts;
-        if (has_c) parts.push_back(fmt::format("{} using 1:{} with linespoints ls 1 title 'cached'", d, col_c));
-        if (has_u) parts.push_back(fmt::format("{} using 1:{} with linespoints ls 2 title 'uncached'", d, col_u));
+        for (std::size_t i = 0; i < traces.size(); ++i) {
+            const SimMode mode = traces[i].trace->run.mode;
+            const std::string label = labelled ? fmt::format("ARG{}.' '.", i + 3) : std::string();
+            if (mode != SimMode::uncached)
+                parts.push_back(fmt::format("{} index {} using 1:(${}{}) with linespoints ls {} title {}'cached'", d, i, col_c, y, 10 + i, label));
+            if (mode != SimMode::cached && !cached_only)
+                parts.push_back(fmt::format("{} index {} using 1:(${}{}) with linespoints ls {} title {}'uncached'", d, i, col_u, y, 20 + i, label));
+        }
+        if (parts.empty()) return std::string("NaN notitle");
         std::string s;
         for (std::size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
         return s;
     };
+    static const char* colours[max_plot_traces] = {"#1b6ca8", "#d1495b", "#2e933c", "#8e44ad", "#e67e22", "#555555"};
     std::ostringstream gp;
-    if (ext == ".svg") gp << "set terminal svg size 1200,860 dynamic enhanced font 'Helvetica,12' background '#ffffff'\n";
-    else gp << "set terminal pngcairo size 1200,860 enhanced font 'Helvetica,10' background '#ffffff'\n";
+    if (ext == ".svg") gp << "set terminal svg size 1200,1200 dynamic enhanced font 'Helvetica,12' background '#ffffff'\n";
+    else gp << "set terminal pngcairo size 1200,1200 enhanced font 'Helvetica,10' background '#ffffff'\n";
     gp << "set output\n"  // stdout: the chart file kvlab opened
-       << "set datafile missing '?'\n"
-       << "set style line 1 lc rgb '#1b6ca8' lw 2 pt 7 ps 0.4\n"
-       << "set style line 2 lc rgb '#d1495b' lw 2 pt 5 ps 0.4\n"
-       << "set style line 3 lc rgb '#2e933c' lw 2 pt 9 ps 0.4\n"
-       << "set grid\nset key top left\nset xlabel 'step (0 = prefill)'\n"
-       << "set format y '%.1s%c'\n";
-    // The title holds the trace's display name, text from the file: it reaches gnuplot as ARG2, a string
+       << "set datafile missing '?'\n";
+    for (std::size_t i = 0; i < traces.size(); ++i) {
+        // one trace: cached blue, uncached red (the colours say the mode); several: the colour says the trace
+        const char* cached = labelled ? colours[i] : colours[0];
+        const char* uncached = labelled ? colours[i] : colours[1];
+        gp << fmt::format("set style line {} lc rgb '{}' lw 2 pt 7 ps 0.4\n", 10 + i, cached)
+           << fmt::format("set style line {} lc rgb '{}' lw 2 dt 2 pt 5 ps 0.4\n", 20 + i, uncached);
+    }
+    gp << "set style line 3 lc rgb '#2e933c' lw 2\n"
+       << "set grid\nset xlabel 'step (0 = prefill)'\n"
+       << (labelled ? "set key top left opaque font ',9' spacing 0.9 samplen 3\n" : "set key top left opaque\n");
+    auto panel = [&](const std::string& title, const Axis& axis, const std::string& plots) {
+        gp << (scale == PlotScale::log ? "set logscale y\n" : "unset logscale y\n") << "set format y '%g'\nset ylabel "
+           << gp_quote(axis.ylabel) << "\nset title " << gp_quote(title) << "\nplot " << plots << "\n";
+    };
+    // The title holds the traces' display names, text from the files: it reaches gnuplot as ARG2, a string
     // value never read as script (a name with a newline and system("...") in it is only printed), and is
     // drawn noenhanced so ^ _ { } @ print as themselves.
-    const std::string title = fmt::format("kvlab trace: {}, prompt {} tokens, {} steps{}", trace.run.display_name,
-                                          trace.run.n_prompt, trace.run.n_steps_done,
-                                          scale == PlotScale::log ? " (log y)" : "");
-    gp << "set multiplot layout 2,2 title ARG2 font ',14' noenhanced\n";
-    const char* log_y = scale == PlotScale::log ? "set logscale y\n" : "unset logscale y\n";
-    gp << log_y << "set title 'FLOPs per step'\nset ylabel 'FLOP'\nplot " << series(2, 3) << "\n";
-    gp << log_y << "set title 'bytes moved per step (weights + activations + KV)'\nset ylabel 'bytes'\nplot "
-       << series(4, 5) << "\n";
-    gp << log_y << "set format y '%g'\n"
-       << "set title " << gp_quote(wall ? "wall time per step (measured)" : "modelled time per step (roofline; --deterministic trace)")
-       << "\nset ylabel 'ms'\nplot " << series(6, 7) << "\n";
-    gp << "set format y '%.1s%c'\n";
-    if (has_c)
-        gp << log_y << "set title 'KV-cache bytes resident (cached mode)'\nset ylabel 'bytes'\nplot " << d
-           << " using 1:8 with lines ls 3 title 'KV cache'\n";
-    else
-        gp << "unset logscale y\nset title 'KV-cache bytes resident: no cached mode in this trace'\nset yrange [0:1]\n"
-              "plot 0 with lines ls 3 title 'no KV cache'\n";
+    // one trace: its model, prompt and steps; several: their labels (the models are in `trace compare`)
+    const StepTrace& first = *traces.front().trace;
+    std::string title = fmt::format("kvlab trace: {}, prompt {} tokens, {} steps", first.run.display_name, first.run.n_prompt,
+                                    first.run.n_steps_done);
+    if (labelled) {
+        title = "kvlab trace: ";
+        for (std::size_t i = 0; i < traces.size(); ++i) title += (i ? " vs " : "") + traces[i].label;
+        bool same_run = true;
+        for (const auto& t : traces)
+            same_run = same_run && t.trace->run.n_prompt == first.run.n_prompt && t.trace->run.n_steps_done == first.run.n_steps_done;
+        if (same_run) title += fmt::format(" (prompt {} tokens, {} steps each)", first.run.n_prompt, first.run.n_steps_done);
+    }
+    if (scale == PlotScale::log) title += " (log y)";
+    bool any_wall = false, all_wall = true;
+    for (const auto& t : traces) any_wall = any_wall || t.trace->run.has_wall_time, all_wall = all_wall && t.trace->run.has_wall_time;
+    gp << "set multiplot layout 3,2 title ARG2 font ',14' noenhanced\n";
+    const Axis ms{1.0, "ms"};
+    panel("FLOPs per step: uncached grows with the context, cached stays flat", flop_axis(2, 3), series(2, 3, flop_axis(2, 3)));
+    panel("bytes moved per step (weights + activations + KV)", byte_axis(4, 5), series(4, 5, byte_axis(4, 5)));
+    panel(all_wall ? "wall time per step (measured)"
+          : any_wall ? "time per step (measured; modelled for --deterministic traces)"
+                     : "modelled time per step (roofline; --deterministic trace)",
+          ms, series(6, 7, ms));
+    panel("KV-cache bytes resident (cached mode): grows by one token per step", byte_axis(8, 8), series(8, 8, byte_axis(8, 8), true));
+    panel("FLOPs so far: cached grows linearly, uncached quadratically", flop_axis(9, 10), series(9, 10, flop_axis(9, 10)));
+    panel("bytes moved so far", byte_axis(11, 12), series(11, 12, byte_axis(11, 12)));
     gp << "unset multiplot\nset output\n";
     {
         std::ofstream out(script.path());
@@ -172,7 +240,9 @@ void plot_trace(const StepTrace& trace, const fs::path& output, PlotScale scale)
     const std::string gp_path = gnuplot.string(), script_path = fs::absolute(script.path()).string(),
                       data_path = fs::absolute(data.path()).string();
     std::vector<char*> argv = {const_cast<char*>(gp_path.c_str()), const_cast<char*>("-c"), const_cast<char*>(script_path.c_str()),
-                               const_cast<char*>(data_path.c_str()), const_cast<char*>(title.c_str()), nullptr};
+                               const_cast<char*>(data_path.c_str()), const_cast<char*>(title.c_str())};
+    for (const auto& t : traces) argv.push_back(const_cast<char*>(t.label.c_str()));  // ARG3..: the series labels
+    argv.push_back(nullptr);
     pid_t pid = 0;
     const int rc = posix_spawn(&pid, gp_path.c_str(), &actions, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&actions);

@@ -77,3 +77,11 @@ if(SCRIPT)
     message(SEND_ERROR "progress line on a terminal: exit ${rc}, output:\n${out}")
   endif()
 endif()
+
+# --attention: the same shape with other KV heads on random weights. stories15m: 6 layers, 6 heads of 48;
+# 8 positions of fp32 K and V: MHA 2 x 6 x 6 x 48 x 4 B x 8 = 110592 B = 108.00 KiB; GQA-2 36.00 KiB; MQA 18.00 KiB.
+kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --attention mha OUT "MHA what-if" "KV cache allocated: 108.00 KiB for 8 positions")
+kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --attention gqa:2 OUT "GQA-2 what-if" "KV cache allocated: 36.00 KiB for 8 positions")
+kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --attention mqa OUT "MQA what-if" "KV cache allocated: 18.00 KiB for 8 positions")
+kvlab_expect(RC 2 ARGS simulate -m stories15m --attention gqa:4 ERR "--attention: 'gqa:4' needs a KV head count that divides the 6 query heads: gqa:1, gqa:2, gqa:3, gqa:6")
+kvlab_expect(RC 2 ARGS simulate -m tiny-llama --attention mha ERR "--attention mha: tiny-llama runs trained weights .* a what-if layout needs random weights")

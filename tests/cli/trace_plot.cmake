@@ -27,6 +27,22 @@ file(READ "${WORK}/chart.png" png LIMIT 4 HEX)
 if(NOT png STREQUAL "89504e47")
   message(FATAL_ERROR "chart.png does not start with the PNG signature: ${png}")
 endif()
+# The MHA vs GQA vs MQA lesson on one shape (simulate --attention, random weights), overlaid on one chart:
+# every series carries its file's name.
+foreach(att mha gqa:2 mqa)
+  string(REPLACE ":" "" name "${att}")
+  run_kvlab(0 "" simulate --prompt-len 8 --steps 12 --threads 1 --quiet --attention ${att} --trace "${WORK}/${name}.jsonl")
+endforeach()
+run_kvlab(0 "wrote .*attention.svg" trace plot "${WORK}/mha.jsonl" "${WORK}/gqa2.jsonl" "${WORK}/mqa.jsonl" -o "${WORK}/attention.svg")
+file(READ "${WORK}/attention.svg" svg)
+foreach(series "mha cached" "mha uncached" "gqa2 cached" "mqa uncached" "FLOPs so far")
+  if(NOT svg MATCHES "${series}")
+    message(SEND_ERROR "attention.svg has no '${series}'")
+  endif()
+endforeach()
+run_kvlab(2 "files: At Most 6 required but received 7" trace plot "${WORK}/mha.jsonl" "${WORK}/mha.jsonl" "${WORK}/mha.jsonl" "${WORK}/mha.jsonl"
+          "${WORK}/mha.jsonl" "${WORK}/mha.jsonl" "${WORK}/mha.jsonl" -o "${WORK}/seven.svg")
+
 file(GLOB leftovers "${WORK}/.*")
 if(leftovers)
   message(FATAL_ERROR "temporary files left behind: ${leftovers}")
