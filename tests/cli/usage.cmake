@@ -21,3 +21,9 @@ foreach(cmd "" kvcalc presets simulate trace "trace summary" "gpu attention")
   separate_arguments(words UNIX_COMMAND "${cmd}")
   kvlab_expect(RC 0 ARGS ${words} --version OUT "^kvlab [0-9]+\\.[0-9]+\\.[0-9]+\n$")
 endforeach()
+
+# Every subcommand's --help ends with an example to copy
+foreach(cmd kvcalc presets simulate "trace summary" "trace steps" "trace compare" "trace plot" "gpu attention" completion)
+  separate_arguments(words UNIX_COMMAND "${cmd}")
+  kvlab_expect(RC 0 ARGS ${words} --help OUT "\nExamples?:\n  (source <\\(kvlab|kvlab ${cmd} )")
+endforeach()
