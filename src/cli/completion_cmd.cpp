@@ -102,7 +102,7 @@ void setup_completion(CLI::App& app) {
     auto shell = std::make_shared<std::string>("bash");
     auto* cmd = app.add_subcommand("completion", "Print a shell completion script: bash, or zsh (through bashcompinit)");
     cmd->add_option("shell", *shell, "bash or zsh")->check(CLI::IsMember({"bash", "zsh"}))->capture_default_str();
-    cmd->footer("Example: source <(kvlab completion bash)   # or install it: cmake --install puts it in share/bash-completion");
+    cmd->footer("Example:\n  source <(kvlab completion bash)   # or install it: cmake --install puts it in share/bash-completion");
     cmd->callback([shell, &app] {
         if (*shell == "zsh") std::cout << "# zsh: bash's completion through bashcompinit\nautoload -U +X bashcompinit && bashcompinit\n";
         std::cout << bash_script(app);

@@ -25,5 +25,5 @@ endforeach()
 # Every subcommand's --help ends with an example to copy
 foreach(cmd kvcalc presets simulate "trace summary" "trace steps" "trace compare" "trace plot" "gpu attention" completion)
   separate_arguments(words UNIX_COMMAND "${cmd}")
-  kvlab_expect(RC 0 ARGS ${words} --help OUT "\nExamples?:\n  (source <\\(kvlab|kvlab ${cmd} )")
+  kvlab_expect(RC 0 ARGS ${words} --help OUT "\nExamples?:\n  (source <\\(kvlab completion|kvlab ${cmd}[ \n])")
 endforeach()
