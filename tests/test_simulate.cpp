@@ -69,7 +69,8 @@ TEST_CASE("Both modes decode the same tokens with matching logits and one record
         CHECK(r.records[3].n_tokens == 6);  // prompt + one generated token
         CHECK(r.records[17].position == 5 + 8 - 1);
         CHECK(r.records[17].cost == closed_form_step_cost(cfg, StepMode::uncached, 0, 13));
-        CHECK(r.kv_cache_bytes == kv_bytes_sequence(cfg, DType::fp32, 14, WindowMode::cap).total());
+        // 5 prompt + 9 steps - 1: the last generated token is never fed back, so it needs no K and V
+        CHECK(r.kv_cache_bytes == kv_bytes_sequence(cfg, DType::fp32, 13, WindowMode::cap).total());
     }
 }
 
@@ -104,9 +105,9 @@ TEST_CASE("Bad sizes and contexts are refused before any work") {
     const auto cfg = tiny_config(Family::llama, 4, 2);  // 64 positions of context
     auto o = small_options();
     o.n_prompt = 60;
-    o.n_steps = 5;
+    o.n_steps = 6;  // 60 + 6 - 1 = 65 positions
     CHECK_THROWS_WITH_AS(simulation_positions(cfg, o), doctest::Contains("exceed the context"), UsageError);
-    o.n_steps = 4;
+    o.n_steps = 5;  // 60 + 5 - 1 = 64: the 5th token is generated from position 63 and never fed back
     CHECK(simulation_positions(cfg, o) == 64);
     o.n_prompt = 0;
     CHECK_THROWS_AS(simulation_positions(cfg, o), UsageError);
@@ -140,8 +141,8 @@ TEST_CASE("The memory check refuses a run over the limit and suggests how many l
     const auto e = estimate_simulation_memory(cfg, o);
     CHECK(e.weights == weights_bytes(cfg));
     CHECK(e.weights == 8030261248ull * 4);  // Llama-3-8B's published 8,030,261,248 parameters in fp32
-    CHECK(e.kv_cache == kv_bytes_sequence(cfg, DType::fp32, 64, WindowMode::cap).total());
-    CHECK(e.activations == Transformer::activation_bytes(cfg, {64, 64, true}));
+    CHECK(e.kv_cache == kv_bytes_sequence(cfg, DType::fp32, 63, WindowMode::cap).total());  // 32 + 32 - 1 positions
+    CHECK(e.activations == Transformer::activation_bytes(cfg, {63, 63, true}));
     CHECK_THROWS_WITH_AS(check_simulation_memory(cfg, o, 8ull << 30), doctest::Contains("--layers"), UsageError);
     CHECK(check_simulation_memory(cfg, o, e.total()).total() == e.total());
 }
@@ -150,23 +151,24 @@ TEST_CASE("A cached-only run sizes its activations for the prompt, not the whole
     const auto cfg = load_preset("stories15m");
     SimulateOptions o{.mode = SimMode::cached, .n_prompt = 32, .n_steps = 128};
     const TransformerSize cached = simulation_size(cfg, o);
-    CHECK(cached.n_positions == 160);  // 32 prompt + 128 steps
+    CHECK(cached.n_positions == 159);  // 32 prompt + 128 steps - 1 (the last token is not fed back)
     CHECK(cached.n_tokens == 32);      // the prefill call is the widest
     CHECK_FALSE(cached.uncached);
     o.mode = SimMode::uncached;
     const TransformerSize uncached = simulation_size(cfg, o);
-    CHECK(uncached.n_tokens == 160);
+    CHECK(uncached.n_tokens == 159);
     CHECK(uncached.uncached);
     o.mode = SimMode::cached;
     const auto e_cached = estimate_simulation_memory(cfg, o);
     o.mode = SimMode::both;
     const auto e_both = estimate_simulation_memory(cfg, o);
-    // (160 - 32) fewer rows of x, xb, q, att, k_new, v_new, gate, up, and no k_act/v_act (160 rows each):
-    // 4 * (128 * (2*288 + 2*288 + 2*288 + 2*768) + 160 * 2*288) = 4 * (128 * 3264 + 92160) = 2039808 B;
-    // plus each thread's GEMM token tile for the widest input (f = 768) packs up to 160 instead of 32
-    // tokens (a tile is capped at 4 SIMD registers of tokens, so the difference depends on the build)
-    const std::int64_t tile_floats = gemm_scratch_floats(768, 160) - gemm_scratch_floats(768, 32);
-    CHECK(e_both.activations - e_cached.activations == 2039808 + omp_get_max_threads() * 4 * tile_floats);
+    // 32 + 128 - 1 = 159 positions: (159 - 32) fewer rows of x, xb, q, att, k_new, v_new, gate, up, and no
+    // k_act/v_act (159 rows each): 4 * (127 * (2*288 + 2*288 + 2*288 + 2*768) + 159 * 2*288)
+    // = 4 * (127 * 3264 + 91584) = 2024448 B; plus each thread's GEMM token tile for the widest input
+    // (f = 768) packs up to 159 instead of 32 tokens (a tile is capped at 4 SIMD registers of tokens, so
+    // the difference depends on the build)
+    const std::int64_t tile_floats = gemm_scratch_floats(768, 159) - gemm_scratch_floats(768, 32);
+    CHECK(e_both.activations - e_cached.activations == 2024448 + omp_get_max_threads() * 4 * tile_floats);
 }
 
 TEST_CASE("CSV and JSONL traces parse back with one record per step per mode and documented columns") {

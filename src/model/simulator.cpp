@@ -60,12 +60,15 @@ std::int64_t simulation_positions(const ModelConfig& cfg, const SimulateOptions&
         if (t < 0 || t >= cfg.n_vocab)
             throw UsageError(fmt::format("--prompt-ids: token id {} is outside the vocabulary [0, {}) of {}", t, cfg.n_vocab,
                                          cfg.name));
-    if (n_prompt > cfg.n_ctx_max || o.n_steps > cfg.n_ctx_max - n_prompt)
-        throw UsageError(fmt::format("--prompt-len + --steps: {} + {} = {} positions exceed the context of {} ({} positions)",
-                                     n_prompt, o.n_steps, static_cast<std::uint64_t>(n_prompt) + static_cast<std::uint64_t>(o.n_steps),
-                                     cfg.name, cfg.n_ctx_max));
+    // The last generated token is never fed back: a run reads prompt + steps - 1 positions (run.c's
+    // `steps` counts the same way: 256 positions hold a 5-token prompt and 252 generated tokens).
+    if (n_prompt > cfg.n_ctx_max || o.n_steps - 1 > cfg.n_ctx_max - n_prompt)
+        throw UsageError(fmt::format("--steps: the prompt's {} tokens + {} steps - 1 = {} positions exceed the context of {} ({} "
+                                     "positions); at most {} steps",
+                                     n_prompt, o.n_steps, static_cast<std::uint64_t>(n_prompt) + static_cast<std::uint64_t>(o.n_steps) - 1,
+                                     cfg.name, cfg.n_ctx_max, std::max<std::int64_t>(cfg.n_ctx_max - n_prompt + 1, 0)));
     validate_sampler_options(o.sampler);
-    return n_prompt + o.n_steps;
+    return n_prompt + o.n_steps - 1;
 }
 
 TransformerSize simulation_size(const ModelConfig& cfg, const SimulateOptions& o) {
@@ -217,7 +220,7 @@ SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, 
             rec->n_keys = keys_of_newest(cfg, pos);
             rec->token = next;
         }
-        seq.push_back(next);
+        if (step + 1 < o.n_steps) seq.push_back(next);  // the last token is generated, never fed back
         r.generated.push_back(next);
         r.n_steps_done = step + 1;
         if (o.on_token) o.on_token(next);

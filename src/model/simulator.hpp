@@ -73,8 +73,9 @@ double logit_tolerance(const VectorF& reference);
 // Throws ConfigError for MoE or MLA configs and UsageError for n_layers outside 1..L.
 ModelConfig simulation_config(const ModelConfig& cfg, std::optional<std::int64_t> n_layers);
 
-// Positions the run allocates: prompt + steps. Throws UsageError for empty/negative sizes, token ids
-// outside the vocabulary, or prompt + steps beyond the model's context.
+// Positions the run reads and allocates: prompt + steps - 1 (the last generated token is not fed back).
+// Throws UsageError for empty/negative sizes, token ids outside the vocabulary, or more positions than
+// the model's context.
 std::int64_t simulation_positions(const ModelConfig& cfg, const SimulateOptions& options);
 
 struct MemoryEstimate {

@@ -90,7 +90,7 @@ kvlab_expect(RC 2 ARGS kvcalc --config /dev/zero ERR "'/dev/zero': is a device o
 
 # 9. Numbers: plain decimal in range, or refused (no wrap, no clamp, no hex, no empty value).
 kvlab_expect(RC 2 ARGS simulate -p 9223372036854775807 -n 9223372036854775807
-             ERR "9223372036854775807 \\+ 9223372036854775807 = 18446744073709551614 positions exceed")
+             ERR "9223372036854775807 tokens \\+ 9223372036854775807 steps - 1 = 18446744073709551613 positions exceed")
 kvlab_expect(RC 2 ARGS simulate -n 18446744073709551616 ERR "--steps: '18446744073709551616' is out of range")
 kvlab_expect(RC 2 ARGS simulate --seed 18446744073709551616 ERR "--seed: '18446744073709551616' is out of range; expected 0..2\\^64-1")
 kvlab_expect(RC 2 ARGS simulate --seed -1 ERR "--seed: '-1' is not a non-negative decimal integer")

@@ -18,7 +18,13 @@ run_kvlab(0 "uncached / cached" ${small} --model stories260k)  # GQA: 8 query he
 run_kvlab(0 "cached" simulate --steps 12 --threads 1 -q --prompt-ids 1,2,3 --temperature 0.8 --top-k 5 --top-p 0.9)
 
 # errors: exit 2, one line naming the flag
-run_kvlab(2 "kvlab: error: --prompt-len \\+ --steps: 200 \\+ 100 = 300 positions exceed the context" simulate --prompt-len 200 --steps 100)
+run_kvlab(2 "kvlab: error: --steps: the prompt's 200 tokens \\+ 100 steps - 1 = 299 positions exceed the context of stories15m \\(256 positions\\); at most 57 steps" simulate --prompt-len 200 --steps 100)
+# The last generated token is never fed back: 5 + 252 - 1 = 256 positions fit stories15m's 256 (as run.c's
+# -n 256 with a 5-token prompt); 253 steps do not, and the message names --steps, not --prompt-len.
+kvlab_expect(RC 0 ARGS simulate --prompt-ids 1,2,3,4,5 --steps 252 --mode cached --threads 1 -q
+             OUT "steps \\(tokens generated\\) +252" "KV cache allocated: 3.38 MiB for 256 positions")  # 256 x 13824 B = 3.375 MiB
+kvlab_expect(RC 2 ARGS simulate --prompt-ids 1,2,3,4,5 --steps 253 --mode cached
+             ERR "^kvlab: error: --steps: the prompt's 5 tokens \\+ 253 steps - 1 = 257 positions exceed the context of stories15m \\(256 positions\\); at most 252 steps\n$")
 run_kvlab(2 "--steps: 0; expected at least 1" simulate --steps 0)
 run_kvlab(2 "--prompt-len: -4; expected at least 1" simulate --prompt-len -4)
 run_kvlab(2 "--trace: cannot write.*does not exist" ${small} --trace "${WORK}/no/such/dir/t.csv")
@@ -79,9 +85,10 @@ if(SCRIPT)
 endif()
 
 # --attention: the same shape with other KV heads on random weights. stories15m: 6 layers, 6 heads of 48;
-# 8 positions of fp32 K and V: MHA 2 x 6 x 6 x 48 x 4 B x 8 = 110592 B = 108.00 KiB; GQA-2 36.00 KiB; MQA 18.00 KiB.
-kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --attention mha OUT "MHA what-if" "KV cache allocated: 108.00 KiB for 8 positions")
-kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --attention gqa:2 OUT "GQA-2 what-if" "KV cache allocated: 36.00 KiB for 8 positions")
-kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --attention mqa OUT "MQA what-if" "KV cache allocated: 18.00 KiB for 8 positions")
+# 4 + 4 - 1 = 7 positions of fp32 K and V: MHA 2 x 6 x 6 x 48 x 4 B x 7 = 96768 B = 94.50 KiB; GQA-2 (1/3) 31.50 KiB;
+# MQA (1/6) 15.75 KiB.
+kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --attention mha OUT "MHA what-if" "KV cache allocated: 94.50 KiB for 7 positions")
+kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --attention gqa:2 OUT "GQA-2 what-if" "KV cache allocated: 31.50 KiB for 7 positions")
+kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --attention mqa OUT "MQA what-if" "KV cache allocated: 15.75 KiB for 7 positions")
 kvlab_expect(RC 2 ARGS simulate -m stories15m --attention gqa:4 ERR "--attention: 'gqa:4' needs a KV head count that divides the 6 query heads: gqa:1, gqa:2, gqa:3, gqa:6")
 kvlab_expect(RC 2 ARGS simulate -m tiny-llama --attention mha ERR "--attention mha: tiny-llama runs trained weights .* a what-if layout needs random weights")
