@@ -193,6 +193,7 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
         if (const std::string s = kv.string("display_name"); !s.empty()) cfg.display_name = s;
         if (const std::string s = kv.string("source"); !s.empty()) cfg.source = s;
         cfg.preset_family = kv.string("family");
+        cfg.hf_id = kv.string("hf_id");
         const std::filesystem::path dir = std::filesystem::path(where).parent_path();
         if (const std::string c = kv.string("checkpoint"); !c.empty()) cfg.checkpoint = dir / c;
         if (const std::string t = kv.string("tokenizer"); !t.empty()) cfg.tokenizer = dir / t;

@@ -29,6 +29,7 @@ struct ModelConfig {
     std::string origin_path;    // file the config was read from
     std::string model_type;     // HF model_type, e.g. "llama", "mistral", "gpt2"
     std::string activation;     // hidden_act / activation_function as written ("silu", "gelu_new"), "" if absent
+    std::string hf_id;          // "_kvlab".hf_id for presets: the Hugging Face id it was read from, else ""
     std::string preset_family;  // "_kvlab".family for presets ("llama", "mistral", "gpt2", "llama2.c"), else ""
     // "_kvlab".checkpoint / .tokenizer of a preset that ships its weights (the models trained in models/),
     // resolved against the preset file's folder; empty otherwise. `simulate --model` runs them.

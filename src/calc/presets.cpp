@@ -1,6 +1,7 @@
 #include "calc/presets.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -69,6 +70,27 @@ std::vector<std::string> closest_names(std::string_view name, const std::vector<
 
 ModelConfig load_preset(std::string_view name) {
     const auto names = preset_names();
+    if (name.find('/') != std::string_view::npos) {
+        // a Hugging Face id ("meta-llama/Meta-Llama-3-8B"): the preset read from that id's config.json
+        const auto lower = [](std::string_view s) {
+            std::string out(s);
+            for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+            return out;
+        };
+        std::vector<std::string> ids;
+        for (const auto& n : names) {
+            ModelConfig cfg = load_model_config(presets_dir() / (n + ".json"));
+            if (cfg.hf_id.empty()) continue;
+            if (lower(cfg.hf_id) == lower(name)) {
+                cfg.name = n;
+                return cfg;
+            }
+            ids.push_back(cfg.hf_id);
+        }
+        throw UsageError(fmt::format("--model: no preset has the Hugging Face id {}, and kvlab does not download (no network "
+                                     "access): download its config.json and give it with --config FILE; ids with presets: {}",
+                                     quote(name), fmt::join(ids, ", ")));
+    }
     if (std::find(names.begin(), names.end(), name) == names.end())
         throw UsageError(fmt::format("--model: unknown preset '{}'; did you mean: {}? (`kvlab presets` lists all)", name,
                                      fmt::join(closest_names(name, names, 3), ", ")));
@@ -80,8 +102,11 @@ ModelConfig load_preset(std::string_view name) {
 ModelConfig load_model(std::string_view name_or_path) {
     std::error_code ec;
     const std::filesystem::path p(name_or_path);
-    if (name_or_path.find('/') != std::string_view::npos || p.extension() == ".json" || std::filesystem::exists(p, ec))
-        return load_model_config(p);
+    // a file or folder that exists, or anything that looks like a file: a config; "org/name": a Hugging Face id
+    if (std::filesystem::exists(p, ec) || p.extension() == ".json") return load_model_config(p);
+    const bool hf_id_shape = std::count(name_or_path.begin(), name_or_path.end(), '/') == 1 && name_or_path.front() != '/' &&
+                             name_or_path.front() != '.' && name_or_path.back() != '/';
+    if (name_or_path.find('/') != std::string_view::npos && !hf_id_shape) return load_model_config(p);  // a path: says it is missing
     return load_preset(name_or_path);
 }
 

@@ -9,13 +9,17 @@
 
 namespace kvlab {
 
-// $KVLAB_PRESETS_DIR, else the installed share/kvlab/presets, else the source tree's presets/.
+// $KVLAB_PRESETS_DIR, else <the executable's folder>/../share/kvlab/presets (an installed kvlab, any
+// prefix), else the source tree's presets/. Throws ConfigError when none exists.
 std::filesystem::path presets_dir();
-// Sorted model preset names (file stems, gpus.json excluded).
+// Sorted model preset names (file stems, gpus.json excluded). Throws ConfigError when there are none.
 std::vector<std::string> preset_names();
-// Throws UsageError with a "did you mean" list for an unknown name.
+// A preset by name, or by the Hugging Face id it was read from ("meta-llama/Meta-Llama-3-8B", any case).
+// Throws UsageError with a "did you mean" list for an unknown name, or, for an id no preset has, the
+// advice to download its config.json (kvlab has no network access).
 ModelConfig load_preset(std::string_view name);
-// A preset name, or a path to a config.json / a directory holding one.
+// A path to a config.json or a directory holding one (if it exists, or ends in .json), else a preset
+// name or Hugging Face id ("org/name").
 ModelConfig load_model(std::string_view name_or_path);
 // Up to `n_max` names closest to `name` by edit distance.
 std::vector<std::string> closest_names(std::string_view name, const std::vector<std::string>& names, std::size_t n_max);

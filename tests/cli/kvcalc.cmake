@@ -101,3 +101,10 @@ kvlab_expect(RC 0 ARGS kvcalc -m llama-3-70b --gpu l4 -d fp16 --context 8k
 kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b,llama-3-8b -d fp16 --context 4096 OUT "llama-3-8b +GQA-8 \\(native\\) +fp16 +4096 +1 +4096 +512.00 MiB +512.00 MiB")
 kvlab_expect(RC 0 ARGS kvcalc -m llama-2-70b -a native,mha,gqa:8,mqa -d fp16 OUT "MQA .* 40.00 KiB +64.00x")
 kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b --gpu h100-sxm-80gb --context 8k,32k --batch 1,64 --explain OUT "Decode roofline" "max tokens = floor")
+
+# Hugging Face ids resolve to the preset read from that id's config.json (any case); an id no preset has
+# gets one line: no network access, download the config.json.
+kvlab_expect(RC 0 ARGS kvcalc -m meta-llama/Meta-Llama-3-8B -d fp16 --context 4k OUT "llama-3-8b +GQA-8 \\(native\\) .* 128.00 KiB")
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b,META-LLAMA/LLAMA-2-7B-HF -d fp16 --context 1k --format csv OUT "\nllama-2-7b,MHA")
+kvlab_expect(RC 2 ARGS kvcalc -m Qwen/Qwen3-8B
+             ERR "--model: no preset has the Hugging Face id 'Qwen/Qwen3-8B', and kvlab does not download \\(no network access\\): download its config.json and give it with --config FILE")

@@ -92,3 +92,7 @@ kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --attenti
 kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --attention mqa OUT "MQA what-if" "KV cache allocated: 15.75 KiB for 7 positions")
 kvlab_expect(RC 2 ARGS simulate -m stories15m --attention gqa:4 ERR "--attention: 'gqa:4' needs a KV head count that divides the 6 query heads: gqa:1, gqa:2, gqa:3, gqa:6")
 kvlab_expect(RC 2 ARGS simulate -m tiny-llama --attention mha ERR "--attention mha: tiny-llama runs trained weights .* a what-if layout needs random weights")
+
+# simulate takes a Hugging Face id too; a path that does not exist is still named as a missing file
+kvlab_expect(RC 0 ARGS simulate -m meta-llama/Llama-3.2-1B --layers 1 -p 2 -n 2 --threads 1 -q OUT "Llama-3.2 1B")
+kvlab_expect(RC 2 ARGS simulate -m ./missing/config.json ERR "'./missing/config.json': cannot open the config file")
