@@ -200,12 +200,14 @@ Report run_kvcalc(const KvcalcRequest& r) {
         nlohmann::json mj = {{"name", base.name}, {"display_name", base.display_name}, {"source", base.source},
                              {"n_layer", base.n_layer}, {"hidden_size", base.d_model}, {"n_head", base.n_head}, {"n_head_kv", base.n_head_kv},
                              {"d_head", base.d_head}, {"max_position_embeddings", base.n_ctx_max}, {"attention", base.attention_kind()},
-                             {"head_dim_rule", base.head_dim_rule}, {"kv_heads_rule", base.kv_heads_rule}, {"window_rule", base.window_rule}};
+                             {"head_dim_rule", base.head_dim_rule}, {"kv_heads_rule", base.kv_heads_rule}, {"window_rule", base.window_rule},
+                             {"ffn_rule", base.ffn_rule}, {"defaults_applied", base.defaults}};
         if (base.sliding_window) mj["sliding_window"] = *base.sliding_window;
         const auto contexts = contexts_for(base, r);
         mj["contexts"] = contexts;
         in["models"].push_back(mj);
-        report.notes.push_back(fmt::format("{}: {}; {}; {}", base.name, base.head_dim_rule, base.kv_heads_rule, base.window_rule));
+        report.notes.push_back(fmt::format("{}: {}; {}; {}{}", base.name, base.head_dim_rule, base.kv_heads_rule, base.window_rule,
+                                           base.defaults.empty() ? "" : fmt::format("; defaults applied: {}", fmt::join(base.defaults, "; "))));
         for (auto t : contexts)
             if (base.n_ctx_max > 0 && t > u(base.n_ctx_max))
                 report.notes.push_back(fmt::format("warning: context {} exceeds {}'s max_position_embeddings {}", t, base.name, base.n_ctx_max));

@@ -209,14 +209,34 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
     cfg.d_model = f.required({"hidden_size", "n_embd", "d_model"});
     cfg.n_head = f.required({"num_attention_heads", "n_head"});
     cfg.n_vocab = f.required({"vocab_size"});
-    if (auto ff = f.optional({"intermediate_size", "n_inner", "ffn_dim"})) {
-        cfg.d_ff = *ff;
-    } else if (cfg.family == Family::gpt2) {
-        cfg.d_ff = 4 * cfg.d_model;  // GPT-2: n_inner null means 4 * n_embd
+    // The MLP width matters to the weights only, never to the KV cache: a config without it is still sized.
+    std::string ff_name;
+    const bool falcon = cfg.model_type == "falcon" || cfg.model_type == "RefinedWeb" || cfg.model_type == "RefinedWebModel";
+    if (const json* ff = f.find({"intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"}, &ff_name); ff && !ff->is_null()) {
+        cfg.d_ff = f.positive_int(*ff, ff_name);
+        cfg.ffn_rule = fmt::format("FFN width {} from {}", cfg.d_ff, ff_name);
+    } else if (cfg.family == Family::gpt2 || falcon) {
+        // GPT2Config: n_inner None means 4 * n_embd; FalconConfig: ffn_hidden_size None means 4 * hidden_size
+        // (transformers models/gpt2/modeling_gpt2.py GPT2MLP, models/falcon/configuration_falcon.py)
+        cfg.d_ff = 4 * cfg.d_model;
+        cfg.ffn_rule = fmt::format("FFN width {} = 4 x hidden size {} ({} default)", cfg.d_ff, cfg.d_model, falcon ? "Falcon" : "GPT-2");
+        cfg.defaults.push_back(cfg.ffn_rule);
     } else {
-        throw ConfigError(fmt::format("{}: missing required field intermediate_size; expected a positive integer", where));
+        cfg.d_ff = 0;
+        cfg.ffn_rule = "no intermediate_size: the weights are unknown (the KV cache does not depend on them)";
+        cfg.defaults.push_back(cfg.ffn_rule);
     }
     cfg.n_ctx_max = f.optional({"max_position_embeddings", "n_positions", "n_ctx", "max_seq_len", "seq_length"}).value_or(0);
+    if (falcon) {
+        cfg.falcon = true;
+        if (cfg.n_ctx_max == 0) {
+            cfg.n_ctx_max = 2048;
+            cfg.defaults.push_back("max_position_embeddings 2048 (FalconConfig default)");
+        }
+        // parallel attention without the new decoder architecture: one input LayerNorm feeds attention and MLP
+        const bool new_arch = f.boolean("new_decoder_architecture", false);
+        cfg.norms_per_layer = !new_arch && f.boolean("parallel_attn", true) ? 1 : 2;
+    }
 
     // head_dim: explicit wins (vLLM PR #2622), else hidden_size / num_attention_heads.
     if (auto hd = f.optional({"head_dim"})) {
@@ -271,8 +291,9 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
     cfg.rope_theta = f.positive_real({"rope_theta"}, 10000.0);
     cfg.norm_eps = f.positive_real({"rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"}, 1e-5);
     // When a config omits tie_word_embeddings, the model class's default applies: LlamaConfig, MistralConfig
-    // and most decoder configs default to false; GPT-2 always ties and Gemma configs default to true.
-    const bool tie_default = cfg.family == Family::gpt2 || cfg.model_type.rfind("gemma", 0) == 0;
+    // and most decoder configs default to false; GPT-2 always ties, Gemma configs default to true, and
+    // FalconConfig leaves PretrainedConfig's true (FalconForCausalLM ties lm_head to the embedding).
+    const bool tie_default = cfg.family == Family::gpt2 || cfg.model_type.rfind("gemma", 0) == 0 || falcon;
     cfg.tied_embeddings = FieldReader(root, where).boolean("tie_word_embeddings", f.boolean("tie_word_embeddings", tie_default));
     read_sliding_window(f, j, where, cfg);
     return cfg;

@@ -64,6 +64,10 @@ struct ModelConfig {
     std::string head_dim_rule;
     std::string kv_heads_rule;
     std::string window_rule;
+    std::string ffn_rule;       // where d_ff came from; d_ff = 0 when the config does not say (weights unknown)
+    std::vector<std::string> defaults;  // every value the config omitted and a class default supplied (--explain lists them)
+    bool falcon = false;        // Falcon: GELU MLP of 2 matrices, LayerNorms with bias (model_type falcon)
+    std::int64_t norms_per_layer = 2;  // Falcon-7B's parallel attention shares one LayerNorm per layer
 
     // H*D: width of all query heads; Hkv*D: width of one K or V row. Overflow-checked: they throw
     // OverflowError naming the fields when the product passes 2^63-1 (parse_model_config checks them first).

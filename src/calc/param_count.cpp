@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/checked.hpp"
+#include "core/error.hpp"
 
 namespace kvlab {
 namespace {
@@ -37,6 +38,9 @@ std::uint64_t attention_params(const ModelConfig& c) {
 std::uint64_t ParamCount::total() const { return add(add(add(add(embedding, attention), mlp), norms), lm_head); }
 
 ParamCount count_params(const ModelConfig& c) {
+    if (c.d_ff == 0)
+        throw ConfigError(fmt::format("{}: the config has no intermediate_size, so its weights (parameter count) are unknown; "
+                                      "KV sizes do not need it, a GPU fit does: add the field to the config", c.name));
     ParamCount p;
     const auto d = u(c.d_model), L = u(c.n_layer), V = u(c.n_vocab);
     p.embedding = mul(V, d);
@@ -50,6 +54,13 @@ ParamCount count_params(const ModelConfig& c) {
         p.mlp = mul(L, add(add(mul(mul(2, d), f), f), d));  // c_fc d*f + f, c_proj f*d + d
         active_mlp = p.mlp;
         p.norms = add(mul(L, mul(4, d)), mul(2, d));  // ln_1, ln_2 weight+bias; ln_f
+    } else if (c.falcon) {
+        // Falcon: dense_h_to_4h (f, d) and dense_4h_to_h (d, f), GELU, no biases ("bias": false); LayerNorms
+        // with weight and bias: norms_per_layer per layer and ln_f (transformers models/falcon/modeling_falcon.py)
+        const auto f = u(c.d_ff);
+        p.mlp = mul(L, mul(mul(2, d), f));
+        active_mlp = p.mlp;
+        p.norms = add(mul(L, mul(mul(2, d), u(c.norms_per_layer))), mul(2, d));
     } else {
         // SwiGLU expert: gate and up (d, f), down (f, d).
         const auto dense_expert = mul(mul(3, d), u(c.d_ff));

@@ -26,6 +26,8 @@ ModelConfig simulation_config(const ModelConfig& cfg, std::optional<std::int64_t
     if (cfg.mla)
         throw ConfigError(fmt::format("{}: multi-head latent attention (MLA) is not simulated; use kvcalc for its cache size",
                                       cfg.name));
+    if (cfg.d_ff == 0)
+        throw ConfigError(fmt::format("{}: the config has no intermediate_size; the simulator needs the MLP width", cfg.name));
     if (cfg.n_expert > 1)
         throw ConfigError(fmt::format("{}: mixture-of-experts ({} experts, {} active) is not simulated; use kvcalc for its "
                                       "cache size, or a dense preset of the same attention shape",

@@ -108,3 +108,19 @@ kvlab_expect(RC 0 ARGS kvcalc -m meta-llama/Meta-Llama-3-8B -d fp16 --context 4k
 kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b,META-LLAMA/LLAMA-2-7B-HF -d fp16 --context 1k --format csv OUT "\nllama-2-7b,MHA")
 kvlab_expect(RC 2 ARGS kvcalc -m Qwen/Qwen3-8B
              ERR "--model: no preset has the Hugging Face id 'Qwen/Qwen3-8B', and kvlab does not download \\(no network access\\): download its config.json and give it with --config FILE")
+
+# Configs as published: tiiuae/falcon-7b has multi_query and no FFN size field. KV: 32 layers x 2 (K, V) x
+# 1 KV head x 64 (4544 / 71) x 2 B = 8192 B/token in bf16. Weights with Falcon's own rules: embedding
+# 65024 x 4544 (tied) + 32 x (q,k,v 4544 x (4544 + 2 x 64) + dense 4544^2 + MLP 2 x 4544 x 18176 + one
+# LayerNorm 2 x 4544) + ln_f 2 x 4544 = 6,921,720,704 parameters, x 2 B = 13,843,441,408 B.
+kvlab_expect(RC 0 ARGS kvcalc --config ${DATA}/falcon-7b.json -d bf16 --context 2k
+             OUT "falcon-7b +MQA \\(native\\) +32 +71 +1 +64 +bf16 +128 B +128 B +8.00 KiB +71.00x"
+                 "defaults applied: FFN width 18176 = 4 x hidden size 4544 \\(Falcon default\\); max_position_embeddings 2048 \\(FalconConfig default\\)")
+kvlab_expect(RC 0 ARGS kvcalc --config ${DATA}/falcon-7b.json -d bf16 --context 2k --gpu h100 --format csv OUT "falcon-7b,MQA \\(native\\),bf16,6921720704,13843441408,yes,")
+# A config without the FFN size: KV sizes still come out; what needs the weights says why it cannot.
+file(READ ${DATA}/llamacpp-36l.json noffn)
+string(JSON noffn REMOVE "${noffn}" intermediate_size)
+file(WRITE "${WORK}/no-ffn.json" "${noffn}")
+kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/no-ffn.json" -d fp16 --context 8192 OUT "1.12 GiB" "defaults applied: no intermediate_size: the weights are unknown")
+kvlab_expect(RC 2 ARGS kvcalc --config "${WORK}/no-ffn.json" -d fp16 --gpu h100 ERR "no-ffn: the config has no intermediate_size, so its weights \\(parameter count\\) are unknown")
+kvlab_expect(RC 2 ARGS simulate --config "${WORK}/no-ffn.json" ERR "no-ffn: the config has no intermediate_size; the simulator needs the MLP width")
