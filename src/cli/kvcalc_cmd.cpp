@@ -14,7 +14,7 @@ namespace kvlab::cli {
 
 struct KvcalcOptions {
     std::vector<std::string> models;     // empty: every "llama" family preset
-    std::string config;                  // a config.json or a directory holding one
+    std::vector<std::string> configs;    // config.json files or directories holding one, repeatable
     std::string attention = "native";
     std::string kv_heads;                // empty: not given
     std::string dtypes = "fp16,fp8";
@@ -38,12 +38,11 @@ namespace {
 
 KvcalcRequest make_request(const KvcalcOptions& o) {
     KvcalcRequest r;
-    if (!o.config.empty()) {
-        r.models.push_back(load_model_config(o.config));
-    } else if (!o.models.empty()) {
-        for (const auto& m : o.models)
-            for (const auto& name : split_list(m)) r.models.push_back(load_preset(name));
-    } else {
+    // presets first, then configs, in the order given: one table row per model
+    for (const auto& m : o.models)
+        for (const auto& name : split_list(m)) r.models.push_back(load_preset(name));
+    for (const auto& c : o.configs) r.models.push_back(load_model_config(c));
+    if (r.models.empty()) {
         for (const auto& name : preset_names()) {
             auto cfg = load_preset(name);
             if (cfg.preset_family == "llama") r.models.push_back(std::move(cfg));
@@ -87,8 +86,9 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
 void setup_kvcalc(CLI::App& app) {
     auto o = std::make_shared<KvcalcOptions>();
     auto* cmd = app.add_subcommand("kvcalc", "KV-cache memory for Llama-style models: per token, sequence, batch and GPU");
-    auto* model = cmd->add_option("-m,--model", o->models, "Preset name(s), repeatable or comma-separated (default: all Llama-family presets)");
-    cmd->add_option("-c,--config", o->config, "A Hugging Face config.json, or a directory holding one (instead of --model)")->excludes(model);
+    cmd->add_option("-m,--model", o->models,
+                    "Preset names or Hugging Face ids, repeatable or comma-separated (default: all Llama-family presets)");
+    cmd->add_option("-c,--config", o->configs, "Hugging Face config.json files or directories holding one, repeatable; beside -m presets");
     auto* attention = cmd->add_option("-a,--attention", o->attention, "Attention layouts: native,mha,gqa:N,mqa")->capture_default_str();
     cmd->add_option("--kv-heads", o->kv_heads, "What-if KV head count (instead of --attention)")->excludes(attention);
     cmd->add_option("-d,--dtype", o->dtypes, "KV dtypes: fp32,fp16,bf16,fp8 (=fp8_e4m3),fp8_e5m2,int8,int4,q8_0,q4_0")->capture_default_str();
