@@ -1,40 +1,21 @@
 #include "trace/trace_plot.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <sstream>
 #include <vector>
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <fmt/format.h>
 
-#include "core/atomic_write.hpp"
 #include "core/error.hpp"
+#include "report/gnuplot.hpp"
 #include "trace/perfetto_trace.hpp"
-#include "core/text.hpp"
-
-extern char** environ;
 
 namespace kvlab {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// gnuplot single-quoted string for kvlab's own constant text (a newline would end the command: never
-// use it for text from a file or the command line)
-std::string gp_quote(const std::string& s) {
-    std::string out = "'";
-    for (const char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
-    return out + "'";
-}
 
 const StepRecord* find_record(const StepTrace& t, StepMode mode, std::int64_t step) {
     for (const auto& r : t.records)
@@ -48,62 +29,16 @@ std::int64_t modelled_step_ns(const StepRecord& r) {
     return ns;
 }
 
-// Whether a finished chart file is whole: gnuplot can exit 0 after a failed write (a full disk), leaving a
-// truncated file. An SVG ends with its closing tag, a PNG with its IEND chunk (PNG spec, 5.6).
-bool chart_complete(const fs::path& path, bool svg) {
-    std::ifstream in(path, std::ios::binary | std::ios::ate);
-    const std::streamoff size = in ? static_cast<std::streamoff>(in.tellg()) : 0;
-    if (size < 12) return false;
-    const std::streamoff tail_size = std::min<std::streamoff>(size, 64);
-    std::string tail(static_cast<std::size_t>(tail_size), '\0');
-    in.seekg(size - tail_size);
-    if (!in.read(tail.data(), tail_size)) return false;
-    if (svg) {
-        const auto end = tail.find_last_not_of(" \t\r\n");
-        return end != std::string::npos && end >= 5 && tail.compare(end - 5, 6, "</svg>") == 0;
-    }
-    static const char iend[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', '\xAE', '\x42', '\x60', '\x82'};
-    return tail.compare(tail.size() - 12, 12, std::string(iend, 12)) == 0;
-}
-
 }  // namespace
 
-fs::path find_gnuplot() {
-    if (const char* env = std::getenv("KVLAB_GNUPLOT"); env && *env) {
-        if (::access(env, X_OK) == 0) return env;
-        throw UnavailableError(fmt::format("KVLAB_GNUPLOT={} is not an executable; kvlab trace plot needs gnuplot "
-                                           "(Debian/Ubuntu: apt install gnuplot-nox)", quote(env)));
-    }
-    const char* path = std::getenv("PATH");
-    std::stringstream dirs(path ? path : "");
-    std::string dir;
-    while (std::getline(dirs, dir, ':')) {
-        const fs::path candidate = fs::path(dir.empty() ? "." : dir) / "gnuplot";
-        if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-    }
-    throw UnavailableError("gnuplot not found on PATH; kvlab trace plot draws with gnuplot: install the gnuplot-nox "
-                           "package (Debian/Ubuntu: apt install gnuplot-nox), or set KVLAB_GNUPLOT to its path");
-}
-
 void plot_traces(const std::vector<PlotInput>& traces, const fs::path& output, PlotScale scale) {
-    const std::string ext = output.extension().string();
-    if (ext != ".svg" && ext != ".png")
-        throw UsageError(fmt::format("-o: {} has extension {}; expected .svg or .png", quote(output.string()), quote(ext, 20)));
     if (traces.empty() || traces.size() > max_plot_traces)
         throw UsageError(fmt::format("trace plot: {} traces; expected 1 to {} on one chart", traces.size(), max_plot_traces));
-    check_output_path(output, "-o");
-    const fs::path gnuplot = find_gnuplot();
+    gnuplot_terminal(output, 1, 1);  // the extension, checked before any work
 
-    // gnuplot reads the data and script files and writes the chart to its stdout and its messages to
-    // stderr, all files created here: no name from the trace or the command line enters the script
-    TempFile chart(output, "-o"), data(output, "-o", ".dat"), script(output, "-o", ".gp"), log(output, "-o", ".log");
-
-    // one block per trace (gnuplot's `index i`), one line per step: step, then per mode FLOPs, bytes,
-    // time (ms), KV resident (cached), and the running sums of FLOPs and bytes; "?" where a mode is absent
     double col_max[13] = {};  // per data column, over every trace: picks each panel's unit
+    std::ostringstream out;
     {
-        std::ofstream out(data.path());
-        if (!out) throw IoError(fmt::format("-o: cannot write the data for {}: {}", quote(output.string()), std::strerror(errno)));
         for (std::size_t i = 0; i < traces.size(); ++i) {
             const StepTrace& trace = *traces[i].trace;
             const bool wall = trace.run.has_wall_time;
@@ -129,7 +64,6 @@ void plot_traces(const std::vector<PlotInput>& traces, const fs::path& output, P
                     << total(c, 2) << ' ' << total(u, 3) << '\n';
             }
         }
-        if (!out.flush()) throw IoError(fmt::format("-o: writing the data for {} failed", quote(output.string())));
     }
 
     // Series: trace i in colour i; cached solid with points, uncached dashed. A trace's label (ARG3..,
@@ -175,9 +109,7 @@ void plot_traces(const std::vector<PlotInput>& traces, const fs::path& output, P
     };
     static const char* colours[max_plot_traces] = {"#1b6ca8", "#d1495b", "#2e933c", "#8e44ad", "#e67e22", "#555555"};
     std::ostringstream gp;
-    if (ext == ".svg") gp << "set terminal svg size 1200,1200 dynamic enhanced font 'Helvetica,12' background '#ffffff'\n";
-    else gp << "set terminal pngcairo size 1200,1200 enhanced font 'Helvetica,10' background '#ffffff'\n";
-    gp << "set output\n"  // stdout: the chart file kvlab opened
+    gp << gnuplot_terminal(output, 1200, 1200) << "set output\n"  // stdout: the chart file kvlab opened
        << "set datafile missing '?'\n";
     for (std::size_t i = 0; i < traces.size(); ++i) {
         // one trace: cached blue, uncached red (the colours say the mode); several: the colour says the trace
@@ -223,44 +155,9 @@ void plot_traces(const std::vector<PlotInput>& traces, const fs::path& output, P
     panel("FLOPs so far: cached grows linearly, uncached quadratically", flop_axis(9, 10), series(9, 10, flop_axis(9, 10)));
     panel("bytes moved so far", byte_axis(11, 12), series(11, 12, byte_axis(11, 12)));
     gp << "unset multiplot\nset output\n";
-    {
-        std::ofstream out(script.path());
-        out << gp.str();
-        if (!out.flush()) throw IoError(fmt::format("-o: writing the gnuplot script for {} failed", quote(output.string())));
-    }
-
-    // gnuplot -c SCRIPT DATA TITLE: the chart on stdout, messages to a log that becomes the error message
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, chart.path().c_str(), O_WRONLY | O_TRUNC, 0);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log.path().c_str(), O_WRONLY | O_TRUNC, 0);
-    // absolute names: gnuplot reads a file name starting with '<' as a shell command to run (popen), so a
-    // relative name from a directory such as '<touch x;y' would run it; an absolute one starts with '/'
-    const std::string gp_path = gnuplot.string(), script_path = fs::absolute(script.path()).string(),
-                      data_path = fs::absolute(data.path()).string();
-    std::vector<char*> argv = {const_cast<char*>(gp_path.c_str()), const_cast<char*>("-c"), const_cast<char*>(script_path.c_str()),
-                               const_cast<char*>(data_path.c_str()), const_cast<char*>(title.c_str())};
-    for (const auto& t : traces) argv.push_back(const_cast<char*>(t.label.c_str()));  // ARG3..: the series labels
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, gp_path.c_str(), &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) throw IoError(fmt::format("-o: cannot run {} to draw {}: {}", quote(gp_path), quote(output.string()), std::strerror(rc)));
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) throw IoError(fmt::format("waiting for '{}': {}", gp_path, std::strerror(errno)));
-    std::ifstream log_in(log.path());
-    std::string message, line;
-    while (std::getline(log_in, line))
-        if (!line.empty() && line.find_first_not_of(" ^") != std::string::npos) message = line;  // gnuplot's last line says what
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        throw IoError(fmt::format("-o: gnuplot failed drawing {}: {}", quote(output.string()),
-                                  message.empty() ? "no message" : quote(message, 200)));
-    if (!chart_complete(chart.path(), ext == ".svg"))
-        throw IoError(fmt::format("-o: gnuplot's chart for {} is incomplete (a full disk?){}; the old file, if any, is kept",
-                                  quote(output.string()), message.empty() ? "" : ": " + quote(message, 200)));
-    chart.commit();
+    std::vector<std::string> args{title};
+    for (const auto& t : traces) args.push_back(t.label);  // ARG3..: the series labels
+    draw_with_gnuplot(output, out.str(), gp.str(), args);
 }
 
 }  // namespace kvlab

@@ -6,15 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "report/gnuplot.hpp"  // find_gnuplot
 #include "trace/step_trace.hpp"
 
 namespace kvlab {
 
 enum class PlotScale { log, linear };
-
-// Where gnuplot is: $KVLAB_GNUPLOT if set, else the first `gnuplot` on PATH. Throws UnavailableError
-// naming the gnuplot-nox package when there is none.
-std::filesystem::path find_gnuplot();
 
 // One trace on a chart, with the label its series carry when several traces share the chart ("mha").
 struct PlotInput {
