@@ -70,6 +70,9 @@ expect("kvlab kvcalc -m llama-3-8b --gpu h100-sxm-80gb --context 8k,32k --batch 
        OUT "KV/token = 2 \\(K and V\\) x 32 layers" "Does it fit on NVIDIA H100" "Decode roofline"
            # budget floor(85520809984 B x 0.9) - 16060522496 B of bf16 weights = 60908206489 B; / 1 GiB per 8k fp16 sequence = 56
            "fp16 +8192 +56\n")
+# 4 x 32768 tokens x 512 KiB = 64 GiB for Llama-2-7B, more than its 59.15 GiB budget on the H100 (the fit table)
+expect("kvlab kvcalc -m meta-llama/Llama-2-7b-hf,mistral-7b-v0.1 -d fp16 --context 32k --batch 4 --gpu h100 --plot kv.svg"
+       OUT "llama-2-7b +MHA \\(native\\) +fp16 +32768 +4 +32768 +16.00 GiB +64.00 GiB")
 # models/README.md: held-out perplexity 1.19179 in PyTorch
 expect("kvlab simulate --model tiny-llama --eval models/heldout.txt" OUT "perplexity" " 1\\.1917[89]")
 expect("kvlab simulate" OUT "TinyStories 15M" "steps \\(tokens generated\\) +128 +128")

@@ -17,6 +17,8 @@ namespace {
 
 std::uint64_t u(std::int64_t x) { return static_cast<std::uint64_t>(x); }
 
+}  // namespace
+
 ModelConfig apply_variant(const ModelConfig& cfg, const AttentionVariant& v) {
     if (v.n_head_kv == 0) return cfg;
     if (cfg.mla)
@@ -25,16 +27,23 @@ ModelConfig apply_variant(const ModelConfig& cfg, const AttentionVariant& v) {
     return with_kv_heads(cfg, v.n_head_kv < 0 ? cfg.n_head : v.n_head_kv);
 }
 
-// Tokens a sequence of T tokens occupies once rounded up to whole blocks.
 std::uint64_t allocated_tokens(std::uint64_t n_tokens, std::uint64_t block_size) {
     if (block_size == 0) return n_tokens;
     return checked_mul(ceil_div(n_tokens, block_size), block_size, "paged tokens");
 }
 
-// Bytes one sequence of T tokens holds (windows per mode, paging per block size).
 std::uint64_t sequence_bytes(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, const KvcalcRequest& r) {
     return kv_bytes_sequence(cfg, dtype, allocated_tokens(n_tokens, r.block_size), r.window_mode).total();
 }
+
+// floor(memory x util) in exact integer arithmetic: util is taken to 6 decimals (0.9 -> 900000 / 10^6).
+std::uint64_t usable_bytes(std::uint64_t memory, double util) {
+    __extension__ using u128 = unsigned __int128;  // memory x 10^6 can exceed 64 bits
+    const auto ppm = static_cast<u128>(std::llround(util * 1e6));
+    return static_cast<std::uint64_t>(static_cast<u128>(memory) * ppm / 1000000u);
+}
+
+namespace {
 
 std::string dtype_formula(DType dtype, std::uint64_t n_values) {
     const auto& info = dtype_info(dtype);
@@ -65,13 +74,6 @@ std::uint64_t max_context(const ModelConfig& cfg, DType dtype, std::uint64_t bat
         (fits(mid) ? lo : hi) = mid;
     }
     return lo;
-}
-
-// floor(memory x util) in exact integer arithmetic: util is taken to 6 decimals (0.9 -> 900000 / 10^6).
-std::uint64_t usable_bytes(std::uint64_t memory, double util) {
-    __extension__ using u128 = unsigned __int128;  // memory x 10^6 can exceed 64 bits
-    const auto ppm = static_cast<u128>(std::llround(util * 1e6));
-    return static_cast<std::uint64_t>(static_cast<u128>(memory) * ppm / 1000000u);
 }
 
 // MLA has no MHA twin in its config; the equivalent MHA caches K of H x (nope + rope) and V of H x v_head_dim.

@@ -35,6 +35,16 @@ struct KvcalcRequest {
 
 Report run_kvcalc(const KvcalcRequest& request);
 
+// The pieces run_kvcalc is made of, for other views of the same request (kvcalc --plot):
+// the model with a variant's KV heads (UsageError for what-if heads on MLA);
+ModelConfig apply_variant(const ModelConfig& cfg, const AttentionVariant& variant);
+// tokens a sequence of T tokens occupies once rounded up to whole blocks (block_size 0: T);
+std::uint64_t allocated_tokens(std::uint64_t n_tokens, std::uint64_t block_size);
+// bytes one sequence of T tokens holds (windows per the request's mode, paging per its block size);
+std::uint64_t sequence_bytes(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, const KvcalcRequest& request);
+// floor(memory x util) in exact integer arithmetic (util to 6 decimals).
+std::uint64_t usable_bytes(std::uint64_t memory, double util);
+
 // Per-GPU view of a model under tensor parallelism: KV heads per GPU = max(Hkv / TP, 1).
 // Throws UsageError when TP and Hkv do not divide one way or the other (as vLLM refuses).
 ModelConfig per_gpu_config(const ModelConfig& cfg, std::uint64_t tp);

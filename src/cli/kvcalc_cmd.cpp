@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "calc/kvcalc.hpp"
 #include "calc/presets.hpp"
+#include "report/kv_plot.hpp"
 #include "core/units.hpp"
 
 namespace kvlab::cli {
@@ -32,6 +33,7 @@ struct KvcalcOptions {
     UnitSystem units = UnitSystem::iec;
     Format format = Format::table;
     bool explain = false;
+    std::string plot;                    // also draw KV memory against context here (.svg or .png)
 };
 
 namespace {
@@ -106,10 +108,17 @@ void setup_kvcalc(CLI::App& app) {
     add_units_option(cmd, o->units);
     add_format_option(cmd, o->format);
     cmd->add_flag("--explain", o->explain, "Print each formula with the numbers substituted");
+    cmd->add_option("--plot", o->plot, "Also draw KV memory against context, one line per model/layout/dtype/batch (+ the GPU's KV budget): FILE.svg or FILE.png");
     cmd->footer("Examples:\n  kvlab kvcalc -m llama-3-8b -d fp16,fp8 --context 8k,128k --batch 1,8\n"
                 "  kvlab kvcalc --config path/to/config.json --gpu h100 --explain");
     cmd->callback([o] {
-        print_report(std::cout, run_kvcalc(make_request(*o)), o->format);
+        const KvcalcRequest request = make_request(*o);
+        Report report = run_kvcalc(request);  // every input checked before anything is drawn
+        if (!o->plot.empty()) {
+            plot_kv_memory(request, o->plot);
+            report.notes.push_back("chart of KV memory against context written to " + o->plot);
+        }
+        print_report(std::cout, report, o->format);
     });
 }
 

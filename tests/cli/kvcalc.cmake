@@ -126,3 +126,20 @@ file(WRITE "${WORK}/no-ffn.json" "${noffn}")
 kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/no-ffn.json" -d fp16 --context 8192 OUT "1.12 GiB" "defaults applied: no intermediate_size: the weights are unknown")
 kvlab_expect(RC 2 ARGS kvcalc --config "${WORK}/no-ffn.json" -d fp16 --gpu h100 ERR "no-ffn: the config has no intermediate_size, so its weights \\(parameter count\\) are unknown")
 kvlab_expect(RC 2 ARGS simulate --config "${WORK}/no-ffn.json" ERR "no-ffn: the config has no intermediate_size; the simulator needs the MLP width")
+
+# --plot: KV memory against context, one line per model/layout/dtype/batch, the GPU's KV budget dashed.
+# Checked before drawing: the extension, and at most 12 lines (3 models x 3 dtypes x 2 batches = 18).
+kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --plot "${WORK}/kv.pdf" ERR "--plot: '.*kv.pdf' has extension '.pdf'; expected .svg or .png")
+kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b,llama-3-8b,mistral-7b-v0.1 -d fp16,fp8,int4 --batch 1,2 --plot "${WORK}/kv.svg"
+             ERR "--plot: 18 lines \\(models x attention layouts x dtypes x batches\\); at most 12 on one chart")
+find_program(GNUPLOT gnuplot)
+if(GNUPLOT)
+  kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b,mistral-7b-v0.1 -d fp16 --context 32k --batch 4 --gpu h100 --plot "${WORK}/kv.svg"
+               OUT "Does it fit on NVIDIA H100")
+  file(READ "${WORK}/kv.svg" svg)
+  foreach(text "llama-2-7b MHA fp16 x4" "mistral-7b-v0.1 GQA-8 fp16 x4" "llama-2-7b: KV budget on h100-sxm-80gb" "GiB \\(2</tspan>")
+    if(NOT svg MATCHES "${text}")
+      message(SEND_ERROR "kv.svg has no '${text}'")
+    endif()
+  endforeach()
+endif()
