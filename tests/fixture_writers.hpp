@@ -140,4 +140,73 @@ inline fs::path write_sharded_hf(const fs::path& dir, const Weights& w) {
     return dir;
 }
 
+// GGUF metadata, spelled from the spec (ggml-org/ggml docs/gguf.md) independently of kvlab's reader:
+// "GGUF", version u32, tensor count u64, key/value count u64, then per pair a string key (u64 length +
+// bytes), a u32 value type (4 u32, 5 i32, 7 bool, 8 string, 9 array, 10 u64) and the value. No tensors.
+class GgufWriter {
+public:
+    GgufWriter& u32(const std::string& key, std::uint32_t v) { return kv(key, 4, [&] { put(body_, v); }); }
+    GgufWriter& u64(const std::string& key, std::uint64_t v) { return kv(key, 10, [&] { put(body_, v); }); }
+    GgufWriter& str(const std::string& key, const std::string& v) { return kv(key, 8, [&] { text(v); }); }
+    GgufWriter& i32_array(const std::string& key, const std::vector<std::int32_t>& v) {
+        return kv(key, 9, [&] {
+            put<std::uint32_t>(body_, 5);
+            put<std::uint64_t>(body_, v.size());
+            for (const auto x : v) put(body_, x);
+        });
+    }
+    GgufWriter& bool_array(const std::string& key, const std::vector<bool>& v) {
+        return kv(key, 9, [&] {
+            put<std::uint32_t>(body_, 7);
+            put<std::uint64_t>(body_, v.size());
+            for (const bool x : v) put<std::uint8_t>(body_, x ? 1 : 0);
+        });
+    }
+    GgufWriter& str_array(const std::string& key, std::size_t n) {  // n strings "t0", "t1", ... (a vocabulary)
+        return kv(key, 9, [&] {
+            put<std::uint32_t>(body_, 8);
+            put<std::uint64_t>(body_, n);
+            for (std::size_t i = 0; i < n; ++i) text("t" + std::to_string(i));
+        });
+    }
+    std::string bytes(std::uint32_t version = 3) const {
+        std::string out = "GGUF";
+        put(out, version);
+        put<std::uint64_t>(out, 0);  // tensors
+        put<std::uint64_t>(out, n_kv_);
+        return out + body_;
+    }
+
+private:
+    template <typename F>
+    GgufWriter& kv(const std::string& key, std::uint32_t type, F value) {
+        text(key);
+        put(body_, type);
+        value();
+        ++n_kv_;
+        return *this;
+    }
+    void text(const std::string& s) {
+        put<std::uint64_t>(body_, s.size());
+        body_ += s;
+    }
+    std::string body_;
+    std::uint64_t n_kv_ = 0;
+};
+
+// Llama-3-8B's shape as llama.cpp's convert_hf_to_gguf.py writes it (metadata only).
+inline std::string gguf_llama3_8b() {
+    return GgufWriter()
+        .str("general.architecture", "llama")
+        .str("general.name", "Meta Llama 3 8B")
+        .u32("llama.block_count", 32)
+        .u32("llama.context_length", 8192)
+        .u32("llama.embedding_length", 4096)
+        .u32("llama.feed_forward_length", 14336)
+        .u32("llama.attention.head_count", 32)
+        .u32("llama.attention.head_count_kv", 8)
+        .u32("llama.vocab_size", 128256)
+        .bytes();
+}
+
 }  // namespace kvlab::fixtures

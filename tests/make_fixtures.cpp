@@ -37,7 +37,7 @@ std::string slurp_file(const fs::path& path) {
 // One seed directory per fuzz target (tests/fuzz/CMakeLists.txt names them), each holding valid files
 // of its format, so mutations start from something the reader accepts. Small: each seed is under 50 KB.
 void write_fuzz_seeds(const fs::path& dir) {
-    for (const char* d : {"llama2c", "tokenizer", "safetensors", "shard_index", "trace_csv", "trace_jsonl", "trace_perfetto"})
+    for (const char* d : {"llama2c", "tokenizer", "safetensors", "shard_index", "trace_csv", "trace_jsonl", "trace_perfetto", "gguf"})
         fs::create_directories(dir / d);
     const ModelConfig cfg = tiny_config();
     const Weights w = random_weights(cfg, 7, 0.5f);
@@ -76,6 +76,17 @@ void write_fuzz_seeds(const fs::path& dir) {
     write_step_trace(dir / "trace_csv" / "run.csv", run_summary(cfg, o, r), r.records, inputs, false);
     write_step_trace(dir / "trace_jsonl" / "run.jsonl", run_summary(cfg, o, r), r.records, inputs, true);
     write_step_trace(dir / "trace_perfetto" / "run.json", run_summary(cfg, o, r), r.records, inputs, false);
+    write_file(dir / "gguf" / "llama3-8b.gguf", gguf_llama3_8b());
+    write_file(dir / "gguf" / "windows.gguf", GgufWriter()
+                                                  .str("general.architecture", "gemma3")
+                                                  .u32("gemma3.block_count", 6)
+                                                  .u32("gemma3.embedding_length", 64)
+                                                  .i32_array("gemma3.attention.head_count", {4, 4, 4, 4, 4, 4})
+                                                  .u32("gemma3.attention.head_count_kv", 2)
+                                                  .u32("gemma3.attention.sliding_window", 16)
+                                                  .bool_array("gemma3.attention.sliding_window_pattern", {true, true, true, true, true, false})
+                                                  .str_array("tokenizer.ggml.tokens", 20)
+                                                  .bytes());
 }
 
 }  // namespace
@@ -111,6 +122,27 @@ int main(int argc, char** argv) {
     v1_bad.resize(256, '\0');
     write_file(dir / "v1_version7.bin", v1_bad);
     write_file(dir / "text.bin", std::string("this is not a checkpoint, just some text padding it out\n"));
+    // GGUF headers: Llama-3-8B's metadata; Gemma-2-style windows; broken variants
+    const std::string gguf = gguf_llama3_8b();
+    write_file(dir / "llama3-8b.gguf", gguf);
+    write_file(dir / "gemma2.gguf", GgufWriter()
+                                        .str("general.architecture", "gemma2")
+                                        .u32("gemma2.block_count", 42)
+                                        .u32("gemma2.context_length", 8192)
+                                        .u32("gemma2.embedding_length", 3584)
+                                        .u32("gemma2.feed_forward_length", 14336)
+                                        .u32("gemma2.attention.head_count", 16)
+                                        .u32("gemma2.attention.head_count_kv", 8)
+                                        .u32("gemma2.attention.key_length", 256)
+                                        .u32("gemma2.attention.value_length", 256)
+                                        .u32("gemma2.attention.sliding_window", 4096)
+                                        .str_array("tokenizer.ggml.tokens", 1000)
+                                        .bytes());
+    write_file(dir / "gguf_truncated.gguf", gguf.substr(0, gguf.size() - 5));
+    std::string huge = gguf;
+    std::memcpy(huge.data() + 16, "\xff\xff\xff\xff\xff\xff\xff\x0f", 8);  // a metadata count the file cannot hold
+    write_file(dir / "gguf_huge_count.gguf", huge);
+    write_file(dir / "gguf_v1.gguf", GgufWriter().str("general.architecture", "llama").bytes(1));
 
     write_hf(dir / "hf_ok", w, [](std::vector<StTensor>&) {});
     write_hf(dir / "hf_missing", w, [](std::vector<StTensor>& t) { t.pop_back(); });  // model.norm.weight

@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "calc/kvcalc.hpp"
 #include "calc/presets.hpp"
+#include "formats/gguf.hpp"
 #include "report/kv_plot.hpp"
 #include "core/units.hpp"
 
@@ -16,6 +17,7 @@ namespace kvlab::cli {
 struct KvcalcOptions {
     std::vector<std::string> models;     // empty: every "llama" family preset
     std::vector<std::string> configs;    // config.json files or directories holding one, repeatable
+    std::vector<std::string> ggufs;      // GGUF files: their metadata, repeatable
     std::string attention = "native";
     std::string kv_heads;                // empty: not given
     std::string dtypes = "fp16,fp8";
@@ -44,6 +46,7 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
     for (const auto& m : o.models)
         for (const auto& name : split_list(m)) r.models.push_back(load_preset(name));
     for (const auto& c : o.configs) r.models.push_back(load_model_config(c));
+    for (const auto& g : o.ggufs) r.models.push_back(load_gguf_config(g));
     if (r.models.empty()) {
         for (const auto& name : preset_names()) {
             auto cfg = load_preset(name);
@@ -91,6 +94,7 @@ void setup_kvcalc(CLI::App& app) {
     cmd->add_option("-m,--model", o->models,
                     "Preset names or Hugging Face ids, repeatable or comma-separated (default: all Llama-family presets)");
     cmd->add_option("-c,--config", o->configs, "Hugging Face config.json files or directories holding one, repeatable; beside -m presets");
+    cmd->add_option("--gguf", o->ggufs, "GGUF files (llama.cpp): the model shape from the metadata, no tensor read; repeatable");
     auto* attention = cmd->add_option("-a,--attention", o->attention, "Attention layouts: native,mha,gqa:N,mqa")->capture_default_str();
     cmd->add_option("--kv-heads", o->kv_heads, "What-if KV head count (instead of --attention)")->excludes(attention);
     cmd->add_option("-d,--dtype", o->dtypes, "KV dtypes: fp32,fp16,bf16,fp8 (=fp8_e4m3),fp8_e5m2,int8,int4,q8_0,q4_0")->capture_default_str();

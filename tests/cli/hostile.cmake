@@ -126,3 +126,19 @@ kvlab_expect(RC 2 ARGS simulate --checkpoint "${WORK}/fx/tiny.bin" --tokenizer "
 kvlab_expect(RC 2 ARGS kvcalc --config "${WORK}/missing.json" ERR "cannot open the config file")
 kvlab_expect(RC 2 ARGS simulate --model stories260k -p 2 -n 2 --trace "${WORK}/same.json" --save-checkpoint "${WORK}/./same.json"
              ERR "--trace and --save-checkpoint: both name")
+
+# 12. GGUF headers (kvcalc --gguf): the metadata read as llama.cpp writes it, every length checked first.
+# Llama-3-8B: 2 x 32 layers x 8 KV heads x 128 (4096 / 32) x 2 B = 131072 B/token; x 8192 = 1 GiB.
+kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/llama3-8b.gguf" -d fp16 --context 8k
+             OUT "llama3-8b +GQA-8 \\(native\\) +32 +32 +8 +128 +fp16 .* 128.00 KiB" "llama3-8b +GQA-8 \\(native\\) +fp16 +8192 +1 +8192 +1.00 GiB")
+# beside a preset of the same shape, in one table, with the same figures
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b --gguf "${WORK}/fx/llama3-8b.gguf" -d fp16 --context 8k --format csv
+             OUT "\nllama-3-8b,GQA-8 \\(native\\),32,32,8,128,fp16,2048,2048,131072,4\\.0\nllama3-8b,GQA-8 \\(native\\),32,32,8,128,fp16,2048,2048,131072,4\\.0")
+# Gemma-2's windows (every other layer from the first, as llama.cpp and transformers do): 42 layers x 2 x 8 x 256 x 2 B
+# = 344064 B/token; at 8192: 21 x 4096 + 21 x 8192 tokens x 8192 B = 2113929216 B = 1.97 GiB
+kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/gemma2.gguf" -d fp16 --context 8k
+             OUT "336.00 KiB" "gemma2 +GQA-8 \\(native\\) +fp16 +8192 +1 +8192 +1.97 GiB" "sliding window 4096 on even layers")
+kvlab_expect(RC 2 ARGS kvcalc --gguf "${WORK}/fx/gguf_truncated.gguf" ERR "gguf_truncated.gguf': GGUF header at byte [0-9]+: .* needs [0-9]+ bytes, [0-9]+ are left in the file")
+kvlab_expect(RC 2 ARGS kvcalc --gguf "${WORK}/fx/gguf_huge_count.gguf" ERR "GGUF header at byte 24: the metadata needs [0-9]+ bytes, [0-9]+ are left in the file")
+kvlab_expect(RC 2 ARGS kvcalc --gguf "${WORK}/fx/gguf_v1.gguf" ERR "version 1; kvlab reads GGUF versions 2 and 3")
+kvlab_expect(RC 2 ARGS kvcalc --gguf ${DATA}/falcon-7b.json ERR "no 'GGUF' magic at the start; expected a llama.cpp GGUF file")

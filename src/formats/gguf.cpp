@@ -1,0 +1,245 @@
+#include "formats/gguf.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/mapped_file.hpp"
+#include "core/text.hpp"
+
+namespace kvlab {
+
+namespace {
+
+// The value types of the GGUF spec, by their numbers in the file.
+enum GgufType : std::uint32_t {
+    u8 = 0, i8 = 1, u16 = 2, i16 = 3, u32 = 4, i32 = 5, f32 = 6, boolean = 7, string = 8, array = 9, u64 = 10, i64 = 11, f64 = 12
+};
+
+std::uint64_t scalar_size(std::uint32_t type) {
+    switch (type) {
+        case u8: case i8: case boolean: return 1;
+        case u16: case i16: return 2;
+        case u32: case i32: case f32: return 4;
+        case u64: case i64: case f64: return 8;
+        default: return 0;
+    }
+}
+
+// Reads little-endian values from the mapped bytes, every read checked against the end of the file.
+class Cursor {
+public:
+    Cursor(std::span<const std::byte> bytes, const std::filesystem::path& path) : bytes_(bytes), path_(path) {}
+
+    [[noreturn]] void fail(const std::string& what) const {
+        throw FormatError(fmt::format("{}: GGUF header at byte {}: {}", quote(path_.string()), pos_, what));
+    }
+    void need(std::uint64_t n, const char* what) const {
+        if (n > bytes_.size() - pos_)
+            fail(fmt::format("{} needs {} bytes, {} are left in the file", what, n, bytes_.size() - pos_));
+    }
+    template <typename T>
+    T read(const char* what) {
+        need(sizeof(T), what);
+        T v;
+        std::memcpy(&v, bytes_.data() + pos_, sizeof(T));
+        pos_ += sizeof(T);
+        return v;
+    }
+    std::string string(const char* what) {
+        const auto n = read<std::uint64_t>(what);
+        need(n, what);
+        std::string s(reinterpret_cast<const char*>(bytes_.data() + pos_), static_cast<std::size_t>(n));
+        pos_ += n;
+        return s;
+    }
+    void skip(std::uint64_t n, const char* what) {
+        need(n, what);
+        pos_ += n;
+    }
+    std::uint64_t pos() const { return pos_; }
+
+private:
+    std::span<const std::byte> bytes_;
+    const std::filesystem::path& path_;
+    std::uint64_t pos_ = 0;
+};
+
+std::int64_t scalar_integer(Cursor& c, std::uint32_t type) {
+    switch (type) {
+        case u8: return c.read<std::uint8_t>("a u8");
+        case i8: return c.read<std::int8_t>("an i8");
+        case u16: return c.read<std::uint16_t>("a u16");
+        case i16: return c.read<std::int16_t>("an i16");
+        case u32: return c.read<std::uint32_t>("a u32");
+        case i32: return c.read<std::int32_t>("an i32");
+        case i64: return c.read<std::int64_t>("an i64");
+        case u64: {
+            const auto v = c.read<std::uint64_t>("a u64");
+            if (v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) c.fail(fmt::format("u64 value {} is above 2^63 - 1", v));
+            return static_cast<std::int64_t>(v);
+        }
+        default: c.fail(fmt::format("value type {} is not an integer", type));
+    }
+}
+
+GgufValue read_value(Cursor& c, std::uint32_t type) {
+    GgufValue v;
+    switch (type) {
+        case f32: v.kind = GgufValue::Kind::real; v.real = c.read<float>("an f32"); break;
+        case f64: v.kind = GgufValue::Kind::real; v.real = c.read<double>("an f64"); break;
+        case boolean: {
+            const auto b = c.read<std::uint8_t>("a bool");
+            if (b > 1) c.fail(fmt::format("bool value {}; expected 0 or 1", b));
+            v.kind = GgufValue::Kind::boolean;
+            v.boolean = b == 1;
+            break;
+        }
+        case string: v.kind = GgufValue::Kind::string; v.text = c.string("a string"); break;
+        case array: {
+            v.kind = GgufValue::Kind::array;
+            const auto elem = c.read<std::uint32_t>("an array's element type");
+            v.array_length = c.read<std::uint64_t>("an array's length");
+            if (elem == string) {
+                // a vocabulary: skipped string by string, each length checked
+                for (std::uint64_t i = 0; i < v.array_length; ++i) c.skip(c.read<std::uint64_t>("a string's length"), "a string in an array");
+            } else if (elem == array) {
+                c.fail("an array of arrays; kvlab reads arrays of numbers, bools and strings");
+            } else {
+                const std::uint64_t size = scalar_size(elem);
+                if (size == 0) c.fail(fmt::format("array element type {}; expected 0..12", elem));
+                c.need(v.array_length > std::numeric_limits<std::uint64_t>::max() / size ? std::numeric_limits<std::uint64_t>::max() : v.array_length * size,
+                       "an array's elements");
+                if (elem == boolean) {
+                    for (std::uint64_t i = 0; i < v.array_length; ++i) v.array_booleans.push_back(read_value(c, boolean).boolean);
+                } else if (elem == f32 || elem == f64 || v.array_length > (1u << 20)) {
+                    c.skip(v.array_length * size, "an array's elements");  // reals and long arrays: only the length matters here
+                } else {
+                    for (std::uint64_t i = 0; i < v.array_length; ++i) v.array_integers.push_back(scalar_integer(c, elem));
+                }
+            }
+            break;
+        }
+        default:
+            if (scalar_size(type) == 0) c.fail(fmt::format("value type {}; expected 0..12", type));
+            v.kind = GgufValue::Kind::integer;
+            v.integer = scalar_integer(c, type);
+    }
+    return v;
+}
+
+}  // namespace
+
+GgufHeader read_gguf_header(const std::filesystem::path& path) {
+    const MappedFile file(path, "GGUF file");
+    Cursor c(file.bytes(), path);
+    GgufHeader h;
+    const auto magic = c.read<std::uint32_t>("the magic");
+    if (magic != 0x46554747u)  // "GGUF" read little-endian
+        c.fail("no 'GGUF' magic at the start; expected a llama.cpp GGUF file");
+    h.version = c.read<std::uint32_t>("the version");
+    if (h.version != 2 && h.version != 3)
+        c.fail(fmt::format("version {}; kvlab reads GGUF versions 2 and 3 (version 1 used 32-bit lengths)", h.version));
+    h.n_tensors = c.read<std::uint64_t>("the tensor count");
+    const auto n_kv = c.read<std::uint64_t>("the metadata count");
+    // every pair takes at least 12 bytes (key length, value type): a count the file cannot hold is refused first
+    c.need(n_kv > std::numeric_limits<std::uint64_t>::max() / 12 ? std::numeric_limits<std::uint64_t>::max() : n_kv * 12, "the metadata");
+    for (std::uint64_t i = 0; i < n_kv; ++i) {
+        std::string key = c.string("a metadata key");
+        const auto type = c.read<std::uint32_t>("a value type");
+        GgufValue v = read_value(c, type);
+        if (!h.metadata.emplace(key, std::move(v)).second) c.fail(fmt::format("key {} appears twice", quote(key, 80)));
+    }
+    return h;
+}
+
+ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& path) {
+    const std::string where = fmt::format("{} (GGUF metadata)", path.string());
+    auto find = [&](const std::string& key) -> const GgufValue* {
+        const auto it = h.metadata.find(key);
+        return it == h.metadata.end() ? nullptr : &it->second;
+    };
+    const GgufValue* arch_v = find("general.architecture");
+    if (!arch_v || arch_v->kind != GgufValue::Kind::string || arch_v->text.empty())
+        throw ConfigError(fmt::format("{}: no general.architecture; expected the model's architecture name", where));
+    const std::string arch = arch_v->text;
+    // a per-layer array of one value, or a scalar; a per-layer array whose values differ is refused
+    auto uniform = [&](const std::string& key, bool required) -> std::optional<std::int64_t> {
+        const GgufValue* v = find(arch + "." + key);
+        if (!v) {
+            if (required) throw ConfigError(fmt::format("{}: no {}.{}; expected a positive integer", where, arch, key));
+            return std::nullopt;
+        }
+        if (v->kind == GgufValue::Kind::integer) return v->integer;
+        if (v->kind == GgufValue::Kind::array && !v->array_integers.empty()) {
+            const auto [lo, hi] = std::minmax_element(v->array_integers.begin(), v->array_integers.end());
+            if (*lo != *hi)
+                throw ConfigError(fmt::format("{}: {}.{} differs between layers ({}..{}); per-layer shapes are not sized yet", where, arch, key, *lo, *hi));
+            return *lo;
+        }
+        throw ConfigError(fmt::format("{}: {}.{} is not an integer", where, arch, key));
+    };
+
+    // the same fields as a Hugging Face config, so one reader checks them all (config.json rules apply)
+    nlohmann::json j;
+    j["model_type"] = arch == "gemma3" ? "gemma3_text" : arch;
+    j["num_hidden_layers"] = *uniform("block_count", true);
+    j["hidden_size"] = *uniform("embedding_length", true);
+    j["num_attention_heads"] = *uniform("attention.head_count", true);
+    if (const auto kv = uniform("attention.head_count_kv", false)) j["num_key_value_heads"] = *kv;
+    const auto key_len = uniform("attention.key_length", false), value_len = uniform("attention.value_length", false);
+    if (key_len) j["head_dim"] = *key_len;
+    if (const auto ctx = uniform("context_length", false)) j["max_position_embeddings"] = *ctx;
+    if (const auto ff = uniform("feed_forward_length", false)) j["intermediate_size"] = *ff;
+    if (const auto n = uniform("vocab_size", false)) j["vocab_size"] = *n;
+    else if (const GgufValue* tokens = find("tokenizer.ggml.tokens"); tokens && tokens->kind == GgufValue::Kind::array)
+        j["vocab_size"] = tokens->array_length;
+    else j["vocab_size"] = 1;  // the KV cache does not depend on it; the weights then are not counted
+    if (const auto experts = uniform("expert_count", false); experts && *experts > 1) {
+        j["num_local_experts"] = *experts;
+        j["num_experts_per_tok"] = uniform("expert_used_count", false).value_or(1);
+    }
+    if (const auto rank = uniform("attention.kv_lora_rank", false)) {
+        j["kv_lora_rank"] = *rank;
+        j["qk_rope_head_dim"] = uniform("rope.dimension_count", true).value();
+    } else if (key_len && value_len && *key_len != *value_len) {
+        throw ConfigError(fmt::format("{}: key_length {} and value_length {} differ; kvlab sizes K and V of one head size", where, *key_len, *value_len));
+    }
+    std::string window_note;
+    if (const auto window = uniform("attention.sliding_window", false); window && *window > 0) {
+        // which layers llama.cpp windows is the architecture's rule (llama-model.cpp, set_swa_pattern):
+        // Gemma-2 every other layer from the first, Gemma-3 five of every six; a per-layer bool array wins
+        j["sliding_window"] = *window;
+        if (const GgufValue* pattern = find(arch + ".attention.sliding_window_pattern"); pattern && !pattern->array_booleans.empty()) {
+            if (static_cast<std::int64_t>(pattern->array_booleans.size()) != j["num_hidden_layers"].get<std::int64_t>())
+                throw ConfigError(fmt::format("{}: {}.attention.sliding_window_pattern has {} entries; expected block_count", where, arch,
+                                              pattern->array_booleans.size()));
+            for (const bool b : pattern->array_booleans) j["layer_types"].push_back(b ? "sliding_attention" : "full_attention");
+        } else if (arch == "gemma3") {
+            j["sliding_window_pattern"] = 6;
+        } else if (arch != "gemma2") {
+            j["use_sliding_window"] = false;
+            window_note = fmt::format("{}.attention.sliding_window {} ignored: kvlab does not know which layers llama.cpp windows for "
+                                      "architecture {}", arch, *window, arch);
+        }
+    }
+    std::string name = path.stem().string();
+    nlohmann::json kv = {{"source", fmt::format("GGUF v{} header of {}", h.version, path.string())}};
+    if (const GgufValue* n = find("general.name"); n && n->kind == GgufValue::Kind::string && !n->text.empty()) kv["display_name"] = n->text;
+    j["_kvlab"] = kv;
+    ModelConfig cfg = parse_model_config(j, where, name);
+    if (!window_note.empty()) cfg.defaults.push_back(window_note);
+    if (!find(arch + ".vocab_size") && !find("tokenizer.ggml.tokens")) {
+        cfg.d_ff = 0;  // no vocabulary size: the weights are unknown
+        cfg.defaults.push_back("no vocabulary size in the metadata: the weights are unknown");
+    }
+    return cfg;
+}
+
+ModelConfig load_gguf_config(const std::filesystem::path& path) { return gguf_model_config(read_gguf_header(path), path); }
+
+}  // namespace kvlab
