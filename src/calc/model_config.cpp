@@ -206,6 +206,10 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
     cfg.family = (cfg.model_type == "gpt2" || gpt2_names) ? Family::gpt2 : Family::llama;
 
     cfg.n_layer = f.required({"num_hidden_layers", "n_layer", "num_layers"});
+    // per-layer rules (windows, KV bytes) walk the layers: a count no model has is refused, not walked
+    if (cfg.n_layer > max_layers)
+        throw ConfigError(fmt::format("{}: num_hidden_layers = {}; kvlab sizes at most {} layers (published models have up to a few hundred)",
+                                      where, cfg.n_layer, max_layers));
     cfg.d_model = f.required({"hidden_size", "n_embd", "d_model"});
     cfg.n_head = f.required({"num_attention_heads", "n_head"});
     cfg.n_vocab = f.required({"vocab_size"});

@@ -88,6 +88,8 @@ inline std::int64_t keys_in_window(std::int64_t window, std::int64_t pos) {
 }
 
 // Parse and validate; `where` names the file in error messages. Throws ConfigError.
+// The most layers a config may have (published models have up to a few hundred).
+inline constexpr std::int64_t max_layers = 65536;
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& where, const std::string& name);
 // The name a config file gives its model: its "_name_or_path" (written by transformers'
 // save_pretrained), else the real name of the folder holding a config.json, else the file's stem.

@@ -114,7 +114,7 @@ GgufValue read_value(Cursor& c, std::uint32_t type) {
                 if (size == 0) c.fail(fmt::format("array element type {}; expected 0..12", elem));
                 c.need(v.array_length > std::numeric_limits<std::uint64_t>::max() / size ? std::numeric_limits<std::uint64_t>::max() : v.array_length * size,
                        "an array's elements");
-                if (elem == boolean) {
+                if (elem == boolean && v.array_length <= (1u << 20)) {
                     for (std::uint64_t i = 0; i < v.array_length; ++i) v.array_booleans.push_back(read_value(c, boolean).boolean);
                 } else if (elem == f32 || elem == f64 || v.array_length > (1u << 20)) {
                     c.skip(v.array_length * size, "an array's elements");  // reals and long arrays: only the length matters here

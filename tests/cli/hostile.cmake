@@ -142,3 +142,6 @@ kvlab_expect(RC 2 ARGS kvcalc --gguf "${WORK}/fx/gguf_truncated.gguf" ERR "gguf_
 kvlab_expect(RC 2 ARGS kvcalc --gguf "${WORK}/fx/gguf_huge_count.gguf" ERR "GGUF header at byte 24: the metadata needs [0-9]+ bytes, [0-9]+ are left in the file")
 kvlab_expect(RC 2 ARGS kvcalc --gguf "${WORK}/fx/gguf_v1.gguf" ERR "version 1; kvlab reads GGUF versions 2 and 3")
 kvlab_expect(RC 2 ARGS kvcalc --gguf ${DATA}/falcon-7b.json ERR "no 'GGUF' magic at the start; expected a llama.cpp GGUF file")
+# a layer count no model has (a fuzzed GGUF had 4294967045) is refused before any per-layer walk
+file(WRITE "${WORK}/layers.json" "{\"model_type\":\"llama\",\"hidden_size\":64,\"num_hidden_layers\":4294967045,\"num_attention_heads\":4,\"vocab_size\":32}")
+kvlab_expect(RC 2 ARGS kvcalc --config "${WORK}/layers.json" ERR "num_hidden_layers = 4294967045; kvlab sizes at most 65536 layers")
