@@ -171,17 +171,18 @@ ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& 
     auto uniform = [&](const std::string& key, bool required) -> std::optional<std::int64_t> {
         const GgufValue* v = find(arch + "." + key);
         if (!v) {
-            if (required) throw ConfigError(fmt::format("{}: no {}.{}; expected a positive integer", where, arch, key));
+            if (required) throw ConfigError(fmt::format("{}: no {}; expected a positive integer", where, quote(arch + "." + key, 80)));
             return std::nullopt;
         }
         if (v->kind == GgufValue::Kind::integer) return v->integer;
         if (v->kind == GgufValue::Kind::array && !v->array_integers.empty()) {
             const auto [lo, hi] = std::minmax_element(v->array_integers.begin(), v->array_integers.end());
             if (*lo != *hi)
-                throw ConfigError(fmt::format("{}: {}.{} differs between layers ({}..{}); per-layer shapes are not sized yet", where, arch, key, *lo, *hi));
+                throw ConfigError(fmt::format("{}: {} differs between layers ({}..{}); per-layer shapes are not sized yet", where,
+                                              quote(arch + "." + key, 80), *lo, *hi));
             return *lo;
         }
-        throw ConfigError(fmt::format("{}: {}.{} is not an integer", where, arch, key));
+        throw ConfigError(fmt::format("{}: {} is not an integer", where, quote(arch + "." + key, 80)));
     };
 
     // the same fields as a Hugging Face config, so one reader checks them all (config.json rules apply)
@@ -216,15 +217,15 @@ ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& 
         j["sliding_window"] = *window;
         if (const GgufValue* pattern = find(arch + ".attention.sliding_window_pattern"); pattern && !pattern->array_booleans.empty()) {
             if (static_cast<std::int64_t>(pattern->array_booleans.size()) != j["num_hidden_layers"].get<std::int64_t>())
-                throw ConfigError(fmt::format("{}: {}.attention.sliding_window_pattern has {} entries; expected block_count", where, arch,
+                throw ConfigError(fmt::format("{}: {} has {} entries; expected block_count", where, quote(arch + ".attention.sliding_window_pattern", 80),
                                               pattern->array_booleans.size()));
             for (const bool b : pattern->array_booleans) j["layer_types"].push_back(b ? "sliding_attention" : "full_attention");
         } else if (arch == "gemma3") {
             j["sliding_window_pattern"] = 6;
         } else if (arch != "gemma2") {
             j["use_sliding_window"] = false;
-            window_note = fmt::format("{}.attention.sliding_window {} ignored: kvlab does not know which layers llama.cpp windows for "
-                                      "architecture {}", arch, *window, arch);
+            window_note = fmt::format("{} {} ignored: kvlab does not know which layers llama.cpp windows for architecture {}",
+                                      quote(arch + ".attention.sliding_window", 80), *window, quote(arch, 40));
         }
     }
     std::string name = path.stem().string();
