@@ -204,12 +204,14 @@ Report run_kvcalc(const KvcalcRequest& r) {
                              {"d_head", base.d_head}, {"max_position_embeddings", base.n_ctx_max}, {"attention", base.attention_kind()},
                              {"head_dim_rule", base.head_dim_rule}, {"kv_heads_rule", base.kv_heads_rule}, {"window_rule", base.window_rule},
                              {"ffn_rule", base.ffn_rule}, {"defaults_applied", base.defaults}};
+        if (base.stored_weight_bytes) mj["stored_weight_bytes"] = *base.stored_weight_bytes;
         if (base.sliding_window) mj["sliding_window"] = *base.sliding_window;
         const auto contexts = contexts_for(base, r);
         mj["contexts"] = contexts;
         in["models"].push_back(mj);
         report.notes.push_back(fmt::format("{}: {}; {}; {}{}", base.name, base.head_dim_rule, base.kv_heads_rule, base.window_rule,
                                            base.defaults.empty() ? "" : fmt::format("; defaults applied: {}", fmt::join(base.defaults, "; "))));
+        if (r.gpu && base.stored_weight_bytes) report.notes.push_back(fmt::format("{}: {}", base.name, base.stored_weights_rule));
         for (auto t : contexts)
             if (base.n_ctx_max > 0 && t > u(base.n_ctx_max))
                 report.notes.push_back(fmt::format("warning: context {} exceeds {}'s max_position_embeddings {}", t, base.name, base.n_ctx_max));
@@ -275,8 +277,11 @@ Report run_kvcalc(const KvcalcRequest& r) {
                 }
                 if (r.gpu) {
                     const auto params = count_params(cfg);
-                    const auto weights = ceil_div(checked_mul(params.total(), dtype_info(r.weights_dtype).block_bytes, "weights bytes") /
-                                                      dtype_info(r.weights_dtype).block_values, r.tp);
+                    // the checkpoint's own bytes when they were read (the native layout only: a what-if has other K, V widths)
+                    const bool stored = cfg.stored_weight_bytes && variant.n_head_kv == 0;
+                    const auto weights = stored ? ceil_div(*cfg.stored_weight_bytes, r.tp)
+                                                : ceil_div(checked_mul(params.total(), dtype_info(r.weights_dtype).block_bytes, "weights bytes") /
+                                                               dtype_info(r.weights_dtype).block_values, r.tp);
                     const auto usable = usable_bytes(usable_gpu_bytes(*r.gpu), r.mem_util);
                     const std::uint64_t kv_budget = usable > weights ? usable - weights : 0;
                     const auto per_token_gpu = kv_bytes_per_token(gpu_cfg, dtype).total();

@@ -66,6 +66,10 @@ struct ModelConfig {
     std::string window_rule;
     std::string ffn_rule;       // where d_ff came from; d_ff = 0 when the config does not say (weights unknown)
     std::vector<std::string> defaults;  // every value the config omitted and a class default supplied (--explain lists them)
+    // The weights' bytes as stored beside the config (safetensors headers), when a caller read them:
+    // the GPU fit then uses them instead of parameters x --weights-dtype. With the rule said to the user.
+    std::optional<std::uint64_t> stored_weight_bytes;
+    std::string stored_weights_rule;
     bool falcon = false;        // Falcon: GELU MLP of 2 matrices, LayerNorms with bias (model_type falcon)
     std::int64_t norms_per_layer = 2;  // Falcon-7B's parallel attention shares one LayerNorm per layer
 

@@ -9,6 +9,7 @@
 #include "calc/kvcalc.hpp"
 #include "calc/presets.hpp"
 #include "formats/gguf.hpp"
+#include "formats/hf_checkpoint.hpp"
 #include "report/kv_plot.hpp"
 #include "core/units.hpp"
 
@@ -45,7 +46,18 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
     // presets first, then configs, in the order given: one table row per model
     for (const auto& m : o.models)
         for (const auto& name : split_list(m)) r.models.push_back(load_preset(name));
-    for (const auto& c : o.configs) r.models.push_back(load_model_config(c));
+    for (const auto& c : o.configs) {
+        ModelConfig cfg = load_model_config(c);
+        // a checkpoint directory: its safetensors headers give the weights' exact bytes (no tensor is read)
+        if (const auto stored = stored_weights(c)) {
+            cfg.stored_weight_bytes = stored->bytes;
+            std::vector<std::string> parts;
+            for (const auto& [dtype, bytes] : stored->bytes_by_dtype) parts.push_back(fmt::format("{} {} B", dtype, bytes));
+            cfg.stored_weights_rule = fmt::format("weights {} B as stored ({}; from the headers of {}), used by the GPU fit instead of "
+                                                  "parameters x --weights-dtype", stored->bytes, fmt::join(parts, ", "), stored->where);
+        }
+        r.models.push_back(std::move(cfg));
+    }
     for (const auto& g : o.ggufs) r.models.push_back(load_gguf_config(g));
     if (r.models.empty()) {
         for (const auto& name : preset_names()) {

@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "core/checked.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "core/json_input.hpp"
@@ -47,6 +48,16 @@ public:
     VectorF vector(const std::string& name, std::int64_t n) const { return file_for(name, {n}).read_vector(name, n); }
 
     const std::string& where() const { return where_; }
+
+    // every tensor's stored bytes, summed per dtype (a tensor counted once, in the file that holds it)
+    std::map<std::string, std::uint64_t> bytes_by_dtype() const {
+        std::map<std::string, std::uint64_t> out;
+        for (const auto& [name, file] : owner_) {
+            const SafetensorsTensor* t = files_[file]->find(name);
+            out[t->dtype] = checked_add(out[t->dtype], t->end_bytes - t->begin_bytes, "stored weight bytes");
+        }
+        return out;
+    }
 
 private:
     void add_file(const std::filesystem::path& path) { files_.push_back(std::make_unique<SafetensorsFile>(path)); }
@@ -154,6 +165,19 @@ LoadedModel load_hf_checkpoint(const std::filesystem::path& dir, std::optional<s
     const std::int64_t n_read = layers_to_read(cfg, n_layers, dir);
     model.weights = cfg.family == Family::gpt2 ? load_gpt2_weights(src, cfg, n_read) : load_llama_weights(src, cfg, n_read);
     return model;
+}
+
+std::optional<StoredWeights> stored_weights(const std::filesystem::path& dir) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec) || (!std::filesystem::is_regular_file(dir / "model.safetensors", ec) &&
+                                                    !std::filesystem::is_regular_file(dir / "model.safetensors.index.json", ec)))
+        return std::nullopt;
+    const TensorSource src(dir);
+    StoredWeights w;
+    w.where = src.where();
+    w.bytes_by_dtype = src.bytes_by_dtype();
+    for (const auto& [dtype, bytes] : w.bytes_by_dtype) w.bytes = checked_add(w.bytes, bytes, "stored weight bytes");
+    return w;
 }
 
 }  // namespace kvlab

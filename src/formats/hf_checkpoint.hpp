@@ -3,7 +3,10 @@
 // Non-goal: pytorch_model.bin pickles, biases on Llama-style attention, mixture-of-experts weights.
 #pragma once
 #include <filesystem>
+#include <cstdint>
+#include <map>
 #include <optional>
+#include <string>
 
 #include "formats/checkpoint.hpp"
 
@@ -15,5 +18,15 @@ namespace kvlab {
 // (missing, wrong shape, unknown dtype), ConfigError for a bad config.json, IoError if unreadable.
 // n_layers: see load_checkpoint.
 LoadedModel load_hf_checkpoint(const std::filesystem::path& dir, std::optional<std::int64_t> n_layers = std::nullopt);
+
+// The bytes a checkpoint directory's safetensors hold, from their headers only (no tensor is read):
+// the total and per stored dtype ("BF16" -> bytes). nullopt when the directory has neither
+// model.safetensors nor model.safetensors.index.json. Throws FormatError for a malformed header or index.
+struct StoredWeights {
+    std::uint64_t bytes = 0;
+    std::map<std::string, std::uint64_t> bytes_by_dtype;
+    std::string where;  // the file or index read
+};
+std::optional<StoredWeights> stored_weights(const std::filesystem::path& dir);
 
 }  // namespace kvlab

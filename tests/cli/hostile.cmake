@@ -145,3 +145,12 @@ kvlab_expect(RC 2 ARGS kvcalc --gguf ${DATA}/falcon-7b.json ERR "no 'GGUF' magic
 # a layer count no model has (a fuzzed GGUF had 4294967045) is refused before any per-layer walk
 file(WRITE "${WORK}/layers.json" "{\"model_type\":\"llama\",\"hidden_size\":64,\"num_hidden_layers\":4294967045,\"num_attention_heads\":4,\"vocab_size\":32}")
 kvlab_expect(RC 2 ARGS kvcalc --config "${WORK}/layers.json" ERR "num_hidden_layers = 4294967045; kvlab sizes at most 65536 layers")
+
+# 13. A checkpoint directory as --config: the GPU fit takes the weights' bytes from the safetensors
+# headers (no tensor read). The fixture stores 12112 parameters in F32: 12112 x 4 B = 48448 B, where the
+# default bf16 estimate would say 24224 B.
+kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/fx/hf_ok" -d fp16 --context 64 --gpu-mem 1GiB --format csv OUT ",fp16,12112,48448,yes,")
+kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/fx/hf_ok" -d fp16 --context 64 --gpu-mem 1GiB
+             OUT "weights 48448 B as stored \\(F32 48448 B; from the headers of .*model.safetensors\\)")
+kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/fx/hf_ok" -a mha -d fp16 --context 64 --gpu-mem 1GiB --format csv OUT ",fp16,[0-9]+,[0-9]+,yes,")
+kvlab_expect(RC 2 ARGS kvcalc --config "${WORK}/fx/hf_dtype" --gpu-mem 1GiB ERR "hf_dtype/model.safetensors")
