@@ -25,6 +25,22 @@ const nlohmann::json& cell(const Table& t, std::size_t row, const std::string& k
     return t.rows.at(row)[0].value;
 }
 
+// One model at one dtype and 8192 tokens on a GPU of `memory` bytes and `bandwidth` B/s, 90% usable.
+KvcalcRequest gpu_request(const char* preset, const char* gpu_name, std::uint64_t memory, std::uint64_t bandwidth) {
+    KvcalcRequest r;
+    r.models = {load_preset(preset)};
+    r.dtypes = {DType::fp16};
+    r.contexts = {8192};
+    r.batches = {1};
+    GpuSpec g;
+    g.name = g.display_name = gpu_name;
+    g.memory_bytes = memory;
+    g.bandwidth_bytes_per_s = bandwidth;
+    r.gpu = g;
+    r.mem_util = 0.9;
+    return r;
+}
+
 }  // namespace
 
 TEST_CASE("vLLM's block count for Llama-3.1-8B at a 3.8125 GiB budget is reproduced exactly") {
@@ -76,18 +92,7 @@ TEST_CASE("Tensor parallelism splits KV heads and replicates them when TP exceed
 }
 
 TEST_CASE("GPU fit subtracts the weights from usable memory and divides by bytes per token") {
-    KvcalcRequest r;
-    r.models = {load_preset("llama-3-8b")};
-    r.dtypes = {DType::fp16};
-    r.contexts = {8192};
-    r.batches = {1};
-    GpuSpec g;
-    g.name = g.display_name = "test";
-    g.memory_bytes = 80ull << 30;
-    g.bandwidth_bytes_per_s = 2000000000000ull;
-    r.gpu = g;
-    r.mem_util = 0.9;
-    const auto report = run_kvcalc(r);
+    const auto report = run_kvcalc(gpu_request("llama-3-8b", "test", 80ull << 30, 2000000000000ull));
     const auto& t = table_named(report, "Does it fit on");
     const std::uint64_t weights = 8030261248ull * 2;                               // computed parameters x 2 B (bf16)
     const std::uint64_t usable = static_cast<std::uint64_t>((80ull << 30) * 0.9);  // 77309411328
@@ -104,17 +109,7 @@ TEST_CASE("GPU fit subtracts the weights from usable memory and divides by bytes
 }
 
 TEST_CASE("A model whose weights do not fit says so, with the smallest TP that would, and gets no batch, context or roofline rows") {
-    KvcalcRequest r;
-    r.models = {load_preset("llama-3-70b")};
-    r.dtypes = {DType::fp16};
-    r.contexts = {8192};
-    GpuSpec g;
-    g.name = g.display_name = "24 GiB";
-    g.memory_bytes = 24ull << 30;
-    g.bandwidth_bytes_per_s = 300000000000ull;
-    r.gpu = g;
-    r.mem_util = 0.9;
-    const auto report = run_kvcalc(r);
+    const auto report = run_kvcalc(gpu_request("llama-3-70b", "24 GiB", 24ull << 30, 300000000000ull));
     const auto& t = table_named(report, "Does it fit on");
     // 70,553,706,496 parameters x 2 B (bf16) = 141,107,412,992 B; usable floor(24 GiB x 0.9) = 23,192,823,398 B.
     // TP 8 holds 17,638,426,624 B per GPU and fits; TP 4 (35.3 GB) does not; 5, 6 and 7 do not divide 64 heads.

@@ -119,13 +119,19 @@ BudgetFit fit_budget(std::uint64_t budget_bytes, std::uint64_t bytes_per_token, 
     return f;
 }
 
+std::uint64_t model_weight_bytes(const ModelConfig& cfg, bool native_layout, const KvcalcRequest& r, bool active) {
+    const bool moe_active = active && cfg.n_expert > 1;
+    if (cfg.stored_weight_bytes && native_layout && !moe_active) return *cfg.stored_weight_bytes;
+    const ParamCount params = count_params(cfg);
+    const auto& w = dtype_info(r.weights_dtype);
+    return checked_mul(active ? params.active_per_token : params.total(), w.block_bytes, "weights bytes") / w.block_values;
+}
+
 namespace {
 
 // The smallest tensor-parallel degree that per_gpu_config accepts (TP divides the query heads, and TP
-// and the KV heads divide one another) at which the weights' share fits in `usable` bytes; 0 if none.
-std::uint64_t min_tp_to_fit(const ModelConfig& cfg, std::uint64_t n_params, DType weights_dtype, std::uint64_t usable) {
-    const auto& w = dtype_info(weights_dtype);
-    const std::uint64_t total = checked_mul(n_params, w.block_bytes, "weights bytes") / w.block_values;
+// and the KV heads divide one another) at which a share of `total` weight bytes fits in `usable`; 0 if none.
+std::uint64_t min_tp_to_fit(const ModelConfig& cfg, std::uint64_t total, std::uint64_t usable) {
     const auto heads = u(cfg.n_head), kv = u(cfg.n_head_kv);
     for (std::uint64_t tp = 1; tp <= heads; ++tp) {
         const bool valid = heads % tp == 0 && (cfg.mla || (kv >= tp ? kv % tp == 0 : tp % kv == 0));
@@ -277,26 +283,31 @@ Report run_kvcalc(const KvcalcRequest& r) {
                 }
                 if (r.gpu) {
                     const auto params = count_params(cfg);
-                    // the checkpoint's own bytes when they were read (the native layout only: a what-if has other K, V widths)
-                    const bool stored = cfg.stored_weight_bytes && variant.n_head_kv == 0;
-                    const auto weights = stored ? ceil_div(*cfg.stored_weight_bytes, r.tp)
-                                                : ceil_div(checked_mul(params.total(), dtype_info(r.weights_dtype).block_bytes, "weights bytes") /
-                                                               dtype_info(r.weights_dtype).block_values, r.tp);
+                    const bool native = variant.n_head_kv == 0;
+                    const auto weights_total = model_weight_bytes(cfg, native, r);
+                    const auto weights = ceil_div(weights_total, r.tp);
                     const auto usable = usable_bytes(usable_gpu_bytes(*r.gpu), r.mem_util);
                     const std::uint64_t kv_budget = usable > weights ? usable - weights : 0;
                     const auto per_token_gpu = kv_bytes_per_token(gpu_cfg, dtype).total();
                     const auto max_tokens = kv_budget / per_token_gpu;
-                    if (r.explain)
-                        report.notes.push_back(fmt::format("{} {} {} on {}: KV budget/GPU = floor({} B x {}) - weights {} params x {} B ({}) / TP {} = {} B; max tokens = floor({} / {} B/token) = {}",
-                                                           cfg.name, att, dn, r.gpu->name, usable_gpu_bytes(*r.gpu), r.mem_util, params.total(),
-                                                           static_cast<double>(dtype_info(r.weights_dtype).block_bytes) / static_cast<double>(dtype_info(r.weights_dtype).block_values),
-                                                           dtype_name(r.weights_dtype), r.tp, kv_budget, kv_budget, per_token_gpu, max_tokens));
+                    if (r.explain) {
+                        const auto& w = dtype_info(r.weights_dtype);
+                        const std::string weights_expr =
+                            cfg.stored_weight_bytes && native
+                                ? fmt::format("{} B as stored", *cfg.stored_weight_bytes)
+                                : fmt::format("{} params x {} B ({})", params.total(),
+                                              static_cast<double>(w.block_bytes) / static_cast<double>(w.block_values), dtype_name(r.weights_dtype));
+                        report.notes.push_back(fmt::format("{} {} {} on {}: KV budget/GPU = floor({} B x {}) - weights {} / TP {} = {} B; max tokens = "
+                                                           "floor({} / {} B/token) = {}",
+                                                           cfg.name, att, dn, r.gpu->name, usable_gpu_bytes(*r.gpu), r.mem_util, weights_expr, r.tp,
+                                                           kv_budget, kv_budget, per_token_gpu, max_tokens));
+                    }
                     const bool fits = usable > weights;
                     if (!fits) {
-                        const std::uint64_t tp_needed = min_tp_to_fit(cfg, params.total(), r.weights_dtype, usable);
+                        const std::uint64_t tp_needed = min_tp_to_fit(cfg, weights_total, usable);
                         report.notes.push_back(fmt::format(
                             "{} does not fit on {}: its {} weights need {} per GPU at TP {}, more than the {} usable ({:.0f}% of {}); {}", cfg.name,
-                            r.gpu->name, dtype_name(r.weights_dtype), format_bytes(weights, U), r.tp, format_bytes(usable, U), r.mem_util * 100,
+                            r.gpu->name, cfg.stored_weight_bytes && native ? "stored" : dtype_name(r.weights_dtype), format_bytes(weights, U), r.tp, format_bytes(usable, U), r.mem_util * 100,
                             format_bytes(usable_gpu_bytes(*r.gpu), U),
                             tp_needed ? fmt::format("needs TP >= {} (--tp {}) for the weights alone", tp_needed, tp_needed)
                                       : std::string("no tensor-parallel degree that divides its heads makes the weights fit")));
@@ -317,8 +328,7 @@ Report run_kvcalc(const KvcalcRequest& r) {
                     }
                     if (r.gpu->bandwidth_bytes_per_s == 0) continue;  // --gpu-mem without --gpu-bandwidth: no roofline
                     // Decode roofline: every step reads the active weights once and every resident KV byte once.
-                    const auto active_weights = ceil_div(checked_mul(params.active_per_token, dtype_info(r.weights_dtype).block_bytes, "weights bytes") /
-                                                             dtype_info(r.weights_dtype).block_values, r.tp);
+                    const auto active_weights = ceil_div(model_weight_bytes(cfg, native, r, true), r.tp);
                     for (const auto t : contexts)
                         for (const auto b : r.batches) {
                             const auto kv_read = checked_mul(kv_bytes_sequence(gpu_cfg, dtype, t, r.window_mode).total(), b, "KV bytes read");

@@ -44,6 +44,10 @@ std::uint64_t allocated_tokens(std::uint64_t n_tokens, std::uint64_t block_size)
 std::uint64_t sequence_bytes(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, const KvcalcRequest& request);
 // floor(memory x util) in exact integer arithmetic (util to 6 decimals).
 std::uint64_t usable_bytes(std::uint64_t memory, double util);
+// Bytes of the model's weights (all GPUs together): as stored beside its config when they were read
+// (the native layout only: a what-if attention layout has other K and V widths), else parameters x
+// --weights-dtype. `active`: only what one token reads (a MoE's routed experts), always estimated for MoE.
+std::uint64_t model_weight_bytes(const ModelConfig& cfg, bool native_layout, const KvcalcRequest& request, bool active = false);
 
 // Per-GPU view of a model under tensor parallelism: KV heads per GPU = max(Hkv / TP, 1).
 // Throws UsageError when TP and Hkv do not divide one way or the other (as vLLM refuses).

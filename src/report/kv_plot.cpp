@@ -70,10 +70,9 @@ void plot_kv_memory(const KvcalcRequest& r, const std::filesystem::path& output)
                     }
                     series.push_back(std::move(s));
                 }
-            if (r.gpu && base.d_ff > 0 && variant.label == r.variants.front().label) {
-                // what the KV cache may use next to this model's weights on the GPU (as the fit table)
-                const auto& w = dtype_info(r.weights_dtype);
-                const auto weights = ceil_div(checked_mul(count_params(base).total(), w.block_bytes, "weights bytes") / w.block_values, r.tp);
+            if (r.gpu && (base.d_ff > 0 || base.stored_weight_bytes) && variant.label == r.variants.front().label) {
+                // what the KV cache may use next to this model's native weights on the GPU (the fit table's figure)
+                const auto weights = ceil_div(model_weight_bytes(base, true, r), r.tp);
                 const auto usable = usable_bytes(usable_gpu_bytes(*r.gpu), r.mem_util);
                 if (usable > weights) {
                     Series s;
