@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "calc/kv_memory.hpp"
 #include "calc/param_count.hpp"
 #include "test_support.hpp"
 
@@ -133,4 +134,68 @@ TEST_CASE("An unknown preset suggests the closest names") {
 TEST_CASE("tie_word_embeddings defaults follow the model class: false for Llama, true for GPT-2") {
     CHECK_FALSE(test::data_config("no-kv-heads.json").tied_embeddings);  // LlamaConfig default
     CHECK(load_preset("gpt2").tied_embeddings);
+}
+
+// google/gemma-3-4b-it's published config.json (tests/data/gemma-3-4b-it.json, copied verbatim from the
+// mlx-community/gemma-3-4b-it-bf16 mirror of it; three test fixtures elsewhere that reproduce the original
+// agree): its text_config says only hidden_size 2560, intermediate_size 10240, 34 layers and window 1024.
+// Everything else is Gemma3TextConfig's default in transformers v4.57.1 configuration_gemma3.py:
+// 8 heads, 4 KV heads, head_dim 256, vocab 262208, 131072 positions, and layer i global when (i + 1) % 6 == 0.
+TEST_CASE("Gemma-3-4B-it's text_config takes the omitted values from Gemma3TextConfig") {
+    const auto cfg = test::data_config("gemma-3-4b-it.json");
+    CHECK(cfg.model_type == "gemma3_text");
+    CHECK(cfg.n_layer == 34);
+    CHECK(cfg.n_head == 8);
+    CHECK(cfg.n_head_kv == 4);
+    CHECK(cfg.d_head == 256);
+    CHECK(cfg.n_vocab == 262208);
+    CHECK(cfg.n_ctx_max == 131072);
+    CHECK(cfg.tied_embeddings);
+    REQUIRE(cfg.sliding_window == 1024);
+    // global layers 5, 11, 17, 23, 29: five of 34, the other 29 hold at most 1024 positions
+    std::vector<std::int64_t> global;
+    for (std::int64_t l = 0; l < cfg.n_layer; ++l)
+        if (cfg.layer_window(l) == 0) global.push_back(l);
+    CHECK(global == std::vector<std::int64_t>{5, 11, 17, 23, 29});
+    REQUIRE(cfg.defaults.size() == 1);
+    for (const char* key : {"num_attention_heads 8", "num_key_value_heads 4", "head_dim 256", "sliding_window_pattern 6", "vocab_size 262208"}) {
+        CAPTURE(key);
+        CHECK(cfg.defaults[0].find(key) != std::string::npos);
+    }
+    CHECK(cfg.defaults[0].find("Gemma3TextConfig") != std::string::npos);
+    // at 131072 tokens in bf16: 4 KV heads x 256 x 2 (K, V) x 2 B = 4096 B per token per layer;
+    // 5 x 131072 x 4096 + 29 x 1024 x 4096 = 2,684,354,560 + 121,634,816 = 2,805,989,376 B
+    // (windowing every layer would give 34 x 1024 x 4096 = 142,606,336 B, 19.7x too little)
+    CHECK(kv_bytes_sequence(cfg, DType::bf16, 131072, WindowMode::cap).total() == 2805989376ull);
+}
+
+TEST_CASE("A key present as null keeps its null; an absent key takes the class default") {
+    nlohmann::json j = {{"model_type", "mistral"}, {"hidden_size", 4096}, {"num_hidden_layers", 2}, {"num_attention_heads", 32},
+                        {"vocab_size", 32000}, {"intermediate_size", 14336}};
+    // MistralConfig's sliding_window default is 4096 (every layer); Mistral-7B-v0.2+ configs say null to turn it off
+    const auto windowed = parse_model_config(j, "absent.json", "absent");
+    CHECK(windowed.sliding_window == 4096);
+    CHECK(windowed.n_head_kv == 8);  // MistralConfig num_key_value_heads = 8
+    j["sliding_window"] = nullptr;
+    j["num_key_value_heads"] = nullptr;  // None: MHA
+    const auto plain = parse_model_config(j, "null.json", "null");
+    CHECK_FALSE(plain.sliding_window.has_value());
+    CHECK(plain.n_head_kv == 32);
+}
+
+TEST_CASE("A Gemma-3 wrapper without text_config is a default Gemma3TextConfig; GGUF metadata takes no class defaults") {
+    const auto cfg = parse_model_config({{"model_type", "gemma3"}}, "bare.json", "bare");
+    CHECK(cfg.n_layer == 26);  // Gemma3TextConfig: 26 layers of 2304, 8 heads, 4 KV heads of 256, window 4096
+    CHECK(cfg.d_model == 2304);
+    CHECK(cfg.sliding_window == 4096);
+    CHECK_THROWS_AS(parse_model_config({{"model_type", "gemma3_text"}}, "meta.gguf", "meta", /*class_defaults=*/false), ConfigError);
+}
+
+TEST_CASE("qwen3_moe has no head_dim default: hidden / heads applies, as transformers' modeling code does") {
+    const auto cfg = parse_model_config({{"model_type", "qwen3_moe"}}, "q.json", "q");
+    CHECK(cfg.d_head == 64);  // 2048 / 32
+    CHECK(cfg.n_head_kv == 4);
+    CHECK(cfg.n_expert == 128);
+    CHECK(cfg.n_expert_active == 8);
+    CHECK_FALSE(cfg.sliding_window.has_value());  // use_sliding_window false
 }

@@ -209,7 +209,8 @@ Report run_kvcalc(const KvcalcRequest& r) {
                              {"n_layer", base.n_layer}, {"hidden_size", base.d_model}, {"n_head", base.n_head}, {"n_head_kv", base.n_head_kv},
                              {"d_head", base.d_head}, {"max_position_embeddings", base.n_ctx_max}, {"attention", base.attention_kind()},
                              {"head_dim_rule", base.head_dim_rule}, {"kv_heads_rule", base.kv_heads_rule}, {"window_rule", base.window_rule},
-                             {"ffn_rule", base.ffn_rule}, {"defaults_applied", base.defaults}};
+                             {"ffn_rule", base.ffn_rule}, {"defaults_applied", base.defaults},
+                             {"numeric_defaults_applied", base.numeric_defaults}};
         if (base.stored_weight_bytes) mj["stored_weight_bytes"] = *base.stored_weight_bytes;
         if (base.sliding_window) mj["sliding_window"] = *base.sliding_window;
         const auto contexts = contexts_for(base, r);
@@ -217,6 +218,8 @@ Report run_kvcalc(const KvcalcRequest& r) {
         in["models"].push_back(mj);
         report.notes.push_back(fmt::format("{}: {}; {}; {}{}", base.name, base.head_dim_rule, base.kv_heads_rule, base.window_rule,
                                            base.defaults.empty() ? "" : fmt::format("; defaults applied: {}", fmt::join(base.defaults, "; "))));
+        if (r.explain && !base.numeric_defaults.empty())
+            report.notes.push_back(fmt::format("{}: defaults that change no size: {}", base.name, fmt::join(base.numeric_defaults, "; ")));
         if (r.gpu && base.stored_weight_bytes) report.notes.push_back(fmt::format("{}: {}", base.name, base.stored_weights_rule));
         for (auto t : contexts)
             if (base.n_ctx_max > 0 && t > u(base.n_ctx_max))

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "calc/config_defaults.hpp"
 #include "core/error.hpp"
 #include "core/json_input.hpp"
 #include "core/mapped_file.hpp"
@@ -103,6 +104,11 @@ void read_sliding_window(const FieldReader& f, const json& j, const std::string&
         return;
     }
     cfg.sliding_window = window;
+    if (cfg.model_type == "gemma3_text" && f.boolean("use_bidirectional_attention", false)) {
+        // Gemma3TextConfig: bidirectional attention (EmbeddingGemma) looks sliding_window // 2 + 1 positions each way
+        cfg.sliding_window = *window / 2 + 1;
+        cfg.defaults.push_back(fmt::format("sliding window {} = {} / 2 + 1: use_bidirectional_attention is true", *cfg.sliding_window, *window));
+    }
     auto types = j.find("layer_types");
     if (types != j.end() && types->is_array()) {
         if (static_cast<std::int64_t>(types->size()) != cfg.n_layer)
@@ -115,10 +121,11 @@ void read_sliding_window(const FieldReader& f, const json& j, const std::string&
         cfg.window_rule = fmt::format("sliding window {} on layers marked sliding_attention in layer_types", *window);
         return;
     }
-    if (cfg.model_type == "gemma2") {
-        // Gemma-2 alternates: even layers local (sliding), odd layers global (HF modeling_gemma2).
+    if (cfg.model_type == "gemma2" || cfg.model_type == "gpt_oss") {
+        // Gemma-2 and gpt-oss without layer_types alternate: layer i slides unless (i + 1) % 2 == 0, so even
+        // layers are local and odd ones global (Gemma2Config, GptOssConfig in transformers v4.57.1).
         for (std::int64_t i = 0; i < cfg.n_layer; ++i) cfg.layer_windowed[static_cast<std::size_t>(i)] = (i % 2 == 0);
-        cfg.window_rule = fmt::format("sliding window {} on even layers (Gemma-2 local/global alternation)", *window);
+        cfg.window_rule = fmt::format("sliding window {} on even layers (local/global alternation)", *window);
         return;
     }
     if (const auto pattern = f.optional({"sliding_window_pattern"})) {
@@ -172,16 +179,28 @@ std::string ModelConfig::attention_kind() const {
     return fmt::format("GQA-{}", n_head_kv);
 }
 
-ModelConfig parse_model_config(const json& root, const std::string& where, const std::string& name) {
+ModelConfig parse_model_config(const json& root, const std::string& where, const std::string& name, bool class_defaults) {
     if (!root.is_object()) throw ConfigError(fmt::format("{}: top level is {}; expected a JSON object", where, root.type_name()));
-    const json* jp = &root;
-    bool nested = false;
-    if (auto tc = root.find("text_config"); tc != root.end() && tc->is_object()) {
-        jp = &*tc;  // multimodal configs keep the language model here
-        nested = true;
+    // Multimodal configs keep the language model in a sub-config (Gemma-3, LLaVA: text_config; InternVL: llm_config).
+    const std::string outer_type = FieldReader(root, where).string("model_type");
+    json j = root;
+    std::string nested;
+    for (const char* key : {"text_config", "llm_config"})
+        if (auto tc = root.find(key); tc != root.end() && tc->is_object()) {
+            j = *tc;
+            nested = key;
+            break;
+        }
+    if (nested.empty() && !text_config_type(outer_type).empty()) {
+        j = json::object();  // a wrapper without its text_config builds the text class from its defaults (Gemma3Config)
+        nested = "text_config";
     }
-    const json& j = *jp;
-    const FieldReader f(j, nested ? where + " (text_config)" : where);
+    const std::string where_lm = nested.empty() ? where : fmt::format("{} ({})", where, nested);
+    std::string lm_type = FieldReader(j, where_lm).string("model_type");
+    if (lm_type.empty()) lm_type = nested.empty() ? outer_type : std::string(text_config_type(outer_type));
+    AppliedDefaults applied;
+    if (class_defaults) applied = apply_class_defaults(j, lm_type);
+    const FieldReader f(j, where_lm);
 
     ModelConfig cfg;
     cfg.name = name;
@@ -200,8 +219,9 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
     }
     cfg.activation = f.string("hidden_act");
     if (cfg.activation.empty()) cfg.activation = f.string("activation_function");
-    cfg.model_type = f.string("model_type");
-    if (cfg.model_type.empty()) cfg.model_type = FieldReader(root, where).string("model_type");
+    cfg.model_type = lm_type;
+    if (!applied.sizes.empty()) cfg.defaults.push_back(applied.sizes);
+    if (!applied.numerics.empty()) cfg.numeric_defaults.push_back(applied.numerics);
     const bool gpt2_names = j.contains("n_embd");
     cfg.family = (cfg.model_type == "gpt2" || gpt2_names) ? Family::gpt2 : Family::llama;
 

@@ -65,7 +65,8 @@ struct ModelConfig {
     std::string kv_heads_rule;
     std::string window_rule;
     std::string ffn_rule;       // where d_ff came from; d_ff = 0 when the config does not say (weights unknown)
-    std::vector<std::string> defaults;  // every value the config omitted and a class default supplied (--explain lists them)
+    std::vector<std::string> defaults;  // values the config omitted that a class or family default supplied, which change a size
+    std::vector<std::string> numeric_defaults;  // the same for values only the forward pass reads (rope_theta, eps): --explain
     // The weights' bytes as stored beside the config (safetensors headers), when a caller read them:
     // the GPU fit then uses them instead of parameters x --weights-dtype. With the rule said to the user.
     std::optional<std::uint64_t> stored_weight_bytes;
@@ -94,7 +95,9 @@ inline std::int64_t keys_in_window(std::int64_t window, std::int64_t pos) {
 // Parse and validate; `where` names the file in error messages. Throws ConfigError.
 // The most layers a config may have (published models have up to a few hundred).
 inline constexpr std::int64_t max_layers = 65536;
-ModelConfig parse_model_config(const nlohmann::json& j, const std::string& where, const std::string& name);
+// class_defaults: fill keys the config omits from its model_type's transformers class (config_defaults.hpp);
+// false for metadata that is not a transformers config (GGUF), where an absent key stays absent.
+ModelConfig parse_model_config(const nlohmann::json& j, const std::string& where, const std::string& name, bool class_defaults = true);
 // The name a config file gives its model: its "_name_or_path" (written by transformers'
 // save_pretrained), else the real name of the folder holding a config.json, else the file's stem.
 std::string config_model_name(const nlohmann::json& j, const std::filesystem::path& path);

@@ -232,7 +232,7 @@ ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& 
     nlohmann::json kv = {{"source", fmt::format("GGUF v{} header of {}", h.version, path.string())}};
     if (const GgufValue* n = find("general.name"); n && n->kind == GgufValue::Kind::string && !n->text.empty()) kv["display_name"] = n->text;
     j["_kvlab"] = kv;
-    ModelConfig cfg = parse_model_config(j, where, name);
+    ModelConfig cfg = parse_model_config(j, where, name, /*class_defaults=*/false);
     if (!window_note.empty()) cfg.defaults.push_back(window_note);
     if (!find(arch + ".vocab_size") && !find("tokenizer.ggml.tokens")) {
         cfg.d_ff = 0;  // no vocabulary size: the weights are unknown

@@ -117,15 +117,23 @@ kvlab_expect(RC 2 ARGS kvcalc -m Qwen/Qwen3-8B
 # LayerNorm 2 x 4544) + ln_f 2 x 4544 = 6,921,720,704 parameters, x 2 B = 13,843,441,408 B.
 kvlab_expect(RC 0 ARGS kvcalc --config ${DATA}/falcon-7b.json -d bf16 --context 2k
              OUT "falcon-7b +MQA \\(native\\) +32 +71 +1 +64 +bf16 +128 B +128 B +8.00 KiB +71.00x"
-                 "defaults applied: FFN width 18176 = 4 x hidden size 4544 \\(Falcon default\\); max_position_embeddings 2048 \\(FalconConfig default\\)")
+                 "defaults applied: FalconConfig defaults \\(transformers v4.57.1 models/falcon/configuration_falcon.py\\): max_position_embeddings 2048"
+                 "; FFN width 18176 = 4 x hidden size 4544 \\(Falcon default\\)")
 kvlab_expect(RC 0 ARGS kvcalc --config ${DATA}/falcon-7b.json -d bf16 --context 2k --gpu h100 --format csv OUT "falcon-7b,MQA \\(native\\),bf16,6921720704,13843441408,yes,")
-# A config without the FFN size: KV sizes still come out; what needs the weights says why it cannot.
+# A config without the FFN size and of a model type with no class table (no model_type at all): KV sizes
+# still come out; what needs the weights says why it cannot.
 file(READ ${DATA}/llamacpp-36l.json noffn)
 string(JSON noffn REMOVE "${noffn}" intermediate_size)
+string(JSON noffn REMOVE "${noffn}" model_type)
 file(WRITE "${WORK}/no-ffn.json" "${noffn}")
 kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/no-ffn.json" -d fp16 --context 8192 OUT "1.12 GiB" "defaults applied: no intermediate_size: the weights are unknown")
 kvlab_expect(RC 2 ARGS kvcalc --config "${WORK}/no-ffn.json" -d fp16 --gpu h100 ERR "no-ffn: the config has no intermediate_size, so its weights \\(parameter count\\) are unknown")
 kvlab_expect(RC 2 ARGS simulate --config "${WORK}/no-ffn.json" ERR "no-ffn: the config has no intermediate_size; the simulator needs the MLP width")
+# The same config as model_type llama: LlamaConfig's intermediate_size 11008 applies, as transformers loads it, and is said.
+string(JSON llama_noffn SET "${noffn}" model_type "\"llama\"")
+file(WRITE "${WORK}/llama-no-ffn.json" "${llama_noffn}")
+kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/llama-no-ffn.json" -d fp16 --context 8192
+             OUT "LlamaConfig defaults \\(transformers v4.57.1 models/llama/configuration_llama.py\\): intermediate_size 11008")
 
 # --plot: KV memory against context, one line per model/layout/dtype/batch, the GPU's KV budget dashed.
 # Checked before drawing: the extension, and at most 12 lines (3 models x 3 dtypes x 2 batches = 18).
