@@ -28,7 +28,12 @@ TEST_CASE("Preset shapes match the published configs") {
     const Row rows[] = {{"llama-2-13b", 40, 40, 40, 128, 4096}, {"llama-3-70b", 80, 64, 8, 128, 8192},
                         {"llama-3.1-405b", 126, 128, 8, 128, 131072}, {"llama-3.2-1b", 16, 32, 8, 64, 131072},
                         {"llama-3.2-3b", 28, 24, 8, 128, 131072}, {"codellama-34b", 48, 64, 8, 128, 16384},
-                        {"gpt2", 12, 12, 12, 64, 1024}, {"stories260k", 5, 8, 4, 8, 512}, {"stories110m", 12, 12, 12, 64, 1024}};
+                        {"gpt2", 12, 12, 12, 64, 1024}, {"stories260k", 5, 8, 4, 8, 512}, {"stories110m", 12, 12, 12, 64, 1024},
+                        // the copies cited in each preset's source (maxtext / litgpt / aiconfigurator agree on these shapes)
+                        {"qwen2.5-7b", 28, 28, 4, 128, 32768}, {"qwen3-235b-a22b", 94, 64, 4, 128, 40960},
+                        {"gemma-2-27b", 46, 32, 16, 128, 8192}, {"gemma-3-27b", 62, 32, 16, 128, 131072},
+                        {"gpt-oss-20b", 24, 64, 8, 64, 131072}, {"mistral-small-24b", 40, 32, 8, 128, 32768},
+                        {"phi-3-mini-4k", 32, 32, 32, 96, 4096}};
     for (const auto& r : rows) {
         CAPTURE(r.name);
         const auto cfg = load_preset(r.name);

@@ -108,8 +108,8 @@ kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b --gpu h100-sxm-80gb --context 8k,32k
 # gets one line: no network access, download the config.json.
 kvlab_expect(RC 0 ARGS kvcalc -m meta-llama/Meta-Llama-3-8B -d fp16 --context 4k OUT "llama-3-8b +GQA-8 \\(native\\) .* 128.00 KiB")
 kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b,META-LLAMA/LLAMA-2-7B-HF -d fp16 --context 1k --format csv OUT "\nllama-2-7b,MHA")
-kvlab_expect(RC 2 ARGS kvcalc -m Qwen/Qwen3-8B
-             ERR "--model: no preset has the Hugging Face id 'Qwen/Qwen3-8B', and kvlab does not download \\(no network access\\): download its config.json and give it with --config FILE")
+kvlab_expect(RC 2 ARGS kvcalc -m Qwen/Qwen3-4B
+             ERR "--model: no preset has the Hugging Face id 'Qwen/Qwen3-4B', and kvlab does not download \\(no network access\\): download its config.json and give it with --config FILE")
 
 # Configs as published: tiiuae/falcon-7b has multi_query and no FFN size field. KV: 32 layers x 2 (K, V) x
 # 1 KV head x 64 (4544 / 71) x 2 B = 8192 B/token in bf16. Weights with Falcon's own rules: embedding
@@ -151,3 +151,5 @@ if(GNUPLOT)
     endif()
   endforeach()
 endif()
+# A Hugging Face id of a preset resolves to it: Qwen/Qwen3-8B is presets/qwen3-8b.json (36 layers x 8 KV heads x 128 x 2 x 2 B = 147456 B/token).
+kvlab_expect(RC 0 ARGS kvcalc -m Qwen/Qwen3-8B -d bf16 --context 1k --format csv OUT "\nqwen3-8b,GQA-8 \\(native\\),36,32,8,128,bf16,2048,2048,147456,")
