@@ -109,10 +109,13 @@ std::vector<std::string_view> class_default_types() {
 AppliedDefaults apply_class_defaults(json& config, std::string_view model_type) {
     const ClassDefaults* c = class_defaults(model_type);
     if (!c || !config.is_object()) return {};
+    AppliedDefaults out;
+    out.config_class = c->config_class;
     std::vector<std::string> sizes, numerics;
     for (const auto& [key, value] : c->values.items()) {
         if (config.contains(key)) continue;  // present, even as null: the config's own word
         config[key] = value;
+        out.keys.push_back(key);
         const bool numeric = key == "rope_theta" || key.find("eps") != std::string::npos;
         (numeric ? numerics : sizes).push_back(fmt::format("{} {}", key, value.dump()));
     }
@@ -120,8 +123,12 @@ AppliedDefaults apply_class_defaults(json& config, std::string_view model_type) 
         return keys.empty() ? std::string()
                             : fmt::format("{} defaults ({} {}): {}", c->config_class, transformers_release, c->file, fmt::join(keys, ", "));
     };
-    return {line(sizes), line(numerics)};
+    out.sizes = line(sizes);
+    out.numerics = line(numerics);
+    return out;
 }
+
+bool AppliedDefaults::filled(std::string_view key) const { return std::find(keys.begin(), keys.end(), key) != keys.end(); }
 
 std::string_view text_config_type(std::string_view wrapper_type) {
     // Gemma3Config.sub_configs: text_config is a Gemma3TextConfig (models/gemma3/configuration_gemma3.py)

@@ -32,6 +32,9 @@ std::vector<std::string_view> class_default_types();
 struct AppliedDefaults {
     std::string sizes;
     std::string numerics;
+    std::vector<std::string> keys;  // every key filled
+    std::string_view config_class;  // "Gemma3TextConfig"
+    bool filled(std::string_view key) const;
 };
 AppliedDefaults apply_class_defaults(nlohmann::json& config, std::string_view model_type);
 

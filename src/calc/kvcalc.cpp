@@ -379,8 +379,9 @@ Report run_kvcalc(const KvcalcRequest& r) {
     }
     if (r.kv_budget) {
         in["kv_budget_bytes"] = *r.kv_budget;
-        report.tables.push_back(std::move(budget));
+        if (r.engine == Engine::exact) report.tables.push_back(std::move(budget));  // an engine's own table replaces it
     }
+    if (r.engine != Engine::exact) append_engine_tables(report, r);
     return report;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "calc/attention_variant.hpp"
+#include "calc/engine.hpp"
 #include "core/dtype.hpp"
 #include "calc/gpu_specs.hpp"
 #include "calc/kv_memory.hpp"
@@ -31,9 +32,13 @@ struct KvcalcRequest {
     std::optional<std::uint64_t> kv_budget;       // bytes of KV an engine reported (per GPU)
     UnitSystem units = UnitSystem::iec;
     bool explain = false;
+    Engine engine = Engine::exact;                // --engine: also what that engine allocates and prints
+    EngineSettings engine_settings;
 };
 
 Report run_kvcalc(const KvcalcRequest& request);
+// The --engine tables (what the engine allocates, the lines it prints), appended by run_kvcalc (kvcalc_engine.cpp).
+void append_engine_tables(Report& report, const KvcalcRequest& request);
 
 // The pieces run_kvcalc is made of, for other views of the same request (kvcalc --plot):
 // the model with a variant's KV heads (UsageError for what-if heads on MLA);

@@ -265,7 +265,8 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
     // head_dim: explicit wins (vLLM PR #2622), else hidden_size / num_attention_heads.
     if (auto hd = f.optional({"head_dim"})) {
         cfg.d_head = *hd;
-        cfg.head_dim_rule = fmt::format("head_dim {} explicit in config", *hd);
+        cfg.head_dim_rule = applied.filled("head_dim") ? fmt::format("head_dim {} ({} default)", *hd, applied.config_class)
+                                                       : fmt::format("head_dim {} explicit in config", *hd);
     } else {
         if (cfg.d_model % cfg.n_head != 0)
             throw ConfigError(fmt::format("{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and no head_dim is given", where, cfg.d_model, cfg.n_head));
@@ -281,7 +282,8 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
         cfg.kv_heads_rule = "1 KV head: multi_query is true (Falcon-style MQA)";
     } else if (const json* v = f.find({"num_key_value_heads", "num_kv_heads", "n_head_kv"}, &kv_name)) {
         cfg.n_head_kv = f.positive_int(*v, kv_name);
-        cfg.kv_heads_rule = fmt::format("{} KV heads from {}", cfg.n_head_kv, kv_name);
+        cfg.kv_heads_rule = applied.filled(kv_name) ? fmt::format("{} KV heads ({} default)", cfg.n_head_kv, applied.config_class)
+                                                    : fmt::format("{} KV heads from {}", cfg.n_head_kv, kv_name);
     } else {
         cfg.n_head_kv = cfg.n_head;
         cfg.kv_heads_rule = fmt::format("{} KV heads: num_key_value_heads absent, so MHA", cfg.n_head_kv);

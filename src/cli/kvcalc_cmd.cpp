@@ -37,6 +37,13 @@ struct KvcalcOptions {
     Format format = Format::table;
     bool explain = false;
     std::string plot;                    // also draw KV memory against context here (.svg or .png)
+    Engine engine = Engine::exact;
+    bool dtypes_given = false;           // -d on the command line (else an engine's default cache type)
+    std::string kv_tokens;
+    std::string ubatch = "512";
+    bool kv_unified = false;
+    bool swa_full = false;
+    std::string max_num_batched_tokens;
 };
 
 namespace {
@@ -72,7 +79,9 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
         r.variants = parse_attention_variants(o.attention);
     }
     r.dtypes.clear();
-    for (const auto& d : split_list(o.dtypes)) r.dtypes.push_back(parse_dtype(d, "--dtype"));
+    if (o.engine != Engine::exact && !o.dtypes_given) r.dtypes = {engine_default_dtype(o.engine)};
+    else
+        for (const auto& d : split_list(o.dtypes)) r.dtypes.push_back(parse_dtype(d, "--dtype"));
     if (!o.contexts.empty()) r.contexts = parse_count_list(o.contexts, "--context");
     r.batches = parse_count_list(o.batches, "--batch");
     r.window_mode = o.window_mode;
@@ -95,6 +104,18 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
     if (!o.kv_budget.empty()) r.kv_budget = parse_size(o.kv_budget, "--kv-budget");
     r.units = o.units;
     r.explain = o.explain;
+    r.engine = o.engine;
+    auto& es = r.engine_settings;
+    es.block_size = r.block_size;
+    if (!o.kv_tokens.empty()) es.kv_tokens = parse_count(o.kv_tokens, "--kv-tokens");
+    es.ubatch = parse_count(o.ubatch, "--ubatch");
+    es.kv_unified = o.kv_unified;
+    es.swa_full = o.swa_full;
+    if (!o.max_num_batched_tokens.empty()) es.max_num_batched_tokens = parse_count(o.max_num_batched_tokens, "--max-num-batched-tokens");
+    const bool engine_knob = !o.kv_tokens.empty() || o.ubatch != "512" || o.kv_unified || o.swa_full || !o.max_num_batched_tokens.empty();
+    if (engine_knob && o.engine == Engine::exact)
+        throw UsageError("--kv-tokens, --ubatch, --kv-unified, --swa-full, --max-num-batched-tokens: these are engine settings; expected --engine "
+                         "vllm, llama.cpp, sglang or trtllm with them");
     return r;
 }
 
@@ -121,13 +142,28 @@ void setup_kvcalc(CLI::App& app) {
     cmd->add_option("--weights-dtype", o->weights_dtype, "dtype of the weights for the GPU fit")->capture_default_str();
     cmd->add_option("--mem-util", o->mem_util, "Fraction of GPU memory the engine may use (vLLM gpu_memory_utilization)")->capture_default_str();
     cmd->add_option("--kv-budget", o->kv_budget, "KV budget an engine reported, per GPU, e.g. 3.8125GiB: gives blocks, tokens, concurrency");
+    add_choice(cmd, "--engine", o->engine, engine_choices,
+               "Also what this engine allocates and the lines it prints (pinned releases: vLLM v0.10.2, llama.cpp b8668, SGLang v0.5.2, "
+               "TensorRT-LLM 1.2.0rc2)");
+    const char* eg = "Engine settings (with --engine)";
+    cmd->add_option("--kv-tokens", o->kv_tokens, "Token cap the engine was given: vLLM blocks override x block size, SGLang --max-total-tokens, "
+                                                 "TensorRT-LLM max_tokens")->group(eg);
+    cmd->add_option("--ubatch", o->ubatch, "llama.cpp -ub (enters the sliding-window cache size)")->capture_default_str()->group(eg);
+    cmd->add_flag("--kv-unified", o->kv_unified, "llama.cpp -kvu: one KV stream shared by all sequences")->group(eg);
+    cmd->add_flag("--swa-full", o->swa_full, "llama.cpp --swa-full: sliding-window layers get every cell")->group(eg);
+    cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens,
+                    "vLLM: tokens per step, part of a sliding-window request's blocks (default 8192, 2048 on GPUs under 70 GiB)")->group(eg);
     add_units_option(cmd, o->units);
     add_format_option(cmd, o->format);
     cmd->add_flag("--explain", o->explain, "Print each formula with the numbers substituted");
     cmd->add_option("--plot", o->plot, "Also draw KV memory against context, one line per model/layout/dtype/batch (+ the GPU's KV budget): FILE.svg or FILE.png");
     cmd->footer("Examples:\n  kvlab kvcalc -m llama-3-8b -d fp16,fp8 --context 8k,128k --batch 1,8\n"
-                "  kvlab kvcalc --config path/to/config.json --gpu h100 --explain");
-    cmd->callback([o] {
+                "  kvlab kvcalc --config path/to/config.json --gpu h100 --explain\n"
+                "  kvlab kvcalc -m gpt-oss-20b --engine llama.cpp --context 128k\n"
+                "  kvlab kvcalc -m qwen3-8b --engine vllm --kv-budget 20GiB --context 32k");
+    auto* dtype_opt = cmd->get_option("--dtype");
+    cmd->callback([o, dtype_opt] {
+        o->dtypes_given = dtype_opt->count() > 0;
         const KvcalcRequest request = make_request(*o);
         Report report = run_kvcalc(request);  // every input checked before anything is drawn
         if (!o->plot.empty()) {

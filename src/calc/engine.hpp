@@ -1,0 +1,78 @@
+// What a serving engine allocates for the KV cache, and the lines it prints, as opposed to the exact
+// math of kv_memory.hpp. Each engine is pinned to one release whose allocation rules were read from its
+// source (docs/kv-memory.md, "Engines", cites the files): llama.cpp pads cells and sizes iSWA caches,
+// vLLM cuts a budget into 16-token blocks per layer group, SGLang counts token slots (+ one padding
+// page), TensorRT-LLM rounds up to whole blocks. One file per engine: engine_<name>.cpp.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "calc/model_config.hpp"
+#include "core/choice.hpp"
+#include "core/dtype.hpp"
+
+namespace kvlab {
+
+enum class Engine { exact, vllm, llamacpp, sglang, trtllm };
+inline constexpr std::array<Choice<Engine>, 5> engine_choices{
+    {{"exact", Engine::exact}, {"vllm", Engine::vllm}, {"llama.cpp", Engine::llamacpp}, {"sglang", Engine::sglang}, {"trtllm", Engine::trtllm}}};
+
+// The release each engine's rules were read from, e.g. "llama.cpp b8668".
+std::string_view engine_release(Engine engine);
+// The KV dtype an engine uses when none is asked for (llama.cpp f16; the others the model's bf16).
+DType engine_default_dtype(Engine engine);
+
+// The engine's own knobs that change the allocation, at its defaults.
+struct EngineSettings {
+    std::uint64_t block_size = 0;      // 0: the engine's default (vLLM 16, SGLang page 1, TensorRT-LLM 32); llama.cpp has none
+    std::uint64_t ubatch = 512;        // llama.cpp -ub: enters the size of the sliding-window cache
+    bool kv_unified = false;           // llama.cpp -kvu: one stream shared by all sequences
+    bool swa_full = false;             // llama.cpp --swa-full: sliding-window layers get every cell
+    std::optional<std::uint64_t> max_num_batched_tokens;  // vLLM; unset: 8192 (API server, GPU >= 70 GiB), 2048 below
+    std::optional<std::uint64_t> kv_tokens;  // a token cap the engine was given: vLLM num_gpu_blocks_override x block,
+                                             // SGLang --max-total-tokens, TensorRT-LLM kv_cache_config.max_tokens
+};
+
+// One question: this model (whole; the engine applies TP by its own rule), this KV dtype, `batch`
+// sequences of `context` tokens (vLLM: max_model_len; llama.cpp: -c context x batch -np batch), and
+// the bytes of KV each GPU has (what the engine reports, or kvcalc's GPU-fit estimate), if known.
+struct EngineCase {
+    const ModelConfig* model = nullptr;
+    DType dtype = DType::fp16;
+    std::uint64_t context = 0;
+    std::uint64_t batch = 1;
+    std::uint64_t tp = 1;
+    std::optional<std::uint64_t> kv_budget;
+    std::uint64_t gpu_memory = 0;  // the GPU's memory (0: unknown), for defaults that depend on it
+};
+
+struct EngineAnswer {
+    std::string settings;                          // the engine's flags this answer stands for
+    std::optional<std::uint64_t> bytes_allocated;  // KV bytes the engine allocates per GPU
+    std::optional<std::uint64_t> token_capacity;   // tokens its cache holds
+    std::optional<double> concurrency;             // requests of `context` tokens it serves at once
+    std::vector<std::string> log_lines;            // in the engine's own format
+    std::vector<std::string> notes;
+};
+
+// Throws UsageError when the engine has no such cache dtype or the case is outside its rules.
+EngineAnswer engine_answer(Engine engine, const EngineCase& c, const EngineSettings& s);
+
+// The engines, one per file (engine_answer dispatches).
+EngineAnswer llamacpp_answer(const EngineCase& c, const EngineSettings& s);
+EngineAnswer vllm_answer(const EngineCase& c, const EngineSettings& s);
+EngineAnswer sglang_answer(const EngineCase& c, const EngineSettings& s);
+EngineAnswer trtllm_answer(const EngineCase& c, const EngineSettings& s);
+
+// Helpers the engines share: 1234567 -> "1,234,567" (vLLM's f"{n:,}"); bytes / 2^20 and / 2^30 as the
+// engines compute them; KV heads one GPU holds under TP with floor (vLLM, SGLang) or ceiling (TensorRT-LLM).
+std::string with_thousands(std::uint64_t n);
+double mib(std::uint64_t bytes);
+double gib(std::uint64_t bytes);
+std::uint64_t kv_heads_per_rank(const ModelConfig& cfg, std::uint64_t tp, bool ceiling);
+
+}  // namespace kvlab

@@ -1,0 +1,64 @@
+// SGLang's KV pool at release v0.5.2, read from python/sglang/srt/model_executor/model_runner.py
+// (profile_max_num_token, init_memory_pool) and python/sglang/srt/mem_cache/memory_pool.py
+// (MHATokenToKVPool, MLATokenToKVPool and their "KV Cache is allocated" line).
+//
+//   cell (one token, all layers) = KV heads per GPU (floor, at least 1) x head_dim x layers x 2 x dtype bytes
+//                                  MLA: (kv_lora_rank + qk_rope_head_dim) x layers x dtype bytes
+//   #tokens = rest_memory // cell, capped by --max-total-tokens, floored to a multiple of page_size (1)
+//   each K and V buffer holds #tokens + page_size rows (slot 0 takes padded tokens' writes)
+//   the log's "GB" is 2^30 bytes (memory_pool.py: GB = 1024 * 1024 * 1024)
+#include "calc/engine.hpp"
+
+#include <fmt/format.h>
+
+#include "core/checked.hpp"
+#include "core/error.hpp"
+
+namespace kvlab {
+
+EngineAnswer sglang_answer(const EngineCase& c, const EngineSettings& s) {
+    const ModelConfig& cfg = *c.model;
+    std::uint64_t elem = 0;
+    switch (c.dtype) {
+    case DType::fp16:
+    case DType::bf16: elem = 2; break;
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2: elem = 1; break;
+    default:
+        throw UsageError(fmt::format("--dtype {}: SGLang's --kv-cache-dtype takes auto (fp16/bf16), fp8_e4m3, fp8_e5m2", dtype_name(c.dtype)));
+    }
+    const std::uint64_t page = s.block_size ? s.block_size : 1;
+    const auto layers = static_cast<std::uint64_t>(cfg.n_layer);
+    const std::uint64_t heads = kv_heads_per_rank(cfg, c.tp, false);
+    const std::uint64_t width = cfg.mla ? static_cast<std::uint64_t>(cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim)
+                                        : checked_mul(heads, static_cast<std::uint64_t>(cfg.d_head), "SGLang row");
+    const std::uint64_t row = checked_mul(checked_mul(width, layers, "SGLang cell"), elem, "SGLang cell");  // K (or the MLA latent) of one token
+    const std::uint64_t cell = cfg.mla ? row : 2 * row;
+
+    EngineAnswer a;
+    a.settings = fmt::format("--context-length {} --kv-cache-dtype {} --page-size {}{}", c.context, elem == 1 ? dtype_name(c.dtype) : "auto", page,
+                             c.tp > 1 ? fmt::format(" --tp {}", c.tp) : "");
+    if (cfg.sliding_window)
+        a.notes.push_back(fmt::format("{}: sized as full attention on every layer: SGLang's split of a sliding-window pool (SWAKVPool, "
+                                      "swa_full_tokens_ratio 0.8) is not modelled",
+                                      cfg.name));
+    std::optional<std::uint64_t> tokens;
+    if (c.kv_budget) tokens = *c.kv_budget / cell;
+    if (s.kv_tokens) tokens = tokens ? std::min(*tokens, *s.kv_tokens) : *s.kv_tokens;
+    if (!tokens) {
+        a.notes.push_back(fmt::format("{}: {} B per token slot; give --kv-budget (the memory left for KV after mem_fraction_static) or "
+                                      "--kv-tokens (--max-total-tokens) for the pool",
+                                      cfg.name, cell));
+        return a;
+    }
+    *tokens = *tokens / page * page;
+    const std::uint64_t buffer = checked_mul(*tokens + page, row, "SGLang pool");
+    if (cfg.mla) a.log_lines.push_back(fmt::format("KV Cache is allocated. #tokens: {}, KV size: {:.2f} GB", *tokens, gib(buffer)));
+    else a.log_lines.push_back(fmt::format("KV Cache is allocated. #tokens: {}, K size: {:.2f} GB, V size: {:.2f} GB", *tokens, gib(buffer), gib(buffer)));
+    a.bytes_allocated = cfg.mla ? buffer : 2 * buffer;
+    a.token_capacity = *tokens;
+    a.concurrency = static_cast<double>(*tokens) / static_cast<double>(c.context);
+    return a;
+}
+
+}  // namespace kvlab

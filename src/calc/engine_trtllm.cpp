@@ -1,0 +1,63 @@
+// TensorRT-LLM's paged KV cache at 1.2.0rc2 (PyTorch backend), read from
+// tensorrt_llm/_torch/pyexecutor/resource_manager.py (calculate_max_num_blocks, per-token bytes) and
+// cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp (allocatePools and its log lines).
+//
+//   bytes per token = kv_factor (2; 1 for MLA) x layers x ceil(KV heads / TP) x head_dim x dtype bytes
+//   max_tokens = free memory x free_gpu_memory_fraction (0.9) / bytes per token, capped by max_tokens
+//   blocks = ceil(max_tokens / tokens_per_block (32)): whole blocks, so a little past the budget
+#include "calc/engine.hpp"
+
+#include <fmt/format.h>
+
+#include "core/checked.hpp"
+#include "core/error.hpp"
+
+namespace kvlab {
+
+EngineAnswer trtllm_answer(const EngineCase& c, const EngineSettings& s) {
+    const ModelConfig& cfg = *c.model;
+    std::uint64_t elem = 0;
+    switch (c.dtype) {
+    case DType::fp16:
+    case DType::bf16: elem = 2; break;
+    case DType::fp8_e4m3:
+    case DType::int8: elem = 1; break;  // QuantAlgo FP8 / INT8 KV cache
+    default:
+        throw UsageError(fmt::format("--dtype {}: TensorRT-LLM's KV cache is fp16/bf16, fp8 (e4m3) or int8 (kvlab does not size nvfp4)",
+                                     dtype_name(c.dtype)));
+    }
+    const std::uint64_t tpb = s.block_size ? s.block_size : 32;
+    const std::uint64_t heads = kv_heads_per_rank(cfg, c.tp, true);
+    const std::uint64_t width = cfg.mla ? static_cast<std::uint64_t>(cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim)
+                                        : checked_mul(heads, static_cast<std::uint64_t>(cfg.d_head), "TensorRT-LLM row");
+    const std::uint64_t per_token =
+        checked_mul(checked_mul(cfg.mla ? 1 : 2, static_cast<std::uint64_t>(cfg.n_layer), "TensorRT-LLM bytes per token"), checked_mul(width, elem, "row"),
+                    "TensorRT-LLM bytes per token");
+
+    EngineAnswer a;
+    a.settings = fmt::format("tokens_per_block={} kv_cache_dtype={}{}", tpb, elem == 1 ? dtype_name(c.dtype) : "auto", c.tp > 1 ? fmt::format(" tp_size={}", c.tp) : "");
+    if (cfg.sliding_window)
+        a.notes.push_back(fmt::format("{}: sized as full attention on every layer: TensorRT-LLM's per-window pools (VSWA) are not modelled", cfg.name));
+    std::optional<std::uint64_t> max_tokens;
+    if (c.kv_budget) max_tokens = *c.kv_budget / per_token;
+    if (s.kv_tokens) max_tokens = max_tokens ? std::min(*max_tokens, *s.kv_tokens) : *s.kv_tokens;
+    if (!max_tokens) {
+        a.notes.push_back(fmt::format("{}: {} B per token; give --kv-budget (free memory x free_gpu_memory_fraction) or --kv-tokens (max_tokens) "
+                                      "for the pool",
+                                      cfg.name, per_token));
+        return a;
+    }
+    const std::uint64_t blocks = (*max_tokens + tpb - 1) / tpb;
+    const std::uint64_t tokens = checked_mul(blocks, tpb, "TensorRT-LLM tokens");
+    const std::uint64_t bytes = checked_mul(tokens, per_token, "TensorRT-LLM pool");
+    // releases before 1.0 print the block count at INFO; 1.2 prints it per window at DEBUG
+    a.log_lines.push_back(fmt::format("[TensorRT-LLM][INFO] Number of blocks in KV cache primary pool: {}", blocks));
+    a.log_lines.push_back(fmt::format("[TensorRT-LLM][INFO] Number of tokens per block: {}.", tpb));
+    a.log_lines.push_back(fmt::format("[TensorRT-LLM][INFO] [MemUsageChange] Allocated {:.2f} GiB for max tokens in paged KV cache ({}).", gib(bytes), tokens));
+    a.bytes_allocated = bytes;
+    a.token_capacity = tokens;
+    a.concurrency = static_cast<double>(tokens) / static_cast<double>(c.context);
+    return a;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,136 @@
+// vLLM V1's KV cache at release v0.10.2, read from vllm/v1/kv_cache_interface.py (page sizes, the memory
+// one request may need), vllm/v1/core/kv_cache_utils.py (blocks from a budget, layer groups, the two
+// log lines and the "not enough memory" error) and vllm/v1/worker/gpu_worker.py (the budget line).
+//
+//   page (one block of one layer) = 2 (1 for MLA) x block_size x KV heads per GPU x head size x dtype bytes
+//   one kind of layer:  blocks = budget // page // layers;        tokens = blocks x block_size
+//   full + sliding:     layers are grouped by kind in groups of g = the smaller count; blocks = budget // page // g;
+//                       tokens = blocks // groups x block_size
+//   blocks a request needs = per group: cdiv(max_model_len, bs) (full) or cdiv(min(W - 1 + batched, len), bs) + 1 (sliding)
+//   concurrency = blocks / blocks a request needs
+#include "calc/engine.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/checked.hpp"
+#include "core/error.hpp"
+
+namespace kvlab {
+namespace {
+
+std::uint64_t cdiv(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
+
+std::uint64_t vllm_dtype_bytes(DType dtype) {
+    switch (dtype) {
+    case DType::fp16:
+    case DType::bf16: return 2;  // "auto": the model's dtype
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2: return 1;  // --kv-cache-dtype fp8, fp8_e4m3, fp8_e5m2 (stored as uint8)
+    default:
+        throw UsageError(fmt::format("--dtype {}: vLLM's --kv-cache-dtype takes auto (fp16/bf16), fp8, fp8_e4m3, fp8_e5m2", dtype_name(dtype)));
+    }
+}
+
+struct Layout {
+    std::uint64_t full_layers = 0, sliding_layers = 0;
+    std::uint64_t group_size = 0, full_groups = 0, sliding_groups = 0;  // hybrid only
+    bool hybrid() const { return full_layers > 0 && sliding_layers > 0; }
+};
+
+}  // namespace
+
+EngineAnswer vllm_answer(const EngineCase& c, const EngineSettings& s) {
+    const ModelConfig& cfg = *c.model;
+    const std::uint64_t elem = vllm_dtype_bytes(c.dtype);
+    const std::uint64_t bs = s.block_size ? s.block_size : 16;
+    const std::uint64_t batched = s.max_num_batched_tokens.value_or(c.gpu_memory != 0 && c.gpu_memory < (std::uint64_t{70} << 30) ? 2048 : 8192);
+    const std::uint64_t heads = kv_heads_per_rank(cfg, c.tp, false);
+    const std::uint64_t head_size = cfg.mla ? static_cast<std::uint64_t>(cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim)
+                                            : static_cast<std::uint64_t>(cfg.d_head);
+    const std::uint64_t page = checked_mul(checked_mul((cfg.mla ? 1 : 2) * bs, heads, "vLLM page"), checked_mul(head_size, elem, "vLLM page"), "vLLM page");
+    const std::uint64_t len = c.context;  // max_model_len
+
+    Layout lay;
+    for (std::int64_t l = 0; l < cfg.n_layer; ++l) (cfg.layer_window(l) > 0 ? lay.sliding_layers : lay.full_layers) += 1;
+    const std::uint64_t window = cfg.sliding_window ? static_cast<std::uint64_t>(*cfg.sliding_window) : 0;
+    const std::uint64_t full_pages = cdiv(len, bs);
+    const std::uint64_t sliding_pages = window ? cdiv(std::min(window - 1 + batched, len), bs) + 1 : 0;
+    // blocks one request needs, counted per layer (what check_enough_kv_cache_memory sums) and per group
+    const std::uint64_t needed = checked_mul(page, lay.full_layers * full_pages + lay.sliding_layers * sliding_pages, "vLLM KV needed");
+    std::uint64_t blocks_per_request = 0, layers_per_block = 0, groups = 1;
+    if (lay.hybrid()) {
+        lay.group_size = std::min(lay.full_layers, lay.sliding_layers);
+        lay.full_groups = cdiv(lay.full_layers, lay.group_size);
+        lay.sliding_groups = cdiv(lay.sliding_layers, lay.group_size);
+        groups = lay.full_groups + lay.sliding_groups;
+        blocks_per_request = lay.full_groups * full_pages + lay.sliding_groups * sliding_pages;
+        layers_per_block = lay.group_size;
+    } else {
+        blocks_per_request = lay.sliding_layers ? sliding_pages : full_pages;
+        layers_per_block = static_cast<std::uint64_t>(cfg.n_layer);
+    }
+
+    EngineAnswer a;
+    a.settings = fmt::format("--max-model-len {} --block-size {} --kv-cache-dtype {}{}{}", len, bs, elem == 1 ? "fp8" : "auto",
+                             c.tp > 1 ? fmt::format(" -tp {}", c.tp) : "", window ? fmt::format(" --max-num-batched-tokens {}", batched) : "");
+    if (lay.hybrid()) {
+        const std::uint64_t padding = groups * lay.group_size - lay.full_layers - lay.sliding_layers;
+        if (padding > 0) {
+            const std::uint64_t padded_kind = lay.full_layers % lay.group_size ? lay.full_layers : lay.sliding_layers;
+            a.log_lines.push_back(fmt::format("Add {} padding layers, may waste at most {:.2f}% KV cache memory", padding,
+                                              static_cast<double>(padding) / static_cast<double>(padded_kind) * 100.0));
+        }
+        a.notes.push_back(fmt::format("{}: {} full-attention and {} sliding-window layers share blocks in {} groups of {} (hybrid KV cache manager)",
+                                      cfg.name, lay.full_layers, lay.sliding_layers, groups, lay.group_size));
+    }
+
+    std::optional<std::uint64_t> blocks;
+    if (s.kv_tokens) {
+        blocks = *s.kv_tokens / bs;  // --num-gpu-blocks-override: the pool's blocks, whatever the memory says
+        if (c.kv_budget)
+            a.log_lines.push_back(fmt::format("Overriding num_gpu_blocks={} with num_gpu_blocks_override={}", *c.kv_budget / page / layers_per_block, *blocks));
+    } else if (c.kv_budget) {
+        a.log_lines.push_back(fmt::format("Available KV cache memory: {:.2f} GiB", gib(*c.kv_budget)));
+        if (needed > *c.kv_budget) {
+            // the largest max_model_len whose request fits, by the same sum (a binary search in vLLM)
+            auto need_at = [&](std::uint64_t l) {
+                const auto sp = window ? cdiv(std::min(window - 1 + batched, l), bs) + 1 : 0;
+                return page * (lay.full_layers * cdiv(l, bs) + lay.sliding_layers * sp);
+            };
+            std::uint64_t lo = 0, hi = len;
+            while (lo < hi) {
+                const std::uint64_t mid = lo + (hi - lo + 1) / 2;
+                if (need_at(mid) <= *c.kv_budget) lo = mid;
+                else hi = mid - 1;
+            }
+            a.log_lines.push_back(fmt::format(
+                "ValueError: To serve at least one request with the models's max seq len ({}), ({:.2f} GiB KV cache is needed, which is larger than "
+                "the available KV cache memory ({:.2f} GiB).{} Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+                "initializing the engine.",
+                len, gib(needed), gib(*c.kv_budget), lo > 0 ? fmt::format(" Based on the available memory, the estimated maximum model length is {}.", lo) : ""));
+            a.notes.push_back(fmt::format("{}: vLLM refuses to start: one request of {} tokens needs {} B of KV, more than the {} B available", cfg.name,
+                                          len, needed, *c.kv_budget));
+            return a;
+        }
+        blocks = *c.kv_budget / page / layers_per_block;
+    }
+    if (!blocks) {
+        a.notes.push_back(fmt::format("{}: one request of {} tokens needs {} blocks ({} B); give --kv-budget (vLLM's \"Available KV cache memory\") "
+                                      "or --gpu for the pool",
+                                      cfg.name, len, blocks_per_request, needed));
+        a.bytes_allocated = needed;
+        return a;
+    }
+    const std::uint64_t tokens = checked_mul(*blocks / groups, bs, "vLLM tokens");
+    const double concurrency = static_cast<double>(*blocks) / static_cast<double>(blocks_per_request);
+    a.log_lines.push_back(fmt::format("GPU KV cache size: {} tokens", with_thousands(tokens)));
+    a.log_lines.push_back(fmt::format("Maximum concurrency for {} tokens per request: {:.2f}x", with_thousands(len), concurrency));
+    a.bytes_allocated = checked_mul(checked_mul(*blocks, page, "vLLM pool"), layers_per_block, "vLLM pool");
+    a.token_capacity = tokens;
+    a.concurrency = concurrency;
+    return a;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,68 @@
+// kvcalc --engine: per model, dtype, context and batch, what the engine allocates next to what the
+// exact math needs, and the lines the engine prints (calc/engine.hpp holds the engines' rules).
+#include <fmt/format.h>
+
+#include "calc/kvcalc.hpp"
+#include "calc/param_count.hpp"
+#include "core/checked.hpp"
+#include "core/units.hpp"
+
+namespace kvlab {
+
+void append_engine_tables(Report& report, const KvcalcRequest& r) {
+    const auto U = r.units;
+    const std::string release(engine_release(r.engine));
+    report.inputs["engine"] = std::string(choice_name(engine_choices, r.engine));
+    report.inputs["engine_release"] = release;
+    Table alloc{"What " + release + " allocates (per GPU)",
+                {{"model", "model", false}, {"dtype", "dtype", false}, {"context", "context"}, {"batch", "batch"},
+                 {"engine_settings", "engine flags", false}, {"bytes_exact", "exact need"}, {"bytes_engine", "engine allocates"},
+                 {"engine_tokens", "holds tokens"}, {"engine_concurrency", "max concurrency"}},
+                {}, {}};
+    Table lines{release + " would print", {{"model", "model", false}, {"line", "log line", false}}, {}, {}};
+    for (const auto& cfg : r.models) {
+        // the KV budget per GPU: what the engine reported (--kv-budget), else the GPU fit's estimate
+        std::optional<std::uint64_t> budget = r.kv_budget;
+        if (!budget && r.gpu) {
+            const auto weights = ceil_div(model_weight_bytes(cfg, true, r), r.tp);
+            const auto usable = usable_bytes(usable_gpu_bytes(*r.gpu), r.mem_util);
+            if (usable > weights) {
+                budget = usable - weights;
+                report.notes.push_back(fmt::format("{}: {} KV budget estimated as {} usable - {} weights = {} per GPU; the engine also keeps "
+                                                   "activations and graphs, so give --kv-budget with its own figure for its exact numbers",
+                                                   cfg.name, release, format_bytes(usable, U), format_bytes(weights, U), format_bytes(*budget, U)));
+            }
+        }
+        const auto gpu_cfg = per_gpu_config(cfg, r.tp);
+        const auto contexts = r.contexts.empty() ? std::vector<std::uint64_t>{cfg.n_ctx_max > 0 ? static_cast<std::uint64_t>(cfg.n_ctx_max) : 4096}
+                                                 : r.contexts;
+        for (const auto dtype : r.dtypes)
+            for (const auto t : contexts)
+                for (const auto b : r.batches) {
+                    EngineCase c;
+                    c.model = &cfg;
+                    c.dtype = dtype;
+                    c.context = t;
+                    c.batch = b;
+                    c.tp = r.tp;
+                    c.kv_budget = budget;
+                    c.gpu_memory = r.gpu ? r.gpu->memory_bytes : 0;
+                    const EngineAnswer a = engine_answer(r.engine, c, r.engine_settings);
+                    const auto exact = checked_mul(kv_bytes_sequence(gpu_cfg, dtype, t, r.window_mode).total(), b, "KV bytes per batch");
+                    const Cell none{"-", nullptr};
+                    alloc.rows.push_back({text_cell(cfg.name), text_cell(std::string(dtype_name(dtype))), uint_cell(t), uint_cell(b), text_cell(a.settings),
+                                          bytes_cell(exact, U), a.bytes_allocated ? bytes_cell(*a.bytes_allocated, U) : none,
+                                          a.token_capacity ? uint_cell(*a.token_capacity) : none,
+                                          a.concurrency ? Cell{fmt::format("{:.2f}x", *a.concurrency), *a.concurrency} : none});
+                    for (const auto& line : a.log_lines) lines.rows.push_back({text_cell(cfg.name), text_cell(line)});
+                    for (const auto& note : a.notes)
+                        if (std::find(alloc.notes.begin(), alloc.notes.end(), note) == alloc.notes.end()) alloc.notes.push_back(note);
+                }
+    }
+    alloc.notes.push_back("exact need: B sequences of T tokens by the formula in docs/kv-memory.md; engine: its own rounding, padding and "
+                          "pool (docs/kv-memory.md, \"Engines\")");
+    report.tables.push_back(std::move(alloc));
+    if (!lines.rows.empty()) report.tables.push_back(std::move(lines));
+}
+
+}  // namespace kvlab

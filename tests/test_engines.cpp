@@ -1,0 +1,91 @@
+// Engine rules checked against hand arithmetic from each engine's source (the real log lines they
+// reproduce are in tests/cli/engines.cmake).
+#include <doctest/doctest.h>
+
+#include "calc/engine.hpp"
+#include "calc/kv_memory.hpp"
+#include "core/error.hpp"
+#include "test_support.hpp"
+
+using namespace kvlab;
+
+namespace {
+
+EngineAnswer ask(Engine e, const ModelConfig& cfg, DType dtype, std::uint64_t context, std::optional<std::uint64_t> budget,
+                 const EngineSettings& s = {}, std::uint64_t batch = 1, std::uint64_t tp = 1) {
+    EngineCase c;
+    c.model = &cfg;
+    c.dtype = dtype;
+    c.context = context;
+    c.batch = batch;
+    c.tp = tp;
+    c.kv_budget = budget;
+    return engine_answer(e, c, s);
+}
+
+}  // namespace
+
+TEST_CASE("vLLM sizes the published Gemma-3-4B-it with its hybrid allocator: 5 full layers, 29 sliding, 7 groups of 5") {
+    const auto cfg = test::data_config("gemma-3-4b-it.json");
+    EngineSettings s;
+    s.max_num_batched_tokens = 8192;
+    const auto a = ask(Engine::vllm, cfg, DType::bf16, 131072, std::uint64_t{40} << 30, s);
+    // page = 2 x 16 x 4 KV heads x 256 x 2 B = 65,536 B; groups of min(5, 29) = 5 layers: 1 full + ceil(29 / 5) = 6 sliding.
+    // blocks = 40 GiB / 65536 / 5 = 131,072; tokens = 131072 // 7 x 16 = 299,584.
+    REQUIRE(a.token_capacity);
+    CHECK(*a.token_capacity == 299584);
+    // a request: 1 full group x cdiv(131072, 16) + 6 sliding groups x (cdiv(min(1023 + 8192, 131072), 16) + 1)
+    // = 8192 + 6 x 577 = 11,654 blocks; 131072 / 11654 = 11.247
+    REQUIRE(a.concurrency);
+    CHECK(*a.concurrency == doctest::Approx(131072.0 / 11654.0));
+    CHECK(a.log_lines.front() == "Add 1 padding layers, may waste at most 3.45% KV cache memory");  // 1 of 29 sliding layers
+    CHECK(a.log_lines.back() == "Maximum concurrency for 131,072 tokens per request: 11.25x");
+}
+
+TEST_CASE("vLLM sizes the published Falcon-7B as one KV head (multi_query)") {
+    const auto cfg = test::data_config("falcon-7b.json");
+    const auto a = ask(Engine::vllm, cfg, DType::bf16, 2048, std::uint64_t{1} << 30);
+    // page = 2 x 16 x 1 x 64 x 2 B = 4096 B; 1 GiB / 4096 / 32 layers = 8192 blocks = 131,072 tokens; 8192 / 128 = 64x
+    CHECK(*a.token_capacity == 131072);
+    CHECK(*a.concurrency == doctest::Approx(64.0));
+}
+
+TEST_CASE("llama.cpp: a unified cache holds -c cells in one stream, and the SWA cache grows with the sequences") {
+    const auto cfg = load_preset("gemma-2-9b");  // 42 layers: 21 sliding (window 4096), 21 full; 8 KV heads x 256
+    EngineSettings s;
+    s.kv_unified = true;
+    const auto a = ask(Engine::llamacpp, cfg, DType::fp16, 2048, std::nullopt, s, 4);
+    // -c 8192 -np 4 -kvu: 8192 cells, 1 stream; SWA cells = PAD(min(8192, 4096 x 4 + 512), 256) = 8192
+    REQUIRE(a.log_lines.size() == 4);
+    CHECK(a.log_lines[0] == "llama_kv_cache_iswa: creating non-SWA KV cache, size = 8192 cells");
+    CHECK(a.log_lines[2] == "llama_kv_cache_iswa: creating     SWA KV cache, size = 8192 cells");
+    // 21 layers x 8192 cells x 2048 x 2 B = 672 MiB of K per cache
+    CHECK(a.log_lines[1] == "llama_kv_cache: size = 1344.00 MiB (  8192 cells,  21 layers,  4/1 seqs), K (f16):  672.00 MiB, V (f16):  672.00 MiB");
+    // without -kvu: 4 streams of 2048 cells, and each stream's SWA cache PAD(min(2048, 4096 + 512), 256) = 2048
+    const auto b = ask(Engine::llamacpp, cfg, DType::fp16, 2048, std::nullopt, {}, 4);
+    CHECK(b.log_lines[2] == "llama_kv_cache_iswa: creating     SWA KV cache, size = 2048 cells");
+    // padding: -c 1000 is 1024 cells (PAD to 256)
+    const auto c = ask(Engine::llamacpp, load_preset("llama-3-8b"), DType::fp16, 1000, std::nullopt);
+    CHECK(*c.token_capacity == 1024);
+}
+
+TEST_CASE("llama.cpp stores DeepSeek's MLA latent as K only; SGLang and TensorRT-LLM keep one latent per token") {
+    const auto cfg = load_preset("deepseek-v3");  // 61 layers, kv_lora_rank 512 + rope 64
+    const auto l = ask(Engine::llamacpp, cfg, DType::fp16, 4096, std::nullopt);
+    // K = 61 x 4096 x 576 x 2 B = 274.5 MiB; V none (b7832+)
+    CHECK(l.log_lines.at(0) == "llama_kv_cache: size =  274.50 MiB (  4096 cells,  61 layers,  1/1 seqs), K (f16):  274.50 MiB, V (f16):    0.00 MiB");
+    EngineSettings s;
+    s.kv_tokens = 100000;
+    const auto g = ask(Engine::sglang, cfg, DType::bf16, 4096, std::nullopt, s, 1, 8);
+    // (100000 + 1) x 576 x 61 x 2 B = 7,027,270,272 B = 6.54 x 2^30 ("GB"); TP does not split the latent
+    CHECK(g.log_lines.at(0) == "KV Cache is allocated. #tokens: 100000, KV size: 6.54 GB");
+}
+
+TEST_CASE("TensorRT-LLM rounds KV heads per GPU up, SGLang and vLLM down (at least 1)") {
+    ModelConfig cfg = load_preset("llama-3-8b");  // 8 KV heads
+    CHECK(kv_heads_per_rank(cfg, 3, true) == 3);   // ceil(8 / 3)
+    CHECK(kv_heads_per_rank(cfg, 3, false) == 2);  // floor(8 / 3)
+    CHECK(kv_heads_per_rank(cfg, 16, false) == 1);
+    CHECK(with_thousands(1234567) == "1,234,567");
+    CHECK(with_thousands(999) == "999");
+}
