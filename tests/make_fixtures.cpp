@@ -138,6 +138,25 @@ int main(int argc, char** argv) {
                                         .u32("gemma2.attention.sliding_window", 4096)
                                         .str_array("tokenizer.ggml.tokens", 1000)
                                         .bytes());
+    // DeepSeek-V2-Lite's attention (27 layers, 16 heads, kv_lora_rank 512, rope 64, nope 128, v 128) as two
+    // converters wrote it: with llama.cpp's MLA split (b5137+: one KV head of 576 / 512) and without (16 heads of 192 / 128)
+    auto deepseek = [](bool split) {
+        GgufWriter w;
+        w.str("general.architecture", "deepseek2")
+            .u32("deepseek2.block_count", 27)
+            .u32("deepseek2.context_length", 163840)
+            .u32("deepseek2.embedding_length", 2048)
+            .u32("deepseek2.attention.head_count", 16)
+            .u32("deepseek2.attention.head_count_kv", split ? 1 : 16)
+            .u32("deepseek2.attention.key_length", split ? 576 : 192)
+            .u32("deepseek2.attention.value_length", split ? 512 : 128)
+            .u32("deepseek2.attention.kv_lora_rank", 512)
+            .u32("deepseek2.rope.dimension_count", 64);
+        if (split) w.u32("deepseek2.attention.key_length_mla", 192).u32("deepseek2.attention.value_length_mla", 128);
+        return w.bytes();
+    };
+    write_file(dir / "deepseek2-mla.gguf", deepseek(true));
+    write_file(dir / "deepseek2-legacy.gguf", deepseek(false));
     write_file(dir / "gguf_truncated.gguf", gguf.substr(0, gguf.size() - 5));
     std::string huge = gguf;
     std::memcpy(huge.data() + 16, "\xff\xff\xff\xff\xff\xff\xff\x0f", 8);  // a metadata count the file cannot hold

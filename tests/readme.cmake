@@ -73,6 +73,15 @@ expect("kvlab kvcalc -m llama-3-8b --gpu h100-sxm-80gb --context 8k,32k --batch 
 # 4 x 32768 tokens x 512 KiB = 64 GiB for Llama-2-7B, more than its 59.15 GiB budget on the H100 (the fit table)
 expect("kvlab kvcalc -m meta-llama/Llama-2-7b-hf,mistral-7b-v0.1 -d fp16 --context 32k --batch 4 --gpu h100 --plot kv.svg"
        OUT "llama-2-7b +MHA \\(native\\) +fp16 +32768 +4 +32768 +16.00 GiB +64.00 GiB")
+# gpt-oss-20b in llama.cpp: 12 full layers x 131072 cells x 8 x 64 x 2 B x 2 (K, V) = 3072 MiB; 12 sliding layers hold
+# PAD(128 + 512, 256) = 768 cells = 18 MiB (the lines llama.cpp printed for this model, tests/cli/engines.cmake)
+expect("kvlab kvcalc -m gpt-oss-20b --engine llama.cpp --context 128k"
+       OUT "llama_kv_cache: size = 3072\\.00 MiB \\(131072 cells" "llama_kv_cache: size = +18\\.00 MiB \\( +768 cells")
+# Gemma-3-4B-it's text_config omits its heads; Gemma3TextConfig gives 4 KV heads of 256: page 65536 B; 5 full and 29 sliding
+# layers in 7 groups of 5; 40 GiB / 65536 / 5 = 131072 blocks; 131072 // 7 x 16 = 299,584 tokens; a request needs
+# 8192 + 6 x 577 = 11654 blocks: 11.25x
+expect("kvlab kvcalc --config tests/data/gemma-3-4b-it.json --engine vllm --kv-budget 40GiB --context 128k"
+       OUT "GPU KV cache size: 299,584 tokens" "Maximum concurrency for 131,072 tokens per request: 11\\.25x")
 # models/README.md: held-out perplexity 1.19179 in PyTorch
 expect("kvlab simulate --model tiny-llama --eval models/heldout.txt" OUT "perplexity" " 1\\.1917[89]")
 expect("kvlab simulate" OUT "TinyStories 15M" "steps \\(tokens generated\\) +128 +128")

@@ -63,7 +63,11 @@ EngineAnswer llamacpp_answer(const EngineCase& c, const EngineSettings& s) {
 
     // K and V widths per layer, as ggml_row_size(type, n_embd_{k,v}_gqa)
     std::uint64_t k_row = 0, v_row = 0;
-    if (cfg.mla) {
+    if (cfg.mla && cfg.gguf_mla_full_kv) {  // every head's key (nope + rope) and value, as an unsplit GGUF loads
+        const auto heads = static_cast<std::uint64_t>(cfg.n_head_kv);
+        k_row = row_bytes(c.dtype, checked_mul(heads, static_cast<std::uint64_t>(cfg.mla->qk_nope_head_dim + cfg.mla->qk_rope_head_dim), "K row"));
+        v_row = row_bytes(c.dtype, checked_mul(heads, static_cast<std::uint64_t>(cfg.mla->v_head_dim), "V row"));
+    } else if (cfg.mla) {
         k_row = row_bytes(c.dtype, static_cast<std::uint64_t>(cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim));
     } else {
         k_row = v_row = row_bytes(c.dtype, static_cast<std::uint64_t>(cfg.d_kv()));
@@ -107,9 +111,14 @@ EngineAnswer llamacpp_answer(const EngineCase& c, const EngineSettings& s) {
         a.notes.push_back(fmt::format("{}: sliding window {} not applied: kvlab knows llama.cpp's sliding-window layers for gemma2, gemma3 "
                                       "and gpt-oss only, so every layer is sized with all cells",
                                       cfg.name, *cfg.sliding_window));
-    if (cfg.mla)
+    if (cfg.mla && cfg.gguf_mla_full_kv)
+        a.notes.push_back(fmt::format("{}: this GGUF has no MLA split (no key_length_mla: converted before llama.cpp b5137), so llama.cpp "
+                                      "caches full K ({} x {}) and V ({} x {}) per layer, not the {}-wide latent",
+                                      cfg.name, cfg.n_head_kv, cfg.mla->qk_nope_head_dim + cfg.mla->qk_rope_head_dim, cfg.n_head_kv,
+                                      cfg.mla->v_head_dim, cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim));
+    else if (cfg.mla)
         a.notes.push_back(fmt::format("{}: MLA cache of K rows of {} (kv_lora_rank + rope) and no V, as llama.cpp b7832+ stores GGUFs with "
-                                      "the MLA split; older GGUFs store full K/V per head",
+                                      "the MLA split; GGUFs converted before b5137 store full K/V per head",
                                       cfg.name, cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim));
     return a;
 }

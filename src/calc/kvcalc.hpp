@@ -29,7 +29,8 @@ struct KvcalcRequest {
     std::optional<GpuSpec> gpu;                   // from --gpu or --gpu-mem
     DType weights_dtype = DType::bf16;
     double mem_util = 0.9;                        // fraction of GPU memory the engine may use
-    std::optional<std::uint64_t> kv_budget;       // bytes of KV an engine reported (per GPU)
+    std::optional<std::uint64_t> kv_budget;       // bytes of KV an engine reported (per GPU; the smallest rank's)
+    std::vector<std::uint64_t> kv_budget_ranks;   // every rank's budget as given
     UnitSystem units = UnitSystem::iec;
     bool explain = false;
     Engine engine = Engine::exact;                // --engine: also what that engine allocates and prints

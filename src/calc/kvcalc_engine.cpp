@@ -20,17 +20,32 @@ void append_engine_tables(Report& report, const KvcalcRequest& r) {
                  {"engine_tokens", "holds tokens"}, {"engine_concurrency", "max concurrency"}},
                 {}, {}};
     Table lines{release + " would print", {{"model", "model", false}, {"line", "log line", false}}, {}, {}};
+    if (r.kv_budget_ranks.size() > 1)
+        alloc.notes.push_back(fmt::format("{} budgets given, one per rank: every rank sizes its pool from the smallest, {} (vLLM unifies the ranks "
+                                          "on the fewest blocks; SGLang and TensorRT-LLM take the minimum over ranks)",
+                                          r.kv_budget_ranks.size(), format_bytes(*r.kv_budget, U)));
     for (const auto& cfg : r.models) {
         // the KV budget per GPU: what the engine reported (--kv-budget), else the GPU fit's estimate
         std::optional<std::uint64_t> budget = r.kv_budget;
         if (!budget && r.gpu) {
+            // Each engine's budget rule with --mem-util as its fraction (activations, graphs and NCCL buffers are not known here):
+            // vLLM: memory x gpu_memory_utilization - weights; SGLang: memory x mem_fraction_static - weights;
+            // TensorRT-LLM: (memory - weights) x free_gpu_memory_fraction.
+            const auto memory = usable_gpu_bytes(*r.gpu);
             const auto weights = ceil_div(model_weight_bytes(cfg, true, r), r.tp);
-            const auto usable = usable_bytes(usable_gpu_bytes(*r.gpu), r.mem_util);
+            const bool trt = r.engine == Engine::trtllm;
+            const auto usable = trt ? memory : usable_bytes(memory, r.mem_util);
             if (usable > weights) {
-                budget = usable - weights;
-                report.notes.push_back(fmt::format("{}: {} KV budget estimated as {} usable - {} weights = {} per GPU; the engine also keeps "
-                                                   "activations and graphs, so give --kv-budget with its own figure for its exact numbers",
-                                                   cfg.name, release, format_bytes(usable, U), format_bytes(weights, U), format_bytes(*budget, U)));
+                budget = trt ? usable_bytes(usable - weights, r.mem_util) : usable - weights;
+                const char* fraction = r.engine == Engine::vllm ? "gpu_memory_utilization" : r.engine == Engine::sglang ? "mem_fraction_static"
+                                       : trt ? "free_gpu_memory_fraction" : "--mem-util";
+                report.notes.push_back(fmt::format(
+                    "{}: {} KV budget estimated as {} = {} per GPU ({} = --mem-util {}); the engine also keeps activations and graphs, so give "
+                    "--kv-budget with its own figure for its exact numbers",
+                    cfg.name, release,
+                    trt ? fmt::format("({} - {} weights) x {}", format_bytes(memory, U), format_bytes(weights, U), r.mem_util)
+                        : fmt::format("{} x {} - {} weights", format_bytes(memory, U), r.mem_util, format_bytes(weights, U)),
+                    format_bytes(*budget, U), fraction, r.mem_util));
             }
         }
         const auto gpu_cfg = per_gpu_config(cfg, r.tp);

@@ -71,6 +71,7 @@ struct ModelConfig {
     // the GPU fit then uses them instead of parameters x --weights-dtype. With the rule said to the user.
     std::optional<std::uint64_t> stored_weight_bytes;
     std::string stored_weights_rule;
+    bool gguf_mla_full_kv = false;  // a GGUF without llama.cpp's MLA split: llama.cpp caches full K and V per head
     bool falcon = false;        // Falcon: GELU MLP of 2 matrices, LayerNorms with bias (model_type falcon)
     std::int64_t norms_per_layer = 2;  // Falcon-7B's parallel attention shares one LayerNorm per layer
 

@@ -1,4 +1,5 @@
 // `kvlab kvcalc`: KV-cache memory per token, sequence, batch and GPU for presets or any HF config.json.
+#include <algorithm>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -101,7 +102,11 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
     r.weights_dtype = parse_dtype(o.weights_dtype, "--weights-dtype");
     if (!(o.mem_util > 0.0 && o.mem_util <= 1.0)) throw UsageError(fmt::format("--mem-util: {}; expected a fraction in (0, 1]", o.mem_util));
     r.mem_util = o.mem_util;
-    if (!o.kv_budget.empty()) r.kv_budget = parse_size(o.kv_budget, "--kv-budget");
+    if (!o.kv_budget.empty()) {
+        // one budget per GPU (rank) as each printed it: the engine runs on the smallest (vLLM unifies on the fewest blocks)
+        for (const auto& b : split_list(o.kv_budget)) r.kv_budget_ranks.push_back(parse_size(b, "--kv-budget"));
+        r.kv_budget = *std::min_element(r.kv_budget_ranks.begin(), r.kv_budget_ranks.end());
+    }
     r.units = o.units;
     r.explain = o.explain;
     r.engine = o.engine;
@@ -141,7 +146,7 @@ void setup_kvcalc(CLI::App& app) {
     cmd->add_option("--gpu-bandwidth", o->gpu_bandwidth, "Memory bandwidth in bytes/s for the roofline, e.g. 3350GB (per second)");
     cmd->add_option("--weights-dtype", o->weights_dtype, "dtype of the weights for the GPU fit")->capture_default_str();
     cmd->add_option("--mem-util", o->mem_util, "Fraction of GPU memory the engine may use (vLLM gpu_memory_utilization)")->capture_default_str();
-    cmd->add_option("--kv-budget", o->kv_budget, "KV budget an engine reported, per GPU, e.g. 3.8125GiB: gives blocks, tokens, concurrency");
+    cmd->add_option("--kv-budget", o->kv_budget, "KV budget an engine reported, per GPU, e.g. 3.8125GiB (or one per rank, comma-separated: the smallest counts): gives blocks, tokens, concurrency");
     add_choice(cmd, "--engine", o->engine, engine_choices,
                "Also what this engine allocates and the lines it prints (pinned releases: vLLM v0.10.2, llama.cpp b8668, SGLang v0.5.2, "
                "TensorRT-LLM 1.2.0rc2)");

@@ -204,9 +204,19 @@ ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& 
         j["num_local_experts"] = *experts;
         j["num_experts_per_tok"] = uniform("expert_used_count", false).value_or(1);
     }
+    bool mla_full_kv = false;
     if (const auto rank = uniform("attention.kv_lora_rank", false)) {
         j["kv_lora_rank"] = *rank;
-        j["qk_rope_head_dim"] = uniform("rope.dimension_count", true).value();
+        const auto rope = uniform("rope.dimension_count", true).value();
+        j["qk_rope_head_dim"] = rope;
+        // convert_hf_to_gguf.py since llama.cpp b5137 (#12801) writes the MLA split: one KV "head" whose key is the
+        // latent + rope (key_length) and the per-head sizes in key_length_mla / value_length_mla. Older files have
+        // only the per-head sizes, and llama.cpp then caches full K and V for every head.
+        const auto key_mla = uniform("attention.key_length_mla", false), value_mla = uniform("attention.value_length_mla", false);
+        const auto per_head_k = key_mla ? key_mla : key_len, per_head_v = value_mla ? value_mla : value_len;
+        if (per_head_k && *per_head_k > rope) j["qk_nope_head_dim"] = *per_head_k - rope;
+        if (per_head_v) j["v_head_dim"] = *per_head_v;
+        mla_full_kv = !key_mla;
     } else if (key_len && value_len && *key_len != *value_len) {
         throw ConfigError(fmt::format("{}: key_length {} and value_length {} differ; kvlab sizes K and V of one head size", where, *key_len, *value_len));
     }
@@ -233,6 +243,7 @@ ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& 
     if (const GgufValue* n = find("general.name"); n && n->kind == GgufValue::Kind::string && !n->text.empty()) kv["display_name"] = n->text;
     j["_kvlab"] = kv;
     ModelConfig cfg = parse_model_config(j, where, name, /*class_defaults=*/false);
+    cfg.gguf_mla_full_kv = mla_full_kv && cfg.mla.has_value();
     if (!window_note.empty()) cfg.defaults.push_back(window_note);
     if (!find(arch + ".vocab_size") && !find("tokenizer.ggml.tokens")) {
         cfg.d_ff = 0;  // no vocabulary size: the weights are unknown

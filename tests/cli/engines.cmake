@@ -88,3 +88,7 @@ kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen1.5-7b.json --engine trtllm -d 
 # Engine settings need an engine.
 kvlab_expect(RC 2 ARGS kvcalc -m llama-3-8b --ubatch 128 ERR "these are engine settings; expected --engine")
 kvlab_expect(RC 2 ARGS kvcalc -m llama-3-8b --engine tgi ERR "--engine")
+# One budget per rank: the pool follows the smallest. Qwen3-14B at --tp 2 holds 4 KV heads per GPU: page 2 x 16 x 4 x 128 x 2 B
+# = 32768 B; floor(6.51 GiB / 32768 / 40) = 5332 blocks = 85,312 tokens.
+kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen3-14b.json --engine vllm --tp 2 --kv-budget 7GiB,6.51GiB --context 32768 LINES
+  "GPU KV cache size: 85,312 tokens" "2 budgets given, one per rank")

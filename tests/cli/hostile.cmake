@@ -138,6 +138,14 @@ kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b --gguf "${WORK}/fx/llama3-8b.gguf" -
 # = 344064 B/token; at 8192: 21 x 4096 + 21 x 8192 tokens x 8192 B = 2113929216 B = 1.97 GiB
 kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/gemma2.gguf" -d fp16 --context 8k
              OUT "336.00 KiB" "gemma2 +GQA-8 \\(native\\) +fp16 +8192 +1 +8192 +1.97 GiB" "sliding window 4096 on even layers")
+# DeepSeek-V2-Lite's MLA in llama.cpp: a GGUF with the MLA split caches the 576-wide latent as K only
+# (27 x 4096 x 576 x 2 B = 121.50 MiB); one converted before the split caches every head's K (16 x 192) and V (16 x 128):
+# 27 x 4096 x 3072 x 2 B = 648 MiB of K, 27 x 4096 x 2048 x 2 B = 432 MiB of V.
+kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/deepseek2-mla.gguf" --engine llama.cpp --context 4096
+             OUT "llama_kv_cache: size =  121\\.50 MiB \\(  4096 cells,  27 layers,  1/1 seqs\\), K \\(f16\\):  121\\.50 MiB, V \\(f16\\):    0\\.00 MiB")
+kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/deepseek2-legacy.gguf" --engine llama.cpp --context 4096
+             OUT "llama_kv_cache: size = 1080\\.00 MiB \\(  4096 cells,  27 layers,  1/1 seqs\\), K \\(f16\\):  648\\.00 MiB, V \\(f16\\):  432\\.00 MiB"
+                 "no MLA split")
 kvlab_expect(RC 2 ARGS kvcalc --gguf "${WORK}/fx/gguf_truncated.gguf" ERR "gguf_truncated.gguf': GGUF header at byte [0-9]+: .* needs [0-9]+ bytes, [0-9]+ are left in the file")
 kvlab_expect(RC 2 ARGS kvcalc --gguf "${WORK}/fx/gguf_huge_count.gguf" ERR "GGUF header at byte 24: the metadata needs [0-9]+ bytes, [0-9]+ are left in the file")
 kvlab_expect(RC 2 ARGS kvcalc --gguf "${WORK}/fx/gguf_v1.gguf" ERR "version 1; kvlab reads GGUF versions 2 and 3")
