@@ -167,10 +167,20 @@ void setup_kvcalc(CLI::App& app) {
                 "  kvlab kvcalc -m gpt-oss-20b --engine llama.cpp --context 128k\n"
                 "  kvlab kvcalc -m qwen3-8b --engine vllm --kv-budget 20GiB --context 32k");
     auto* dtype_opt = cmd->get_option("--dtype");
-    cmd->callback([o, dtype_opt] {
+    auto* engine_opt = cmd->get_option("--engine");
+    cmd->callback([o, dtype_opt, engine_opt] {
         o->dtypes_given = dtype_opt->count() > 0;
+        // a GGUF is llama.cpp's file: without --engine, say also what llama.cpp allocates for it
+        bool gguf_default_engine = !o->ggufs.empty() && engine_opt->count() == 0;
+        if (gguf_default_engine && o->dtypes_given)  // only with cache types llama.cpp has (-d fp8 stays exact math)
+            for (const auto& d : split_list(o->dtypes)) {
+                const DType t = parse_dtype(d, "--dtype");
+                if (t != DType::fp32 && t != DType::fp16 && t != DType::bf16 && t != DType::q8_0 && t != DType::q4_0) gguf_default_engine = false;
+            }
+        if (gguf_default_engine) o->engine = Engine::llamacpp;
         const KvcalcRequest request = make_request(*o);
         Report report = run_kvcalc(request);  // every input checked before anything is drawn
+        if (gguf_default_engine) report.notes.push_back("--gguf: llama.cpp's allocation shown (--engine llama.cpp); --engine exact for the exact math alone");
         if (!o->plot.empty()) {
             plot_kv_memory(request, o->plot);
             report.notes.push_back("chart of KV memory against context written to " + o->plot);
