@@ -38,10 +38,16 @@ EngineAnswer sglang_answer(const EngineCase& c, const EngineSettings& s) {
     EngineAnswer a;
     a.settings = fmt::format("--context-length {} --kv-cache-dtype {} --page-size {}{}", c.context, elem == 1 ? dtype_name(c.dtype) : "auto", page,
                              c.tp > 1 ? fmt::format(" --tp {}", c.tp) : "");
+    // v0.5.2 switches its hybrid sliding-window pool off for Gemma and gpt-oss (server_args.py), so every layer
+    // holds #tokens; other sliding-window architectures would split the pool (set_num_token_hybrid), not modelled
+    const bool swa_off = cfg.model_type.rfind("gemma", 0) == 0 || cfg.model_type == "gpt_oss";
     if (cfg.sliding_window)
-        a.notes.push_back(fmt::format("{}: sized as full attention on every layer: SGLang's split of a sliding-window pool (SWAKVPool, "
-                                      "swa_full_tokens_ratio 0.8) is not modelled",
-                                      cfg.name));
+        a.notes.push_back(swa_off ? fmt::format("{}: every layer holds every token: SGLang v0.5.2 turns its sliding-window pool off for "
+                                                "Gemma and gpt-oss (server_args.py)",
+                                                cfg.name)
+                                  : fmt::format("{}: sized as full attention on every layer: SGLang's split of a sliding-window pool "
+                                                "(set_num_token_hybrid, swa_full_tokens_ratio 0.8) is not modelled for model_type {}",
+                                                cfg.name, cfg.model_type));
     std::optional<std::uint64_t> tokens;
     if (c.kv_budget) tokens = *c.kv_budget / cell;
     if (s.kv_tokens) tokens = tokens ? std::min(*tokens, *s.kv_tokens) : *s.kv_tokens;

@@ -37,7 +37,9 @@ EngineAnswer trtllm_answer(const EngineCase& c, const EngineSettings& s) {
     EngineAnswer a;
     a.settings = fmt::format("tokens_per_block={} kv_cache_dtype={}{}", tpb, elem == 1 ? dtype_name(c.dtype) : "auto", c.tp > 1 ? fmt::format(" tp_size={}", c.tp) : "");
     if (cfg.sliding_window)
-        a.notes.push_back(fmt::format("{}: sized as full attention on every layer: TensorRT-LLM's per-window pools (VSWA) are not modelled", cfg.name));
+        a.notes.push_back(fmt::format("{}: every layer holds every token, as TensorRT-LLM does unless kv_cache_config.max_attention_window "
+                                      "lists several windows (per-window pools with an equal share of memory each: not modelled)",
+                                      cfg.name));
     std::optional<std::uint64_t> max_tokens;
     if (c.kv_budget) max_tokens = *c.kv_budget / per_token;
     if (s.kv_tokens) max_tokens = max_tokens ? std::min(*max_tokens, *s.kv_tokens) : *s.kv_tokens;
