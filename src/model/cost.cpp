@@ -116,20 +116,26 @@ OpCost cost_rope(std::int64_t n, std::int64_t n_head, std::int64_t n_head_kv, st
     return c;
 }
 
-OpCost cost_kv_store(std::int64_t n, std::int64_t d_kv, KvPlace place) {
-    const std::uint64_t bytes = b * 2 * u(n) * u(d_kv);  // one K row and one V row per token
+namespace {
+// bytes of one K (or V) row where attention keeps it: the cache's stored width, or fp32 activations
+std::uint64_t kv_row(std::int64_t d_kv, KvPlace place, std::uint64_t kv_row_bytes) {
+    return place == KvPlace::cache && kv_row_bytes ? kv_row_bytes : b * u(d_kv);
+}
+}  // namespace
+
+OpCost cost_kv_store(std::int64_t n, std::int64_t d_kv, KvPlace place, std::uint64_t kv_row_bytes) {
     OpCost c;
-    c.bytes_act_read = bytes;
-    (place == KvPlace::cache ? c.bytes_kv_written : c.bytes_act_written) = bytes;
+    c.bytes_act_read = b * 2 * u(n) * u(d_kv);  // the new fp32 K row and V row of each token
+    (place == KvPlace::cache ? c.bytes_kv_written : c.bytes_act_written) = 2 * u(n) * kv_row(d_kv, place, kv_row_bytes);
     return c;
 }
 
 OpCost cost_qk(std::int64_t n, std::int64_t n_head, std::int64_t d_kv, std::int64_t d_head,
-               std::int64_t n_scores, std::int64_t n_key_rows, KvPlace place) {
+               std::int64_t n_scores, std::int64_t n_key_rows, KvPlace place, std::uint64_t kv_row_bytes) {
     OpCost c;
     c.flops = 2 * u(n_head) * u(d_head) * u(n_scores);
     c.bytes_act_read = b * u(n) * u(n_head) * u(d_head);  // q
-    (place == KvPlace::cache ? c.bytes_kv_read : c.bytes_act_read) += b * u(n_key_rows) * u(d_kv);
+    (place == KvPlace::cache ? c.bytes_kv_read : c.bytes_act_read) += u(n_key_rows) * kv_row(d_kv, place, kv_row_bytes);
     c.bytes_act_written = b * u(n_head) * u(n_scores);
     return c;
 }
@@ -145,11 +151,11 @@ OpCost cost_softmax(std::int64_t n_head, std::int64_t n_scores) {
 }
 
 OpCost cost_av(std::int64_t n, std::int64_t n_head, std::int64_t d_kv, std::int64_t d_head,
-               std::int64_t n_scores, std::int64_t n_key_rows, KvPlace place) {
+               std::int64_t n_scores, std::int64_t n_key_rows, KvPlace place, std::uint64_t kv_row_bytes) {
     OpCost c;
     c.flops = 2 * u(n_head) * u(d_head) * u(n_scores);
     c.bytes_act_read = b * u(n_head) * u(n_scores);  // probabilities
-    (place == KvPlace::cache ? c.bytes_kv_read : c.bytes_act_read) += b * u(n_key_rows) * u(d_kv);
+    (place == KvPlace::cache ? c.bytes_kv_read : c.bytes_act_read) += u(n_key_rows) * kv_row(d_kv, place, kv_row_bytes);
     c.bytes_act_written = b * u(n) * u(n_head) * u(d_head);
     return c;
 }
@@ -191,7 +197,7 @@ std::int64_t sum_keys_attended(std::int64_t pos0, std::int64_t n, std::int64_t w
     return (pos0 + 1 + growing_end) * n_growing / 2 + (end - growing_end) * window;
 }
 
-StepCost closed_form_step_cost(const ModelConfig& cfg, StepMode mode, std::int64_t pos0, std::int64_t n) {
+StepCost closed_form_step_cost(const ModelConfig& cfg, StepMode mode, std::int64_t pos0, std::int64_t n, std::uint64_t kv_row_bytes) {
     if (n <= 0 || pos0 < 0 || (mode == StepMode::uncached && pos0 != 0))
         throw UsageError("closed_form_step_cost: expected n > 0, pos0 >= 0, and pos0 = 0 for the uncached mode");
     const bool gpt2 = cfg.family == Family::gpt2;
@@ -210,10 +216,10 @@ StepCost closed_form_step_cost(const ModelConfig& cfg, StepMode mode, std::int64
         s.add(Op::k_proj, cost_matmul(n, d, d_kv, qkv_bias));
         s.add(Op::v_proj, cost_matmul(n, d, d_kv, qkv_bias));
         if (!gpt2) s.add(Op::rope, cost_rope(n, cfg.n_head, cfg.n_head_kv, cfg.d_head));
-        s.add(Op::kv_store, cost_kv_store(n, d_kv, place));
-        s.add(Op::qk, cost_qk(n, cfg.n_head, d_kv, cfg.d_head, n_scores, n_key_rows, place));
+        s.add(Op::kv_store, cost_kv_store(n, d_kv, place, kv_row_bytes));
+        s.add(Op::qk, cost_qk(n, cfg.n_head, d_kv, cfg.d_head, n_scores, n_key_rows, place, kv_row_bytes));
         s.add(Op::softmax, cost_softmax(cfg.n_head, n_scores));
-        s.add(Op::av, cost_av(n, cfg.n_head, d_kv, cfg.d_head, n_scores, n_key_rows, place));
+        s.add(Op::av, cost_av(n, cfg.n_head, d_kv, cfg.d_head, n_scores, n_key_rows, place, kv_row_bytes));
         s.add(Op::o_proj, cost_matmul(n, d_q, d, gpt2));
         s.add(Op::attn_residual, cost_residual(n, d));
         s.add(Op::mlp_norm, gpt2 ? cost_layernorm(n, d) : cost_rmsnorm(n, d));

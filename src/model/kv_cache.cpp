@@ -1,31 +1,191 @@
 #include "model/kv_cache.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
 #include <fmt/format.h>
 
-#include "core/error.hpp"
 #include "calc/kv_memory.hpp"
+#include "core/checked.hpp"
+#include "core/error.hpp"
+#include "model/kv_format.hpp"
 
 namespace kvlab {
+namespace {
 
-KvCache::KvCache(const ModelConfig& cfg, std::int64_t n_tokens_max) : n_tokens_max_(n_tokens_max) {
+// The largest value each scaled format holds: a scale of amax / this maps the largest value onto it.
+float format_max(DType dtype) {
+    switch (dtype) {
+    case DType::fp8_e4m3: return fp8_e4m3_max;
+    case DType::fp8_e5m2: return fp8_e5m2_max;
+    case DType::int8: return int8_max;
+    default: return 1.0f;
+    }
+}
+
+float amax_to_scale(float amax, DType dtype) { return amax > 0.0f && std::isfinite(amax) ? amax / format_max(dtype) : 1.0f; }
+
+}  // namespace
+
+void check_kv_storage(const KvStorage& s, std::int64_t d_kv) {
+    if (s.dtype == DType::int4)
+        throw UsageError("--kv-dtype int4: the cache stores fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int8, q8_0 and q4_0; int4 is a kvcalc what-if only");
+    if ((s.dtype == DType::q8_0 || s.dtype == DType::q4_0) && d_kv % kv_block_values != 0)
+        throw UsageError(fmt::format("--kv-dtype {}: a K/V row of {} values does not split into blocks of 32", dtype_name(s.dtype), d_kv));
+}
+
+std::uint64_t kv_stored_row_bytes(const KvStorage& s, std::int64_t n_head_kv, std::int64_t d_head) {
+    const auto values = row_bytes(s.dtype, static_cast<std::uint64_t>(n_head_kv * d_head));
+    return s.scaled() && s.scale == KvScale::token_head ? values + sizeof(float) * static_cast<std::uint64_t>(n_head_kv) : values;
+}
+
+KvRowStore::KvRowStore(const KvStorage& storage, std::int64_t n_rows, std::int64_t n_head_kv, std::int64_t d_head)
+    : storage_(storage), n_head_kv_(n_head_kv), d_head_(d_head), width_(n_head_kv * d_head),
+      row_bytes_(row_bytes(storage.dtype, static_cast<std::uint64_t>(n_head_kv * d_head))) {
+    data_.assign(checked_mul(row_bytes_, static_cast<std::uint64_t>(n_rows), "KV cache bytes"), 0);
+    if (storage_.scaled() && storage_.scale == KvScale::token_head) head_scales_.assign(static_cast<std::size_t>(n_rows * n_head_kv), 1.0f);
+}
+
+void KvRowStore::calibrate(const MatrixRM& x, std::int64_t n) {
+    calibrated_ = true;
+    if (!storage_.scaled() || storage_.scale != KvScale::tensor) return;
+    tensor_scale_ = amax_to_scale(x.topRows(n).cwiseAbs().maxCoeff(), storage_.dtype);
+}
+
+void KvRowStore::write(std::int64_t row, const float* x) {
+    std::uint8_t* out = data_.data() + static_cast<std::size_t>(row) * row_bytes_;
+    switch (storage_.dtype) {
+    case DType::fp16:
+    case DType::bf16:
+        for (std::int64_t i = 0; i < width_; ++i) {
+            const std::uint16_t c = storage_.dtype == DType::fp16 ? fp16_encode(x[i]) : bf16_encode(x[i]);
+            std::memcpy(out + 2 * i, &c, 2);
+        }
+        return;
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2:
+    case DType::int8:
+        for (std::int64_t h = 0; h < n_head_kv_; ++h) {
+            const float* xh = x + h * d_head_;
+            float scale = tensor_scale_;
+            if (storage_.scale == KvScale::token_head) {  // this token's head: its own absolute max
+                float amax = 0.0f;
+                for (std::int64_t i = 0; i < d_head_; ++i) amax = std::max(amax, std::fabs(xh[i]));
+                scale = head_scales_[static_cast<std::size_t>(row * n_head_kv_ + h)] = amax_to_scale(amax, storage_.dtype);
+            }
+            const float inv = 1.0f / scale;  // quantize as x x (1 / scale), as TensorRT-LLM does
+            std::uint8_t* oh = out + h * d_head_;
+            for (std::int64_t i = 0; i < d_head_; ++i) {
+                const float y = xh[i] * inv;
+                oh[i] = storage_.dtype == DType::fp8_e4m3   ? fp8_e4m3_encode(y)
+                        : storage_.dtype == DType::fp8_e5m2 ? fp8_e5m2_encode(y)
+                                                            : static_cast<std::uint8_t>(int8_encode(y));
+            }
+        }
+        return;
+    case DType::q8_0:
+    case DType::q4_0:
+        for (std::int64_t b = 0; b < width_ / kv_block_values; ++b) {
+            const std::span<const float, 32> block(x + b * kv_block_values, 32);
+            if (storage_.dtype == DType::q8_0) {
+                const BlockQ8_0 q = quantize_q8_0(block);
+                std::memcpy(out + b * sizeof(BlockQ8_0), &q, sizeof q);
+            } else {
+                const BlockQ4_0 q = quantize_q4_0(block);
+                std::memcpy(out + b * sizeof(BlockQ4_0), &q, sizeof q);
+            }
+        }
+        return;
+    default: throw std::logic_error("KvRowStore: unchecked storage dtype");
+    }
+}
+
+void KvRowStore::read(std::int64_t row, float* x) const {
+    const std::uint8_t* in = data_.data() + static_cast<std::size_t>(row) * row_bytes_;
+    switch (storage_.dtype) {
+    case DType::fp16:
+    case DType::bf16:
+        for (std::int64_t i = 0; i < width_; ++i) {
+            std::uint16_t c;
+            std::memcpy(&c, in + 2 * i, 2);
+            x[i] = storage_.dtype == DType::fp16 ? fp16_decode(c) : bf16_decode(c);
+        }
+        return;
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2:
+    case DType::int8:
+        for (std::int64_t h = 0; h < n_head_kv_; ++h) {
+            const float scale = storage_.scale == KvScale::token_head ? head_scales_[static_cast<std::size_t>(row * n_head_kv_ + h)] : tensor_scale_;
+            const std::uint8_t* ih = in + h * d_head_;
+            float* xh = x + h * d_head_;
+            for (std::int64_t i = 0; i < d_head_; ++i) {
+                const float q = storage_.dtype == DType::fp8_e4m3   ? fp8_e4m3_decode(ih[i])
+                                : storage_.dtype == DType::fp8_e5m2 ? fp8_e5m2_decode(ih[i])
+                                                                    : int8_decode(static_cast<std::int8_t>(ih[i]));
+                xh[i] = q * scale;
+            }
+        }
+        return;
+    case DType::q8_0:
+    case DType::q4_0:
+        for (std::int64_t b = 0; b < width_ / kv_block_values; ++b) {
+            const std::span<float, 32> block(x + b * kv_block_values, 32);
+            if (storage_.dtype == DType::q8_0) {
+                BlockQ8_0 q;
+                std::memcpy(&q, in + b * sizeof(BlockQ8_0), sizeof q);
+                dequantize_q8_0(q, block);
+            } else {
+                BlockQ4_0 q;
+                std::memcpy(&q, in + b * sizeof(BlockQ4_0), sizeof q);
+                dequantize_q4_0(q, block);
+            }
+        }
+        return;
+    default: throw std::logic_error("KvRowStore: unchecked storage dtype");
+    }
+}
+
+std::uint64_t KvRowStore::bytes() const {
+    const std::uint64_t tensor = storage_.scaled() && storage_.scale == KvScale::tensor ? sizeof(float) : 0;
+    return data_.size() + sizeof(float) * head_scales_.size() + tensor;
+}
+
+KvCache::KvCache(const ModelConfig& cfg, std::int64_t n_tokens_max, const KvStorage& storage)
+    : n_tokens_max_(n_tokens_max), storage_(storage) {
     if (n_tokens_max <= 0)
         throw UsageError(fmt::format("KV cache: {} positions; expected at least 1", n_tokens_max));
-    k_.reserve(static_cast<std::size_t>(cfg.n_layer));
-    v_.reserve(static_cast<std::size_t>(cfg.n_layer));
+    check_kv_storage(storage, cfg.d_kv());
+    row_bytes_ = kv_stored_row_bytes(storage, cfg.n_head_kv, cfg.d_head);
+    std::int64_t max_rows = 0;
     for (std::int64_t l = 0; l < cfg.n_layer; ++l) {
         // the row count comes from the same function kvcalc sizes the cache with
-        const auto rows = static_cast<std::int64_t>(
-            kv_tokens_held(cfg, l, static_cast<std::uint64_t>(n_tokens_max), WindowMode::cap));
-        k_.emplace_back(MatrixRM::Zero(rows, cfg.d_kv()));
-        v_.emplace_back(MatrixRM::Zero(rows, cfg.d_kv()));
+        const auto rows = static_cast<std::int64_t>(kv_tokens_held(cfg, l, static_cast<std::uint64_t>(n_tokens_max), WindowMode::cap));
+        rows_.push_back(rows);
+        max_rows = std::max(max_rows, rows);
+        if (narrow()) {
+            k_store_.emplace_back(storage, rows, cfg.n_head_kv, cfg.d_head);
+            v_store_.emplace_back(storage, rows, cfg.n_head_kv, cfg.d_head);
+        } else {
+            k_.emplace_back(MatrixRM::Zero(rows, cfg.d_kv()));
+            v_.emplace_back(MatrixRM::Zero(rows, cfg.d_kv()));
+        }
+    }
+    if (narrow()) {
+        k_scratch_ = MatrixRM::Zero(max_rows, cfg.d_kv());
+        v_scratch_ = MatrixRM::Zero(max_rows, cfg.d_kv());
     }
 }
 
 std::uint64_t KvCache::bytes() const {
     std::uint64_t sum = 0;
-    for (std::size_t l = 0; l < k_.size(); ++l)
-        sum += sizeof(float) * static_cast<std::uint64_t>(k_[l].size() + v_[l].size());
+    for (std::size_t l = 0; l < k_.size(); ++l) sum += sizeof(float) * static_cast<std::uint64_t>(k_[l].size() + v_[l].size());
+    for (std::size_t l = 0; l < k_store_.size(); ++l) sum += k_store_[l].bytes() + v_store_[l].bytes();
     return sum;
+}
+
+std::uint64_t KvCache::scratch_bytes() const {
+    return sizeof(float) * static_cast<std::uint64_t>(k_scratch_.size() + v_scratch_.size());
 }
 
 }  // namespace kvlab

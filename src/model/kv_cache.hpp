@@ -1,35 +1,98 @@
 // KvCache: the simulator's preallocated K and V buffers, per layer, keys stored after RoPE.
 // Sliding-window layers keep only the last W positions in a ring buffer. Non-goal: batching, paging.
+//
+// Storage: fp32 matrices, or one of the narrow formats of model/kv_format.hpp (KvStorage). A narrow
+// layer keeps its rows encoded (KvRowStore: the bytes and their scales are all it holds of them) and
+// decodes the rows a call attends into one fp32 scratch pair shared by all layers, which the layers use
+// one after another.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <vector>
 
 #include "calc/model_config.hpp"
+#include "core/choice.hpp"
+#include "core/dtype.hpp"
 #include "model/weights.hpp"
 
 namespace kvlab {
 
+// fp8 and int8 scales: one per layer for K and one for V, set from the absolute max of the first rows
+// written (the prefill), as TensorRT-LLM's kv_cache_scaling_factor; or one per token per KV head, set
+// when the token is written. fp16, bf16, q8_0 and q4_0 take none (q8_0 and q4_0 carry block scales).
+enum class KvScale { tensor, token_head };
+inline constexpr std::array<Choice<KvScale>, 2> kv_scale_choices{{{"tensor", KvScale::tensor}, {"token-head", KvScale::token_head}}};
+
+struct KvStorage {
+    DType dtype = DType::fp32;
+    KvScale scale = KvScale::tensor;
+    bool scaled() const { return dtype == DType::fp8_e4m3 || dtype == DType::fp8_e5m2 || dtype == DType::int8; }
+};
+// Throws UsageError for a dtype the cache cannot store (int4) or a row q8_0/q4_0 cannot split into 32s.
+void check_kv_storage(const KvStorage& storage, std::int64_t d_kv);
+
+// Bytes one K (or V) row of Hkv x D values takes: the values at the stored width (q8_0, q4_0 with their
+// block scales: row_bytes of core/dtype, the function kvcalc sizes with), plus one fp32 scale per KV head
+// for token-head scaling. Per-tensor scales are per layer, not per row (KvCache::bytes counts them).
+std::uint64_t kv_stored_row_bytes(const KvStorage& storage, std::int64_t n_head_kv, std::int64_t d_head);
+
+// One layer's K (or V) rows in a narrow format.
+class KvRowStore {
+public:
+    KvRowStore(const KvStorage& storage, std::int64_t n_rows, std::int64_t n_head_kv, std::int64_t d_head);
+    // Per-tensor scale from the absolute max of rows 0..n-1 of x (the first write); later writes reuse it.
+    void calibrate(const MatrixRM& x, std::int64_t n);
+    bool calibrated() const { return calibrated_; }
+    void write(std::int64_t row, const float* x);   // encode Hkv*D values into `row`
+    void read(std::int64_t row, float* out) const;  // decode `row` into Hkv*D floats
+    std::uint64_t bytes() const;                    // values and every scale held
+    float tensor_scale() const { return tensor_scale_; }
+
+private:
+    KvStorage storage_;
+    std::int64_t n_head_kv_, d_head_, width_;
+    std::uint64_t row_bytes_;            // encoded values of one row (no per-row scales)
+    std::vector<std::uint8_t> data_;     // n_rows x row_bytes_
+    std::vector<float> head_scales_;     // token-head: n_rows x Hkv
+    float tensor_scale_ = 1.0f;
+    bool calibrated_ = false;
+};
+
 class KvCache {
 public:
     // Room for positions 0..n_tokens_max-1; layer l holds kv_tokens_held(cfg, l, n_tokens_max, cap)
-    // rows, so bytes() == kv_bytes_sequence(cfg, fp32, n_tokens_max, cap).total().
-    KvCache(const ModelConfig& cfg, std::int64_t n_tokens_max);
+    // rows, so bytes() == kv_bytes_sequence(cfg, dtype, n_tokens_max, cap).total() (+ per-tensor scales).
+    KvCache(const ModelConfig& cfg, std::int64_t n_tokens_max, const KvStorage& storage = {});
 
     std::int64_t n_tokens_max() const { return n_tokens_max_; }
-    std::int64_t n_rows(std::int64_t layer) const { return k_[static_cast<std::size_t>(layer)].rows(); }
+    std::int64_t n_rows(std::int64_t layer) const { return rows_[static_cast<std::size_t>(layer)]; }
     // Row holding position `pos` in `layer`: pos itself, or pos mod W in a ring buffer.
     std::int64_t row_of(std::int64_t layer, std::int64_t pos) const { return pos % n_rows(layer); }
-    MatrixRM& k(std::int64_t layer) { return k_[static_cast<std::size_t>(layer)]; }
-    MatrixRM& v(std::int64_t layer) { return v_[static_cast<std::size_t>(layer)]; }
-    const MatrixRM& k(std::int64_t layer) const { return k_[static_cast<std::size_t>(layer)]; }
-    const MatrixRM& v(std::int64_t layer) const { return v_[static_cast<std::size_t>(layer)]; }
-    // Bytes allocated for K and V over all layers (fp32).
+    const KvStorage& storage() const { return storage_; }
+    bool narrow() const { return storage_.dtype != DType::fp32; }
+    // fp32: the layer's rows. Narrow: the decode scratch (rows decoded by the attention op).
+    MatrixRM& k(std::int64_t layer) { return narrow() ? k_scratch_ : k_[static_cast<std::size_t>(layer)]; }
+    MatrixRM& v(std::int64_t layer) { return narrow() ? v_scratch_ : v_[static_cast<std::size_t>(layer)]; }
+    const MatrixRM& k(std::int64_t layer) const { return narrow() ? k_scratch_ : k_[static_cast<std::size_t>(layer)]; }
+    const MatrixRM& v(std::int64_t layer) const { return narrow() ? v_scratch_ : v_[static_cast<std::size_t>(layer)]; }
+    // Narrow storage only: the layer's encoded rows.
+    KvRowStore* k_store(std::int64_t layer) { return narrow() ? &k_store_[static_cast<std::size_t>(layer)] : nullptr; }
+    KvRowStore* v_store(std::int64_t layer) { return narrow() ? &v_store_[static_cast<std::size_t>(layer)] : nullptr; }
+    // Bytes one stored K (or V) row takes (the cost model's kv_row_bytes).
+    std::uint64_t row_bytes() const { return row_bytes_; }
+    // Bytes held for K and V over all layers at the stored width, scales included.
     std::uint64_t bytes() const;
+    // The fp32 decode scratch of narrow storage (0 for fp32): working memory, not cache.
+    std::uint64_t scratch_bytes() const;
 
 private:
     std::int64_t n_tokens_max_ = 0;
-    std::vector<MatrixRM> k_;  // L of (rows_l, Hkv*D), rows_l = T_max or min(W, T_max)
-    std::vector<MatrixRM> v_;  // L of (rows_l, Hkv*D)
+    KvStorage storage_;
+    std::uint64_t row_bytes_ = 0;
+    std::vector<std::int64_t> rows_;
+    std::vector<MatrixRM> k_, v_;                  // fp32: L of (rows_l, Hkv*D)
+    std::vector<KvRowStore> k_store_, v_store_;    // narrow: L of rows_l encoded rows
+    MatrixRM k_scratch_, v_scratch_;               // narrow: (max rows_l, Hkv*D)
 };
 
 }  // namespace kvlab

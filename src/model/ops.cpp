@@ -9,6 +9,7 @@
 
 #include <omp.h>
 
+#include "model/kv_cache.hpp"
 #include "model/matmul.hpp"
 
 namespace kvlab {
@@ -211,8 +212,29 @@ void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const Ma
     const bool cache = kv.place == KvPlace::cache;
     MatrixRM& k = *kv.k;
     MatrixRM& v = *kv.v;
+    const bool narrow = kv.k_store != nullptr;
+    if (narrow) {
+        // a narrow cache: per-tensor scales from the first rows written (the prefill), then the rows
+        // already held decoded into the fp32 scratch attention reads
+        if (!kv.k_store->calibrated()) {
+            kv.k_store->calibrate(k_new, n);
+            kv.v_store->calibrate(v_new, n);
+        }
+        if (const std::int64_t held = std::min(pos0, kv.n_rows); held > 0)
+            for_each_task(held, [&](std::int64_t r) {
+                kv.k_store->read(r, k.row(r).data());
+                kv.v_store->read(r, v.row(r).data());
+            });
+    }
     auto store = [&](std::int64_t i) {
         const std::int64_t row = cache ? (pos0 + i) % kv.n_rows : pos0 + i;
+        if (narrow) {  // encode, and attend to what was stored: the decoded row
+            kv.k_store->write(row, k_new.row(i).data());
+            kv.v_store->write(row, v_new.row(i).data());
+            kv.k_store->read(row, k.row(row).data());
+            kv.v_store->read(row, v.row(row).data());
+            return;
+        }
         k.row(row) = k_new.row(i);
         v.row(row) = v_new.row(i);
     };
@@ -245,10 +267,10 @@ void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const Ma
     for (std::int64_t i = 0; i < n; ++i) n_scores += n_keys_of(i);
     const std::int64_t n_key_rows = n - 1 + n_keys_of(0);  // distinct positions read: first query's oldest .. newest
     const std::int64_t d_kv = k.cols();
-    rec.add(Op::kv_store, cost_kv_store(n, k_new.cols(), kv.place));
-    rec.record({{Op::qk, cost_qk(n, shape.n_head, d_kv, shape.d_head, n_scores, n_key_rows, kv.place)},
+    rec.add(Op::kv_store, cost_kv_store(n, k_new.cols(), kv.place, kv.row_bytes));
+    rec.record({{Op::qk, cost_qk(n, shape.n_head, d_kv, shape.d_head, n_scores, n_key_rows, kv.place, kv.row_bytes)},
                 {Op::softmax, cost_softmax(shape.n_head, n_scores)},
-                {Op::av, cost_av(n, shape.n_head, d_kv, shape.d_head, n_scores, n_key_rows, kv.place)}});
+                {Op::av, cost_av(n, shape.n_head, d_kv, shape.d_head, n_scores, n_key_rows, kv.place, kv.row_bytes)}});
 }
 
 void project_add(MatrixRM& x, MatrixRM& tmp, const MatrixRM& in, std::int64_t n, const MatrixRM& w, const VectorF& b,

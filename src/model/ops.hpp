@@ -71,11 +71,15 @@ void rope(MatrixRM& q, MatrixRM& k, std::int64_t n, std::int64_t pos0, std::span
 
 // Where attention reads K and V: rows of a layer's cache (cached mode; a ring of `n_rows` rows on a
 // windowed layer) or of the current layer's activations, position p in row p (uncached mode).
+class KvRowStore;
 struct KvRows {
-    MatrixRM* k;           // (rows, Hkv*D)
+    MatrixRM* k;           // (rows, Hkv*D) fp32: what attention reads (a narrow cache's decode scratch)
     MatrixRM* v;           // (rows, Hkv*D)
     KvPlace place;
     std::int64_t n_rows;   // rows held: position p lives in row p mod n_rows (cache) or row p (activations)
+    KvRowStore* k_store = nullptr;  // a narrow cache's encoded rows (model/kv_cache.hpp); null: k and v hold them
+    KvRowStore* v_store = nullptr;
+    std::uint64_t row_bytes = 0;    // bytes of one stored row (0: fp32)
 };
 // Store the n new K and V rows at positions pos0.., then out (n, H*D) = softmax(q K^T / sqrt(D)) V
 // per head over the keys each query attends (`window` > 0: its last `window` positions)

@@ -160,7 +160,8 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
         qkv_projections(q_, k_new_, v_new_, xb_, n, lw, scratch, rec);
         if (!gpt2) rope(q_, k_new_, n, pos0, inv_freq_, w_.rope_pairing, cfg_.d_head, rec);
         // K and V go to the cache (cached) or to this layer's activations (uncached)
-        const KvRows kv = cache ? KvRows{&cache->k(l), &cache->v(l), KvPlace::cache, cache->n_rows(l)}
+        const KvRows kv = cache ? KvRows{&cache->k(l), &cache->v(l), KvPlace::cache, cache->n_rows(l), cache->k_store(l), cache->v_store(l),
+                                         cache->narrow() ? cache->row_bytes() : 0}
                                 : KvRows{&k_act_, &v_act_, KvPlace::activations, k_act_.rows()};
         attention(att_, q_, k_new_, v_new_, n, pos0, kv, shape, cfg_.layer_window(l), scratch, rec);
         project_add(x_, xb_, att_, n, lw.wo, lw.bo, scratch, Op::o_proj, Op::attn_residual, rec);
