@@ -99,6 +99,25 @@ void run(const SimulateRequest& request) {
     // second one, or one while the trace is written, kills the process and removes the temporary file
     std::atomic<bool> stop{false};
     sim.stop = &stop;
+    if (p.kv_policies.size() > 1) {
+        // several storages: the same run once per storage (the token stream shows the first), then one table
+        std::vector<SimulationResult> runs;
+        {
+            const StopOnInterrupt stop_on_interrupt(stop);
+            for (const KvStorage& storage : p.kv_policies) {
+                SimulateOptions one = sim;
+                one.kv_storage = storage;
+                if (!runs.empty()) one.on_token = nullptr;
+                runs.push_back(run_simulation(p.config, p.weights, one));
+                if (runs.back().interrupted) throw Interrupted("interrupted; no comparison printed");
+            }
+        }
+        if (show_progress) std::fprintf(stderr, "\r\033[K");
+        if (echo) echo->end();
+        if (echo_on_stdout) std::cout << "\n";
+        print_report(std::cout, kv_policy_report(p, runs), format);
+        return;
+    }
     SimulationResult result;
     {
         const StopOnInterrupt stop_on_interrupt(stop);
@@ -146,11 +165,21 @@ void setup_simulate(CLI::App& app) {
     cmd->add_flag("-q,--quiet", o->quiet, "No progress line on stderr (csv/json/markdown: no token stream there either)");
     cmd->add_option("--max-memory", o->max_memory, "Refuse runs whose weights + KV + activations exceed this, e.g. 8GiB (default: 75% of RAM)");
     cmd->add_option("--threads", o->threads, "Threads for matmuls and attention (0 = all cores, fewer when the machine is busy)")->capture_default_str();
+    cmd->add_option("--kv-dtype", o->kv_dtype,
+                    "How the cache stores K and V: fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int8, q8_0, q4_0; a comma list compares them "
+                    "(quality against fp32 on the same tokens)")
+        ->capture_default_str();
+    auto* kv_scale = add_choice(cmd, "--kv-scale", o->kv_scale, kv_scale_choices,
+                                "fp8/int8 scales: tensor (one per layer from the prefill's max) or token-head (one per token per KV head)");
     add_units_option(cmd, o->units);
     add_format_option(cmd, o->format);
     cmd->footer("Examples:\n  kvlab simulate -m tiny-llama --prompt \"Once upon a time\" -n 64 --trace run.json\n"
-                "  kvlab simulate -m stories15m -p 32 -n 128 --mode both");
-    cmd->callback([o, prompt] {
+                "  kvlab simulate -m stories15m -p 32 -n 128 --mode both\n"
+                "  kvlab simulate -m tiny-llama --prompt \"Once upon a time\" -n 64 --kv-dtype fp32,fp16,fp8_e4m3,q4_0");
+    auto* mode_opt = cmd->get_option("--mode");
+    cmd->callback([o, prompt, kv_scale, mode_opt] {
+        o->kv_scale_given = kv_scale->count() > 0;
+        o->mode_given = mode_opt->count() > 0;
         o->prompt_given = prompt->count() > 0;
         run(*o);
     });

@@ -22,7 +22,7 @@ double token_nll(const VectorF& logits, TokenId target) {
 
 }  // namespace
 
-EvalResult evaluate_nll(const ModelConfig& cfg, const Weights& weights, std::span<const TokenId> ids) {
+EvalResult evaluate_nll(const ModelConfig& cfg, const Weights& weights, std::span<const TokenId> ids, const KvStorage& storage) {
     const auto n = static_cast<std::int64_t>(ids.size());
     if (n < 2) throw UsageError(fmt::format("--eval: the text encodes to {} token(s); at least one token after BOS is needed", n));
     if (cfg.n_ctx_max < 2) throw ConfigError(fmt::format("{}: a context of {} positions cannot score a next token", cfg.name, cfg.n_ctx_max));
@@ -35,7 +35,7 @@ EvalResult evaluate_nll(const ModelConfig& cfg, const Weights& weights, std::spa
     r.n_tokens = n;
     for (std::int64_t start = 0; start + 1 < n; start += window - 1) {
         const std::int64_t len = std::min(window, n - start);
-        KvCache cache(cfg, window);
+        KvCache cache(cfg, window, storage);
         for (std::int64_t p = 0; p + 1 < len; ++p) {
             const VectorF& logits = model.forward_cached(ids.subspan(static_cast<std::size_t>(start + p), 1), p, cache, nullptr);
             r.nll_sum += token_nll(logits, ids[static_cast<std::size_t>(start + p + 1)]);

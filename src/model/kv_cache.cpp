@@ -40,6 +40,16 @@ std::uint64_t kv_stored_row_bytes(const KvStorage& s, std::int64_t n_head_kv, st
     return s.scaled() && s.scale == KvScale::token_head ? values + sizeof(float) * static_cast<std::uint64_t>(n_head_kv) : values;
 }
 
+std::uint64_t kv_resident_bytes(const ModelConfig& cfg, const KvStorage& storage, std::uint64_t n_tokens) {
+    const std::uint64_t row = kv_stored_row_bytes(storage, cfg.n_head_kv, cfg.d_head);
+    const std::uint64_t per_layer_scales = storage.scaled() && storage.scale == KvScale::tensor ? 2 * sizeof(float) : 0;
+    std::uint64_t sum = 0;
+    for (std::int64_t l = 0; l < cfg.n_layer; ++l)
+        sum = checked_add(sum, checked_add(checked_mul(2 * row, kv_tokens_held(cfg, l, n_tokens, WindowMode::cap), "KV bytes"), per_layer_scales,
+                                           "KV bytes"), "KV bytes");
+    return sum;
+}
+
 KvRowStore::KvRowStore(const KvStorage& storage, std::int64_t n_rows, std::int64_t n_head_kv, std::int64_t d_head)
     : storage_(storage), n_head_kv_(n_head_kv), d_head_(d_head), width_(n_head_kv * d_head),
       row_bytes_(row_bytes(storage.dtype, static_cast<std::uint64_t>(n_head_kv * d_head))) {

@@ -36,6 +36,10 @@ void check_kv_storage(const KvStorage& storage, std::int64_t d_kv);
 // for token-head scaling. Per-tensor scales are per layer, not per row (KvCache::bytes counts them).
 std::uint64_t kv_stored_row_bytes(const KvStorage& storage, std::int64_t n_head_kv, std::int64_t d_head);
 
+// Bytes a cache stored as `storage` holds after n_tokens positions: every layer's held rows at the stored
+// width (scales included) and the per-tensor scales; equals KvCache::bytes() when the cache is full.
+std::uint64_t kv_resident_bytes(const ModelConfig& cfg, const KvStorage& storage, std::uint64_t n_tokens);
+
 // One layer's K (or V) rows in a narrow format.
 class KvRowStore {
 public:

@@ -84,8 +84,19 @@ MemoryEstimate estimate_simulation_memory(const ModelConfig& cfg, const Simulate
     const TransformerSize size = simulation_size(cfg, o);
     MemoryEstimate e;
     e.weights = weights_bytes(cfg);
-    if (o.mode != SimMode::uncached)
-        e.kv_cache = kv_bytes_sequence(cfg, DType::fp32, static_cast<std::uint64_t>(size.n_positions), WindowMode::cap).total();
+    if (o.mode != SimMode::uncached) {
+        const auto n = static_cast<std::uint64_t>(size.n_positions);
+        e.kv_cache = kv_resident_bytes(cfg, o.kv_storage, n);
+        if (o.kv_storage.dtype != DType::fp32) {
+            // the fp32 reference cache beside it, and the fp32 rows one layer decodes into
+            const auto fp32 = kv_bytes_sequence(cfg, DType::fp32, n, WindowMode::cap).total();
+            std::uint64_t max_rows = 0;
+            for (std::int64_t l = 0; l < cfg.n_layer; ++l) max_rows = std::max(max_rows, kv_tokens_held(cfg, l, n, WindowMode::cap));
+            e.kv_cache = checked_add(checked_add(e.kv_cache, fp32, "memory estimate"),
+                                     checked_mul(2 * sizeof(float) * max_rows, static_cast<std::uint64_t>(cfg.d_kv()), "memory estimate"),
+                                     "memory estimate");
+        }
+    }
     e.activations = Transformer::activation_bytes(cfg, size);
     const auto n_modes = static_cast<std::uint64_t>(o.mode == SimMode::both ? 2 : 1);
     e.records = checked_mul(checked_mul(static_cast<std::uint64_t>(o.n_steps), n_modes, "trace records"), sizeof(StepRecord),
@@ -130,6 +141,23 @@ std::vector<TokenId> simulation_prompt(const ModelConfig& cfg, const SimulateOpt
     return prompt;
 }
 
+double kl_divergence(const VectorF& p_logits, const VectorF& q_logits) {
+    // log-softmax of each in double: log p_i = x_i - max - log sum exp(x - max)
+    auto log_norm = [](const VectorF& x) {
+        const double m = static_cast<double>(x.maxCoeff());
+        double sum = 0.0;
+        for (Eigen::Index i = 0; i < x.size(); ++i) sum += std::exp(static_cast<double>(x[i]) - m);
+        return m + std::log(sum);
+    };
+    const double lp = log_norm(p_logits), lq = log_norm(q_logits);
+    double kl = 0.0;
+    for (Eigen::Index i = 0; i < p_logits.size(); ++i) {
+        const double log_p = static_cast<double>(p_logits[i]) - lp, log_q = static_cast<double>(q_logits[i]) - lq;
+        kl += std::exp(log_p) * (log_p - log_q);
+    }
+    return std::max(kl, 0.0);  // rounding can leave -1e-17 for identical inputs
+}
+
 SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, const SimulateOptions& o) {
     using clock = std::chrono::steady_clock;
     const TransformerSize size = simulation_size(cfg, o);
@@ -141,11 +169,20 @@ SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, 
 
     // everything the loop touches is allocated here
     Transformer model(cfg, weights, size);
-    std::optional<KvCache> cache;
+    const bool narrow = o.kv_storage.dtype != DType::fp32;
+    if (narrow && run_uncached)
+        throw UsageError(fmt::format("--kv-dtype {}: the uncached mode keeps no cache; expected --mode cached", dtype_name(o.kv_storage.dtype)));
+    std::optional<KvCache> cache, reference;  // reference: the fp32 cache a narrow one is measured against
     if (run_cached) {
-        cache.emplace(cfg, n_positions);
+        cache.emplace(cfg, n_positions, o.kv_storage);
         r.kv_cache_bytes = cache->bytes();
     }
+    if (narrow) {
+        reference.emplace(cfg, n_positions);
+        r.kv_quality.emplace();
+    }
+    VectorF logits_narrow;  // a narrow run's logits, kept while the reference forward reuses the buffers
+    if (narrow) logits_narrow.resize(cfg.n_vocab);
     Sampler sampler(o.sampler, cfg.n_vocab);
     std::vector<TokenId> seq = r.prompt;
     seq.reserve(static_cast<std::size_t>(n_positions));
@@ -175,10 +212,21 @@ SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, 
                                                       o.count ? &rec.cost : nullptr);
             rec.wall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count();
             rec.n_tokens = static_cast<std::int64_t>(tokens.size());
-            rec.kv_bytes_resident =
-                kv_bytes_sequence(cfg, DType::fp32, static_cast<std::uint64_t>(n_seq), WindowMode::cap).total();
+            rec.kv_bytes_resident = kv_resident_bytes(cfg, o.kv_storage, static_cast<std::uint64_t>(n_seq));
             rec_cached = &rec;
-            if (run_uncached) {
+            if (narrow) {
+                // the same tokens through an fp32 cache (not timed, not counted): how far the storage moved the logits
+                logits_narrow = out;
+                const VectorF& ref = model.forward_cached(tokens, n_seq - static_cast<std::int64_t>(tokens.size()), *reference, nullptr);
+                KvQuality& q = *r.kv_quality;
+                const double kl = kl_divergence(ref, logits_narrow);
+                q.max_abs_dlogit = std::max(q.max_abs_dlogit, static_cast<double>((ref - logits_narrow).cwiseAbs().maxCoeff()));
+                q.mean_kl += kl;  // a sum until the end
+                q.max_kl = std::max(q.max_kl, kl);
+                q.n_agree += argmax(ref) == argmax(logits_narrow) ? 1 : 0;
+                ++q.n_steps;
+                logits = &logits_narrow;
+            } else if (run_uncached) {
                 logits_cached = out;
                 logits = &logits_cached;
             } else {
@@ -228,6 +276,7 @@ SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, 
         if (o.on_token) o.on_token(next);
         if (o.on_step) o.on_step(step + 1, o.n_steps);
     }
+    if (r.kv_quality && r.kv_quality->n_steps > 0) r.kv_quality->mean_kl /= static_cast<double>(r.kv_quality->n_steps);
     return r;
 }
 

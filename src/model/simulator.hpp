@@ -12,6 +12,7 @@
 #include "core/checked.hpp"
 #include "core/choice.hpp"
 #include "model/cost.hpp"
+#include "model/kv_cache.hpp"
 #include "calc/model_config.hpp"
 #include "model/sampler.hpp"
 #include "model/transformer.hpp"
@@ -32,6 +33,8 @@ struct SimulateOptions {
     SamplerOptions sampler;                 // greedy by default
     std::uint64_t seed = 42;                // random prompt ids (weights take their own seed)
     bool count = true;                      // false: no cost counting (benchmarks measure its overhead)
+    KvStorage kv_storage;                   // how the cache stores K and V (fp32 by default); narrow: cached mode only,
+                                            // and an fp32 cache runs beside it on the same tokens for the comparison
     const std::atomic<bool>* stop = nullptr;  // when set (SIGINT), stop after the current step
     std::function<void(std::int64_t n_done, std::int64_t n_steps)> on_step;  // progress, may be empty
     std::function<void(TokenId token)> on_token;  // each generated token as soon as it is chosen, may be empty
@@ -52,6 +55,17 @@ struct StepRecord {
     bool argmax_flip = false;       // both modes: argmaxes differ within tolerance (a near-tie)
 };
 
+// A narrow cache against the fp32 cache on the same tokens, over the steps run: the logits' largest
+// difference, the KL divergence KL(p_fp32 || p_narrow) of the next-token distributions (nats), and how
+// often both pick the same argmax.
+struct KvQuality {
+    double max_abs_dlogit = 0.0;
+    double mean_kl = 0.0;
+    double max_kl = 0.0;
+    std::int64_t n_agree = 0;
+    std::int64_t n_steps = 0;
+};
+
 struct SimulationResult {
     std::vector<TokenId> prompt;
     std::vector<TokenId> generated;
@@ -64,7 +78,11 @@ struct SimulationResult {
     std::optional<std::int64_t> first_divergent_step;  // Δlogit beyond tolerance
     double divergent_dlogit = 0.0;
     double divergent_tolerance = 0.0;
+    std::optional<KvQuality> kv_quality;  // a narrow cache: against fp32
 };
+
+// KL(p || q) of the softmax distributions of two logit vectors, in nats (double precision).
+double kl_divergence(const VectorF& p_logits, const VectorF& q_logits);
 
 // Tolerance for comparing the two modes' logits: 1e-3 * max(1, max |reference logit|).
 double logit_tolerance(const VectorF& reference);

@@ -1,5 +1,6 @@
 #include "session/simulate_session.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "core/error.hpp"
 #include "core/mapped_file.hpp"
 #include "core/text.hpp"
+#include "core/units.hpp"
 #include "formats/checkpoint.hpp"
 #include "formats/llama2c_checkpoint.hpp"
 #include "model/evaluate.hpp"
@@ -104,6 +106,29 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     }
     SimulateOptions& sim = p.sim;
     sim.mode = o.mode;
+    // --kv-dtype: how the cache stores K and V; a narrow format runs cached, beside an fp32 cache on the same tokens
+    for (const auto& name : split_list(o.kv_dtype)) {
+        const KvStorage storage{parse_dtype(name, "--kv-dtype"), o.kv_scale};
+        check_kv_storage(storage, cfg.d_kv());
+        if (std::find_if(p.kv_policies.begin(), p.kv_policies.end(), [&](const KvStorage& k) { return k.dtype == storage.dtype; }) != p.kv_policies.end())
+            throw UsageError(fmt::format("--kv-dtype: {} is listed twice", dtype_name(storage.dtype)));
+        p.kv_policies.push_back(storage);
+    }
+    const bool any_narrow = std::any_of(p.kv_policies.begin(), p.kv_policies.end(), [](const KvStorage& k) { return k.dtype != DType::fp32; });
+    if (o.kv_scale_given && std::none_of(p.kv_policies.begin(), p.kv_policies.end(), [](const KvStorage& k) { return k.scaled(); }))
+        throw UsageError(fmt::format("--kv-scale: scales apply to fp8_e4m3, fp8_e5m2 and int8 caches; --kv-dtype {} has none", o.kv_dtype));
+    if (any_narrow) {
+        if (o.mode_given && o.mode != SimMode::cached)
+            throw UsageError(fmt::format("--mode {}: --kv-dtype {} stores a cache that only the cached mode has; expected --mode cached (its default)",
+                                         choice_name(sim_mode_choices, o.mode), o.kv_dtype));
+        sim.mode = o.mode = SimMode::cached;
+    }
+    if (p.kv_policies.size() > 1 && !o.trace.empty())
+        throw UsageError(fmt::format("--trace: one run per trace, and --kv-dtype {} lists {} formats; trace each one alone", o.kv_dtype,
+                                     p.kv_policies.size()));
+    if (p.kv_policies.size() > 1 && !o.save_checkpoint.empty())
+        throw UsageError("--save-checkpoint: give it with one --kv-dtype");
+    sim.kv_storage = p.kv_policies.front();
     sim.n_prompt = o.prompt_len;
     if (!o.prompt_ids.empty()) sim.prompt_ids = parse_token_ids(o.prompt_ids);
     std::optional<Tokenizer>& tokenizer = p.tokenizer;
@@ -169,6 +194,8 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
         {"top_p", o.top_p},
         {"threads", omp_get_max_threads()},
         {"memory_estimate_bytes", memory.total()},
+        {"kv_dtype", o.kv_dtype},
+        {"kv_scale", std::string(choice_name(kv_scale_choices, o.kv_scale))},
     };
 
     if (!o.checkpoint.empty()) inputs["checkpoint"] = o.checkpoint;
@@ -198,21 +225,99 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     return p;
 }
 
+namespace {
+std::string kv_policy_name(const KvStorage& k);
+}  // namespace
+
 // --eval: the model's mean NLL and perplexity on a text, teacher-forced through the cached forward pass.
 Report eval_report(const PreparedSimulation& p) {
     const SimulateRequest& o = p.request;
     const ModelConfig& cfg = p.config;
-    const EvalResult r = evaluate_nll(cfg, p.weights, p.eval_ids);
     Report report;
     report.inputs = p.inputs;
     Table t;
     t.title = fmt::format("kvlab simulate --eval: {} on {}", cfg.display_name, o.eval);
-    t.columns = {{"tokens", "tokens (BOS incl.)"}, {"windows", "windows"}, {"scored", "scored"},
-                 {"nll_sum", "NLL sum (nats)"},   {"mean_nll", "mean NLL (nats/token)"}, {"perplexity", "perplexity"}};
-    t.rows.push_back({int_cell(r.n_tokens), int_cell(r.n_windows), int_cell(r.n_scored), real_cell(r.nll_sum, 4),
-                      real_cell(r.mean_nll, 6), real_cell(r.perplexity, 6)});
+    t.columns = {{"kv_dtype", "KV storage", false}, {"tokens", "tokens (BOS incl.)"}, {"windows", "windows"}, {"scored", "scored"},
+                 {"nll_sum", "NLL sum (nats)"},   {"mean_nll", "mean NLL (nats/token)"}, {"perplexity", "perplexity"},
+                 {"perplexity_change", "vs fp32"}};
+    // the fp32 cache's perplexity first: every other storage is measured against it
+    const EvalResult base = evaluate_nll(cfg, p.weights, p.eval_ids);
+    std::vector<KvStorage> storages = p.kv_policies;
+    if (std::none_of(storages.begin(), storages.end(), [](const KvStorage& k) { return k.dtype == DType::fp32; })) storages.insert(storages.begin(), KvStorage{});
+    for (const KvStorage& storage : storages) {
+        const EvalResult r = storage.dtype == DType::fp32 ? base : evaluate_nll(cfg, p.weights, p.eval_ids, storage);
+        const double change = 100.0 * (r.perplexity / base.perplexity - 1.0);
+        t.rows.push_back({text_cell(kv_policy_name(storage)), int_cell(r.n_tokens), int_cell(r.n_windows), int_cell(r.n_scored),
+                          real_cell(r.nll_sum, 4), real_cell(r.mean_nll, 6), real_cell(r.perplexity, 6),
+                          {fmt::format("{:+.3f}%", change), change}});
+    }
     t.notes.push_back(fmt::format("text encoded with {} (BOS first); windows of at most {} tokens overlapping by one; "
                                   "perplexity = exp(mean NLL); docs/cli-simulate.md", o.tokenizer, cfg.n_ctx_max));
+    report.tables.push_back(std::move(t));
+    return report;
+}
+
+namespace {
+
+std::string kv_policy_name(const KvStorage& k) {
+    return k.scaled() ? fmt::format("{} ({})", dtype_name(k.dtype), choice_name(kv_scale_choices, k.scale)) : std::string(dtype_name(k.dtype));
+}
+
+// Decode steps' (1..) mean counted KV bytes read and their speed.
+std::pair<double, double> decode_kv_read_and_rate(const SimulationResult& r) {
+    std::uint64_t bytes = 0;
+    std::int64_t ns = 0, n = 0;
+    for (const StepRecord& rec : r.records)
+        if (rec.mode == StepMode::cached && rec.step > 0) {
+            bytes += rec.cost.total().bytes_kv_read;
+            ns += rec.wall_ns;
+            ++n;
+        }
+    if (n == 0) return {0.0, 0.0};
+    return {static_cast<double>(bytes) / static_cast<double>(n), ns > 0 ? static_cast<double>(n) * 1e9 / static_cast<double>(ns) : 0.0};
+}
+
+Table kv_quality_table(const std::string& title) {
+    Table t;
+    t.title = title;
+    t.columns = {{"kv_dtype", "KV storage", false},  {"bytes_kv_per_token", "KV/token"}, {"kv_cache_bytes", "KV cache"},
+                 {"bytes_kv_read_per_decode_step", "KV read/step"}, {"decode_tokens_per_s", "decode tok/s"},
+                 {"max_abs_dlogit", "max |dlogit|"}, {"mean_kl", "mean KL"}, {"max_kl", "max KL"}, {"argmax_agreement", "same argmax"}};
+    return t;
+}
+
+void add_quality_row(Table& t, const ModelConfig& cfg, const KvStorage& storage, const SimulationResult& r, UnitSystem units) {
+    const auto [kv_read, rate] = decode_kv_read_and_rate(r);
+    const std::uint64_t per_token = 2 * static_cast<std::uint64_t>(cfg.n_layer) * kv_stored_row_bytes(storage, cfg.n_head_kv, cfg.d_head);
+    std::vector<Cell> row{text_cell(kv_policy_name(storage)), bytes_cell(per_token, units), bytes_cell(r.kv_cache_bytes, units),
+                          bytes_cell(static_cast<std::uint64_t>(kv_read), units), real_cell(rate, 1)};
+    if (const auto& q = r.kv_quality) {
+        const double agree = q->n_steps ? 100.0 * static_cast<double>(q->n_agree) / static_cast<double>(q->n_steps) : 0.0;
+        row.insert(row.end(), {real_cell(q->max_abs_dlogit, 5), {fmt::format("{:.3g}", q->mean_kl), q->mean_kl},
+                               {fmt::format("{:.3g}", q->max_kl), q->max_kl}, {fmt::format("{:.1f}%", agree), agree}});
+    } else {
+        row.insert(row.end(), {text_cell("reference"), text_cell("-"), text_cell("-"), text_cell("-")});
+    }
+    t.rows.push_back(std::move(row));
+}
+
+const char* quality_note =
+    "against an fp32 cache on the same tokens (teacher-forced, same weights): max |dlogit| over every step, KL(p_fp32 || p) of the "
+    "next-token distributions in nats, and the steps whose argmax agrees; KV/token: K and V over the layers at the stored width, "
+    "scales included (kvcalc -d gives the same bytes without per-token-head scales); KV read/step: counted, decode steps";
+
+}  // namespace
+
+Report kv_policy_report(const PreparedSimulation& p, const std::vector<SimulationResult>& runs) {
+    Report report;
+    report.inputs = p.inputs;
+    Table t = kv_quality_table(fmt::format("KV cache storage on {}: {} prompt tokens, {} steps", p.config.display_name, p.sim.prompt_ids.size(),
+                                           p.sim.n_steps));
+    for (std::size_t i = 0; i < runs.size(); ++i) add_quality_row(t, p.config, p.kv_policies[i], runs[i], p.request.units);
+    t.notes.push_back(quality_note);
+    if (p.request.checkpoint.empty())
+        t.notes.push_back("random weights: the logit error and KL are real, but the text means nothing; a trained model (--model tiny-llama) and "
+                          "--eval give a perplexity that does");
     report.tables.push_back(std::move(t));
     return report;
 }
@@ -226,6 +331,12 @@ Report simulation_outcome(const PreparedSimulation& p, const SimulationResult& r
                                       o.trace.empty() ? "" : fmt::format(", {} not written", quote(o.trace))));
     if (!o.trace.empty()) write_step_trace(o.trace, summary, result.records, p.inputs, o.deterministic);
     Report report = simulation_report(summary, result.records, p.inputs, p.request.units);
+    if (result.kv_quality) {
+        Table t = kv_quality_table(fmt::format("KV cache stored as {} against fp32", kv_policy_name(p.sim.kv_storage)));
+        add_quality_row(t, cfg, p.sim.kv_storage, result, p.request.units);
+        t.notes.push_back(quality_note);
+        report.tables.push_back(std::move(t));
+    }
     if (!o.save_checkpoint.empty())
         report.notes.push_back(fmt::format("saved the model run as llama2.c v0: {} ({} bytes)", o.save_checkpoint,
                                            llama2c_file_bytes(cfg, Llama2cVersion::v0)));

@@ -44,6 +44,10 @@ struct SimulateRequest {
     UnitSystem units = UnitSystem::iec;
     Format format = Format::table;
     bool prompt_given = false;        // --prompt given (an empty text is a prompt too: BOS alone)
+    std::string kv_dtype = "fp32";     // --kv-dtype: one storage, or a comma list compared side by side
+    KvScale kv_scale = KvScale::tensor;
+    bool kv_scale_given = false;
+    bool mode_given = false;           // --mode on the command line (a narrow --kv-dtype defaults to cached)
 };
 
 // Everything a run needs, checked: the config (its first --layers layers), the weights, the
@@ -57,6 +61,7 @@ struct PreparedSimulation {
     std::vector<TokenId> eval_ids;  // --eval: the text's token ids
     nlohmann::json inputs;
     bool tokens_meaningful = false; // a tokenizer, a given prompt or real weights: worth streaming
+    std::vector<KvStorage> kv_policies;  // --kv-dtype as parsed: one (in sim.kv_storage) or several
 };
 
 // Throws UsageError / ConfigError / FormatError / IoError for anything wrong with the request, before
@@ -65,6 +70,8 @@ PreparedSimulation prepare_simulation(SimulateRequest request);
 // --eval: teacher-forced mean NLL and perplexity of the text.
 Report eval_report(const PreparedSimulation& prepared);
 // After run_simulation: the trace written (--trace) and the report. Throws Interrupted when no step finished.
+// --kv-dtype with several formats: one row per storage (bytes, traffic, speed, quality against fp32).
+Report kv_policy_report(const PreparedSimulation& p, const std::vector<SimulationResult>& runs);
 Report simulation_outcome(const PreparedSimulation& prepared, const SimulationResult& result);
 // After printing the report: throws Error when cached and uncached diverged, Interrupted after Ctrl-C.
 void check_outcome(const PreparedSimulation& prepared, const SimulationResult& result);
