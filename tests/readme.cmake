@@ -84,6 +84,9 @@ expect("kvlab kvcalc --config tests/data/gemma-3-4b-it.json --engine vllm --kv-b
        OUT "GPU KV cache size: 299,584 tokens" "Maximum concurrency for 131,072 tokens per request: 11\\.25x")
 # models/README.md: held-out perplexity 1.19179 in PyTorch
 expect("kvlab simulate --model tiny-llama --eval models/heldout.txt" OUT "perplexity" " 1\\.1917[89]")
+# the same text through caches stored narrower: fp32 is PyTorch's 1.1917x; every format scores the 254 predictions
+expect("kvlab simulate --model tiny-llama --eval models/heldout.txt --kv-dtype fp16,fp8_e4m3,q4_0"
+       OUT "fp32 +255 +1 +254 .* 1\\.1917[89][0-9] +\\+0\\.000%" "fp16 +255 +1 +254" "fp8_e4m3 \\(tensor\\) +255 +1 +254" "q4_0 +255 +1 +254")
 expect("kvlab simulate" OUT "TinyStories 15M" "steps \\(tokens generated\\) +128 +128")
 expect("kvlab simulate --model gpt2 --layers 1 -n 12" OUT "GPT-2" "steps \\(tokens generated\\) +12 +12")
 expect("kvlab simulate --trace run.csv --deterministic" OUT "steps \\(tokens generated\\) +128 +128")

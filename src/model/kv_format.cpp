@@ -1,6 +1,7 @@
 #include "model/kv_format.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -48,16 +49,31 @@ float minifloat_decode(std::uint8_t code, int ebits, int mbits, int bias) {
 // e4m3fn: 0x7E = 1.75 x 2^8 = 448 is the largest finite code; 0x7F is NaN (no infinity)
 std::uint8_t fp8_e4m3_encode(float x) { return minifloat_encode(x, 3, 7, 0x7E, 0x7F); }
 float fp8_e4m3_decode(std::uint8_t code) {
-    if ((code & 0x7F) == 0x7F) return std::numeric_limits<float>::quiet_NaN();
-    return minifloat_decode(code, 4, 3, 7);
+    // every code decoded once, into a table: attention decodes each held value every step
+    static const std::array<float, 256> table = [] {
+        std::array<float, 256> t{};
+        for (int c = 0; c < 256; ++c)
+            t[static_cast<std::size_t>(c)] = (c & 0x7F) == 0x7F ? std::numeric_limits<float>::quiet_NaN() : minifloat_decode(static_cast<std::uint8_t>(c), 4, 3, 7);
+        return t;
+    }();
+    return table[code];
 }
 
 // e5m2: 0x7B = 1.75 x 2^15 = 57344 is the largest finite code; 0x7C infinity, 0x7D..0x7F NaN
 std::uint8_t fp8_e5m2_encode(float x) { return minifloat_encode(x, 2, 15, 0x7B, 0x7F); }
 float fp8_e5m2_decode(std::uint8_t code) {
-    if ((code & 0x7C) == 0x7C) return (code & 0x03) ? std::numeric_limits<float>::quiet_NaN()
-                                                    : ((code & 0x80) ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity());
-    return minifloat_decode(code, 5, 2, 15);
+    static const std::array<float, 256> table = [] {
+        std::array<float, 256> t{};
+        for (int c = 0; c < 256; ++c) {
+            const auto u = static_cast<std::uint8_t>(c);
+            t[static_cast<std::size_t>(c)] = (c & 0x7C) != 0x7C ? minifloat_decode(u, 5, 2, 15)
+                                             : (c & 0x03)      ? std::numeric_limits<float>::quiet_NaN()
+                                             : (c & 0x80)      ? -std::numeric_limits<float>::infinity()
+                                                               : std::numeric_limits<float>::infinity();
+        }
+        return t;
+    }();
+    return table[code];
 }
 
 std::uint16_t fp16_encode(float x) { return Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(x)); }

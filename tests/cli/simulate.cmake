@@ -96,3 +96,13 @@ kvlab_expect(RC 2 ARGS simulate -m tiny-llama --attention mha ERR "--attention m
 # simulate takes a Hugging Face id too; a path that does not exist is still named as a missing file
 kvlab_expect(RC 0 ARGS simulate -m meta-llama/Llama-3.2-1B --layers 1 -p 2 -n 2 --threads 1 -q OUT "Llama-3.2 1B")
 kvlab_expect(RC 2 ARGS simulate -m ./missing/config.json ERR "'./missing/config.json': cannot open the config file")
+
+# --kv-dtype: a narrow cache runs cached only, beside an fp32 cache; bad values are one line, exit 2
+kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --kv-dtype fp8_e4m3 --kv-scale token-head
+             OUT "KV cache stored as fp8_e4m3 \\(token-head\\) against fp32" "same argmax")
+kvlab_expect(RC 2 ARGS simulate -p 4 -n 4 --kv-dtype fp7 ERR "--kv-dtype: unknown dtype 'fp7'")
+kvlab_expect(RC 2 ARGS simulate -p 4 -n 4 --kv-dtype int4 ERR "--kv-dtype int4: the cache stores")
+kvlab_expect(RC 2 ARGS simulate -p 4 -n 4 --kv-dtype fp16 --mode both ERR "--mode both: --kv-dtype fp16 stores a cache that only the cached mode has")
+kvlab_expect(RC 2 ARGS simulate -p 4 -n 4 --kv-dtype fp16 --kv-scale token-head ERR "--kv-scale: scales apply to fp8_e4m3, fp8_e5m2 and int8")
+kvlab_expect(RC 2 ARGS simulate -p 4 -n 4 --kv-dtype fp16,fp16 ERR "--kv-dtype: fp16 is listed twice")
+kvlab_expect(RC 2 ARGS simulate -p 4 -n 4 --kv-dtype fp16,q8_0 --trace "${WORK}/t.csv" ERR "--trace: one run per trace")
