@@ -1,5 +1,7 @@
 #include "calc/engine.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/error.hpp"
@@ -48,6 +50,17 @@ std::uint64_t kv_heads_per_rank(const ModelConfig& cfg, std::uint64_t tp, bool c
     const auto kv = static_cast<std::uint64_t>(cfg.n_head_kv);
     if (ceiling) return (kv + tp - 1) / tp;
     return std::max<std::uint64_t>(kv / tp, 1);
+}
+
+std::uint64_t kv_row_values_per_rank(const ModelConfig& cfg, std::uint64_t tp, bool ceiling) {
+    if (cfg.mla) return static_cast<std::uint64_t>(cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim);
+    return kv_heads_per_rank(cfg, tp, ceiling) * static_cast<std::uint64_t>(cfg.d_head);
+}
+
+std::uint64_t engine_value_bytes(DType dtype, std::initializer_list<DType> accepted, std::string_view takes) {
+    if (std::find(accepted.begin(), accepted.end(), dtype) == accepted.end())
+        throw UsageError(fmt::format("--dtype {}: {}", dtype_name(dtype), takes));
+    return dtype == DType::fp16 || dtype == DType::bf16 ? 2 : 1;
 }
 
 }  // namespace kvlab

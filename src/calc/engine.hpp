@@ -5,6 +5,7 @@
 // page), TensorRT-LLM rounds up to whole blocks. One file per engine: engine_<name>.cpp.
 #pragma once
 #include <array>
+#include <initializer_list>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -74,5 +75,10 @@ std::string with_thousands(std::uint64_t n);
 double mib(std::uint64_t bytes);
 double gib(std::uint64_t bytes);
 std::uint64_t kv_heads_per_rank(const ModelConfig& cfg, std::uint64_t tp, bool ceiling);
+// Values one GPU holds per layer for one token's K (or V): KV heads per rank x head_dim; MLA: the latent.
+std::uint64_t kv_row_values_per_rank(const ModelConfig& cfg, std::uint64_t tp, bool ceiling);
+// Bytes per value of a cache dtype the engine takes (fp16/bf16 2, fp8/int8 1); UsageError naming the
+// engine's own choices (`takes`) for any other.
+std::uint64_t engine_value_bytes(DType dtype, std::initializer_list<DType> accepted, std::string_view takes);
 
 }  // namespace kvlab

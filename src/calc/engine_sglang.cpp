@@ -18,20 +18,11 @@ namespace kvlab {
 
 EngineAnswer sglang_answer(const EngineCase& c, const EngineSettings& s) {
     const ModelConfig& cfg = *c.model;
-    std::uint64_t elem = 0;
-    switch (c.dtype) {
-    case DType::fp16:
-    case DType::bf16: elem = 2; break;
-    case DType::fp8_e4m3:
-    case DType::fp8_e5m2: elem = 1; break;
-    default:
-        throw UsageError(fmt::format("--dtype {}: SGLang's --kv-cache-dtype takes auto (fp16/bf16), fp8_e4m3, fp8_e5m2", dtype_name(c.dtype)));
-    }
+    const std::uint64_t elem = engine_value_bytes(c.dtype, {DType::fp16, DType::bf16, DType::fp8_e4m3, DType::fp8_e5m2},
+                                                  "SGLang's --kv-cache-dtype takes auto (fp16/bf16), fp8_e4m3, fp8_e5m2");
     const std::uint64_t page = s.block_size ? s.block_size : 1;
     const auto layers = static_cast<std::uint64_t>(cfg.n_layer);
-    const std::uint64_t heads = kv_heads_per_rank(cfg, c.tp, false);
-    const std::uint64_t width = cfg.mla ? static_cast<std::uint64_t>(cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim)
-                                        : checked_mul(heads, static_cast<std::uint64_t>(cfg.d_head), "SGLang row");
+    const std::uint64_t width = kv_row_values_per_rank(cfg, c.tp, false);
     const std::uint64_t row = checked_mul(checked_mul(width, layers, "SGLang cell"), elem, "SGLang cell");  // K (or the MLA latent) of one token
     const std::uint64_t cell = cfg.mla ? row : 2 * row;
 

@@ -16,20 +16,10 @@ namespace kvlab {
 
 EngineAnswer trtllm_answer(const EngineCase& c, const EngineSettings& s) {
     const ModelConfig& cfg = *c.model;
-    std::uint64_t elem = 0;
-    switch (c.dtype) {
-    case DType::fp16:
-    case DType::bf16: elem = 2; break;
-    case DType::fp8_e4m3:
-    case DType::int8: elem = 1; break;  // QuantAlgo FP8 / INT8 KV cache
-    default:
-        throw UsageError(fmt::format("--dtype {}: TensorRT-LLM's KV cache is fp16/bf16, fp8 (e4m3) or int8 (kvlab does not size nvfp4)",
-                                     dtype_name(c.dtype)));
-    }
+    const std::uint64_t elem = engine_value_bytes(c.dtype, {DType::fp16, DType::bf16, DType::fp8_e4m3, DType::int8},
+                                                  "TensorRT-LLM's KV cache is fp16/bf16, fp8 (e4m3) or int8 (kvlab does not size nvfp4)");
     const std::uint64_t tpb = s.block_size ? s.block_size : 32;
-    const std::uint64_t heads = kv_heads_per_rank(cfg, c.tp, true);
-    const std::uint64_t width = cfg.mla ? static_cast<std::uint64_t>(cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim)
-                                        : checked_mul(heads, static_cast<std::uint64_t>(cfg.d_head), "TensorRT-LLM row");
+    const std::uint64_t width = kv_row_values_per_rank(cfg, c.tp, true);
     const std::uint64_t per_token =
         checked_mul(checked_mul(cfg.mla ? 1 : 2, static_cast<std::uint64_t>(cfg.n_layer), "TensorRT-LLM bytes per token"), checked_mul(width, elem, "row"),
                     "TensorRT-LLM bytes per token");

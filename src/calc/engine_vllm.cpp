@@ -22,17 +22,6 @@ namespace {
 
 std::uint64_t cdiv(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
 
-std::uint64_t vllm_dtype_bytes(DType dtype) {
-    switch (dtype) {
-    case DType::fp16:
-    case DType::bf16: return 2;  // "auto": the model's dtype
-    case DType::fp8_e4m3:
-    case DType::fp8_e5m2: return 1;  // --kv-cache-dtype fp8, fp8_e4m3, fp8_e5m2 (stored as uint8)
-    default:
-        throw UsageError(fmt::format("--dtype {}: vLLM's --kv-cache-dtype takes auto (fp16/bf16), fp8, fp8_e4m3, fp8_e5m2", dtype_name(dtype)));
-    }
-}
-
 struct Layout {
     std::uint64_t full_layers = 0, sliding_layers = 0;
     std::uint64_t group_size = 0, full_groups = 0, sliding_groups = 0;  // hybrid only
@@ -43,13 +32,12 @@ struct Layout {
 
 EngineAnswer vllm_answer(const EngineCase& c, const EngineSettings& s) {
     const ModelConfig& cfg = *c.model;
-    const std::uint64_t elem = vllm_dtype_bytes(c.dtype);
+    // "auto" is the model's fp16/bf16; fp8, fp8_e4m3 and fp8_e5m2 are stored as uint8
+    const std::uint64_t elem = engine_value_bytes(c.dtype, {DType::fp16, DType::bf16, DType::fp8_e4m3, DType::fp8_e5m2},
+                                                  "vLLM's --kv-cache-dtype takes auto (fp16/bf16), fp8, fp8_e4m3, fp8_e5m2");
     const std::uint64_t bs = s.block_size ? s.block_size : 16;
     const std::uint64_t batched = s.max_num_batched_tokens.value_or(c.gpu_memory != 0 && c.gpu_memory < (std::uint64_t{70} << 30) ? 2048 : 8192);
-    const std::uint64_t heads = kv_heads_per_rank(cfg, c.tp, false);
-    const std::uint64_t head_size = cfg.mla ? static_cast<std::uint64_t>(cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim)
-                                            : static_cast<std::uint64_t>(cfg.d_head);
-    const std::uint64_t page = checked_mul(checked_mul((cfg.mla ? 1 : 2) * bs, heads, "vLLM page"), checked_mul(head_size, elem, "vLLM page"), "vLLM page");
+    const std::uint64_t page = checked_mul(checked_mul((cfg.mla ? 1 : 2) * bs, kv_row_values_per_rank(cfg, c.tp, false), "vLLM page"), elem, "vLLM page");
     const std::uint64_t len = c.context;  // max_model_len
 
     Layout lay;
