@@ -5,9 +5,12 @@
 #include <cmath>
 #include <vector>
 
+#include <omp.h>
+
 #include "calc/kv_memory.hpp"
 #include "model/cost.hpp"
 #include "model/kv_cache.hpp"
+#include "model/ops.hpp"
 #include "model/random_weights.hpp"
 #include "model/transformer.hpp"
 #include "sim_configs.hpp"
@@ -115,4 +118,47 @@ TEST_CASE("Per-token-head scales keep a quiet head that a per-tensor scale set b
     CHECK(worst_relative(tensor) == doctest::Approx(0.189).epsilon(0.01));
     // per token and head: scale 0.017 / 448, every value a normal: at most half a step of 2^-3 relative (6.25 %)
     CHECK(worst_relative(token) <= 0.0625f);
+}
+
+TEST_CASE("A window of 6 with 2 sinks attends positions 0, 1 and the newest 4, as plain-loop attention over exactly those") {
+    // 2 query heads sharing 1 KV head of 4 values; K, V and q of each position from a formula
+    const AttentionShape shape{2, 1, 4};
+    const std::int64_t W = 6, S = 2, T = 15;
+    MatrixRM kc = MatrixRM::Zero(W, 4), vc = MatrixRM::Zero(W, 4);
+    const KvRows kv{&kc, &vc, KvPlace::cache, W, nullptr, nullptr, 0, S};
+    MatrixRM scores = MatrixRM::Zero(omp_get_max_threads(), 16), gemm;
+    const OpScratch scratch{&gemm, &scores};
+    OpRecorder rec(nullptr);
+    auto value = [](std::int64_t pos, int i, float salt) { return std::sin(0.7f * static_cast<float>(pos) + static_cast<float>(i) + salt); };
+    MatrixRM all_k(T, 4), all_v(T, 4);
+    for (std::int64_t pos = 0; pos < T; ++pos) {
+        MatrixRM k_new(1, 4), v_new(1, 4), q(1, 8), out(1, 8);
+        for (int i = 0; i < 4; ++i) {
+            all_k(pos, i) = k_new(0, i) = value(pos, i, 0.1f);
+            all_v(pos, i) = v_new(0, i) = value(pos, i, 2.0f);
+        }
+        for (int i = 0; i < 8; ++i) q(0, i) = value(pos, i, 5.0f);
+        attention(out, q, k_new, v_new, 1, pos, kv, shape, W, scratch, rec);
+        // the positions a sink-and-window cache keeps: 0 and 1, and pos-3 .. pos (each once, in any order)
+        std::vector<std::int64_t> kept;
+        for (std::int64_t p = 0; p <= pos; ++p)
+            if (p < S || p > pos - (W - S)) kept.push_back(p);
+        CHECK(static_cast<std::int64_t>(kept.size()) == std::min<std::int64_t>(W, pos + 1));
+        MatrixRM k_sel(static_cast<Eigen::Index>(kept.size()), 4), v_sel(static_cast<Eigen::Index>(kept.size()), 4);
+        for (std::size_t j = 0; j < kept.size(); ++j) {
+            k_sel.row(static_cast<Eigen::Index>(j)) = all_k.row(kept[j]);
+            v_sel.row(static_cast<Eigen::Index>(j)) = all_v.row(kept[j]);
+        }
+        MatrixRM expect(1, 8);
+        std::vector<float> s(kept.size());
+        attention_decode_ref(shape, q.row(0).data(), k_sel.data(), v_sel.data(), static_cast<std::int64_t>(kept.size()), expect.data(), s.data());
+        CAPTURE(pos);
+        CHECK((out - expect).cwiseAbs().maxCoeff() < 1e-5f);
+    }
+    // the ring: positions 2.. cycle through rows 2..5, the sinks never move
+    CHECK(kv_ring_row(0, W, S) == 0);
+    CHECK(kv_ring_row(5, W, S) == 5);
+    CHECK(kv_ring_row(6, W, S) == 2);   // 2 + (6 - 2) % 4
+    CHECK(kv_ring_row(14, W, S) == 2);  // 2 + 12 % 4
+    CHECK(kv_ring_row(13, W, S) == 5);
 }

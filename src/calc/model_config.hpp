@@ -58,6 +58,9 @@ struct ModelConfig {
     // Sliding-window attention: window length, and which layers use it (size n_layer).
     std::optional<std::int64_t> sliding_window;
     std::vector<bool> layer_windowed;
+    // StreamingLLM sinks: a windowed layer keeps its first sink_tokens positions and the last
+    // sliding_window - sink_tokens (still sliding_window rows; kvlab keeps keys at their text positions)
+    std::int64_t sink_tokens = 0;
     std::optional<MlaShape> mla;
 
     // Which rules produced d_head and n_head_kv, said to the user (e.g. "head_dim explicit in config").

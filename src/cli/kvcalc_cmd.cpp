@@ -45,6 +45,8 @@ struct KvcalcOptions {
     bool kv_unified = false;
     bool swa_full = false;
     std::string max_num_batched_tokens;
+    std::int64_t window = 0;             // --window W: every layer keeps its last W positions
+    std::int64_t sink_tokens = 0;        // --sink-tokens S: StreamingLLM sinks inside the window
 };
 
 namespace {
@@ -71,6 +73,27 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
         for (const auto& name : preset_names()) {
             auto cfg = load_preset(name);
             if (cfg.preset_family == "llama") r.models.push_back(std::move(cfg));
+        }
+    }
+    // --window / --sink-tokens: the cache policy simulate runs, sized the same way (sinks share the W rows)
+    if (o.window < 0) throw UsageError(fmt::format("--window: {}; expected a positive number of positions", o.window));
+    if (o.sink_tokens < 0) throw UsageError(fmt::format("--sink-tokens: {}; expected 0 or more", o.sink_tokens));
+    for (auto& cfg : r.models) {
+        if (o.window > 0) {
+            cfg.sliding_window = o.window;
+            cfg.layer_windowed.assign(static_cast<std::size_t>(cfg.n_layer), true);
+            cfg.window_rule = fmt::format("sliding window {} on every layer (--window)", o.window);
+        }
+        if (o.sink_tokens > 0) {
+            if (!cfg.sliding_window)
+                throw UsageError(fmt::format("--sink-tokens {}: {} has no sliding window for the sinks to stay in; give --window W", o.sink_tokens,
+                                             cfg.name));
+            if (o.sink_tokens >= *cfg.sliding_window)
+                throw UsageError(fmt::format("--sink-tokens {}: expected fewer than {}'s window of {} positions (sinks and recent tokens share it)",
+                                             o.sink_tokens, cfg.name, *cfg.sliding_window));
+            cfg.sink_tokens = o.sink_tokens;
+            cfg.window_rule += fmt::format(": the first {} positions kept as sinks and the last {} (the window's rows, so the same bytes)",
+                                           o.sink_tokens, *cfg.sliding_window - o.sink_tokens);
         }
     }
     if (!o.kv_heads.empty()) {
@@ -147,6 +170,8 @@ void setup_kvcalc(CLI::App& app) {
     cmd->add_option("--weights-dtype", o->weights_dtype, "dtype of the weights for the GPU fit")->capture_default_str();
     cmd->add_option("--mem-util", o->mem_util, "Fraction of GPU memory the engine may use (vLLM gpu_memory_utilization)")->capture_default_str();
     cmd->add_option("--kv-budget", o->kv_budget, "KV budget an engine reported, per GPU, e.g. 3.8125GiB (or one per rank, comma-separated: the smallest counts): gives blocks, tokens, concurrency");
+    cmd->add_option("--window", o->window, "Every layer keeps only its last W positions (the cache policy of simulate --window)");
+    cmd->add_option("--sink-tokens", o->sink_tokens, "StreamingLLM sinks: the window also keeps the first S positions (S < W; same bytes)");
     add_choice(cmd, "--engine", o->engine, engine_choices,
                "Also what this engine allocates and the lines it prints (pinned releases: vLLM v0.10.2, llama.cpp b8668, SGLang v0.5.2, "
                "TensorRT-LLM 1.2.0rc2)");

@@ -171,6 +171,8 @@ void setup_simulate(CLI::App& app) {
         ->capture_default_str();
     auto* kv_scale = add_choice(cmd, "--kv-scale", o->kv_scale, kv_scale_choices,
                                 "fp8/int8 scales: tensor (one per layer from the prefill's max) or token-head (one per token per KV head)");
+    cmd->add_option("--window", o->window, "Every layer keeps only its last W positions (a ring), measured against the full cache");
+    cmd->add_option("--sink-tokens", o->sink_tokens, "StreamingLLM: the window also keeps the first S positions (S < W)");
     add_units_option(cmd, o->units);
     add_format_option(cmd, o->format);
     cmd->footer("Examples:\n  kvlab simulate -m tiny-llama --prompt \"Once upon a time\" -n 64 --trace run.json\n"

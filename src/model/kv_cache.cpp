@@ -172,6 +172,7 @@ KvCache::KvCache(const ModelConfig& cfg, std::int64_t n_tokens_max, const KvStor
         // the row count comes from the same function kvcalc sizes the cache with
         const auto rows = static_cast<std::int64_t>(kv_tokens_held(cfg, l, static_cast<std::uint64_t>(n_tokens_max), WindowMode::cap));
         rows_.push_back(rows);
+        n_sink_.push_back(cfg.layer_window(l) > 0 ? cfg.sink_tokens : 0);
         max_rows = std::max(max_rows, rows);
         if (narrow()) {
             k_store_.emplace_back(storage, rows, cfg.n_head_kv, cfg.d_head);

@@ -62,6 +62,12 @@ private:
     bool calibrated_ = false;
 };
 
+// The row of a layer's cache holding position `pos`: pos itself while it fits, then a ring over the rows
+// after the first n_sink (StreamingLLM's sinks stay put): n_sink + (pos - n_sink) mod (n_rows - n_sink).
+inline std::int64_t kv_ring_row(std::int64_t pos, std::int64_t n_rows, std::int64_t n_sink) {
+    return pos < n_rows ? pos : n_sink + (pos - n_sink) % (n_rows - n_sink);
+}
+
 class KvCache {
 public:
     // Room for positions 0..n_tokens_max-1; layer l holds kv_tokens_held(cfg, l, n_tokens_max, cap)
@@ -70,8 +76,9 @@ public:
 
     std::int64_t n_tokens_max() const { return n_tokens_max_; }
     std::int64_t n_rows(std::int64_t layer) const { return rows_[static_cast<std::size_t>(layer)]; }
-    // Row holding position `pos` in `layer`: pos itself, or pos mod W in a ring buffer.
-    std::int64_t row_of(std::int64_t layer, std::int64_t pos) const { return pos % n_rows(layer); }
+    // Row holding position `pos` in `layer`: pos itself, or its place in the ring (after the sinks).
+    std::int64_t row_of(std::int64_t layer, std::int64_t pos) const { return kv_ring_row(pos, n_rows(layer), n_sink_[static_cast<std::size_t>(layer)]); }
+    std::int64_t n_sink(std::int64_t layer) const { return n_sink_[static_cast<std::size_t>(layer)]; }
     const KvStorage& storage() const { return storage_; }
     bool narrow() const { return storage_.dtype != DType::fp32; }
     // fp32: the layer's rows. Narrow: the decode scratch (rows decoded by the attention op).
@@ -94,6 +101,7 @@ private:
     KvStorage storage_;
     std::uint64_t row_bytes_ = 0;
     std::vector<std::int64_t> rows_;
+    std::vector<std::int64_t> n_sink_;             // per layer: the config's sink_tokens on a windowed layer, else 0
     std::vector<MatrixRM> k_, v_;                  // fp32: L of (rows_l, Hkv*D)
     std::vector<KvRowStore> k_store_, v_store_;    // narrow: L of rows_l encoded rows
     MatrixRM k_scratch_, v_scratch_;               // narrow: (max rows_l, Hkv*D)

@@ -227,7 +227,7 @@ void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const Ma
             });
     }
     auto store = [&](std::int64_t i) {
-        const std::int64_t row = cache ? (pos0 + i) % kv.n_rows : pos0 + i;
+        const std::int64_t row = cache ? kv_ring_row(pos0 + i, kv.n_rows, kv.n_sink) : pos0 + i;
         if (narrow) {  // encode, and attend to what was stored: the decoded row
             kv.k_store->write(row, k_new.row(i).data());
             kv.v_store->write(row, v_new.row(i).data());

@@ -80,6 +80,7 @@ struct KvRows {
     KvRowStore* k_store = nullptr;  // a narrow cache's encoded rows (model/kv_cache.hpp); null: k and v hold them
     KvRowStore* v_store = nullptr;
     std::uint64_t row_bytes = 0;    // bytes of one stored row (0: fp32)
+    std::int64_t n_sink = 0;        // cache rows 0..n_sink-1 keep the first positions; the ring runs over the rest
 };
 // Store the n new K and V rows at positions pos0.., then out (n, H*D) = softmax(q K^T / sqrt(D)) V
 // per head over the keys each query attends (`window` > 0: its last `window` positions)

@@ -87,9 +87,11 @@ MemoryEstimate estimate_simulation_memory(const ModelConfig& cfg, const Simulate
     if (o.mode != SimMode::uncached) {
         const auto n = static_cast<std::uint64_t>(size.n_positions);
         e.kv_cache = kv_resident_bytes(cfg, o.kv_storage, n);
-        if (o.kv_storage.dtype != DType::fp32) {
-            // the fp32 reference cache beside it, and the fp32 rows one layer decodes into
-            const auto fp32 = kv_bytes_sequence(cfg, DType::fp32, n, WindowMode::cap).total();
+        if (o.kv_storage.dtype != DType::fp32 || o.reference_config) {
+            // the fp32 full reference cache beside it (and its model's activations), and the fp32 rows one layer decodes into
+            const ModelConfig& ref_cfg = o.reference_config ? *o.reference_config : cfg;
+            auto fp32 = kv_bytes_sequence(ref_cfg, DType::fp32, n, WindowMode::cap).total();
+            if (o.reference_config) fp32 = checked_add(fp32, Transformer::activation_bytes(ref_cfg, size), "memory estimate");
             std::uint64_t max_rows = 0;
             for (std::int64_t l = 0; l < cfg.n_layer; ++l) max_rows = std::max(max_rows, kv_tokens_held(cfg, l, n, WindowMode::cap));
             e.kv_cache = checked_add(checked_add(e.kv_cache, fp32, "memory estimate"),
@@ -170,19 +172,23 @@ SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, 
     // everything the loop touches is allocated here
     Transformer model(cfg, weights, size);
     const bool narrow = o.kv_storage.dtype != DType::fp32;
-    if (narrow && run_uncached)
-        throw UsageError(fmt::format("--kv-dtype {}: the uncached mode keeps no cache; expected --mode cached", dtype_name(o.kv_storage.dtype)));
-    std::optional<KvCache> cache, reference;  // reference: the fp32 cache a narrow one is measured against
+    const bool policy = narrow || o.reference_config.has_value();  // measured against the fp32 full cache
+    if (policy && run_uncached)
+        throw UsageError("--kv-dtype, --window, --sink-tokens: cache policies need the cache; expected --mode cached");
+    std::optional<KvCache> cache, reference;  // reference: the fp32 full cache a policy is measured against
+    std::optional<Transformer> reference_model;  // a policy that changes attention (windows, sinks) needs the model without it
     if (run_cached) {
         cache.emplace(cfg, n_positions, o.kv_storage);
         r.kv_cache_bytes = cache->bytes();
     }
-    if (narrow) {
-        reference.emplace(cfg, n_positions);
+    if (policy) {
+        const ModelConfig& ref_cfg = o.reference_config ? *o.reference_config : cfg;
+        reference.emplace(ref_cfg, n_positions);
+        if (o.reference_config) reference_model.emplace(ref_cfg, weights, size);
         r.kv_quality.emplace();
     }
-    VectorF logits_narrow;  // a narrow run's logits, kept while the reference forward reuses the buffers
-    if (narrow) logits_narrow.resize(cfg.n_vocab);
+    VectorF logits_narrow;  // a policy run's logits, kept while the reference forward may reuse the buffers
+    if (policy) logits_narrow.resize(cfg.n_vocab);
     Sampler sampler(o.sampler, cfg.n_vocab);
     std::vector<TokenId> seq = r.prompt;
     seq.reserve(static_cast<std::size_t>(n_positions));
@@ -214,10 +220,11 @@ SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, 
             rec.n_tokens = static_cast<std::int64_t>(tokens.size());
             rec.kv_bytes_resident = kv_resident_bytes(cfg, o.kv_storage, static_cast<std::uint64_t>(n_seq));
             rec_cached = &rec;
-            if (narrow) {
-                // the same tokens through an fp32 cache (not timed, not counted): how far the storage moved the logits
+            if (policy) {
+                // the same tokens through the fp32 full cache (not timed, not counted): how far the policy moved the logits
                 logits_narrow = out;
-                const VectorF& ref = model.forward_cached(tokens, n_seq - static_cast<std::int64_t>(tokens.size()), *reference, nullptr);
+                Transformer& ref_model = reference_model ? *reference_model : model;
+                const VectorF& ref = ref_model.forward_cached(tokens, n_seq - static_cast<std::int64_t>(tokens.size()), *reference, nullptr);
                 KvQuality& q = *r.kv_quality;
                 const double kl = kl_divergence(ref, logits_narrow);
                 q.max_abs_dlogit = std::max(q.max_abs_dlogit, static_cast<double>((ref - logits_narrow).cwiseAbs().maxCoeff()));

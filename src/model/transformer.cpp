@@ -133,6 +133,7 @@ const VectorF& Transformer::forward_cached(std::span<const TokenId> tokens, std:
 
 const VectorF& Transformer::forward_uncached(std::span<const TokenId> tokens, StepCost* cost) {
     if (!size_.uncached) throw Error("simulate: forward_uncached on a transformer sized for cached calls only");
+    if (cfg_.sink_tokens > 0) throw UsageError("--sink-tokens: sinks are a cache policy; the uncached mode has no cache (expected --mode cached)");
     return forward(tokens, 0, nullptr, cost);
 }
 
@@ -161,7 +162,7 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
         if (!gpt2) rope(q_, k_new_, n, pos0, inv_freq_, w_.rope_pairing, cfg_.d_head, rec);
         // K and V go to the cache (cached) or to this layer's activations (uncached)
         const KvRows kv = cache ? KvRows{&cache->k(l), &cache->v(l), KvPlace::cache, cache->n_rows(l), cache->k_store(l), cache->v_store(l),
-                                         cache->narrow() ? cache->row_bytes() : 0}
+                                         cache->narrow() ? cache->row_bytes() : 0, cache->n_sink(l)}
                                 : KvRows{&k_act_, &v_act_, KvPlace::activations, k_act_.rows()};
         attention(att_, q_, k_new_, v_new_, n, pos0, kv, shape, cfg_.layer_window(l), scratch, rec);
         project_add(x_, xb_, att_, n, lw.wo, lw.bo, scratch, Op::o_proj, Op::attn_residual, rec);

@@ -134,8 +134,10 @@ Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& r
                           "cached work per step is flat apart from attention over the cache");
     }
     if (run.kv_cache_bytes > 0)
-        t.notes.push_back(fmt::format("KV cache allocated: {} for {} positions (fp32, K and V, all layers; = kvcalc's figure)",
-                                      format_bytes(run.kv_cache_bytes, units), run.n_prompt + run.n_steps - 1));  // the last token is not fed back
+        t.notes.push_back(fmt::format("KV cache allocated: {} for {} positions ({}, K and V, all layers; = kvcalc's figure{})",
+                                      format_bytes(run.kv_cache_bytes, units), run.n_prompt + run.n_steps - 1,  // the last token is not fed back
+                                      inputs.value("kv_dtype", std::string("fp32")),
+                                      inputs.value("kv_dtype", std::string("fp32")) == "fp32" ? "" : " for the dtype, plus the scales"));
     if (both) {
         t.notes.push_back(fmt::format("logits: max |cached - uncached| = {:.3g} over {} steps (tolerance 1e-3 * max(1, max |logit|)); "
                                       "argmax flips on near-ties: {}",

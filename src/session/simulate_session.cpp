@@ -106,6 +106,28 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     }
     SimulateOptions& sim = p.sim;
     sim.mode = o.mode;
+    // --window / --sink-tokens: a cache policy on the model's attention, measured against the model as it is
+    if (o.window < 0) throw UsageError(fmt::format("--window: {}; expected a positive number of positions", o.window));
+    if (o.sink_tokens < 0) throw UsageError(fmt::format("--sink-tokens: {}; expected 0 or more", o.sink_tokens));
+    const bool attention_policy = o.window > 0 || o.sink_tokens > 0;
+    if (attention_policy) {
+        sim.reference_config = cfg;
+        if (o.window > 0) {
+            cfg.sliding_window = o.window;
+            cfg.layer_windowed.assign(static_cast<std::size_t>(cfg.n_layer), true);
+            cfg.window_rule = fmt::format("sliding window {} on every layer (--window)", o.window);
+        }
+        if (o.sink_tokens > 0) {
+            if (!cfg.sliding_window)
+                throw UsageError(fmt::format("--sink-tokens {}: {} has no sliding window for the sinks to stay in; give --window W", o.sink_tokens,
+                                             cfg.name));
+            if (o.sink_tokens >= *cfg.sliding_window)
+                throw UsageError(fmt::format("--sink-tokens {}: expected fewer than the window's {} positions (sinks and recent tokens share it)",
+                                             o.sink_tokens, *cfg.sliding_window));
+            cfg.sink_tokens = o.sink_tokens;
+            cfg.window_rule += fmt::format(", the first {} positions kept as sinks", o.sink_tokens);
+        }
+    }
     // --kv-dtype: how the cache stores K and V; a narrow format runs cached, beside an fp32 cache on the same tokens
     for (const auto& name : split_list(o.kv_dtype)) {
         const KvStorage storage{parse_dtype(name, "--kv-dtype"), o.kv_scale};
@@ -117,10 +139,12 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     const bool any_narrow = std::any_of(p.kv_policies.begin(), p.kv_policies.end(), [](const KvStorage& k) { return k.dtype != DType::fp32; });
     if (o.kv_scale_given && std::none_of(p.kv_policies.begin(), p.kv_policies.end(), [](const KvStorage& k) { return k.scaled(); }))
         throw UsageError(fmt::format("--kv-scale: scales apply to fp8_e4m3, fp8_e5m2 and int8 caches; --kv-dtype {} has none", o.kv_dtype));
-    if (any_narrow) {
+    if (any_narrow || attention_policy) {
         if (o.mode_given && o.mode != SimMode::cached)
-            throw UsageError(fmt::format("--mode {}: --kv-dtype {} stores a cache that only the cached mode has; expected --mode cached (its default)",
-                                         choice_name(sim_mode_choices, o.mode), o.kv_dtype));
+            throw UsageError(fmt::format("--mode {}: {} is a policy of the cache, which only the cached mode has; expected --mode cached (its "
+                                         "default then)",
+                                         choice_name(sim_mode_choices, o.mode),
+                                         any_narrow ? fmt::format("--kv-dtype {}", o.kv_dtype) : std::string(o.window > 0 ? "--window" : "--sink-tokens")));
         sim.mode = o.mode = SimMode::cached;
     }
     if (p.kv_policies.size() > 1 && !o.trace.empty())
@@ -195,6 +219,8 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
         {"threads", omp_get_max_threads()},
         {"memory_estimate_bytes", memory.total()},
         {"kv_dtype", o.kv_dtype},
+        {"window", cfg.sliding_window ? *cfg.sliding_window : 0},
+        {"sink_tokens", cfg.sink_tokens},
         {"kv_scale", std::string(choice_name(kv_scale_choices, o.kv_scale))},
     };
 
@@ -263,6 +289,13 @@ std::string kv_policy_name(const KvStorage& k) {
     return k.scaled() ? fmt::format("{} ({})", dtype_name(k.dtype), choice_name(kv_scale_choices, k.scale)) : std::string(dtype_name(k.dtype));
 }
 
+// ", window 64 + 4 sinks" for a run whose --window / --sink-tokens changed the model's attention
+std::string attention_policy_name(const PreparedSimulation& p) {
+    if (!p.sim.reference_config) return "";
+    const ModelConfig& c = p.config;
+    return fmt::format(", window {}{}", c.sliding_window.value_or(0), c.sink_tokens ? fmt::format(" + {} sinks", c.sink_tokens) : "");
+}
+
 // Decode steps' (1..) mean counted KV bytes read and their speed.
 std::pair<double, double> decode_kv_read_and_rate(const SimulationResult& r) {
     std::uint64_t bytes = 0;
@@ -302,7 +335,7 @@ void add_quality_row(Table& t, const ModelConfig& cfg, const KvStorage& storage,
 }
 
 const char* quality_note =
-    "against an fp32 cache on the same tokens (teacher-forced, same weights): max |dlogit| over every step, KL(p_fp32 || p) of the "
+    "against the model's fp32 full cache on the same tokens (teacher-forced, same weights): max |dlogit| over every step, KL(p_fp32 || p) of the "
     "next-token distributions in nats, and the steps whose argmax agrees; KV/token: K and V over the layers at the stored width, "
     "scales included (kvcalc -d gives the same bytes without per-token-head scales); KV read/step: counted, decode steps";
 
@@ -311,8 +344,8 @@ const char* quality_note =
 Report kv_policy_report(const PreparedSimulation& p, const std::vector<SimulationResult>& runs) {
     Report report;
     report.inputs = p.inputs;
-    Table t = kv_quality_table(fmt::format("KV cache storage on {}: {} prompt tokens, {} steps", p.config.display_name, p.sim.prompt_ids.size(),
-                                           p.sim.n_steps));
+    Table t = kv_quality_table(fmt::format("KV cache storage on {}{}: {} prompt tokens, {} steps", p.config.display_name, attention_policy_name(p),
+                                           p.sim.prompt_ids.size(), p.sim.n_steps));
     for (std::size_t i = 0; i < runs.size(); ++i) add_quality_row(t, p.config, p.kv_policies[i], runs[i], p.request.units);
     t.notes.push_back(quality_note);
     if (p.request.checkpoint.empty())
@@ -332,7 +365,7 @@ Report simulation_outcome(const PreparedSimulation& p, const SimulationResult& r
     if (!o.trace.empty()) write_step_trace(o.trace, summary, result.records, p.inputs, o.deterministic);
     Report report = simulation_report(summary, result.records, p.inputs, p.request.units);
     if (result.kv_quality) {
-        Table t = kv_quality_table(fmt::format("KV cache stored as {} against fp32", kv_policy_name(p.sim.kv_storage)));
+        Table t = kv_quality_table(fmt::format("KV cache stored as {}{} against the fp32 full cache", kv_policy_name(p.sim.kv_storage), attention_policy_name(p)));
         add_quality_row(t, cfg, p.sim.kv_storage, result, p.request.units);
         t.notes.push_back(quality_note);
         report.tables.push_back(std::move(t));

@@ -48,6 +48,8 @@ struct SimulateRequest {
     KvScale kv_scale = KvScale::tensor;
     bool kv_scale_given = false;
     bool mode_given = false;           // --mode on the command line (a narrow --kv-dtype defaults to cached)
+    std::int64_t window = 0;           // --window W: every layer keeps its last W positions (0: the model's own)
+    std::int64_t sink_tokens = 0;      // --sink-tokens S: and its first S (StreamingLLM)
 };
 
 // Everything a run needs, checked: the config (its first --layers layers), the weights, the
