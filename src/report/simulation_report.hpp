@@ -40,6 +40,7 @@ struct RunSummary {
     std::optional<std::int64_t> first_divergent_step;
     double divergent_dlogit = 0.0;
     double divergent_tolerance = 0.0;
+    std::optional<KvQuality> kv_quality;  // a cache policy (--kv-dtype, --window, --sink-tokens) against the fp32 full cache
 };
 RunSummary run_summary(const ModelConfig& cfg, const SimulateOptions& options, const SimulationResult& result);
 

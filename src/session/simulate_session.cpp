@@ -364,12 +364,7 @@ Report simulation_outcome(const PreparedSimulation& p, const SimulationResult& r
                                       o.trace.empty() ? "" : fmt::format(", {} not written", quote(o.trace))));
     if (!o.trace.empty()) write_step_trace(o.trace, summary, result.records, p.inputs, o.deterministic);
     Report report = simulation_report(summary, result.records, p.inputs, p.request.units);
-    if (result.kv_quality) {
-        Table t = kv_quality_table(fmt::format("KV cache stored as {}{} against the fp32 full cache", kv_policy_name(p.sim.kv_storage), attention_policy_name(p)));
-        add_quality_row(t, cfg, p.sim.kv_storage, result, p.request.units);
-        t.notes.push_back(quality_note);
-        report.tables.push_back(std::move(t));
-    }
+
     if (!o.save_checkpoint.empty())
         report.notes.push_back(fmt::format("saved the model run as llama2.c v0: {} ({} bytes)", o.save_checkpoint,
                                            llama2c_file_bytes(cfg, Llama2cVersion::v0)));

@@ -82,6 +82,12 @@ nlohmann::json run_summary_json(const RunSummary& run) {
         {"first_divergent_step", run.first_divergent_step ? nlohmann::json(*run.first_divergent_step) : nlohmann::json(nullptr)},
         {"divergent_dlogit", run.divergent_dlogit},
         {"divergent_tolerance", run.divergent_tolerance},
+        {"kv_quality", run.kv_quality ? nlohmann::json{{"max_abs_dlogit", run.kv_quality->max_abs_dlogit},
+                                                       {"mean_kl", run.kv_quality->mean_kl},
+                                                       {"max_kl", run.kv_quality->max_kl},
+                                                       {"argmax_agree", run.kv_quality->n_agree},
+                                                       {"steps", run.kv_quality->n_steps}}
+                                      : nlohmann::json(nullptr)},
     };
 }
 

@@ -208,6 +208,23 @@ public:
         if (!j.at("first_divergent_step").is_null()) run.first_divergent_step = j.at("first_divergent_step").get<std::int64_t>();
         run.divergent_dlogit = need("divergent_dlogit", &json::is_number, "a number").get<double>();
         run.divergent_tolerance = need("divergent_tolerance", &json::is_number, "a number").get<double>();
+        // a cache policy's quality against fp32 (traces before it have no such key)
+        if (j.contains("kv_quality") && !j.at("kv_quality").is_null()) {
+            const json& q = j.at("kv_quality");
+            if (!q.is_object()) fail(line, fmt::format("run summary: 'kv_quality' is {}; expected an object or null", json_excerpt(q)));
+            auto num = [&](const char* key) {
+                if (!q.contains(key) || !q.at(key).is_number())
+                    fail(line, fmt::format("run summary: kv_quality '{}' is {}; expected a number", key, q.contains(key) ? json_excerpt(q.at(key)) : "missing"));
+                return q.at(key);
+            };
+            KvQuality kq;
+            kq.max_abs_dlogit = num("max_abs_dlogit").get<double>();
+            kq.mean_kl = num("mean_kl").get<double>();
+            kq.max_kl = num("max_kl").get<double>();
+            kq.n_agree = num("argmax_agree").get<std::int64_t>();
+            kq.n_steps = num("steps").get<std::int64_t>();
+            run.kv_quality = kq;
+        }
         run.has_wall_time = !deterministic_;
         return run;
     }

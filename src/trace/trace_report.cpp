@@ -189,6 +189,18 @@ Report trace_compare_report(const StepTrace& a, const StepTrace& b, const std::s
                                 real_cell(ms_b - ms_a, 2), ratio_of(ms_b, ms_a)});
         }
     }
+    if (a.run.kv_quality || b.run.kv_quality) {
+        // cache policies: how far each moved the logits from the fp32 full cache (a plain fp32 run: 0)
+        const KvQuality qa = a.run.kv_quality.value_or(KvQuality{}), qb = b.run.kv_quality.value_or(KvQuality{});
+        auto add_real = [&](const char* metric, double va, double vb) {
+            tot.rows.push_back({text_cell("cached"), text_cell(metric), {fmt::format("{:.3g}", va), va}, {fmt::format("{:.3g}", vb), vb},
+                                {fmt::format("{:+.3g}", vb - va), vb - va}, va > 0 ? ratio_of(vb, va) : Cell{"-", nullptr}});
+        };
+        add_real("kv_max_abs_dlogit", qa.max_abs_dlogit, qb.max_abs_dlogit);
+        add_real("kv_mean_kl", qa.mean_kl, qb.mean_kl);
+        add_real("kv_max_kl", qa.max_kl, qb.max_kl);
+        tot.notes.push_back("kv_*: the run's cache policy against the fp32 full cache on the same tokens (0 for a run without one)");
+    }
     tot.notes.push_back(fmt::format("A: {}", source_note(a)));
     tot.notes.push_back(fmt::format("B: {}", source_note(b)));
     if (a.run.n_steps_done != b.run.n_steps_done)

@@ -99,7 +99,7 @@ kvlab_expect(RC 2 ARGS simulate -m ./missing/config.json ERR "'./missing/config.
 
 # --kv-dtype: a narrow cache runs cached only, beside an fp32 cache; bad values are one line, exit 2
 kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --kv-dtype fp8_e4m3 --kv-scale token-head
-             OUT "KV cache stored as fp8_e4m3 \\(token-head\\) against the fp32 full cache" "same argmax")
+             OUT "KV cache fp8_e4m3 \\(token-head scale\\) against the fp32 full cache" "same argmax")
 kvlab_expect(RC 2 ARGS simulate -p 4 -n 4 --kv-dtype fp7 ERR "--kv-dtype: unknown dtype 'fp7'")
 kvlab_expect(RC 2 ARGS simulate -p 4 -n 4 --kv-dtype int4 ERR "--kv-dtype int4: the cache stores")
 kvlab_expect(RC 2 ARGS simulate -p 4 -n 4 --kv-dtype fp16 --mode both ERR "--mode both: --kv-dtype fp16 is a policy of the cache, which only the cached mode has")
@@ -110,7 +110,7 @@ kvlab_expect(RC 2 ARGS simulate -p 4 -n 4 --kv-dtype fp16,q8_0 --trace "${WORK}/
 # --window / --sink-tokens: a ring of W rows per layer, the first S positions kept in it; the same bytes kvcalc
 # gives for the same flags: stories15m 6 layers x 2 x 288 x 4 B x 16 rows = 221184 B = 216 KiB
 kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 60 --window 16 --sink-tokens 4 -q --threads 1
-             OUT "KV cache allocated: 216\\.00 KiB for 63 positions" "KV cache stored as fp32, window 16 \\+ 4 sinks against the fp32 full cache")
+             OUT "KV cache allocated: 216\\.00 KiB for 63 positions" "KV cache fp32, window 16 \\+ 4 sinks against the fp32 full cache")
 kvlab_expect(RC 0 ARGS kvcalc -m stories15m -d fp32 --context 63 --window 16 --sink-tokens 4
              OUT "stories15m +MHA \\(native\\) +fp32 +63 +1 +16 +216\\.00 KiB" "the first 4 positions kept as sinks")
 kvlab_expect(RC 2 ARGS simulate -m stories15m -p 4 -n 4 --sink-tokens 4 ERR "--sink-tokens 4: stories15m has no sliding window for the sinks to stay in; give --window W")

@@ -86,3 +86,12 @@ run_kvlab(2 "missing.csv': cannot open the trace file" trace summary "${WORK}/mi
 run_kvlab(2 "--every: 0; expected 1 or more" trace steps "${WORK}/run.csv" --every 0)
 run_kvlab(2 "--format" trace summary "${WORK}/run.csv" --format yaml)
 run_kvlab(2 "" trace)
+
+# a cache policy in a trace: the run records kv_dtype in its inputs and its quality against fp32 in the
+# run summary; trace compare shows the byte and quality deltas (fp32's own distance is 0)
+kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 8 -q --threads 1 --mode cached --trace "${WORK}/fp32.csv")
+kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 8 -q --threads 1 --kv-dtype fp8_e4m3 --kv-scale token-head --trace "${WORK}/fp8.jsonl")
+kvlab_expect(RC 0 ARGS trace compare "${WORK}/fp32.csv" "${WORK}/fp8.jsonl"
+             OUT "cached +kv_mean_kl +0 " "cached +kv_max_abs_dlogit" "inputs that differ: kv_dtype \"fp32\" vs \"fp8_e4m3\"; kv_scale \"tensor\" vs \"token-head\""
+                 "cached +bytes_kv_read .* 0\\.2[0-9]x")
+kvlab_expect(RC 0 ARGS trace summary "${WORK}/fp8.jsonl" OUT "KV cache fp8_e4m3 \\(token-head scale\\) against the fp32 full cache")
