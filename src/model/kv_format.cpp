@@ -46,35 +46,40 @@ float minifloat_decode(std::uint8_t code, int ebits, int mbits, int bias) {
 
 }  // namespace
 
+namespace {
+
+// every code decoded once: attention decodes each held value every step
+std::array<float, 256> e4m3_table() {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c)
+        t[static_cast<std::size_t>(c)] = (c & 0x7F) == 0x7F ? std::numeric_limits<float>::quiet_NaN() : minifloat_decode(static_cast<std::uint8_t>(c), 4, 3, 7);
+    return t;
+}
+
+std::array<float, 256> e5m2_table() {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c)
+        t[static_cast<std::size_t>(c)] = (c & 0x7C) != 0x7C ? minifloat_decode(static_cast<std::uint8_t>(c), 5, 2, 15)
+                                         : (c & 0x03)      ? std::numeric_limits<float>::quiet_NaN()
+                                         : (c & 0x80)      ? -std::numeric_limits<float>::infinity()
+                                                           : std::numeric_limits<float>::infinity();
+    return t;
+}
+
+const std::array<float, 256> e4m3_values = e4m3_table();
+const std::array<float, 256> e5m2_values = e5m2_table();
+
+}  // namespace
+
 // e4m3fn: 0x7E = 1.75 x 2^8 = 448 is the largest finite code; 0x7F is NaN (no infinity)
 std::uint8_t fp8_e4m3_encode(float x) { return minifloat_encode(x, 3, 7, 0x7E, 0x7F); }
-float fp8_e4m3_decode(std::uint8_t code) {
-    // every code decoded once, into a table: attention decodes each held value every step
-    static const std::array<float, 256> table = [] {
-        std::array<float, 256> t{};
-        for (int c = 0; c < 256; ++c)
-            t[static_cast<std::size_t>(c)] = (c & 0x7F) == 0x7F ? std::numeric_limits<float>::quiet_NaN() : minifloat_decode(static_cast<std::uint8_t>(c), 4, 3, 7);
-        return t;
-    }();
-    return table[code];
-}
+float fp8_e4m3_decode(std::uint8_t code) { return e4m3_values[code]; }
+const float* fp8_e4m3_values() { return e4m3_values.data(); }
 
 // e5m2: 0x7B = 1.75 x 2^15 = 57344 is the largest finite code; 0x7C infinity, 0x7D..0x7F NaN
 std::uint8_t fp8_e5m2_encode(float x) { return minifloat_encode(x, 2, 15, 0x7B, 0x7F); }
-float fp8_e5m2_decode(std::uint8_t code) {
-    static const std::array<float, 256> table = [] {
-        std::array<float, 256> t{};
-        for (int c = 0; c < 256; ++c) {
-            const auto u = static_cast<std::uint8_t>(c);
-            t[static_cast<std::size_t>(c)] = (c & 0x7C) != 0x7C ? minifloat_decode(u, 5, 2, 15)
-                                             : (c & 0x03)      ? std::numeric_limits<float>::quiet_NaN()
-                                             : (c & 0x80)      ? -std::numeric_limits<float>::infinity()
-                                                               : std::numeric_limits<float>::infinity();
-        }
-        return t;
-    }();
-    return table[code];
-}
+float fp8_e5m2_decode(std::uint8_t code) { return e5m2_values[code]; }
+const float* fp8_e5m2_values() { return e5m2_values.data(); }
 
 std::uint16_t fp16_encode(float x) { return Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(x)); }
 float fp16_decode(std::uint16_t code) { return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(code)); }

@@ -22,6 +22,9 @@ std::uint8_t fp8_e4m3_encode(float x);
 float fp8_e4m3_decode(std::uint8_t code);
 std::uint8_t fp8_e5m2_encode(float x);
 float fp8_e5m2_decode(std::uint8_t code);
+// The value of every code (256 floats): what fp8_*_decode returns, for loops that decode many.
+const float* fp8_e4m3_values();
+const float* fp8_e5m2_values();
 std::uint16_t fp16_encode(float x);
 float fp16_decode(std::uint16_t code);
 std::uint16_t bf16_encode(float x);
