@@ -108,7 +108,6 @@ EngineAnswer vllm_answer(const EngineCase& c, const EngineSettings& s) {
         a.notes.push_back(fmt::format("{}: one request of {} tokens needs {} blocks ({} B); give --kv-budget (vLLM's \"Available KV cache memory\") "
                                       "or --gpu for the pool",
                                       cfg.name, len, blocks_per_request, needed));
-        a.bytes_allocated = needed;
         return a;
     }
     const std::uint64_t tokens = checked_mul(*blocks / groups, bs, "vLLM tokens");
