@@ -325,6 +325,25 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
     return cfg;
 }
 
+void apply_window_policy(ModelConfig& cfg, std::int64_t window, std::int64_t sink_tokens) {
+    if (window < 0) throw UsageError(fmt::format("--window: {}; expected a positive number of positions", window));
+    if (sink_tokens < 0) throw UsageError(fmt::format("--sink-tokens: {}; expected 0 or more", sink_tokens));
+    if (window > 0) {
+        cfg.sliding_window = window;
+        cfg.layer_windowed.assign(static_cast<std::size_t>(cfg.n_layer), true);
+        cfg.window_rule = fmt::format("sliding window {} on every layer (--window)", window);
+    }
+    if (sink_tokens == 0) return;
+    if (!cfg.sliding_window)
+        throw UsageError(fmt::format("--sink-tokens {}: {} has no sliding window for the sinks to stay in; give --window W", sink_tokens, cfg.name));
+    if (sink_tokens >= *cfg.sliding_window)
+        throw UsageError(fmt::format("--sink-tokens {}: expected fewer than {}'s window of {} positions (sinks and recent tokens share it)",
+                                     sink_tokens, cfg.name, *cfg.sliding_window));
+    cfg.sink_tokens = sink_tokens;
+    cfg.window_rule += fmt::format(": the first {} positions kept as sinks and the last {} (the window's rows, so the same bytes)", sink_tokens,
+                                   *cfg.sliding_window - sink_tokens);
+}
+
 std::string config_model_name(const json& j, const std::filesystem::path& path) {
     // transformers' save_pretrained records where the model came from (a Hub id or a local path)
     if (const auto it = j.find("_name_or_path"); it != j.end() && it->is_string() && !it->get<std::string>().empty())

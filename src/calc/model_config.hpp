@@ -96,6 +96,11 @@ inline std::int64_t keys_in_window(std::int64_t window, std::int64_t pos) {
     return window > 0 && window < pos + 1 ? window : pos + 1;
 }
 
+// The cache policy of --window W (every layer a sliding-window layer of W positions; 0: the model's own)
+// and --sink-tokens S (StreamingLLM: the window also keeps positions 0..S-1), applied to `cfg` with the
+// rule said in window_rule. Throws UsageError for a negative value, sinks without a window, or S >= W.
+void apply_window_policy(ModelConfig& cfg, std::int64_t window, std::int64_t sink_tokens);
+
 // Parse and validate; `where` names the file in error messages. Throws ConfigError.
 // The most layers a config may have (published models have up to a few hundred).
 inline constexpr std::int64_t max_layers = 65536;

@@ -76,26 +76,7 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
         }
     }
     // --window / --sink-tokens: the cache policy simulate runs, sized the same way (sinks share the W rows)
-    if (o.window < 0) throw UsageError(fmt::format("--window: {}; expected a positive number of positions", o.window));
-    if (o.sink_tokens < 0) throw UsageError(fmt::format("--sink-tokens: {}; expected 0 or more", o.sink_tokens));
-    for (auto& cfg : r.models) {
-        if (o.window > 0) {
-            cfg.sliding_window = o.window;
-            cfg.layer_windowed.assign(static_cast<std::size_t>(cfg.n_layer), true);
-            cfg.window_rule = fmt::format("sliding window {} on every layer (--window)", o.window);
-        }
-        if (o.sink_tokens > 0) {
-            if (!cfg.sliding_window)
-                throw UsageError(fmt::format("--sink-tokens {}: {} has no sliding window for the sinks to stay in; give --window W", o.sink_tokens,
-                                             cfg.name));
-            if (o.sink_tokens >= *cfg.sliding_window)
-                throw UsageError(fmt::format("--sink-tokens {}: expected fewer than {}'s window of {} positions (sinks and recent tokens share it)",
-                                             o.sink_tokens, cfg.name, *cfg.sliding_window));
-            cfg.sink_tokens = o.sink_tokens;
-            cfg.window_rule += fmt::format(": the first {} positions kept as sinks and the last {} (the window's rows, so the same bytes)",
-                                           o.sink_tokens, *cfg.sliding_window - o.sink_tokens);
-        }
-    }
+    for (auto& cfg : r.models) apply_window_policy(cfg, o.window, o.sink_tokens);
     if (!o.kv_heads.empty()) {
         const auto n = static_cast<std::int64_t>(parse_count(o.kv_heads, "--kv-heads"));
         r.variants = {{fmt::format("kv:{}", n), n}};

@@ -107,27 +107,9 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     SimulateOptions& sim = p.sim;
     sim.mode = o.mode;
     // --window / --sink-tokens: a cache policy on the model's attention, measured against the model as it is
-    if (o.window < 0) throw UsageError(fmt::format("--window: {}; expected a positive number of positions", o.window));
-    if (o.sink_tokens < 0) throw UsageError(fmt::format("--sink-tokens: {}; expected 0 or more", o.sink_tokens));
     const bool attention_policy = o.window > 0 || o.sink_tokens > 0;
-    if (attention_policy) {
-        sim.reference_config = cfg;
-        if (o.window > 0) {
-            cfg.sliding_window = o.window;
-            cfg.layer_windowed.assign(static_cast<std::size_t>(cfg.n_layer), true);
-            cfg.window_rule = fmt::format("sliding window {} on every layer (--window)", o.window);
-        }
-        if (o.sink_tokens > 0) {
-            if (!cfg.sliding_window)
-                throw UsageError(fmt::format("--sink-tokens {}: {} has no sliding window for the sinks to stay in; give --window W", o.sink_tokens,
-                                             cfg.name));
-            if (o.sink_tokens >= *cfg.sliding_window)
-                throw UsageError(fmt::format("--sink-tokens {}: expected fewer than the window's {} positions (sinks and recent tokens share it)",
-                                             o.sink_tokens, *cfg.sliding_window));
-            cfg.sink_tokens = o.sink_tokens;
-            cfg.window_rule += fmt::format(", the first {} positions kept as sinks", o.sink_tokens);
-        }
-    }
+    if (attention_policy) sim.reference_config = cfg;
+    apply_window_policy(cfg, o.window, o.sink_tokens);  // (also refuses negative values)
     // --kv-dtype: how the cache stores K and V; a narrow format runs cached, beside an fp32 cache on the same tokens
     for (const auto& name : split_list(o.kv_dtype)) {
         const KvStorage storage{parse_dtype(name, "--kv-dtype"), o.kv_scale};

@@ -114,6 +114,6 @@ kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 60 --window 16 --sink-toke
 kvlab_expect(RC 0 ARGS kvcalc -m stories15m -d fp32 --context 63 --window 16 --sink-tokens 4
              OUT "stories15m +MHA \\(native\\) +fp32 +63 +1 +16 +216\\.00 KiB" "the first 4 positions kept as sinks")
 kvlab_expect(RC 2 ARGS simulate -m stories15m -p 4 -n 4 --sink-tokens 4 ERR "--sink-tokens 4: stories15m has no sliding window for the sinks to stay in; give --window W")
-kvlab_expect(RC 2 ARGS simulate -m stories15m -p 4 -n 4 --window 8 --sink-tokens 8 ERR "--sink-tokens 8: expected fewer than the window's 8 positions")
+kvlab_expect(RC 2 ARGS simulate -m stories15m -p 4 -n 4 --window 8 --sink-tokens 8 ERR "--sink-tokens 8: expected fewer than stories15m's window of 8 positions")
 kvlab_expect(RC 2 ARGS simulate -m stories15m -p 4 -n 4 --window 8 --mode both ERR "--mode both: --window is a policy of the cache")
 kvlab_expect(RC 2 ARGS kvcalc -m stories15m --window 8 --sink-tokens 9 ERR "--sink-tokens 9: expected fewer than stories15m's window of 8 positions")
