@@ -49,6 +49,11 @@ EngineAnswer sglang_answer(const EngineCase& c, const EngineSettings& s) {
         return a;
     }
     *tokens = *tokens / page * page;
+    if (*tokens == 0) {  // init_memory_pool refuses an empty pool
+        a.log_lines.push_back("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.");
+        a.notes.push_back(fmt::format("{}: the budget holds no token slot of {} B; SGLang refuses to start", cfg.name, cell));
+        return a;
+    }
     const std::uint64_t buffer = checked_mul(*tokens + page, row, "SGLang pool");
     if (cfg.mla) a.log_lines.push_back(fmt::format("KV Cache is allocated. #tokens: {}, KV size: {:.2f} GB", *tokens, gib(buffer)));
     else a.log_lines.push_back(fmt::format("KV Cache is allocated. #tokens: {}, K size: {:.2f} GB, V size: {:.2f} GB", *tokens, gib(buffer), gib(buffer)));

@@ -92,3 +92,6 @@ kvlab_expect(RC 2 ARGS kvcalc -m llama-3-8b --engine tgi ERR "--engine")
 # = 32768 B; floor(6.51 GiB / 32768 / 40) = 5332 blocks = 85,312 tokens.
 kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen3-14b.json --engine vllm --tp 2 --kv-budget 7GiB,6.51GiB --context 32768 LINES
   "GPU KV cache size: 85,312 tokens" "2 budgets given, one per rank")
+# a budget smaller than one token slot: SGLang's init_memory_pool refuses to start (model_runner.py, v0.5.2)
+kvlab_expect_lines(ARGS kvcalc -m llama-3-8b --engine sglang --kv-budget 1KiB LINES
+  "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.")
