@@ -86,7 +86,7 @@ expect("kvlab kvcalc --config tests/data/gemma-3-4b-it.json --engine vllm --kv-b
 expect("kvlab simulate --model tiny-llama --eval models/heldout.txt" OUT "perplexity" " 1\\.1917[89]")
 # the same text through caches stored narrower: fp32 is PyTorch's 1.1917x; every format scores the 254 predictions
 expect("kvlab simulate --model tiny-llama --eval models/heldout.txt --kv-dtype fp16,fp8_e4m3,q4_0"
-       OUT "fp32 +255 +1 +254 .* 1\\.1917[89][0-9] +\\+0\\.000%" "fp16 +255 +1 +254" "fp8_e4m3 \\(tensor\\) +255 +1 +254" "q4_0 +255 +1 +254")
+       OUT "fp32 full cache \\(reference\\) +255 +1 +254 .* 1\\.1917[89][0-9]" "fp16 +255 +1 +254" "fp8_e4m3 \\(tensor\\) +255 +1 +254" "q4_0 +255 +1 +254")
 expect("kvlab simulate" OUT "TinyStories 15M" "steps \\(tokens generated\\) +128 +128")
 expect("kvlab simulate --model gpt2 --layers 1 -n 12" OUT "GPT-2" "steps \\(tokens generated\\) +12 +12")
 expect("kvlab simulate --trace run.csv --deterministic" OUT "steps \\(tokens generated\\) +128 +128")

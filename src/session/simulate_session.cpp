@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 #include <filesystem>
 #include <unistd.h>
 #if defined(__GLIBC__)
@@ -235,6 +236,7 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
 
 namespace {
 std::string kv_policy_name(const KvStorage& k);
+std::string attention_policy_name(const PreparedSimulation& p);
 }  // namespace
 
 // --eval: the model's mean NLL and perplexity on a text, teacher-forced through the cached forward pass.
@@ -246,18 +248,43 @@ Report eval_report(const PreparedSimulation& p) {
     Table t;
     t.title = fmt::format("kvlab simulate --eval: {} on {}", cfg.display_name, o.eval);
     t.columns = {{"kv_dtype", "KV storage", false}, {"tokens", "tokens (BOS incl.)"}, {"windows", "windows"}, {"scored", "scored"},
-                 {"nll_sum", "NLL sum (nats)"},   {"mean_nll", "mean NLL (nats/token)"}, {"perplexity", "perplexity"},
-                 {"perplexity_change", "vs fp32"}};
-    // the fp32 cache's perplexity first: every other storage is measured against it
-    const EvalResult base = evaluate_nll(cfg, p.weights, p.eval_ids);
-    std::vector<KvStorage> storages = p.kv_policies;
-    if (std::none_of(storages.begin(), storages.end(), [](const KvStorage& k) { return k.dtype == DType::fp32; })) storages.insert(storages.begin(), KvStorage{});
-    for (const KvStorage& storage : storages) {
-        const EvalResult r = storage.dtype == DType::fp32 ? base : evaluate_nll(cfg, p.weights, p.eval_ids, storage);
-        const double change = 100.0 * (r.perplexity / base.perplexity - 1.0);
-        t.rows.push_back({text_cell(kv_policy_name(storage)), int_cell(r.n_tokens), int_cell(r.n_windows), int_cell(r.n_scored),
-                          real_cell(r.nll_sum, 4), real_cell(r.mean_nll, 6), real_cell(r.perplexity, 6),
-                          {fmt::format("{:+.3f}%", change), change}});
+                 {"nll_sum", "NLL sum (nats)"},   {"mean_nll", "mean NLL (nats/token)"}, {"perplexity", "perplexity"}};
+    auto row = [&](const std::string& name, const EvalResult& r) {
+        return std::vector<Cell>{text_cell(name), int_cell(r.n_tokens), int_cell(r.n_windows), int_cell(r.n_scored),
+                                 real_cell(r.nll_sum, 4), real_cell(r.mean_nll, 6), real_cell(r.perplexity, 6)};
+    };
+    // with no cache policy, the model's perplexity alone; with one, every policy beside the fp32 full cache
+    const bool policy = p.sim.reference_config || std::any_of(p.kv_policies.begin(), p.kv_policies.end(), [](const KvStorage& k) { return k.dtype != DType::fp32; });
+    if (!policy) {
+        t.rows.push_back(row("fp32", evaluate_nll(cfg, p.weights, p.eval_ids)));
+    } else {
+        for (const char* col : {"kv_bytes_per_token", "perplexity_change", "mean_kl", "max_kl", "argmax_agreement"}) {
+            static const std::map<std::string, std::string> headers{{"kv_bytes_per_token", "KV/token"}, {"perplexity_change", "vs fp32 full"},
+                                                                    {"mean_kl", "mean KL"},           {"max_kl", "max KL"},
+                                                                    {"argmax_agreement", "same argmax"}};
+            t.columns.push_back({col, headers.at(col)});
+        }
+        const ModelConfig& reference_cfg = p.sim.reference_config ? *p.sim.reference_config : cfg;
+        const std::uint64_t fp32_token = 2 * static_cast<std::uint64_t>(cfg.n_layer) * kv_stored_row_bytes({}, cfg.n_head_kv, cfg.d_head);
+        std::optional<EvalResult> reference;
+        std::vector<std::vector<Cell>> rows;
+        for (const KvStorage& storage : p.kv_policies) {
+            const EvalComparison c = evaluate_policy(cfg, reference_cfg, p.weights, p.eval_ids, storage);
+            if (!reference) reference = c.reference;
+            const double change = 100.0 * (c.policy.perplexity / c.reference.perplexity - 1.0);
+            const double agree = 100.0 * static_cast<double>(c.n_agree) / static_cast<double>(c.policy.n_scored);
+            auto cells = row(kv_policy_name(storage) + attention_policy_name(p), c.policy);
+            cells.insert(cells.end(), {bytes_cell(2 * static_cast<std::uint64_t>(cfg.n_layer) * kv_stored_row_bytes(storage, cfg.n_head_kv, cfg.d_head), o.units),
+                                       {fmt::format("{:+.3f}%", change), change}, {fmt::format("{:.3g}", c.mean_kl), c.mean_kl},
+                                       {fmt::format("{:.3g}", c.max_kl), c.max_kl}, {fmt::format("{:.1f}%", agree), agree}});
+            rows.push_back(std::move(cells));
+        }
+        auto ref_cells = row("fp32 full cache (reference)", *reference);
+        ref_cells.insert(ref_cells.end(), {bytes_cell(fp32_token, o.units), text_cell("-"), text_cell("-"), text_cell("-"), text_cell("-")});
+        t.rows.push_back(std::move(ref_cells));
+        for (auto& r : rows) t.rows.push_back(std::move(r));
+        t.notes.push_back("each policy and the fp32 full cache read the same tokens in lockstep: vs fp32 full = the perplexity's relative change, "
+                          "KL(p_fp32 || p) per prediction in nats, same argmax = predictions whose most likely token agrees");
     }
     t.notes.push_back(fmt::format("text encoded with {} (BOS first); windows of at most {} tokens overlapping by one; "
                                   "perplexity = exp(mean NLL); docs/cli-simulate.md", o.tokenizer, cfg.n_ctx_max));

@@ -28,8 +28,11 @@ kvlab_expect(RC 2 ARGS simulate --model tiny-llama --eval "${WORK}/missing.txt" 
 # --kv-dtype: the held-out text through caches stored narrower. The fp32 row is PyTorch's 1.1917x; fp16 rounds
 # each K and V value by at most 2^-11 of itself and moves the perplexity by well under 0.01 %.
 kvlab_expect(RC 0 ARGS simulate --model tiny-llama --eval ${MODELS}/heldout.txt --kv-dtype fp16,q4_0
-             OUT "fp32 +255 +1 +254 +44\\.566[0-9] +0\\.17545[0-9] +1\\.1917[89][0-9] +\\+0\\.000%" "fp16 +255 +1 +254 .* [+-]0\\.00[0-9]%"
-                 "q4_0 +255 +1 +254")
+             OUT "fp32 full cache \\(reference\\) +255 +1 +254 +44\\.566[0-9] +0\\.17545[0-9] +1\\.1917[89][0-9] +2\\.00 KiB"
+                 "fp16 +255 +1 +254 .* 1\\.00 KiB +[+-]0\\.00[0-9]% .* 100\\.0%" "q4_0 +255 +1 +254 .* 288 B")
+# a 32-position window with 4 sinks against the full cache, on the same text
+kvlab_expect(RC 0 ARGS simulate --model tiny-llama --eval ${MODELS}/heldout.txt --window 32 --sink-tokens 4
+             OUT "fp32 full cache \\(reference\\) +255 .* 1\\.1917[89][0-9]" "fp32, window 32 \\+ 4 sinks +255 +1 +254 ")
 # side by side on the greedy decode: tiny-llama's 4 layers x 2 KV heads x 32 = 256 values of K and of V per token:
 # fp32 2 KiB, fp16 1 KiB, q8_0 2 x 4 x (64 / 32 x 34 B) = 544 B
 kvlab_expect(RC 0 ARGS simulate --model tiny-llama --prompt "Once upon a time" -n 16 -q --threads 1 --kv-dtype fp32,fp16,q8_0
