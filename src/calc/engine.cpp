@@ -57,6 +57,13 @@ std::uint64_t kv_row_values_per_rank(const ModelConfig& cfg, std::uint64_t tp, b
     return kv_heads_per_rank(cfg, tp, ceiling) * static_cast<std::uint64_t>(cfg.d_head);
 }
 
+std::optional<std::uint64_t> pool_tokens(const EngineCase& c, const EngineSettings& s, std::uint64_t bytes_per_token) {
+    std::optional<std::uint64_t> tokens;
+    if (c.kv_budget) tokens = *c.kv_budget / bytes_per_token;
+    if (s.kv_tokens) tokens = tokens ? std::min(*tokens, *s.kv_tokens) : *s.kv_tokens;
+    return tokens;
+}
+
 std::uint64_t engine_value_bytes(DType dtype, std::initializer_list<DType> accepted, std::string_view takes) {
     if (std::find(accepted.begin(), accepted.end(), dtype) == accepted.end())
         throw UsageError(fmt::format("--dtype {}: {}", dtype_name(dtype), takes));

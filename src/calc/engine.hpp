@@ -77,6 +77,11 @@ double gib(std::uint64_t bytes);
 std::uint64_t kv_heads_per_rank(const ModelConfig& cfg, std::uint64_t tp, bool ceiling);
 // Values one GPU holds per layer for one token's K (or V): KV heads per rank x head_dim; MLA: the latent.
 std::uint64_t kv_row_values_per_rank(const ModelConfig& cfg, std::uint64_t tp, bool ceiling);
+// Tokens a pool sized from memory holds: the budget // bytes per token, capped by --kv-tokens; nullopt
+// when neither was given (SGLang and TensorRT-LLM size their pools so).
+std::optional<std::uint64_t> pool_tokens(const EngineCase& c, const EngineSettings& s, std::uint64_t bytes_per_token);
+// Whether llama.cpp's -ctk/-ctv has this cache type (of those kvlab sizes: f32, f16, bf16, q8_0, q4_0).
+bool llamacpp_has_cache_type(DType dtype);
 // Bytes per value of a cache dtype the engine takes (fp16/bf16 2, fp8/int8 1); UsageError naming the
 // engine's own choices (`takes`) for any other.
 std::uint64_t engine_value_bytes(DType dtype, std::initializer_list<DType> accepted, std::string_view takes);

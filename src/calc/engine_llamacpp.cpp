@@ -9,6 +9,8 @@
 #include "calc/engine.hpp"
 
 #include <algorithm>
+#include <array>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -21,18 +23,15 @@ namespace {
 constexpr std::uint64_t pad(std::uint64_t x, std::uint64_t n) { return (x + n - 1) / n * n; }
 
 // ggml's type names for the cache types kvlab sizes (common/arg.cpp lists -ctk/-ctv values)
+constexpr std::array<std::pair<DType, std::string_view>, 5> ggml_cache_types{
+    {{DType::fp32, "f32"}, {DType::fp16, "f16"}, {DType::bf16, "bf16"}, {DType::q8_0, "q8_0"}, {DType::q4_0, "q4_0"}}};
+
 std::string_view ggml_type_name(DType dtype) {
-    switch (dtype) {
-    case DType::fp32: return "f32";
-    case DType::fp16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::q8_0: return "q8_0";
-    case DType::q4_0: return "q4_0";
-    default:
-        throw UsageError(fmt::format("--dtype {}: llama.cpp has no such cache type; its -ctk/-ctv take f32, f16, bf16, q8_0, q4_0 (and q4_1, q5_0, "
-                                     "q5_1, iq4_nl, which kvlab does not size)",
-                                     dtype_name(dtype)));
-    }
+    for (const auto& [d, name] : ggml_cache_types)
+        if (d == dtype) return name;
+    throw UsageError(fmt::format("--dtype {}: llama.cpp has no such cache type; its -ctk/-ctv take f32, f16, bf16, q8_0, q4_0 (and q4_1, q5_0, "
+                                 "q5_1, iq4_nl, which kvlab does not size)",
+                                 dtype_name(dtype)));
 }
 
 // The model types whose llama.cpp architecture builds the iSWA cache, and so the layers it windows
@@ -49,6 +48,10 @@ struct Cache {
 };
 
 }  // namespace
+
+bool llamacpp_has_cache_type(DType dtype) {
+    return std::any_of(ggml_cache_types.begin(), ggml_cache_types.end(), [&](const auto& t) { return t.first == dtype; });
+}
 
 EngineAnswer llamacpp_answer(const EngineCase& c, const EngineSettings& s) {
     const ModelConfig& cfg = *c.model;

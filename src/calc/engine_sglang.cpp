@@ -39,9 +39,7 @@ EngineAnswer sglang_answer(const EngineCase& c, const EngineSettings& s) {
                                   : fmt::format("{}: sized as full attention on every layer: SGLang's split of a sliding-window pool "
                                                 "(set_num_token_hybrid, swa_full_tokens_ratio 0.8) is not modelled for model_type {}",
                                                 cfg.name, cfg.model_type));
-    std::optional<std::uint64_t> tokens;
-    if (c.kv_budget) tokens = *c.kv_budget / cell;
-    if (s.kv_tokens) tokens = tokens ? std::min(*tokens, *s.kv_tokens) : *s.kv_tokens;
+    std::optional<std::uint64_t> tokens = pool_tokens(c, s, cell);
     if (!tokens) {
         a.notes.push_back(fmt::format("{}: {} B per token slot; give --kv-budget (the memory left for KV after mem_fraction_static) or "
                                       "--kv-tokens (--max-total-tokens) for the pool",

@@ -30,9 +30,7 @@ EngineAnswer trtllm_answer(const EngineCase& c, const EngineSettings& s) {
         a.notes.push_back(fmt::format("{}: every layer holds every token, as TensorRT-LLM does unless kv_cache_config.max_attention_window "
                                       "lists several windows (per-window pools with an equal share of memory each: not modelled)",
                                       cfg.name));
-    std::optional<std::uint64_t> max_tokens;
-    if (c.kv_budget) max_tokens = *c.kv_budget / per_token;
-    if (s.kv_tokens) max_tokens = max_tokens ? std::min(*max_tokens, *s.kv_tokens) : *s.kv_tokens;
+    const std::optional<std::uint64_t> max_tokens = pool_tokens(c, s, per_token);
     if (!max_tokens) {
         a.notes.push_back(fmt::format("{}: {} B per token; give --kv-budget (free memory x free_gpu_memory_fraction) or --kv-tokens (max_tokens) "
                                       "for the pool",

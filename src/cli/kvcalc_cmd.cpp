@@ -179,10 +179,8 @@ void setup_kvcalc(CLI::App& app) {
         // a GGUF is llama.cpp's file: without --engine, say also what llama.cpp allocates for it
         bool gguf_default_engine = !o->ggufs.empty() && engine_opt->count() == 0;
         if (gguf_default_engine && o->dtypes_given)  // only with cache types llama.cpp has (-d fp8 stays exact math)
-            for (const auto& d : split_list(o->dtypes)) {
-                const DType t = parse_dtype(d, "--dtype");
-                if (t != DType::fp32 && t != DType::fp16 && t != DType::bf16 && t != DType::q8_0 && t != DType::q4_0) gguf_default_engine = false;
-            }
+            for (const auto& d : split_list(o->dtypes))
+                if (!llamacpp_has_cache_type(parse_dtype(d, "--dtype"))) gguf_default_engine = false;
         if (gguf_default_engine) o->engine = Engine::llamacpp;
         const KvcalcRequest request = make_request(*o);
         Report report = run_kvcalc(request);  // every input checked before anything is drawn

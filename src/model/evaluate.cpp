@@ -58,43 +58,54 @@ EvalResult evaluate_nll(const ModelConfig& cfg, const Weights& weights, std::spa
     return r;
 }
 
-EvalComparison evaluate_policy(const ModelConfig& cfg, const ModelConfig& reference_cfg, const Weights& weights, std::span<const TokenId> ids,
-                               const KvStorage& storage) {
+EvalPolicies evaluate_policies(const ModelConfig& cfg, const ModelConfig& reference_cfg, const Weights& weights, std::span<const TokenId> ids,
+                               std::span<const KvStorage> storages) {
     check_eval_ids(cfg, ids);
     const auto n = static_cast<std::int64_t>(ids.size());
     const std::int64_t window = std::min(cfg.n_ctx_max, n);
+    // one model for every policy's cache (a cached call reads only the cache it is given), one for the reference
     Transformer model(cfg, weights, TransformerSize{window, 1, false});
     Transformer reference(reference_cfg, weights, TransformerSize{window, 1, false});
-    EvalComparison c;
-    c.policy.n_tokens = c.reference.n_tokens = n;
+    EvalPolicies r;
+    r.policies.resize(storages.size());
+    r.reference.n_tokens = n;
+    for (auto& c : r.policies) c.policy.n_tokens = n;
     VectorF ref_logits(cfg.n_vocab);
     for (std::int64_t start = 0; start + 1 < n; start += window - 1) {
         const std::int64_t len = std::min(window, n - start);
-        KvCache cache(cfg, window, storage), ref_cache(reference_cfg, window);
+        KvCache ref_cache(reference_cfg, window);
+        std::vector<KvCache> caches;
+        for (const KvStorage& storage : storages) caches.emplace_back(cfg, window, storage);
         for (std::int64_t p = 0; p + 1 < len; ++p) {
             const auto token = ids.subspan(static_cast<std::size_t>(start + p), 1);
             const TokenId target = ids[static_cast<std::size_t>(start + p + 1)];
             ref_logits = reference.forward_cached(token, p, ref_cache, nullptr);
-            const VectorF& logits = model.forward_cached(token, p, cache, nullptr);
-            c.reference.nll_sum += token_nll(ref_logits, target);
-            c.policy.nll_sum += token_nll(logits, target);
-            const double kl = kl_divergence(ref_logits, logits);
-            c.mean_kl += kl;
-            c.max_kl = std::max(c.max_kl, kl);
-            Eigen::Index a = 0, b = 0;
-            ref_logits.maxCoeff(&a);
-            logits.maxCoeff(&b);
-            c.n_agree += a == b ? 1 : 0;
-            ++c.policy.n_scored;
-            ++c.reference.n_scored;
+            r.reference.nll_sum += token_nll(ref_logits, target);
+            ++r.reference.n_scored;
+            Eigen::Index ref_top = 0;
+            ref_logits.maxCoeff(&ref_top);
+            for (std::size_t i = 0; i < caches.size(); ++i) {
+                EvalComparison& c = r.policies[i];
+                const VectorF& logits = model.forward_cached(token, p, caches[i], nullptr);
+                c.policy.nll_sum += token_nll(logits, target);
+                const double kl = kl_divergence(ref_logits, logits);
+                c.mean_kl += kl;  // a sum until the end
+                c.max_kl = std::max(c.max_kl, kl);
+                Eigen::Index top = 0;
+                logits.maxCoeff(&top);
+                c.n_agree += top == ref_top ? 1 : 0;
+                ++c.policy.n_scored;
+            }
         }
-        ++c.policy.n_windows;
-        ++c.reference.n_windows;
+        ++r.reference.n_windows;
+        for (auto& c : r.policies) ++c.policy.n_windows;
     }
-    c.mean_kl /= static_cast<double>(c.policy.n_scored);
-    finish(c.policy);
-    finish(c.reference);
-    return c;
+    finish(r.reference);
+    for (auto& c : r.policies) {
+        c.mean_kl /= static_cast<double>(c.policy.n_scored);
+        finish(c.policy);
+    }
+    return r;
 }
 
 }  // namespace kvlab

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "calc/model_config.hpp"
 #include "model/kv_cache.hpp"
@@ -30,17 +31,21 @@ struct EvalResult {
 // `storage`: how the KV cache stores K and V (model/kv_cache.hpp): the quality a cache format costs.
 EvalResult evaluate_nll(const ModelConfig& cfg, const Weights& weights, std::span<const TokenId> ids, const KvStorage& storage = {});
 
-// A cache policy on a text: `cfg` (with its --window / sinks) through a cache stored as `storage`, and in
-// lockstep on the same tokens the reference, `reference_cfg` through an fp32 full cache: both
-// perplexities and how far the policy moved each next-token distribution, KL(p_ref || p) in nats.
+// Cache policies on a text: `cfg` (with its --window / sinks) through a cache stored as each of
+// `storages`, and in lockstep on the same tokens the reference, `reference_cfg` through an fp32 full
+// cache (one pass for all): each policy's perplexity and how far it moved every next-token
+// distribution, KL(p_ref || p) in nats.
 struct EvalComparison {
     EvalResult policy;
-    EvalResult reference;
     double mean_kl = 0.0;
     double max_kl = 0.0;
     std::int64_t n_agree = 0;  // predictions whose argmax is the reference's
 };
-EvalComparison evaluate_policy(const ModelConfig& cfg, const ModelConfig& reference_cfg, const Weights& weights, std::span<const TokenId> ids,
-                               const KvStorage& storage);
+struct EvalPolicies {
+    EvalResult reference;
+    std::vector<EvalComparison> policies;  // in the order of `storages`
+};
+EvalPolicies evaluate_policies(const ModelConfig& cfg, const ModelConfig& reference_cfg, const Weights& weights, std::span<const TokenId> ids,
+                               std::span<const KvStorage> storages);
 
 }  // namespace kvlab

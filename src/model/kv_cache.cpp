@@ -41,6 +41,10 @@ std::uint64_t kv_stored_row_bytes(const KvStorage& s, std::int64_t n_head_kv, st
     return s.scaled() && s.scale == KvScale::token_head ? values + sizeof(float) * static_cast<std::uint64_t>(n_head_kv) : values;
 }
 
+std::uint64_t kv_stored_token_bytes(const KvStorage& storage, const ModelConfig& cfg) {
+    return checked_mul(2 * static_cast<std::uint64_t>(cfg.n_layer), kv_stored_row_bytes(storage, cfg.n_head_kv, cfg.d_head), "KV bytes per token");
+}
+
 std::uint64_t kv_resident_bytes(const ModelConfig& cfg, const KvStorage& storage, std::uint64_t n_tokens) {
     const std::uint64_t row = kv_stored_row_bytes(storage, cfg.n_head_kv, cfg.d_head);
     const std::uint64_t per_layer_scales = storage.scaled() && storage.scale == KvScale::tensor ? 2 * sizeof(float) : 0;

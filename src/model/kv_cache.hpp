@@ -35,6 +35,8 @@ void check_kv_storage(const KvStorage& storage, std::int64_t d_kv);
 // block scales: row_bytes of core/dtype, the function kvcalc sizes with), plus one fp32 scale per KV head
 // for token-head scaling. Per-tensor scales are per layer, not per row (KvCache::bytes counts them).
 std::uint64_t kv_stored_row_bytes(const KvStorage& storage, std::int64_t n_head_kv, std::int64_t d_head);
+// One token's K and V over every layer at the stored width: 2 x layers x kv_stored_row_bytes.
+std::uint64_t kv_stored_token_bytes(const KvStorage& storage, const ModelConfig& cfg);
 
 // Bytes a cache stored as `storage` holds after n_tokens positions: every layer's held rows at the stored
 // width (scales included) and the per-tensor scales; equals KvCache::bytes() when the cache is full.

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <map>
 #include <filesystem>
 #include <unistd.h>
 #if defined(__GLIBC__)
@@ -258,31 +257,24 @@ Report eval_report(const PreparedSimulation& p) {
     if (!policy) {
         t.rows.push_back(row("fp32", evaluate_nll(cfg, p.weights, p.eval_ids)));
     } else {
-        for (const char* col : {"kv_bytes_per_token", "perplexity_change", "mean_kl", "max_kl", "argmax_agreement"}) {
-            static const std::map<std::string, std::string> headers{{"kv_bytes_per_token", "KV/token"}, {"perplexity_change", "vs fp32 full"},
-                                                                    {"mean_kl", "mean KL"},           {"max_kl", "max KL"},
-                                                                    {"argmax_agreement", "same argmax"}};
-            t.columns.push_back({col, headers.at(col)});
-        }
+        t.columns.insert(t.columns.end(), {{"kv_bytes_per_token", "KV/token"}, {"perplexity_change", "vs fp32 full"}, {"mean_kl", "mean KL"},
+                                           {"max_kl", "max KL"}, {"argmax_agreement", "same argmax"}});
         const ModelConfig& reference_cfg = p.sim.reference_config ? *p.sim.reference_config : cfg;
-        const std::uint64_t fp32_token = 2 * static_cast<std::uint64_t>(cfg.n_layer) * kv_stored_row_bytes({}, cfg.n_head_kv, cfg.d_head);
-        std::optional<EvalResult> reference;
-        std::vector<std::vector<Cell>> rows;
-        for (const KvStorage& storage : p.kv_policies) {
-            const EvalComparison c = evaluate_policy(cfg, reference_cfg, p.weights, p.eval_ids, storage);
-            if (!reference) reference = c.reference;
-            const double change = 100.0 * (c.policy.perplexity / c.reference.perplexity - 1.0);
-            const double agree = 100.0 * static_cast<double>(c.n_agree) / static_cast<double>(c.policy.n_scored);
-            auto cells = row(kv_policy_name(storage) + attention_policy_name(p), c.policy);
-            cells.insert(cells.end(), {bytes_cell(2 * static_cast<std::uint64_t>(cfg.n_layer) * kv_stored_row_bytes(storage, cfg.n_head_kv, cfg.d_head), o.units),
-                                       {fmt::format("{:+.3f}%", change), change}, {fmt::format("{:.3g}", c.mean_kl), c.mean_kl},
-                                       {fmt::format("{:.3g}", c.max_kl), c.max_kl}, {fmt::format("{:.1f}%", agree), agree}});
-            rows.push_back(std::move(cells));
-        }
-        auto ref_cells = row("fp32 full cache (reference)", *reference);
-        ref_cells.insert(ref_cells.end(), {bytes_cell(fp32_token, o.units), text_cell("-"), text_cell("-"), text_cell("-"), text_cell("-")});
+        const EvalPolicies e = evaluate_policies(cfg, reference_cfg, p.weights, p.eval_ids, p.kv_policies);
+        auto ref_cells = row("fp32 full cache (reference)", e.reference);
+        ref_cells.insert(ref_cells.end(), {bytes_cell(kv_stored_token_bytes({}, reference_cfg), o.units), text_cell("-"), text_cell("-"),
+                                           text_cell("-"), text_cell("-")});
         t.rows.push_back(std::move(ref_cells));
-        for (auto& r : rows) t.rows.push_back(std::move(r));
+        for (std::size_t i = 0; i < e.policies.size(); ++i) {
+            const EvalComparison& c = e.policies[i];
+            const double change = 100.0 * (c.policy.perplexity / e.reference.perplexity - 1.0);
+            const double agree = 100.0 * static_cast<double>(c.n_agree) / static_cast<double>(c.policy.n_scored);
+            auto cells = row(kv_policy_name(p.kv_policies[i]) + attention_policy_name(p), c.policy);
+            cells.insert(cells.end(), {bytes_cell(kv_stored_token_bytes(p.kv_policies[i], cfg), o.units), {fmt::format("{:+.3f}%", change), change},
+                                       {fmt::format("{:.3g}", c.mean_kl), c.mean_kl}, {fmt::format("{:.3g}", c.max_kl), c.max_kl},
+                                       {fmt::format("{:.1f}%", agree), agree}});
+            t.rows.push_back(std::move(cells));
+        }
         t.notes.push_back("each policy and the fp32 full cache read the same tokens in lockstep: vs fp32 full = the perplexity's relative change, "
                           "KL(p_fp32 || p) per prediction in nats, same argmax = predictions whose most likely token agrees");
     }
@@ -330,8 +322,7 @@ Table kv_quality_table(const std::string& title) {
 
 void add_quality_row(Table& t, const ModelConfig& cfg, const KvStorage& storage, const SimulationResult& r, UnitSystem units) {
     const auto [kv_read, rate] = decode_kv_read_and_rate(r);
-    const std::uint64_t per_token = 2 * static_cast<std::uint64_t>(cfg.n_layer) * kv_stored_row_bytes(storage, cfg.n_head_kv, cfg.d_head);
-    std::vector<Cell> row{text_cell(kv_policy_name(storage)), bytes_cell(per_token, units), bytes_cell(r.kv_cache_bytes, units),
+    std::vector<Cell> row{text_cell(kv_policy_name(storage)), bytes_cell(kv_stored_token_bytes(storage, cfg), units), bytes_cell(r.kv_cache_bytes, units),
                           bytes_cell(static_cast<std::uint64_t>(kv_read), units), real_cell(rate, 1)};
     if (const auto& q = r.kv_quality) {
         const double agree = q->n_steps ? 100.0 * static_cast<double>(q->n_agree) / static_cast<double>(q->n_steps) : 0.0;
@@ -373,7 +364,6 @@ Report simulation_outcome(const PreparedSimulation& p, const SimulationResult& r
                                       o.trace.empty() ? "" : fmt::format(", {} not written", quote(o.trace))));
     if (!o.trace.empty()) write_step_trace(o.trace, summary, result.records, p.inputs, o.deterministic);
     Report report = simulation_report(summary, result.records, p.inputs, p.request.units);
-
     if (!o.save_checkpoint.empty())
         report.notes.push_back(fmt::format("saved the model run as llama2.c v0: {} ({} bytes)", o.save_checkpoint,
                                            llama2c_file_bytes(cfg, Llama2cVersion::v0)));
