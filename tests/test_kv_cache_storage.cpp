@@ -162,3 +162,35 @@ TEST_CASE("A window of 6 with 2 sinks attends positions 0, 1 and the newest 4, a
     CHECK(kv_ring_row(14, W, S) == 2);  // 2 + 12 % 4
     CHECK(kv_ring_row(13, W, S) == 5);
 }
+
+TEST_CASE("Every stored format returns each value within its rounding bound") {
+    // one row of 2 KV heads x 32 values in [-3, 3], calibrated on itself (per tensor: scale = amax / format max)
+    std::vector<float> x(64), back(64);
+    for (int i = 0; i < 64; ++i) x[static_cast<std::size_t>(i)] = 3.0f * std::sin(1.3f * static_cast<float>(i) + 0.2f);
+    float amax = 0.0f;
+    for (const float v : x) amax = std::max(amax, std::fabs(v));
+    MatrixRM row(1, 64);
+    for (int i = 0; i < 64; ++i) row(0, i) = x[static_cast<std::size_t>(i)];
+    struct Case { DType dtype; float relative, absolute; };
+    const Case cases[] = {
+        {DType::fp16, std::ldexp(1.0f, -11), 0.0f},                     // half a step of 10 mantissa bits
+        {DType::bf16, std::ldexp(1.0f, -8), 0.0f},                      // of 7 bits
+        {DType::fp8_e4m3, std::ldexp(1.0f, -4), std::ldexp(amax / 448.0f, -10)},  // 3 bits; subnormal step 2^-9 x scale
+        {DType::fp8_e5m2, std::ldexp(1.0f, -3), std::ldexp(amax / 57344.0f, -17)},
+        {DType::int8, 0.0f, amax / 127.0f / 2.0f},                      // half of scale = amax / 127
+        {DType::q8_0, 0.0f, amax / 127.0f / 2.0f + amax * std::ldexp(1.0f, -11)},  // + d rounded to fp16
+        {DType::q4_0, 0.0f, amax / 8.0f},                               // d = amax / 8; an opposite-sign peak clamps a full step
+    };
+    for (const Case& c : cases) {
+        CAPTURE(dtype_name(c.dtype));
+        KvRowStore store({c.dtype, KvScale::tensor}, 1, 2, 32);
+        store.calibrate(row, 1);
+        store.write(0, x.data());
+        store.read(0, back.data());
+        for (int i = 0; i < 64; ++i) {
+            const float v = x[static_cast<std::size_t>(i)], err = std::fabs(back[static_cast<std::size_t>(i)] - v);
+            CAPTURE(i);
+            CHECK(err <= c.relative * std::fabs(v) + c.absolute + 1e-7f);
+        }
+    }
+}
