@@ -194,3 +194,20 @@ TEST_CASE("Every stored format returns each value within its rounding bound") {
         }
     }
 }
+
+TEST_CASE("An fp8 e4m3 cache that stored a NaN reads it back as NaN; its other values are unchanged") {
+    // the fast e4m3 reader assumes no NaN code; a store that wrote one must take the exact reader
+    KvRowStore store({DType::fp8_e4m3, KvScale::tensor}, 2, 1, 32);
+    std::vector<float> row(32), back(32);
+    for (int i = 0; i < 32; ++i) row[static_cast<std::size_t>(i)] = 0.25f * static_cast<float>(i - 16);  // -4 .. 3.75: exact in e4m3
+    store.write(0, row.data());
+    store.read(0, back.data());
+    CHECK(back == row);
+    row[5] = NAN;
+    store.write(1, row.data());
+    store.read(1, back.data());
+    CHECK(std::isnan(back[5]));
+    CHECK(back[6] == row[6]);
+    store.read(0, back.data());  // the first row again, through the exact reader
+    CHECK(back[5] == 0.25f * (5 - 16));
+}

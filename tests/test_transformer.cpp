@@ -98,20 +98,48 @@ TEST_CASE("The KV cache allocates exactly what kvcalc computes") {
     CHECK(KvCache(tiny_config(Family::llama, 4, 1, 3, 5), 37).bytes() == 960);
 }
 
-TEST_CASE("Vectorised attention matches the reference decode attention") {
-    const AttentionShape shape{8, 2, 16};
-    const std::int64_t n_keys = 23, d_kv = shape.n_head_kv * shape.d_head, d_q = shape.n_head * shape.d_head;
+TEST_CASE("Grouped, chunked attention matches the plain-loop reference, from fp32 rows and from a narrow cache") {
+    const AttentionShape shape{8, 2, 16};  // 4 query heads per KV head
+    const std::int64_t d_kv = shape.n_head_kv * shape.d_head, d_q = shape.n_head * shape.d_head;
     std::mt19937 rng(7);
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> q(static_cast<std::size_t>(d_q)), k(static_cast<std::size_t>(n_keys * d_kv)),
-        v(static_cast<std::size_t>(n_keys * d_kv));
-    for (auto* buf : {&q, &k, &v})
-        for (auto& x : *buf) x = normal(rng);
-    std::vector<float> out_ref(q.size()), out(q.size()), scores(static_cast<std::size_t>(n_keys));
-    attention_decode_ref(shape, q.data(), k.data(), v.data(), n_keys, out_ref.data(), scores.data());
-    for (std::int64_t h = 0; h < shape.n_head; ++h)
-        attention_head(shape, h, q.data(), k.data(), v.data(), n_keys, out.data(), scores.data());
-    for (std::size_t i = 0; i < out.size(); ++i) CHECK(out[i] == doctest::Approx(out_ref[i]).epsilon(1e-5));
+    // 23 keys: one chunk; 300: three chunks of 128 rows (2048 / D) from a narrow store, the last partial
+    for (const std::int64_t n_keys : {23, 300}) {
+        CAPTURE(n_keys);
+        std::vector<float> q(static_cast<std::size_t>(d_q)), k(static_cast<std::size_t>(n_keys * d_kv)), v(k.size());
+        for (auto* buf : {&q, &k, &v})
+            for (auto& x : *buf) x = normal(rng);
+        std::vector<float> out_ref(q.size()), out(q.size()), scores(static_cast<std::size_t>(n_keys)),
+            work(static_cast<std::size_t>(attention_scratch_floats(shape, n_keys)));
+        attention_decode_ref(shape, q.data(), k.data(), v.data(), n_keys, out_ref.data(), scores.data());
+        const KvSource k_src{k.data(), d_kv, nullptr}, v_src{v.data(), d_kv, nullptr};
+        // whole groups (heads 0-3 and 4-7), then one head per call: the same numbers either way
+        for (const std::int64_t nh : {4, 1}) {
+            std::fill(out.begin(), out.end(), 0.0f);
+            for (std::int64_t h0 = 0; h0 < shape.n_head; h0 += nh)
+                attention_heads(shape, h0, nh, q.data(), k_src, v_src, 0, n_keys, out.data(), work.data());
+            for (std::size_t i = 0; i < out.size(); ++i) CHECK(out[i] == doctest::Approx(out_ref[i]).epsilon(1e-5));
+        }
+        // a narrow cache read chunk by chunk equals the reference over its rows decoded one by one;
+        // q4_0's blocks of 32 hold two heads of D = 16, so each head reads half a block
+        for (const DType dtype : {DType::fp16, DType::fp8_e4m3, DType::q4_0}) {
+            CAPTURE(dtype_name(dtype));
+            KvRowStore ks({dtype, KvScale::token_head}, n_keys, shape.n_head_kv, shape.d_head),
+                vs({dtype, KvScale::token_head}, n_keys, shape.n_head_kv, shape.d_head);
+            std::vector<float> k_dec(k.size()), v_dec(v.size());
+            for (std::int64_t r = 0; r < n_keys; ++r) {
+                ks.write(r, k.data() + r * d_kv);
+                vs.write(r, v.data() + r * d_kv);
+                ks.read(r, k_dec.data() + r * d_kv);
+                vs.read(r, v_dec.data() + r * d_kv);
+            }
+            CHECK(k_dec != k);  // the format rounded something: the store is not a copy
+            attention_decode_ref(shape, q.data(), k_dec.data(), v_dec.data(), n_keys, out_ref.data(), scores.data());
+            for (std::int64_t g = 0; g < shape.n_head_kv; ++g)
+                attention_heads(shape, g * 4, 4, q.data(), KvSource{nullptr, 0, &ks}, KvSource{nullptr, 0, &vs}, 0, n_keys, out.data(), work.data());
+            for (std::size_t i = 0; i < out.size(); ++i) CHECK(out[i] == doctest::Approx(out_ref[i]).epsilon(1e-5));
+        }
+    }
 }
 
 TEST_CASE("Random weights are reproducible from the seed and sized by weights_bytes") {

@@ -2,30 +2,142 @@
 
 #include <algorithm>
 #include <cmath>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
+#include "core/checked.hpp"
+#include "model/kv_cache.hpp"
 #include "model/weights.hpp"
 
 namespace kvlab {
 
-void attention_head(const AttentionShape& shape, std::int64_t h, const float* q, const float* k, const float* v,
-                    std::int64_t n_tokens, float* out, float* scores) {
-    using StridedRows = Eigen::Map<const MatrixRM, 0, Eigen::OuterStride<>>;
-    const std::int64_t D = shape.d_head, d_kv = shape.n_head_kv * D, n_group = shape.n_head / shape.n_head_kv;
+namespace {
+
+// Rows per chunk: 8 KiB of fp32 at D = 32 (or 64 and more), so a chunk (decoded from a narrow cache, or
+// fp32 rows read in place) stays in L1 while every query head of the group reads it.
+std::int64_t chunk_rows(std::int64_t d_head) { return std::max<std::int64_t>(8, 2048 / d_head); }
+std::int64_t padded(std::int64_t n) { return (n + 15) / 16 * 16; }
+
+// The two products of one query head over a block of rows (row t at x + t * stride, D values), one
+// call per head so a head's numbers do not depend on how many heads share the call:
+//   dot_rows:  s[t] = x_t . q            (the scores)
+//   axpy_rows: out += sum_t p[t] x_t     (the weighted values)
+// With AVX2 and D a multiple of 8, hand-vectorized: dot_rows takes 8 rows at a time and sums their 8
+// partial-sum vectors in one tree, axpy_rows keeps 32 output values in registers across the rows.
+// Elsewhere, Eigen's matrix-vector products.
+#ifdef __AVX2__
+// One vector of the 8 horizontal sums of a[0..7].
+__m256 sum8(const __m256 (&a)[8]) {
+    const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));  // a0..a3: lanes 0-3 | 4-7
+    const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));  // a4..a7
+    return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+}
+#endif
+
+void dot_rows(const float* x, std::int64_t stride, std::int64_t n, std::int64_t D, const float* q, float* s) {
+    std::int64_t t = 0;
+#ifdef __AVX2__
+    if (D % 8 == 0)
+        for (; t + 8 <= n; t += 8) {
+            __m256 acc[8];
+            for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
+            for (std::int64_t i = 0; i < D; i += 8) {
+                const __m256 qi = _mm256_loadu_ps(q + i);
+                for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + (t + r) * stride + i), qi, acc[r]);
+            }
+            _mm256_storeu_ps(s + t, sum8(acc));
+        }
+#endif
+    if (t < n) {
+        const Eigen::Map<const MatrixRM, 0, Eigen::OuterStride<>> rest(x + t * stride, n - t, D, Eigen::OuterStride<>(stride));
+        Eigen::Map<VectorF>(s + t, n - t).noalias() = rest * Eigen::Map<const VectorF>(q, D);
+    }
+}
+
+void axpy_rows(const float* x, std::int64_t stride, std::int64_t n, std::int64_t D, const float* p, float* out) {
+#ifdef __AVX2__
+    if (D % 8 == 0) {
+        std::int64_t i = 0;
+        for (; i + 32 <= D; i += 32) {
+            // 32 outputs in registers over every row; even and odd rows in separate registers, so 8
+            // chains of fused multiply-adds run at once instead of waiting on each other
+            __m256 acc[2][4];
+            for (int b = 0; b < 4; ++b) {
+                acc[0][b] = _mm256_loadu_ps(out + i + 8 * b);
+                acc[1][b] = _mm256_setzero_ps();
+            }
+            std::int64_t t = 0;
+            for (; t + 2 <= n; t += 2)
+                for (int u = 0; u < 2; ++u) {
+                    const __m256 pt = _mm256_set1_ps(p[t + u]);
+                    for (int b = 0; b < 4; ++b) acc[u][b] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(x + (t + u) * stride + i + 8 * b), acc[u][b]);
+                }
+            if (t < n)
+                for (int b = 0; b < 4; ++b) acc[0][b] = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(x + t * stride + i + 8 * b), acc[0][b]);
+            for (int b = 0; b < 4; ++b) _mm256_storeu_ps(out + i + 8 * b, _mm256_add_ps(acc[0][b], acc[1][b]));
+        }
+        for (; i < D; i += 8) {
+            __m256 acc = _mm256_loadu_ps(out + i);
+            for (std::int64_t t = 0; t < n; ++t) acc = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(x + t * stride + i), acc);
+            _mm256_storeu_ps(out + i, acc);
+        }
+        return;
+    }
+#endif
+    const Eigen::Map<const MatrixRM, 0, Eigen::OuterStride<>> rows(x, n, D, Eigen::OuterStride<>(stride));
+    Eigen::Map<VectorF>(out, D).noalias() += rows.transpose() * Eigen::Map<const VectorF>(p, n);
+}
+
+}  // namespace
+
+std::int64_t attention_scratch_floats(const AttentionShape& shape, std::int64_t n_keys) {
+    const std::uint64_t scores = checked_mul(static_cast<std::uint64_t>(shape.n_head / shape.n_head_kv), static_cast<std::uint64_t>(padded(n_keys)), "attention scratch");
+    return static_cast<std::int64_t>(checked_add(scores, static_cast<std::uint64_t>(chunk_rows(shape.d_head) * shape.d_head), "attention scratch"));
+}
+
+void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t nh, const float* q, const KvSource& k,
+                     const KvSource& v, std::int64_t r0, std::int64_t n_tokens, float* out, float* scratch) {
+    const std::int64_t D = shape.d_head, kvh = h0 / (shape.n_head / shape.n_head_kv), T = n_tokens;
+    const std::int64_t chunk = chunk_rows(D);  // fp32 rows are read in place; the chunk stays in L1 for the group
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    const std::int64_t kv_off = (h / n_group) * D;  // column of this head's KV head in a (Hkv*D) row
-    const StridedRows k_h(k + kv_off, n_tokens, D, Eigen::OuterStride<>(d_kv));  // (T, D)
-    const StridedRows v_h(v + kv_off, n_tokens, D, Eigen::OuterStride<>(d_kv));  // (T, D)
-    Eigen::Map<const VectorF> q_h(q + h * D, D);
-    Eigen::Map<VectorF> out_h(out + h * D, D);
-    Eigen::Map<VectorF> s(scores, n_tokens);  // (T)
-    // scores = K_h q_h / sqrt(D), then softmax, max-subtracted
-    s.noalias() = k_h * q_h;
-    s *= scale;
-    s = (s.array() - s.maxCoeff()).exp();
-    const float sum = s.sum();
-    // out_h = V_h^T p
-    out_h.noalias() = v_h.transpose() * s;
-    out_h /= sum;
+    const float* q_g = q + h0 * D;  // (nh, D) the group's queries
+    float* out_g = out + h0 * D;      // (nh, D)
+    const std::int64_t s_stride = padded(T);
+    float* s = scratch;               // (nh, T) scores, one padded row per head
+    float* buf = scratch + nh * s_stride;  // one decoded chunk
+    // rows c0..c0+n-1 of this KV head: fp32 rows in place, or a narrow cache's decoded into buf
+    auto rows = [&](const KvSource& src, std::int64_t c0, std::int64_t n, std::int64_t& stride) -> const float* {
+        if (!src.store) {
+            stride = src.stride;
+            return src.rows + (r0 + c0) * src.stride + kvh * D;
+        }
+        src.store->read_head(r0 + c0, n, kvh, buf);
+        stride = D;
+        return buf;
+    };
+    // scores = K q / sqrt(D) for every head of the group, a chunk of keys at a time
+    for (std::int64_t c0 = 0; c0 < T; c0 += chunk) {
+        const std::int64_t n = std::min(chunk, T - c0);
+        std::int64_t stride = 0;
+        const float* k_c = rows(k, c0, n, stride);
+        for (std::int64_t j = 0; j < nh; ++j) dot_rows(k_c, stride, n, D, q_g + j * D, s + j * s_stride + c0);
+    }
+    // softmax per head, max-subtracted
+    for (std::int64_t j = 0; j < nh; ++j) {
+        Eigen::Map<Eigen::ArrayXf> p(s + j * s_stride, T);
+        p *= scale;
+        p = (p - p.maxCoeff()).exp();
+        p /= p.sum();
+    }
+    // out = V^T p, a chunk of values at a time
+    std::fill(out_g, out_g + nh * D, 0.0f);
+    for (std::int64_t c0 = 0; c0 < T; c0 += chunk) {
+        const std::int64_t n = std::min(chunk, T - c0);
+        std::int64_t stride = 0;
+        const float* v_c = rows(v, c0, n, stride);
+        for (std::int64_t j = 0; j < nh; ++j) axpy_rows(v_c, stride, n, D, s + j * s_stride + c0, out_g + j * D);
+    }
 }
 
 void attention_decode_ref(const AttentionShape& shape, const float* q, const float* k, const float* v,

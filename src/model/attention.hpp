@@ -1,11 +1,14 @@
 // Attention for one query position over T stored positions: softmax(q K^T / sqrt(D)) V per head.
-// attention_head is the forward pass's (Eigen, one head per call, so threads can take heads);
-// attention_decode_ref is the same math in plain loops, the reference tests and the CUDA path's
-// correctness check hold the fast versions to.
+// attention_heads is the forward pass's: the query heads that share one KV head in one call, so each
+// key and value is read (and, from a narrow cache, decoded) once for all of them, a chunk at a time;
+// attention_decode_ref is the same math in plain loops, which the tests and the CUDA path's
+// correctness check hold the fast version to.
 #pragma once
 #include <cstdint>
 
 namespace kvlab {
+
+class KvRowStore;
 
 struct AttentionShape {
     std::int64_t n_head = 0;     // H query heads
@@ -13,10 +16,22 @@ struct AttentionShape {
     std::int64_t d_head = 0;     // D
 };
 
-// Query head h: q (H*D) for one position; k, v (T, Hkv*D) row-major, rows 0..T-1 the attended keys
-// (head h reads KV head h / (H / Hkv)); writes out[h*D .. h*D+D-1]; scores (T) scratch. fp32.
-void attention_head(const AttentionShape& shape, std::int64_t h, const float* q, const float* k, const float* v,
-                    std::int64_t n_tokens, float* out, float* scores);
+// Where one layer's keys (or values) are read: fp32 rows (row r at rows + r * stride, Hkv*D values),
+// or a narrow cache's encoded rows, which attention decodes one chunk of rows at a time.
+struct KvSource {
+    const float* rows = nullptr;
+    std::int64_t stride = 0;
+    const KvRowStore* store = nullptr;
+};
+
+// Floats of scratch one attention_heads call needs for up to n_keys keys: the scores of every query
+// head of a group, and one decoded chunk of rows.
+std::int64_t attention_scratch_floats(const AttentionShape& shape, std::int64_t n_keys);
+
+// Query heads h0..h0+nh-1, which must share one KV head: q (H*D) for one position; rows r0..r0+T-1 of
+// k and v are the attended keys; writes out[h*D .. h*D+D-1] for those heads. fp32 arithmetic.
+void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t nh, const float* q, const KvSource& k,
+                     const KvSource& v, std::int64_t r0, std::int64_t n_tokens, float* out, float* scratch);
 
 // Every head, plain loops: q (H*D) for one position; k, v (T, Hkv*D) row-major, rows 0..T-1 are the attended keys;
 // out (H*D); scores (T) scratch. softmax(q k^T / sqrt(D)) v, per head, in fp32.

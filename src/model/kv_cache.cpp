@@ -1,6 +1,7 @@
 #include "model/kv_cache.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -96,6 +97,7 @@ void KvRowStore::write(std::int64_t row, const float* x) {
                 oh[i] = storage_.dtype == DType::fp8_e4m3   ? fp8_e4m3_encode(y)
                         : storage_.dtype == DType::fp8_e5m2 ? fp8_e5m2_encode(y)
                                                             : static_cast<std::uint8_t>(int8_encode(y));
+                holds_nan_ = holds_nan_ || std::isnan(y);
             }
         }
         return;
@@ -117,53 +119,56 @@ void KvRowStore::write(std::int64_t row, const float* x) {
 }
 
 void KvRowStore::read(std::int64_t row, float* x) const {
-    // attention decodes every held row each step: each case is one loop the compiler can vectorize
-    const std::uint8_t* in = data_.data() + static_cast<std::size_t>(row) * row_bytes_;
+    for (std::int64_t h = 0; h < n_head_kv_; ++h) read_head(row, 1, h, x + h * d_head_);
+}
+
+void KvRowStore::read_head(std::int64_t row0, std::int64_t n, std::int64_t h, float* out) const {
+    // attention decodes every held value each step: one format per call, and for each row one loop the
+    // compiler vectorizes or a decoder of kv_format (F16C)
+    const std::int64_t D = d_head_, first = h * D;  // this head's values: first .. first+D-1 of the row
+    const bool row_scales = !head_scales_.empty();
+    const std::uint8_t* data = data_.data();
+    const float* scales = head_scales_.data();
+    const std::uint64_t row_bytes = row_bytes_;
+    const std::int64_t n_head_kv = n_head_kv_;
+    const float tensor_scale = tensor_scale_;
+    auto each_row = [=](auto decode) {  // copies: nothing the decoder writes can alias them
+        float* o = out;
+        for (std::int64_t r = row0; r < row0 + n; ++r, o += D)
+            decode(data + static_cast<std::size_t>(r) * row_bytes, row_scales ? scales[r * n_head_kv + h] : tensor_scale, o);
+    };
     switch (storage_.dtype) {
-    case DType::fp16: {  // Eigen's vectorized half -> float cast (F16C where the CPU has it)
-        const Eigen::Map<const Eigen::Array<Eigen::half, Eigen::Dynamic, 1>> h(reinterpret_cast<const Eigen::half*>(in), width_);
-        Eigen::Map<Eigen::ArrayXf>(x, width_) = h.cast<float>();
-        return;
-    }
-    case DType::bf16: {  // a bf16 is the top half of an fp32
-        const auto* c = reinterpret_cast<const std::uint16_t*>(in);
-        auto* out = reinterpret_cast<std::uint32_t*>(x);
-        for (std::int64_t i = 0; i < width_; ++i) out[i] = static_cast<std::uint32_t>(c[i]) << 16;
-        return;
-    }
+    case DType::fp16: return each_row([=](const std::uint8_t* in, float, float* out) { fp16_decode_n(reinterpret_cast<const std::uint16_t*>(in) + first, out, D); });
+    case DType::bf16:  // a bf16 is the top half of an fp32
+        return each_row([=](const std::uint8_t* in, float, float* out) {
+            const auto* c = reinterpret_cast<const std::uint16_t*>(in) + first;
+            auto* bits = reinterpret_cast<std::uint32_t*>(out);
+            for (std::int64_t i = 0; i < D; ++i) bits[i] = static_cast<std::uint32_t>(c[i]) << 16;
+        });
     case DType::fp8_e4m3:
-    case DType::fp8_e5m2:
+        if (holds_nan_) return each_row([=](const std::uint8_t* in, float scale, float* out) { fp8_e4m3_decode_n(in + first, out, D, scale); });
+        return each_row([=](const std::uint8_t* in, float scale, float* out) { fp8_e4m3_decode_n_finite(in + first, out, D, scale); });
+    case DType::fp8_e5m2: return each_row([=](const std::uint8_t* in, float scale, float* out) { fp8_e5m2_decode_n(in + first, out, D, scale); });
     case DType::int8:
-        for (std::int64_t h = 0; h < n_head_kv_; ++h) {
-            const float scale = storage_.scale == KvScale::token_head ? head_scales_[static_cast<std::size_t>(row * n_head_kv_ + h)] : tensor_scale_;
-            const std::uint8_t* ih = in + h * d_head_;
-            float* xh = x + h * d_head_;
-            if (storage_.dtype == DType::int8)
-                for (std::int64_t i = 0; i < d_head_; ++i) xh[i] = static_cast<float>(static_cast<std::int8_t>(ih[i])) * scale;
-            else {
-                const float* values = storage_.dtype == DType::fp8_e4m3 ? fp8_e4m3_values() : fp8_e5m2_values();
-                for (std::int64_t i = 0; i < d_head_; ++i) xh[i] = values[ih[i]] * scale;
-            }
-        }
-        return;
+        return each_row([=](const std::uint8_t* in, float scale, float* out) {
+            const auto* c = reinterpret_cast<const std::int8_t*>(in) + first;
+            for (std::int64_t i = 0; i < D; ++i) out[i] = static_cast<float>(c[i]) * scale;
+        });
     case DType::q8_0:
     case DType::q4_0:
-        for (std::int64_t b = 0; b < width_ / kv_block_values; ++b) {
-            const std::span<float, 32> block(x + b * kv_block_values, 32);
-            if (storage_.dtype == DType::q8_0) {  // the block's fp16 scale, then 32 int8 (dequantize_q8_0, inline)
-                const std::uint8_t* blk = in + b * sizeof(BlockQ8_0);
-                std::uint16_t dc;
-                std::memcpy(&dc, blk, 2);
-                const float d = fp16_decode(dc);
-                const auto* qs = reinterpret_cast<const std::int8_t*>(blk + 2);
-                for (int j = 0; j < kv_block_values; ++j) block[static_cast<std::size_t>(j)] = static_cast<float>(qs[j]) * d;
-            } else {
-                BlockQ4_0 q;
-                std::memcpy(&q, in + b * sizeof(BlockQ4_0), sizeof q);
-                dequantize_q4_0(q, block);
+        return each_row([=, q8 = storage_.dtype == DType::q8_0](const std::uint8_t* in, float, float* out) {
+            // the blocks of 32 that hold values first..first+D-1 (a head need not start a block)
+            for (std::int64_t b = first / kv_block_values; b * kv_block_values < first + D; ++b) {
+                const std::int64_t b0 = b * kv_block_values, lo = std::max(first, b0), hi = std::min(first + D, b0 + kv_block_values);
+                std::array<float, kv_block_values> block;
+                const bool whole = lo == b0 && hi == b0 + kv_block_values;
+                float* dst = whole ? out + (b0 - first) : block.data();
+                const std::uint8_t* blk = in + b * static_cast<std::int64_t>(q8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0));
+                if (q8) q8_0_decode_block(blk, dst);
+                else q4_0_decode_block(blk, dst);
+                if (!whole) std::copy(block.data() + (lo - b0), block.data() + (hi - b0), out + (lo - first));
             }
-        }
-        return;
+        });
     default: throw std::logic_error("KvRowStore: unchecked storage dtype");
     }
 }
@@ -179,13 +184,11 @@ KvCache::KvCache(const ModelConfig& cfg, std::int64_t n_tokens_max, const KvStor
         throw UsageError(fmt::format("KV cache: {} positions; expected at least 1", n_tokens_max));
     check_kv_storage(storage, cfg.d_kv());
     row_bytes_ = kv_stored_row_bytes(storage, cfg.n_head_kv, cfg.d_head);
-    std::int64_t max_rows = 0;
     for (std::int64_t l = 0; l < cfg.n_layer; ++l) {
         // the row count comes from the same function kvcalc sizes the cache with
         const auto rows = static_cast<std::int64_t>(kv_tokens_held(cfg, l, static_cast<std::uint64_t>(n_tokens_max), WindowMode::cap));
         rows_.push_back(rows);
         n_sink_.push_back(cfg.layer_window(l) > 0 ? cfg.sink_tokens : 0);
-        max_rows = std::max(max_rows, rows);
         if (narrow()) {
             k_store_.emplace_back(storage, rows, cfg.n_head_kv, cfg.d_head);
             v_store_.emplace_back(storage, rows, cfg.n_head_kv, cfg.d_head);
@@ -193,10 +196,6 @@ KvCache::KvCache(const ModelConfig& cfg, std::int64_t n_tokens_max, const KvStor
             k_.emplace_back(MatrixRM::Zero(rows, cfg.d_kv()));
             v_.emplace_back(MatrixRM::Zero(rows, cfg.d_kv()));
         }
-    }
-    if (narrow()) {
-        k_scratch_ = MatrixRM::Zero(max_rows, cfg.d_kv());
-        v_scratch_ = MatrixRM::Zero(max_rows, cfg.d_kv());
     }
 }
 
@@ -207,8 +206,5 @@ std::uint64_t KvCache::bytes() const {
     return sum;
 }
 
-std::uint64_t KvCache::scratch_bytes() const {
-    return sizeof(float) * static_cast<std::uint64_t>(k_scratch_.size() + v_scratch_.size());
-}
 
 }  // namespace kvlab

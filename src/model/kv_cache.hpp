@@ -2,9 +2,8 @@
 // Sliding-window layers keep only the last W positions in a ring buffer. Non-goal: batching, paging.
 //
 // Storage: fp32 matrices, or one of the narrow formats of model/kv_format.hpp (KvStorage). A narrow
-// layer keeps its rows encoded (KvRowStore: the bytes and their scales are all it holds of them) and
-// decodes the rows a call attends into one fp32 scratch pair shared by all layers, which the layers use
-// one after another.
+// layer keeps its rows encoded (KvRowStore: the bytes and their scales are all it holds of them);
+// attention decodes them a chunk of rows at a time as it reads them (model/attention.hpp).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -51,6 +50,8 @@ public:
     bool calibrated() const { return calibrated_; }
     void write(std::int64_t row, const float* x);   // encode Hkv*D values into `row`
     void read(std::int64_t row, float* out) const;  // decode `row` into Hkv*D floats
+    // Decode KV head h of rows row0..row0+n-1 into out, (n, D) row-major: the chunks attention reads.
+    void read_head(std::int64_t row0, std::int64_t n, std::int64_t h, float* out) const;
     std::uint64_t bytes() const;                    // values and every scale held
     float tensor_scale() const { return tensor_scale_; }
 
@@ -62,6 +63,7 @@ private:
     std::vector<float> head_scales_;     // token-head: n_rows x Hkv
     float tensor_scale_ = 1.0f;
     bool calibrated_ = false;
+    bool holds_nan_ = false;             // a NaN code was written (fp8 e4m3 decodes faster without)
 };
 
 // The row of a layer's cache holding position `pos`: pos itself while it fits, then a ring over the rows
@@ -83,11 +85,9 @@ public:
     std::int64_t n_sink(std::int64_t layer) const { return n_sink_[static_cast<std::size_t>(layer)]; }
     const KvStorage& storage() const { return storage_; }
     bool narrow() const { return storage_.dtype != DType::fp32; }
-    // fp32: the layer's rows. Narrow: the decode scratch (rows decoded by the attention op).
-    MatrixRM& k(std::int64_t layer) { return narrow() ? k_scratch_ : k_[static_cast<std::size_t>(layer)]; }
-    MatrixRM& v(std::int64_t layer) { return narrow() ? v_scratch_ : v_[static_cast<std::size_t>(layer)]; }
-    const MatrixRM& k(std::int64_t layer) const { return narrow() ? k_scratch_ : k_[static_cast<std::size_t>(layer)]; }
-    const MatrixRM& v(std::int64_t layer) const { return narrow() ? v_scratch_ : v_[static_cast<std::size_t>(layer)]; }
+    // fp32 storage only: the layer's rows (null for a narrow cache).
+    MatrixRM* k(std::int64_t layer) { return narrow() ? nullptr : &k_[static_cast<std::size_t>(layer)]; }
+    MatrixRM* v(std::int64_t layer) { return narrow() ? nullptr : &v_[static_cast<std::size_t>(layer)]; }
     // Narrow storage only: the layer's encoded rows.
     KvRowStore* k_store(std::int64_t layer) { return narrow() ? &k_store_[static_cast<std::size_t>(layer)] : nullptr; }
     KvRowStore* v_store(std::int64_t layer) { return narrow() ? &v_store_[static_cast<std::size_t>(layer)] : nullptr; }
@@ -95,8 +95,6 @@ public:
     std::uint64_t row_bytes() const { return row_bytes_; }
     // Bytes held for K and V over all layers at the stored width, scales included.
     std::uint64_t bytes() const;
-    // The fp32 decode scratch of narrow storage (0 for fp32): working memory, not cache.
-    std::uint64_t scratch_bytes() const;
 
 private:
     std::int64_t n_tokens_max_ = 0;
@@ -106,7 +104,6 @@ private:
     std::vector<std::int64_t> n_sink_;             // per layer: the config's sink_tokens on a windowed layer, else 0
     std::vector<MatrixRM> k_, v_;                  // fp32: L of (rows_l, Hkv*D)
     std::vector<KvRowStore> k_store_, v_store_;    // narrow: L of rows_l encoded rows
-    MatrixRM k_scratch_, v_scratch_;               // narrow: (max rows_l, Hkv*D)
 };
 
 }  // namespace kvlab

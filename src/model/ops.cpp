@@ -210,64 +210,59 @@ void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const Ma
                std::int64_t pos0, const KvRows& kv, const AttentionShape& shape, std::int64_t window,
                const OpScratch& scratch, OpRecorder& rec) {
     const bool cache = kv.place == KvPlace::cache;
-    MatrixRM& k = *kv.k;
-    MatrixRM& v = *kv.v;
     const bool narrow = kv.k_store != nullptr;
-    if (narrow) {
-        // a narrow cache: per-tensor scales from the first rows written (the prefill), then the rows
-        // already held decoded into the fp32 scratch attention reads
-        if (!kv.k_store->calibrated()) {
-            kv.k_store->calibrate(k_new, n);
-            kv.v_store->calibrate(v_new, n);
-        }
-        if (const std::int64_t held = std::min(pos0, kv.n_rows); held > 0)
-            for_each_task(held, [&](std::int64_t r) {
-                kv.k_store->read(r, k.row(r).data());
-                kv.v_store->read(r, v.row(r).data());
-            });
+    // a narrow cache's per-tensor scales come from the first rows written (the prefill)
+    if (narrow && !kv.k_store->calibrated()) {
+        kv.k_store->calibrate(k_new, n);
+        kv.v_store->calibrate(v_new, n);
     }
     auto store = [&](std::int64_t i) {
         const std::int64_t row = cache ? kv_ring_row(pos0 + i, kv.n_rows, kv.n_sink) : pos0 + i;
-        if (narrow) {  // encode, and attend to what was stored: the decoded row
+        if (narrow) {  // encoded; attention reads (decodes) what was stored
             kv.k_store->write(row, k_new.row(i).data());
             kv.v_store->write(row, v_new.row(i).data());
-            kv.k_store->read(row, k.row(row).data());
-            kv.v_store->read(row, v.row(row).data());
             return;
         }
-        k.row(row) = k_new.row(i);
-        v.row(row) = v_new.row(i);
+        kv.k->row(row) = k_new.row(i);
+        kv.v->row(row) = v_new.row(i);
     };
+    const KvSource k_src = narrow ? KvSource{nullptr, 0, kv.k_store} : KvSource{kv.k->data(), kv.k->cols(), nullptr};
+    const KvSource v_src = narrow ? KvSource{nullptr, 0, kv.v_store} : KvSource{kv.v->data(), kv.v->cols(), nullptr};
     // keys the query at row i attends: its last `window` positions, or all
     auto n_keys_of = [&](std::int64_t i) { return keys_in_window(window, pos0 + i); };
     // first stored row of those keys: cache rows 0..n_keys-1 hold exactly the attended positions (a
     // full ring holds the window); activations hold position p in row p
     auto first_row_of = [&](std::int64_t i) { return cache ? 0 : pos0 + i + 1 - n_keys_of(i); };
-    auto attend = [&](std::int64_t i, std::int64_t h, float* scores) {
-        const std::int64_t row0 = first_row_of(i);
-        attention_head(shape, h, q.row(i).data(), k.row(row0).data(), v.row(row0).data(), n_keys_of(i),
-                       out.row(i).data(), scores);
+    // query i, query heads h0..h0+nh-1 of one KV head's group
+    const std::int64_t n_group = shape.n_head / shape.n_head_kv;
+    auto attend = [&](std::int64_t i, std::int64_t h0, std::int64_t nh, float* work) {
+        attention_heads(shape, h0, nh, q.row(i).data(), k_src, v_src, first_row_of(i), n_keys_of(i), out.row(i).data(), work);
     };
     if (cache && n > 1 && pos0 + n > kv.n_rows) {
         // the ring wraps within this call: a later token would overwrite a key an earlier query still
         // needs, so store and attend in order (the stores' time lands in the attention ops')
         for (std::int64_t i = 0; i < n; ++i) {
             store(i);
-            for (std::int64_t h = 0; h < shape.n_head; ++h) attend(i, h, scratch.scores->row(0).data());
+            for (std::int64_t g = 0; g < shape.n_head_kv; ++g) attend(i, g * n_group, n_group, scratch.scores->row(0).data());
         }
     } else {
         for (std::int64_t i = 0; i < n; ++i) store(i);
         rec.lap(Op::kv_store);
-        // one task per (query, head): a decode step spreads its heads over the threads, a prefill its queries
-        for_each_task(n * shape.n_head, [&](std::int64_t task) {
-            attend(task / shape.n_head, task % shape.n_head, scratch.scores->row(omp_get_thread_num()).data());
+        // one task per (query, KV head): each key is read once for the query heads sharing it. When that
+        // leaves threads idle (a decode step with fewer KV heads than threads), the groups are split.
+        const std::int64_t tasks = n * shape.n_head_kv;
+        const std::int64_t split = std::min(n_group, (omp_get_max_threads() + tasks - 1) / tasks);
+        for_each_task(tasks * split, [&](std::int64_t task) {
+            const std::int64_t i = task / (shape.n_head_kv * split), g = task / split % shape.n_head_kv, part = task % split;
+            const std::int64_t h0 = g * n_group + part * n_group / split, h1 = g * n_group + (part + 1) * n_group / split;
+            attend(i, h0, h1 - h0, scratch.scores->row(omp_get_thread_num()).data());
         });
     }
     std::int64_t n_scores = 0;  // query-key pairs per head, over the n queries
     for (std::int64_t i = 0; i < n; ++i) n_scores += n_keys_of(i);
     const std::int64_t n_key_rows = n - 1 + n_keys_of(0);  // distinct positions read: first query's oldest .. newest
-    const std::int64_t d_kv = k.cols();
-    rec.add(Op::kv_store, cost_kv_store(n, k_new.cols(), kv.place, kv.row_bytes));
+    const std::int64_t d_kv = k_new.cols();
+    rec.add(Op::kv_store, cost_kv_store(n, d_kv, kv.place, kv.row_bytes));
     rec.record({{Op::qk, cost_qk(n, shape.n_head, d_kv, shape.d_head, n_scores, n_key_rows, kv.place, kv.row_bytes)},
                 {Op::softmax, cost_softmax(shape.n_head, n_scores)},
                 {Op::av, cost_av(n, shape.n_head, d_kv, shape.d_head, n_scores, n_key_rows, kv.place, kv.row_bytes)}});

@@ -50,7 +50,7 @@ private:
 // Per-thread scratch the multi-token kernels need: packed tokens for the GEMMs, one scores row each.
 struct OpScratch {
     MatrixRM* gemm = nullptr;    // (threads, gemm_scratch_floats(widest input, n_max)); unused for n = 1
-    MatrixRM* scores = nullptr;  // (threads, keys rounded up to 16)
+    MatrixRM* scores = nullptr;  // (threads, attention_scratch_floats(shape, keys)): attention's scores and chunk
 };
 
 enum class NormKind { rms, layer };
@@ -73,7 +73,7 @@ void rope(MatrixRM& q, MatrixRM& k, std::int64_t n, std::int64_t pos0, std::span
 // windowed layer) or of the current layer's activations, position p in row p (uncached mode).
 class KvRowStore;
 struct KvRows {
-    MatrixRM* k;           // (rows, Hkv*D) fp32: what attention reads (a narrow cache's decode scratch)
+    MatrixRM* k;           // (rows, Hkv*D) fp32 rows; null for a narrow cache, which keeps k_store
     MatrixRM* v;           // (rows, Hkv*D)
     KvPlace place;
     std::int64_t n_rows;   // rows held: position p lives in row p mod n_rows (cache) or row p (activations)

@@ -20,9 +20,11 @@ namespace {
 // Input features of the widest matmul: the GEMM scratch is sized for it.
 std::int64_t widest_input(const ModelConfig& cfg) { return std::max({cfg.d_model, cfg.d_q(), cfg.d_ff}); }
 
-// Each thread's scores row starts 64-byte aligned (a multiple of 16 floats), so Eigen's vectorised sums
-// peel the same way whichever thread computes a query: results do not depend on the schedule.
-std::int64_t scores_row_floats(std::int64_t n_tokens_max) { return (n_tokens_max + 15) / 16 * 16; }
+// Each thread's attention scratch row starts 64-byte aligned (a multiple of 16 floats), so Eigen's
+// vectorised sums peel the same way whichever thread computes a query: results do not depend on the schedule.
+std::int64_t scores_row_floats(const ModelConfig& cfg, std::int64_t n_tokens_max) {
+    return (attention_scratch_floats({cfg.n_head, cfg.n_head_kv, cfg.d_head}, n_tokens_max) + 15) / 16 * 16;
+}
 
 }  // namespace
 
@@ -82,7 +84,7 @@ Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, const T
     att_.resize(N, d_q);
     hb_.resize(N, f);
     if (cfg.family == Family::llama) hb2_.resize(N, f);
-    scores_.resize(n_threads_, scores_row_floats(T));
+    scores_.resize(n_threads_, scores_row_floats(cfg, T));
     if (N > 1) gemm_scratch_.resize(n_threads_, gemm_scratch_floats(widest_input(cfg), N));
     if (cfg.family == Family::llama) {
         const std::int64_t n_freq = cfg.d_head / 2;
@@ -108,7 +110,7 @@ std::uint64_t Transformer::activation_bytes(const ModelConfig& cfg, const Transf
     std::uint64_t n = mul(N, row);                                      // x, xb, q, att, k_new, v_new, MLP
     if (size.uncached) n = add(n, mul(T, mul(2, d_kv)));                // k_act, v_act
     const auto n_threads = static_cast<std::uint64_t>(omp_get_max_threads());
-    n = add(n, mul(n_threads, static_cast<std::uint64_t>(scores_row_floats(size.n_positions))));  // scores
+    n = add(n, mul(n_threads, static_cast<std::uint64_t>(scores_row_floats(cfg, size.n_positions))));  // scores
     if (N > 1)  // packed tokens
         n = add(n, mul(n_threads, static_cast<std::uint64_t>(gemm_scratch_floats(widest_input(cfg), size.n_tokens))));
     if (llama) n = add(n, static_cast<std::uint64_t>(cfg.d_head) / 2);  // inv_freq
@@ -161,7 +163,7 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
         qkv_projections(q_, k_new_, v_new_, xb_, n, lw, scratch, rec);
         if (!gpt2) rope(q_, k_new_, n, pos0, inv_freq_, w_.rope_pairing, cfg_.d_head, rec);
         // K and V go to the cache (cached) or to this layer's activations (uncached)
-        const KvRows kv = cache ? KvRows{&cache->k(l), &cache->v(l), KvPlace::cache, cache->n_rows(l), cache->k_store(l), cache->v_store(l),
+        const KvRows kv = cache ? KvRows{cache->k(l), cache->v(l), KvPlace::cache, cache->n_rows(l), cache->k_store(l), cache->v_store(l),
                                          cache->narrow() ? cache->row_bytes() : 0, cache->n_sink(l)}
                                 : KvRows{&k_act_, &v_act_, KvPlace::activations, k_act_.rows()};
         attention(att_, q_, k_new_, v_new_, n, pos0, kv, shape, cfg_.layer_window(l), scratch, rec);
