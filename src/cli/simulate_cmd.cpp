@@ -99,14 +99,15 @@ void run(const SimulateRequest& request) {
     // second one, or one while the trace is written, kills the process and removes the temporary file
     std::atomic<bool> stop{false};
     sim.stop = &stop;
-    if (p.kv_policies.size() > 1) {
-        // several storages: the same run once per storage (the token stream shows the first), then one table
+    if (p.policies.size() > 1) {
+        // several storages: the same run once per policy (the token stream shows the first), then one table
         std::vector<SimulationResult> runs;
         {
             const StopOnInterrupt stop_on_interrupt(stop);
-            for (const KvStorage& storage : p.kv_policies) {
+            for (const PreparedSimulation::Policy& policy : p.policies) {
                 SimulateOptions one = sim;
-                one.kv_storage = storage;
+                one.kv_storage = policy.kv;
+                one.weight_dtype = policy.weights;
                 if (!runs.empty()) one.on_token = nullptr;
                 runs.push_back(run_simulation(p.config, p.weights, one));
                 if (runs.back().interrupted) throw Interrupted("interrupted; no comparison printed");
@@ -171,13 +172,18 @@ void setup_simulate(CLI::App& app) {
         ->capture_default_str();
     auto* kv_scale = add_choice(cmd, "--kv-scale", o->kv_scale, kv_scale_choices,
                                 "fp8/int8 scales: tensor (one per layer from the prefill's max) or token-head (one per token per KV head)");
+    cmd->add_option("--weight-dtype", o->weight_dtype,
+                    "How the matmuls read the weights: fp32, bf16, fp16, q8_0 (widened in the kernels); a comma list compares them "
+                    "(speed, and quality against fp32 on the same tokens)")
+        ->capture_default_str();
     cmd->add_option("--window", o->window, "Every layer keeps only its last W positions (a ring), measured against the full cache");
     cmd->add_option("--sink-tokens", o->sink_tokens, "StreamingLLM: the window also keeps the first S positions (S < W)");
     add_units_option(cmd, o->units);
     add_format_option(cmd, o->format);
     cmd->footer("Examples:\n  kvlab simulate -m tiny-llama --prompt \"Once upon a time\" -n 64 --trace run.json\n"
                 "  kvlab simulate -m stories15m -p 32 -n 128 --mode both\n"
-                "  kvlab simulate -m tiny-llama --prompt \"Once upon a time\" -n 64 --kv-dtype fp32,fp16,fp8_e4m3,q4_0");
+                "  kvlab simulate -m tiny-llama --prompt \"Once upon a time\" -n 64 --kv-dtype fp32,fp16,fp8_e4m3,q4_0\n"
+                "  kvlab simulate -m stories110m -p 16 -n 64 --weight-dtype fp32,bf16,q8_0");
     auto* mode_opt = cmd->get_option("--mode");
     cmd->callback([o, prompt, kv_scale, mode_opt] {
         o->kv_scale_given = kv_scale->count() > 0;

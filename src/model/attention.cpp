@@ -2,12 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#ifdef __AVX2__
-#include <immintrin.h>
-#endif
 
 #include "core/checked.hpp"
 #include "model/kv_cache.hpp"
+#include "model/simd.hpp"
 #include "model/weights.hpp"
 
 namespace kvlab {
@@ -26,14 +24,6 @@ std::int64_t padded(std::int64_t n) { return (n + 15) / 16 * 16; }
 // With AVX2 and D a multiple of 8, hand-vectorized: dot_rows takes 8 rows at a time and sums their 8
 // partial-sum vectors in one tree, axpy_rows keeps 32 output values in registers across the rows.
 // Elsewhere, Eigen's matrix-vector products.
-#ifdef __AVX2__
-// One vector of the 8 horizontal sums of a[0..7].
-__m256 sum8(const __m256 (&a)[8]) {
-    const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));  // a0..a3: lanes 0-3 | 4-7
-    const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));  // a4..a7
-    return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
-}
-#endif
 
 void dot_rows(const float* x, std::int64_t stride, std::int64_t n, std::int64_t D, const float* q, float* s) {
     std::int64_t t = 0;

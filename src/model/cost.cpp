@@ -59,9 +59,13 @@ std::uint64_t StepCost::flops(OpCategory category) const {
 }
 
 OpCost cost_matmul(std::int64_t n, std::int64_t d_in, std::int64_t d_out, bool bias) {
+    return cost_matmul(n, d_in, d_out, bias, b * u(d_in) * u(d_out));
+}
+
+OpCost cost_matmul(std::int64_t n, std::int64_t d_in, std::int64_t d_out, bool bias, std::uint64_t matrix_bytes) {
     OpCost c;
     c.flops = 2 * u(n) * u(d_in) * u(d_out) + (bias ? u(n) * u(d_out) : 0);
-    c.bytes_weights_read = b * (u(d_in) * u(d_out) + (bias ? u(d_out) : 0));
+    c.bytes_weights_read = matrix_bytes + (bias ? b * u(d_out) : 0);
     c.bytes_act_read = b * u(n) * u(d_in);
     c.bytes_act_written = b * u(n) * u(d_out);
     return c;

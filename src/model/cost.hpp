@@ -62,6 +62,8 @@ enum class KvPlace { cache, activations };
 // Per-op formulas. n: token rows processed. Sizes are element counts; results are exact.
 // W (d_out, d_in) @ x (n, d_in) -> (n, d_out); bias adds d_out values per row.
 OpCost cost_matmul(std::int64_t n, std::int64_t d_in, std::int64_t d_out, bool bias);
+// The same with the matrix's bytes as stored (narrow weights: bf16, fp16, q8_0 with its block scales).
+OpCost cost_matmul(std::int64_t n, std::int64_t d_in, std::int64_t d_out, bool bias, std::uint64_t matrix_bytes);
 OpCost cost_embed(std::int64_t n, std::int64_t d);         // gather n rows of the table
 OpCost cost_pos_embed(std::int64_t n, std::int64_t d);     // x += P[pos] (gpt2)
 OpCost cost_rmsnorm(std::int64_t n, std::int64_t d);

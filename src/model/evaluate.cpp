@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
 #include "model/kv_cache.hpp"
+#include "model/narrow_weights.hpp"
 #include "model/simulator.hpp"
 
 namespace kvlab {
@@ -59,12 +61,15 @@ EvalResult evaluate_nll(const ModelConfig& cfg, const Weights& weights, std::spa
 }
 
 EvalPolicies evaluate_policies(const ModelConfig& cfg, const ModelConfig& reference_cfg, const Weights& weights, std::span<const TokenId> ids,
-                               std::span<const KvStorage> storages) {
+                               std::span<const KvStorage> storages, std::span<const NarrowWeights* const> narrow) {
     check_eval_ids(cfg, ids);
+    if (narrow.size() != storages.size()) throw std::logic_error("evaluate_policies: one narrow-weights entry per storage");
     const auto n = static_cast<std::int64_t>(ids.size());
     const std::int64_t window = std::min(cfg.n_ctx_max, n);
-    // one model for every policy's cache (a cached call reads only the cache it is given), one for the reference
-    Transformer model(cfg, weights, TransformerSize{window, 1, false});
+    // one model per policy (a cached call reads only the cache it is given, so policies with the same
+    // weights could share one; these are small), one for the reference
+    std::vector<std::unique_ptr<Transformer>> models;
+    for (const NarrowWeights* nw : narrow) models.push_back(std::make_unique<Transformer>(cfg, weights, TransformerSize{window, 1, false, nw != nullptr}, nw));
     Transformer reference(reference_cfg, weights, TransformerSize{window, 1, false});
     EvalPolicies r;
     r.policies.resize(storages.size());
@@ -86,7 +91,7 @@ EvalPolicies evaluate_policies(const ModelConfig& cfg, const ModelConfig& refere
             ref_logits.maxCoeff(&ref_top);
             for (std::size_t i = 0; i < caches.size(); ++i) {
                 EvalComparison& c = r.policies[i];
-                const VectorF& logits = model.forward_cached(token, p, caches[i], nullptr);
+                const VectorF& logits = models[i]->forward_cached(token, p, caches[i], nullptr);
                 c.policy.nll_sum += token_nll(logits, target);
                 const double kl = kl_divergence(ref_logits, logits);
                 c.mean_kl += kl;  // a sum until the end

@@ -13,6 +13,8 @@
 
 namespace kvlab {
 
+struct NarrowWeights;
+
 struct EvalResult {
     std::int64_t n_tokens = 0;   // ids given (BOS included)
     std::int64_t n_scored = 0;   // predictions scored: n_tokens - 1
@@ -45,7 +47,9 @@ struct EvalPolicies {
     EvalResult reference;
     std::vector<EvalComparison> policies;  // in the order of `storages`
 };
+// `narrow[i]` (null: fp32): the narrow weights policy i's matmuls read (simulate --weight-dtype); the
+// reference always reads the fp32 weights.
 EvalPolicies evaluate_policies(const ModelConfig& cfg, const ModelConfig& reference_cfg, const Weights& weights, std::span<const TokenId> ids,
-                               std::span<const KvStorage> storages);
+                               std::span<const KvStorage> storages, std::span<const NarrowWeights* const> narrow);
 
 }  // namespace kvlab

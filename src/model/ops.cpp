@@ -11,6 +11,7 @@
 
 #include "model/kv_cache.hpp"
 #include "model/matmul.hpp"
+#include "model/narrow_weights.hpp"
 
 namespace kvlab {
 
@@ -90,9 +91,11 @@ Block thread_block(std::int64_t n) {
 }
 
 // W (d_out, d_in) @ x (d_in) -> y (d_out), this thread's block of output features, one token.
-Block gemv_block(const MatrixRM& w, const float* x, float* y) {
+Block gemv_block(const WeightRef& w, const float* x, float* y) {
     const Block b = thread_block(w.rows());
-    if (b.size > 0) gemv_rows(w.row(b.begin).data(), w.cols(), b.size, w.cols(), x, y + b.begin);
+    if (b.size == 0) return b;
+    if (w.narrow) gemv_narrow(*w.narrow, b.begin, b.size, x, y + b.begin);
+    else gemv_rows(w.f32.row(b.begin).data(), w.f32.cols(), b.size, w.f32.cols(), x, y + b.begin);
     return b;
 }
 
@@ -100,19 +103,26 @@ Block gemv_block(const MatrixRM& w, const float* x, float* y) {
 // inside a parallel region, where every thread computes its own block. Both kernels read the block's
 // weights in place, once per call (model/matmul.hpp): one token is a GEMV (memory-bound), several
 // tokens a GEMM that packs them into this thread's row of scratch.gemm and reuses each weight for all.
-Block matmul_block(MatrixRM& out, const MatrixRM& x, std::int64_t n, const MatrixRM& w, const VectorF& bias,
+// Narrow weights are widened inside the kernels (model/narrow_weights.hpp).
+Block matmul_block(MatrixRM& out, const MatrixRM& x, std::int64_t n, const WeightRef& w, const VectorF& bias,
                    const OpScratch& scratch) {
     const Block b = n == 1 ? gemv_block(w, x.row(0).data(), out.row(0).data()) : thread_block(w.rows());
     if (b.size == 0) return b;
-    if (n > 1)
-        gemm_rows(w.row(b.begin).data(), w.cols(), b.size, w.cols(), x.data(), x.cols(), n, out.data() + b.begin,
-                  out.cols(), scratch.gemm->row(omp_get_thread_num()).data());
+    float* gemm_scratch = n > 1 ? scratch.gemm->row(omp_get_thread_num()).data() : nullptr;
+    if (n > 1 && w.narrow)
+        gemm_narrow(*w.narrow, b.begin, b.size, x.data(), x.cols(), n, out.data() + b.begin, out.cols(),
+                    scratch.panel->row(omp_get_thread_num()).data(), gemm_scratch);
+    else if (n > 1)
+        gemm_rows(w.f32.row(b.begin).data(), w.f32.cols(), b.size, w.f32.cols(), x.data(), x.cols(), n, out.data() + b.begin,
+                  out.cols(), gemm_scratch);
     if (bias.size() != 0) out.block(0, b.begin, n, b.size).rowwise() += bias.segment(b.begin, b.size).transpose();
     return b;
 }
 
-OpCost matmul_cost(std::int64_t n, const MatrixRM& w, const VectorF& bias) {
-    return cost_matmul(n, w.cols(), w.rows(), bias.size() != 0);
+// The counted cost, the weights at their stored width.
+OpCost matmul_cost(std::int64_t n, const WeightRef& w, const VectorF& bias) {
+    const std::uint64_t bytes = w.narrow ? w.narrow->bytes() : sizeof(float) * static_cast<std::uint64_t>(w.f32.size());
+    return cost_matmul(n, w.cols(), w.rows(), bias.size() != 0, bytes);
 }
 
 // ---- row kernels ----
@@ -185,15 +195,16 @@ void norm(NormKind kind, MatrixRM& out, const MatrixRM& x, std::int64_t row0, st
 }
 
 void qkv_projections(MatrixRM& q, MatrixRM& k, MatrixRM& v, const MatrixRM& x, std::int64_t n, const LayerWeights& lw,
-                     const OpScratch& scratch, OpRecorder& rec) {
+                     const NarrowLayer* nl, const OpScratch& scratch, OpRecorder& rec) {
+    const WeightRef wq{lw.wq, nl ? &nl->wq : nullptr}, wk{lw.wk, nl ? &nl->wk : nullptr}, wv{lw.wv, nl ? &nl->wv : nullptr};
     on_threads([&] {  // one pass over the three weight matrices
-        matmul_block(q, x, n, lw.wq, lw.bq, scratch);
-        matmul_block(k, x, n, lw.wk, lw.bk, scratch);
-        matmul_block(v, x, n, lw.wv, lw.bv, scratch);
+        matmul_block(q, x, n, wq, lw.bq, scratch);
+        matmul_block(k, x, n, wk, lw.bk, scratch);
+        matmul_block(v, x, n, wv, lw.bv, scratch);
     });
-    rec.record({{Op::q_proj, matmul_cost(n, lw.wq, lw.bq)},
-                {Op::k_proj, matmul_cost(n, lw.wk, lw.bk)},
-                {Op::v_proj, matmul_cost(n, lw.wv, lw.bv)}});
+    rec.record({{Op::q_proj, matmul_cost(n, wq, lw.bq)},
+                {Op::k_proj, matmul_cost(n, wk, lw.bk)},
+                {Op::v_proj, matmul_cost(n, wv, lw.bv)}});
 }
 
 void rope(MatrixRM& q, MatrixRM& k, std::int64_t n, std::int64_t pos0, std::span<const float> inv_freq,
@@ -268,7 +279,7 @@ void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const Ma
                 {Op::av, cost_av(n, shape.n_head, d_kv, shape.d_head, n_scores, n_key_rows, kv.place, kv.row_bytes)}});
 }
 
-void project_add(MatrixRM& x, MatrixRM& tmp, const MatrixRM& in, std::int64_t n, const MatrixRM& w, const VectorF& b,
+void project_add(MatrixRM& x, MatrixRM& tmp, const MatrixRM& in, std::int64_t n, const WeightRef& w, const VectorF& b,
                  const OpScratch& scratch, Op proj, Op residual, OpRecorder& rec) {
     on_threads([&] {  // the residual on each thread's block of the output, while it is in cache
         const Block blk = matmul_block(tmp, in, n, w, b, scratch);
@@ -278,33 +289,35 @@ void project_add(MatrixRM& x, MatrixRM& tmp, const MatrixRM& in, std::int64_t n,
 }
 
 void swiglu_mlp_in(MatrixRM& h, MatrixRM& h2, const MatrixRM& x, std::int64_t n, const LayerWeights& lw,
-                   const OpScratch& scratch, OpRecorder& rec) {
+                   const NarrowLayer* nl, const OpScratch& scratch, OpRecorder& rec) {
+    const WeightRef w1{lw.w1, nl ? &nl->w1 : nullptr}, w3{lw.w3, nl ? &nl->w3 : nullptr};
     const VectorF no_bias;
     on_threads([&] {  // gate and up share the block split, so SwiGLU runs on each thread's block in cache
-        const Block blk = matmul_block(h, x, n, lw.w1, lw.b1, scratch);
-        matmul_block(h2, x, n, lw.w3, no_bias, scratch);
+        const Block blk = matmul_block(h, x, n, w1, lw.b1, scratch);
+        matmul_block(h2, x, n, w3, no_bias, scratch);
         auto g = h.block(0, blk.begin, n, blk.size).array();
         g = g / (1.0f + (-g).exp()) * h2.block(0, blk.begin, n, blk.size).array();
     });
-    rec.record({{Op::mlp_gate, matmul_cost(n, lw.w1, lw.b1)},
-                {Op::mlp_up, matmul_cost(n, lw.w3, no_bias)},
+    rec.record({{Op::mlp_gate, matmul_cost(n, w1, lw.b1)},
+                {Op::mlp_up, matmul_cost(n, w3, no_bias)},
                 {Op::activation, cost_swiglu(n, h.cols())}});
 }
 
-void gelu_mlp_in(MatrixRM& h, const MatrixRM& x, std::int64_t n, const LayerWeights& lw, const OpScratch& scratch,
-                 OpRecorder& rec) {
+void gelu_mlp_in(MatrixRM& h, const MatrixRM& x, std::int64_t n, const LayerWeights& lw, const NarrowLayer* nl,
+                 const OpScratch& scratch, OpRecorder& rec) {
+    const WeightRef w1{lw.w1, nl ? &nl->w1 : nullptr};
     on_threads([&] {  // GELU on each thread's block while it is in cache
-        const Block blk = matmul_block(h, x, n, lw.w1, lw.b1, scratch);
+        const Block blk = matmul_block(h, x, n, w1, lw.b1, scratch);
         auto u = h.block(0, blk.begin, n, blk.size).array();
         constexpr float c = 0.7978845608028654f;  // sqrt(2/pi)
         u = 0.5f * u * (1.0f + (c * (u + 0.044715f * u * u * u)).tanh());
     });
-    rec.record({{Op::mlp_up, matmul_cost(n, lw.w1, lw.b1)}, {Op::activation, cost_gelu_tanh(n, h.cols())}});
+    rec.record({{Op::mlp_up, matmul_cost(n, w1, lw.b1)}, {Op::activation, cost_gelu_tanh(n, h.cols())}});
 }
 
-void classify(VectorF& logits, const MatrixRM& x, const MatrixRM& w, OpRecorder& rec) {
+void classify(VectorF& logits, const MatrixRM& x, const WeightRef& w, OpRecorder& rec) {
     on_threads([&] { gemv_block(w, x.row(0).data(), logits.data()); });
-    rec.record(Op::lm_head, cost_matmul(1, w.cols(), w.rows(), false));
+    rec.record(Op::lm_head, matmul_cost(1, w, VectorF()));
 }
 
 }  // namespace kvlab

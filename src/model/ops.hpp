@@ -47,10 +47,22 @@ private:
     std::chrono::steady_clock::time_point last_{};
 };
 
-// Per-thread scratch the multi-token kernels need: packed tokens for the GEMMs, one scores row each.
+// Per-thread scratch the kernels need: packed tokens for the GEMMs, one scores row each.
 struct OpScratch {
     MatrixRM* gemm = nullptr;    // (threads, gemm_scratch_floats(widest input, n_max)); unused for n = 1
     MatrixRM* scores = nullptr;  // (threads, attention_scratch_floats(shape, keys)): attention's scores and chunk
+    MatrixRM* panel = nullptr;   // narrow weights, n > 1: (threads, narrow_panel_floats(widest input)) widened rows
+};
+
+// A weight matrix as the matmul ops read it: fp32, or its narrow copy when the run stores its weights
+// narrow (model/narrow_weights.hpp), which the kernels widen as they read.
+class NarrowMatrix;
+struct NarrowLayer;
+struct WeightRef {
+    const MatrixRM& f32;
+    const NarrowMatrix* narrow = nullptr;
+    std::int64_t rows() const { return f32.rows(); }
+    std::int64_t cols() const { return f32.cols(); }
 };
 
 enum class NormKind { rms, layer };
@@ -63,8 +75,9 @@ void add_positions(MatrixRM& x, std::int64_t n, const MatrixRM& table, std::int6
 void norm(NormKind kind, MatrixRM& out, const MatrixRM& x, std::int64_t row0, std::int64_t n, const VectorF& w,
           const VectorF& b, float eps, Op op, OpRecorder& rec);
 // q (n, H*D), k (n, Hkv*D), v (n, Hkv*D) = x Wq^T, x Wk^T, x Wv^T (+ biases)           records q/k/v_proj
+// nl: the layer's narrow matrices, or null for fp32 (also in the MLP ops)
 void qkv_projections(MatrixRM& q, MatrixRM& k, MatrixRM& v, const MatrixRM& x, std::int64_t n, const LayerWeights& lw,
-                     const OpScratch& scratch, OpRecorder& rec);
+                     const NarrowLayer* nl, const OpScratch& scratch, OpRecorder& rec);
 // q (n, H*D) and k (n, Hkv*D) rotated for positions pos0.. (RoPE; pairs as `pairing`)  records rope
 void rope(MatrixRM& q, MatrixRM& k, std::int64_t n, std::int64_t pos0, std::span<const float> inv_freq,
           RopePairing pairing, std::int64_t d_head, OpRecorder& rec);
@@ -90,15 +103,15 @@ void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const Ma
                const OpScratch& scratch, OpRecorder& rec);
 
 // x (n, d) += in (n, d_in) W^T (+ b), the product staged in tmp (n, d)       records `proj`, `residual`
-void project_add(MatrixRM& x, MatrixRM& tmp, const MatrixRM& in, std::int64_t n, const MatrixRM& w, const VectorF& b,
+void project_add(MatrixRM& x, MatrixRM& tmp, const MatrixRM& in, std::int64_t n, const WeightRef& w, const VectorF& b,
                  const OpScratch& scratch, Op proj, Op residual, OpRecorder& rec);
 // h (n, f) = silu(x W1^T) * (x W3^T), W3's product staged in h2 (n, f)      records mlp_gate, mlp_up, activation
 void swiglu_mlp_in(MatrixRM& h, MatrixRM& h2, const MatrixRM& x, std::int64_t n, const LayerWeights& lw,
-                   const OpScratch& scratch, OpRecorder& rec);
+                   const NarrowLayer* nl, const OpScratch& scratch, OpRecorder& rec);
 // h (n, f) = gelu_tanh(x W1^T + b1)                                          records mlp_up, activation
-void gelu_mlp_in(MatrixRM& h, const MatrixRM& x, std::int64_t n, const LayerWeights& lw, const OpScratch& scratch,
-                 OpRecorder& rec);
+void gelu_mlp_in(MatrixRM& h, const MatrixRM& x, std::int64_t n, const LayerWeights& lw, const NarrowLayer* nl,
+                 const OpScratch& scratch, OpRecorder& rec);
 // logits (V) = W x[0] (one token)                                             records lm_head
-void classify(VectorF& logits, const MatrixRM& x, const MatrixRM& w, OpRecorder& rec);
+void classify(VectorF& logits, const MatrixRM& x, const WeightRef& w, OpRecorder& rec);
 
 }  // namespace kvlab

@@ -9,6 +9,7 @@
 #include "core/checked.hpp"
 #include "core/error.hpp"
 #include "model/kv_cache.hpp"
+#include "model/narrow_weights.hpp"
 #include "calc/kv_memory.hpp"
 #include "model/random_weights.hpp"
 #include "core/text.hpp"
@@ -75,28 +76,29 @@ std::int64_t simulation_positions(const ModelConfig& cfg, const SimulateOptions&
 
 TransformerSize simulation_size(const ModelConfig& cfg, const SimulateOptions& o) {
     const std::int64_t n_positions = simulation_positions(cfg, o);
-    if (o.mode != SimMode::cached) return {n_positions, n_positions, true};
+    const bool narrow = o.weight_dtype != DType::fp32;
+    if (o.mode != SimMode::cached) return {n_positions, n_positions, true, narrow};
     const std::int64_t n_prompt = o.prompt_ids.empty() ? o.n_prompt : static_cast<std::int64_t>(o.prompt_ids.size());
-    return {n_positions, n_prompt, false};
+    return {n_positions, n_prompt, false, narrow};
 }
 
 MemoryEstimate estimate_simulation_memory(const ModelConfig& cfg, const SimulateOptions& o) {
     const TransformerSize size = simulation_size(cfg, o);
     MemoryEstimate e;
     e.weights = weights_bytes(cfg);
+    const bool narrow_weights = o.weight_dtype != DType::fp32;
+    if (narrow_weights) e.weights = checked_add(e.weights, narrow_weights_bytes(cfg, o.weight_dtype), "memory estimate");  // both copies
     if (o.mode != SimMode::uncached) {
         const auto n = static_cast<std::uint64_t>(size.n_positions);
         e.kv_cache = kv_resident_bytes(cfg, o.kv_storage, n);
-        if (o.kv_storage.dtype != DType::fp32 || o.reference_config) {
-            // the fp32 full reference cache beside it (and its model's activations), and the fp32 rows one layer decodes into
+        if (o.kv_storage.dtype != DType::fp32 || o.reference_config || narrow_weights) {
+            // the fp32 full reference cache beside it (and its model's activations)
             const ModelConfig& ref_cfg = o.reference_config ? *o.reference_config : cfg;
             auto fp32 = kv_bytes_sequence(ref_cfg, DType::fp32, n, WindowMode::cap).total();
-            if (o.reference_config) fp32 = checked_add(fp32, Transformer::activation_bytes(ref_cfg, size), "memory estimate");
-            std::uint64_t max_rows = 0;
-            for (std::int64_t l = 0; l < cfg.n_layer; ++l) max_rows = std::max(max_rows, kv_tokens_held(cfg, l, n, WindowMode::cap));
-            e.kv_cache = checked_add(checked_add(e.kv_cache, fp32, "memory estimate"),
-                                     checked_mul(2 * sizeof(float) * max_rows, static_cast<std::uint64_t>(cfg.d_kv()), "memory estimate"),
-                                     "memory estimate");
+            TransformerSize ref_size = size;
+            ref_size.narrow_weights = false;
+            if (o.reference_config || narrow_weights) fp32 = checked_add(fp32, Transformer::activation_bytes(ref_cfg, ref_size), "memory estimate");
+            e.kv_cache = checked_add(e.kv_cache, fp32, "memory estimate");
         }
     }
     e.activations = Transformer::activation_bytes(cfg, size);
@@ -170,11 +172,13 @@ SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, 
     r.prompt = simulation_prompt(cfg, o);
 
     // everything the loop touches is allocated here
-    Transformer model(cfg, weights, size);
+    std::optional<NarrowWeights> narrow_w;  // --weight-dtype: what the matmuls read instead of the fp32 weights
+    if (o.weight_dtype != DType::fp32) narrow_w.emplace(narrow_weights(weights, o.weight_dtype));
+    Transformer model(cfg, weights, size, narrow_w ? &*narrow_w : nullptr);
     const bool narrow = o.kv_storage.dtype != DType::fp32;
-    const bool policy = narrow || o.reference_config.has_value();  // measured against the fp32 full cache
+    const bool policy = narrow || o.reference_config.has_value() || narrow_w.has_value();  // measured against the fp32 model
     if (policy && run_uncached)
-        throw UsageError("--kv-dtype, --window, --sink-tokens: cache policies need the cache; expected --mode cached");
+        throw UsageError("--kv-dtype, --window, --sink-tokens, --weight-dtype: policies are measured on the cached mode; expected --mode cached");
     std::optional<KvCache> cache, reference;  // reference: the fp32 full cache a policy is measured against
     std::optional<Transformer> reference_model;  // a policy that changes attention (windows, sinks) needs the model without it
     if (run_cached) {
@@ -184,7 +188,9 @@ SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, 
     if (policy) {
         const ModelConfig& ref_cfg = o.reference_config ? *o.reference_config : cfg;
         reference.emplace(ref_cfg, n_positions);
-        if (o.reference_config) reference_model.emplace(ref_cfg, weights, size);
+        TransformerSize ref_size = size;
+        ref_size.narrow_weights = false;
+        if (o.reference_config || narrow_w) reference_model.emplace(ref_cfg, weights, ref_size);  // fp32 weights
         r.kv_quality.emplace();
     }
     VectorF logits_narrow;  // a policy run's logits, kept while the reference forward may reuse the buffers

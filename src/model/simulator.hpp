@@ -35,6 +35,8 @@ struct SimulateOptions {
     bool count = true;                      // false: no cost counting (benchmarks measure its overhead)
     KvStorage kv_storage;                   // how the cache stores K and V (fp32 by default); narrow: cached mode only,
                                             // and an fp32 cache runs beside it on the same tokens for the comparison
+    DType weight_dtype = DType::fp32;       // how the matmuls read the weights (model/narrow_weights.hpp); narrow: cached
+                                            // mode only, and the fp32 weights run beside it on the same tokens
     // The model the run's cache policy is measured against when the policy changes the model's own
     // attention (--window, --sink-tokens): its full-attention config, run beside it in fp32 on the same tokens.
     std::optional<ModelConfig> reference_config;
@@ -58,7 +60,7 @@ struct StepRecord {
     bool argmax_flip = false;       // both modes: argmaxes differ within tolerance (a near-tie)
 };
 
-// A cache policy (narrow storage, a window, sinks) against the model's fp32 full cache on the same tokens, over the steps run: the logits' largest
+// A policy (narrow KV storage, a window, sinks, narrow weights) against the model's fp32 weights and fp32 full cache on the same tokens, over the steps run: the logits' largest
 // difference, the KL divergence KL(p_fp32 || p_narrow) of the next-token distributions (nats), and how
 // often both pick the same argmax.
 struct KvQuality {
@@ -81,7 +83,7 @@ struct SimulationResult {
     std::optional<std::int64_t> first_divergent_step;  // Δlogit beyond tolerance
     double divergent_dlogit = 0.0;
     double divergent_tolerance = 0.0;
-    std::optional<KvQuality> kv_quality;  // a cache policy: against the fp32 full cache
+    std::optional<KvQuality> kv_quality;  // a policy: against the fp32 weights and full cache
 };
 
 // KL(p || q) of the softmax distributions of two logit vectors, in nats (double precision).

@@ -11,6 +11,7 @@
 #include "core/checked.hpp"
 #include "core/error.hpp"
 #include "model/matmul.hpp"
+#include "model/narrow_weights.hpp"
 #include "model/ops.hpp"
 
 namespace kvlab {
@@ -28,8 +29,10 @@ std::int64_t scores_row_floats(const ModelConfig& cfg, std::int64_t n_tokens_max
 
 }  // namespace
 
-Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, const TransformerSize& size)
-    : cfg_(cfg), w_(weights), size_(size), n_threads_(omp_get_max_threads()) {
+Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, const TransformerSize& size, const NarrowWeights* narrow)
+    : cfg_(cfg), w_(weights), nw_(narrow), size_(size), n_threads_(omp_get_max_threads()) {
+    if (narrow && (!size.narrow_weights || static_cast<std::int64_t>(narrow->layers.size()) != cfg.n_layer))
+        throw std::logic_error("Transformer: narrow weights without TransformerSize::narrow_weights, or of another layer count");
     if (cfg.mla)
         throw ConfigError(fmt::format("{}: multi-head latent attention (MLA) is not simulated; kvcalc sizes its cache", cfg.name));
     if (cfg.n_expert > 1)
@@ -86,6 +89,7 @@ Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, const T
     if (cfg.family == Family::llama) hb2_.resize(N, f);
     scores_.resize(n_threads_, scores_row_floats(cfg, T));
     if (N > 1) gemm_scratch_.resize(n_threads_, gemm_scratch_floats(widest_input(cfg), N));
+    if (N > 1 && size.narrow_weights) panel_.resize(n_threads_, narrow_panel_floats(widest_input(cfg)));
     if (cfg.family == Family::llama) {
         const std::int64_t n_freq = cfg.d_head / 2;
         inv_freq_.resize(static_cast<std::size_t>(n_freq));
@@ -113,6 +117,8 @@ std::uint64_t Transformer::activation_bytes(const ModelConfig& cfg, const Transf
     n = add(n, mul(n_threads, static_cast<std::uint64_t>(scores_row_floats(cfg, size.n_positions))));  // scores
     if (N > 1)  // packed tokens
         n = add(n, mul(n_threads, static_cast<std::uint64_t>(gemm_scratch_floats(widest_input(cfg), size.n_tokens))));
+    if (N > 1 && size.narrow_weights)  // widened weight rows
+        n = add(n, mul(n_threads, static_cast<std::uint64_t>(narrow_panel_floats(widest_input(cfg)))));
     if (llama) n = add(n, static_cast<std::uint64_t>(cfg.d_head) / 2);  // inv_freq
     n = add(n, add(d, static_cast<std::uint64_t>(cfg.n_vocab)));         // x_last, logits
     return mul(n, sizeof(float));
@@ -120,7 +126,7 @@ std::uint64_t Transformer::activation_bytes(const ModelConfig& cfg, const Transf
 
 std::uint64_t Transformer::activation_bytes_held() const {
     const auto n = x_.size() + xb_.size() + q_.size() + k_new_.size() + v_new_.size() + k_act_.size() +
-                   v_act_.size() + att_.size() + hb_.size() + hb2_.size() + scores_.size() + gemm_scratch_.size() +
+                   v_act_.size() + att_.size() + hb_.size() + hb2_.size() + scores_.size() + gemm_scratch_.size() + panel_.size() +
                    static_cast<Eigen::Index>(inv_freq_.size()) + x_last_.size() + logits_.size();
     return static_cast<std::uint64_t>(n) * sizeof(float);
 }
@@ -149,7 +155,7 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
     const NormKind norm_kind = gpt2 ? NormKind::layer : NormKind::rms;
     const float eps = static_cast<float>(cfg_.norm_eps);
     const AttentionShape shape{cfg_.n_head, cfg_.n_head_kv, cfg_.d_head};
-    const OpScratch scratch{&gemm_scratch_, &scores_};
+    const OpScratch scratch{&gemm_scratch_, &scores_, &panel_};
     OpRecorder rec(cost);
 
     // x = token embeddings (+ learned positions for gpt2)
@@ -158,27 +164,28 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
 
     for (std::int64_t l = 0; l < cfg_.n_layer; ++l) {
         const LayerWeights& lw = w_.layers[static_cast<std::size_t>(l)];
+        const NarrowLayer* nl = nw_ ? &nw_->layers[static_cast<std::size_t>(l)] : nullptr;
         // attention block: x += W_o attention(rope(q), rope(k), v) over the normed x
         norm(norm_kind, xb_, x_, 0, n, lw.attn_norm, lw.attn_norm_bias, eps, Op::attn_norm, rec);
-        qkv_projections(q_, k_new_, v_new_, xb_, n, lw, scratch, rec);
+        qkv_projections(q_, k_new_, v_new_, xb_, n, lw, nl, scratch, rec);
         if (!gpt2) rope(q_, k_new_, n, pos0, inv_freq_, w_.rope_pairing, cfg_.d_head, rec);
         // K and V go to the cache (cached) or to this layer's activations (uncached)
         const KvRows kv = cache ? KvRows{cache->k(l), cache->v(l), KvPlace::cache, cache->n_rows(l), cache->k_store(l), cache->v_store(l),
                                          cache->narrow() ? cache->row_bytes() : 0, cache->n_sink(l)}
                                 : KvRows{&k_act_, &v_act_, KvPlace::activations, k_act_.rows()};
         attention(att_, q_, k_new_, v_new_, n, pos0, kv, shape, cfg_.layer_window(l), scratch, rec);
-        project_add(x_, xb_, att_, n, lw.wo, lw.bo, scratch, Op::o_proj, Op::attn_residual, rec);
+        project_add(x_, xb_, att_, n, WeightRef{lw.wo, nl ? &nl->wo : nullptr}, lw.bo, scratch, Op::o_proj, Op::attn_residual, rec);
 
         // MLP block: x += W_2 act(W_1 x (, W_3 x)) over the normed x
         norm(norm_kind, xb_, x_, 0, n, lw.mlp_norm, lw.mlp_norm_bias, eps, Op::mlp_norm, rec);
-        if (gpt2) gelu_mlp_in(hb_, xb_, n, lw, scratch, rec);
-        else swiglu_mlp_in(hb_, hb2_, xb_, n, lw, scratch, rec);
-        project_add(x_, xb_, hb_, n, lw.w2, lw.b2, scratch, Op::mlp_down, Op::mlp_residual, rec);
+        if (gpt2) gelu_mlp_in(hb_, xb_, n, lw, nl, scratch, rec);
+        else swiglu_mlp_in(hb_, hb2_, xb_, n, lw, nl, scratch, rec);
+        project_add(x_, xb_, hb_, n, WeightRef{lw.w2, nl ? &nl->w2 : nullptr}, lw.b2, scratch, Op::mlp_down, Op::mlp_residual, rec);
     }
 
     // final norm and classifier on the last position only: that is all the next token needs
     norm(norm_kind, x_last_, x_, n - 1, 1, w_.final_norm, w_.final_norm_bias, eps, Op::final_norm, rec);
-    classify(logits_, x_last_, w_.classifier(), rec);
+    classify(logits_, x_last_, WeightRef{w_.classifier(), nw_ ? &nw_->classifier : nullptr}, rec);
     return logits_;
 }
 

@@ -14,6 +14,8 @@
 
 namespace kvlab {
 
+struct NarrowWeights;
+
 using TokenId = std::int32_t;
 
 // What the forward calls of one run need buffers for.
@@ -21,13 +23,16 @@ struct TransformerSize {
     std::int64_t n_positions = 0;  // longest sequence: keys one query attends (scores scratch)
     std::int64_t n_tokens = 0;     // most tokens in one call: the prompt (cached), the sequence (uncached)
     bool uncached = false;         // forward_uncached is called: every position's K and V in activations
+    bool narrow_weights = false;   // the weights are read narrow: panels of widened rows for calls of N > 1
 };
 
 class Transformer {
 public:
     // Buffers for `size` are allocated here, once; forward calls allocate nothing. `cfg` and `weights`
     // must outlive the Transformer. Throws ConfigError for MoE or MLA configs.
-    Transformer(const ModelConfig& cfg, const Weights& weights, const TransformerSize& size);
+    // `narrow` (nullable): the weights stored narrow, which the matmuls then read instead of the fp32
+    // matrices (model/narrow_weights.hpp); it must outlive the Transformer and `size.narrow_weights` be set.
+    Transformer(const ModelConfig& cfg, const Weights& weights, const TransformerSize& size, const NarrowWeights* narrow = nullptr);
     // Both modes, up to n_positions tokens per call.
     Transformer(const ModelConfig& cfg, const Weights& weights, std::int64_t n_positions)
         : Transformer(cfg, weights, TransformerSize{n_positions, n_positions, true}) {}
@@ -49,6 +54,7 @@ private:
 
     const ModelConfig& cfg_;
     const Weights& w_;
+    const NarrowWeights* nw_;
     TransformerSize size_;
     int n_threads_;
     std::vector<float> inv_freq_;  // (D/2) theta^(-2i/D), RoPE frequencies
@@ -65,8 +71,9 @@ private:
     MatrixRM att_;      // (N, H*D)    attention output
     MatrixRM hb_;       // (N, f)      MLP hidden (gate, then activation)
     MatrixRM hb2_;      // (N, f)      MLP up projection (llama)
-    MatrixRM scores_;   // (threads, T rounded up to 16) attention scores scratch, one row per thread
+    MatrixRM scores_;   // (threads, attention_scratch_floats(T) rounded up to 16) attention scratch, one row per thread
     MatrixRM gemm_scratch_;  // (threads, gemm_scratch_floats(max(d,H*D,f), N)) packed tokens; empty if N = 1
+    MatrixRM panel_;    // narrow weights, N > 1: (threads, narrow_panel_floats(max(d,H*D,f))) widened weight rows
     MatrixRM x_last_;   // (1, d)      final-normed last position
     VectorF logits_;    // (V)
 };

@@ -23,6 +23,7 @@
 #include "formats/checkpoint.hpp"
 #include "formats/llama2c_checkpoint.hpp"
 #include "model/evaluate.hpp"
+#include "model/narrow_weights.hpp"
 #include "model/random_weights.hpp"
 #include "report/simulation_report.hpp"
 #include "trace/step_trace.hpp"
@@ -110,31 +111,52 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     const bool attention_policy = o.window > 0 || o.sink_tokens > 0;
     if (attention_policy) sim.reference_config = cfg;
     apply_window_policy(cfg, o.window, o.sink_tokens);  // (also refuses negative values)
-    // --kv-dtype: how the cache stores K and V; a narrow format runs cached, beside an fp32 cache on the same tokens
+    // --kv-dtype: how the cache stores K and V; --weight-dtype: how the matmuls read the weights. A narrow
+    // format runs cached, beside the fp32 weights and an fp32 cache on the same tokens.
+    std::vector<KvStorage> kv_list;
     for (const auto& name : split_list(o.kv_dtype)) {
         const KvStorage storage{parse_dtype(name, "--kv-dtype"), o.kv_scale};
         check_kv_storage(storage, cfg.d_kv());
-        if (std::find_if(p.kv_policies.begin(), p.kv_policies.end(), [&](const KvStorage& k) { return k.dtype == storage.dtype; }) != p.kv_policies.end())
+        if (std::find_if(kv_list.begin(), kv_list.end(), [&](const KvStorage& k) { return k.dtype == storage.dtype; }) != kv_list.end())
             throw UsageError(fmt::format("--kv-dtype: {} is listed twice", dtype_name(storage.dtype)));
-        p.kv_policies.push_back(storage);
+        kv_list.push_back(storage);
     }
-    const bool any_narrow = std::any_of(p.kv_policies.begin(), p.kv_policies.end(), [](const KvStorage& k) { return k.dtype != DType::fp32; });
-    if (o.kv_scale_given && std::none_of(p.kv_policies.begin(), p.kv_policies.end(), [](const KvStorage& k) { return k.scaled(); }))
+    std::vector<DType> weight_list;
+    for (const auto& name : split_list(o.weight_dtype)) {
+        const DType d = parse_dtype(name, "--weight-dtype");
+        check_weight_dtype(d);
+        check_weight_shapes(cfg, d);
+        if (std::find(weight_list.begin(), weight_list.end(), d) != weight_list.end())
+            throw UsageError(fmt::format("--weight-dtype: {} is listed twice", dtype_name(d)));
+        weight_list.push_back(d);
+    }
+    if (kv_list.size() > 1 && weight_list.size() > 1)
+        throw UsageError(fmt::format("--kv-dtype {} and --weight-dtype {}: one of them may list several formats; compare the other's one at a time",
+                                     o.kv_dtype, o.weight_dtype));
+    for (std::size_t i = 0; i < std::max(kv_list.size(), weight_list.size()); ++i)
+        p.policies.push_back({kv_list[std::min(i, kv_list.size() - 1)], weight_list[std::min(i, weight_list.size() - 1)]});
+    const bool any_narrow = std::any_of(kv_list.begin(), kv_list.end(), [](const KvStorage& k) { return k.dtype != DType::fp32; });
+    const bool any_narrow_weights = std::any_of(weight_list.begin(), weight_list.end(), [](DType d) { return d != DType::fp32; });
+    if (o.kv_scale_given && std::none_of(kv_list.begin(), kv_list.end(), [](const KvStorage& k) { return k.scaled(); }))
         throw UsageError(fmt::format("--kv-scale: scales apply to fp8_e4m3, fp8_e5m2 and int8 caches; --kv-dtype {} has none", o.kv_dtype));
-    if (any_narrow || attention_policy) {
+    if (any_narrow || attention_policy || any_narrow_weights) {
         if (o.mode_given && o.mode != SimMode::cached)
-            throw UsageError(fmt::format("--mode {}: {} is a policy of the cache, which only the cached mode has; expected --mode cached (its "
+            throw UsageError(fmt::format("--mode {}: {} is measured on the cached mode, beside the fp32 model; expected --mode cached (its "
                                          "default then)",
                                          choice_name(sim_mode_choices, o.mode),
-                                         any_narrow ? fmt::format("--kv-dtype {}", o.kv_dtype) : std::string(o.window > 0 ? "--window" : "--sink-tokens")));
+                                         any_narrow           ? fmt::format("--kv-dtype {}", o.kv_dtype)
+                                         : any_narrow_weights ? fmt::format("--weight-dtype {}", o.weight_dtype)
+                                                              : std::string(o.window > 0 ? "--window" : "--sink-tokens")));
         sim.mode = o.mode = SimMode::cached;
     }
-    if (p.kv_policies.size() > 1 && !o.trace.empty())
-        throw UsageError(fmt::format("--trace: one run per trace, and --kv-dtype {} lists {} formats; trace each one alone", o.kv_dtype,
-                                     p.kv_policies.size()));
-    if (p.kv_policies.size() > 1 && !o.save_checkpoint.empty())
-        throw UsageError("--save-checkpoint: give it with one --kv-dtype");
-    sim.kv_storage = p.kv_policies.front();
+    if (p.policies.size() > 1 && !o.trace.empty())
+        throw UsageError(fmt::format("--trace: one run per trace, and {} lists {} formats; trace each one alone",
+                                     kv_list.size() > 1 ? fmt::format("--kv-dtype {}", o.kv_dtype) : fmt::format("--weight-dtype {}", o.weight_dtype),
+                                     p.policies.size()));
+    if (p.policies.size() > 1 && !o.save_checkpoint.empty())
+        throw UsageError("--save-checkpoint: give it with one --kv-dtype and one --weight-dtype");
+    sim.kv_storage = p.policies.front().kv;
+    sim.weight_dtype = p.policies.front().weights;
     sim.n_prompt = o.prompt_len;
     if (!o.prompt_ids.empty()) sim.prompt_ids = parse_token_ids(o.prompt_ids);
     std::optional<Tokenizer>& tokenizer = p.tokenizer;
@@ -167,10 +189,21 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     }
     const std::uint64_t max_memory =
         o.max_memory.empty() ? physical_memory_bytes() / 4 * 3 : parse_size(o.max_memory, "--max-memory");
-    // --eval holds the weights, one window's KV cache and one token's activations: the weights decide
+    // --eval holds the weights (and every listed narrow copy), one window's KV cache and one token's
+    // activations: the weights decide. A list of runs holds one run's buffers at a time.
+    std::uint64_t narrow_copies = 0;
+    for (const PreparedSimulation::Policy& pol : p.policies) {
+        if (pol.weights != DType::fp32) narrow_copies = checked_add(narrow_copies, narrow_weights_bytes(cfg, pol.weights), "memory estimate");
+        if (o.eval.empty() && p.policies.size() > 1) {
+            SimulateOptions one = sim;
+            one.kv_storage = pol.kv;
+            one.weight_dtype = pol.weights;
+            check_simulation_memory(cfg, one, max_memory);
+        }
+    }
     const MemoryEstimate memory =
         o.eval.empty() ? check_simulation_memory(cfg, sim, max_memory)
-                       : MemoryEstimate{weights_bytes(cfg),
+                       : MemoryEstimate{checked_add(weights_bytes(cfg), narrow_copies, "memory estimate"),
                                         kv_bytes_sequence(cfg, DType::fp32,
                                                           static_cast<std::uint64_t>(std::min<std::int64_t>(cfg.n_ctx_max, std::ssize(eval_ids))),
                                                           WindowMode::cap).total()};
@@ -204,6 +237,7 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
         {"window", cfg.sliding_window ? *cfg.sliding_window : 0},
         {"sink_tokens", cfg.sink_tokens},
         {"kv_scale", std::string(choice_name(kv_scale_choices, o.kv_scale))},
+        {"weight_dtype", o.weight_dtype},
     };
 
     if (!o.checkpoint.empty()) inputs["checkpoint"] = o.checkpoint;
@@ -236,6 +270,7 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
 namespace {
 std::string kv_policy_name(const KvStorage& k);
 std::string attention_policy_name(const PreparedSimulation& p);
+std::string policy_name(const PreparedSimulation& p, const PreparedSimulation::Policy& policy);
 }  // namespace
 
 // --eval: the model's mean NLL and perplexity on a text, teacher-forced through the cached forward pass.
@@ -253,15 +288,28 @@ Report eval_report(const PreparedSimulation& p) {
                                  real_cell(r.nll_sum, 4), real_cell(r.mean_nll, 6), real_cell(r.perplexity, 6)};
     };
     // with no cache policy, the model's perplexity alone; with one, every policy beside the fp32 full cache
-    const bool policy = p.sim.reference_config || std::any_of(p.kv_policies.begin(), p.kv_policies.end(), [](const KvStorage& k) { return k.dtype != DType::fp32; });
+    const bool policy = p.sim.reference_config || std::any_of(p.policies.begin(), p.policies.end(), [](const PreparedSimulation::Policy& k) {
+                            return k.kv.dtype != DType::fp32 || k.weights != DType::fp32;
+                        });
     if (!policy) {
         t.rows.push_back(row("fp32", evaluate_nll(cfg, p.weights, p.eval_ids)));
     } else {
         t.columns.insert(t.columns.end(), {{"kv_bytes_per_token", "KV/token"}, {"perplexity_change", "vs fp32 full"}, {"mean_kl", "mean KL"},
                                            {"max_kl", "max KL"}, {"argmax_agreement", "same argmax"}});
         const ModelConfig& reference_cfg = p.sim.reference_config ? *p.sim.reference_config : cfg;
-        const EvalPolicies e = evaluate_policies(cfg, reference_cfg, p.weights, p.eval_ids, p.kv_policies);
-        auto ref_cells = row("fp32 full cache (reference)", e.reference);
+        std::vector<KvStorage> storages;
+        std::vector<std::unique_ptr<NarrowWeights>> narrow;  // one copy per policy with narrow weights
+        std::vector<const NarrowWeights*> narrow_of;
+        for (const PreparedSimulation::Policy& pol : p.policies) {
+            storages.push_back(pol.kv);
+            if (pol.weights != DType::fp32) narrow.push_back(std::make_unique<NarrowWeights>(narrow_weights(p.weights, pol.weights)));
+            narrow_of.push_back(pol.weights != DType::fp32 ? narrow.back().get() : nullptr);
+        }
+        const EvalPolicies e = evaluate_policies(cfg, reference_cfg, p.weights, p.eval_ids, storages, narrow_of);
+        auto ref_cells = row(std::any_of(p.policies.begin(), p.policies.end(), [](const auto& k) { return k.weights != DType::fp32; })
+                                 ? "fp32 weights, fp32 full cache (reference)"
+                                 : "fp32 full cache (reference)",
+                             e.reference);
         ref_cells.insert(ref_cells.end(), {bytes_cell(kv_stored_token_bytes({}, reference_cfg), o.units), text_cell("-"), text_cell("-"),
                                            text_cell("-"), text_cell("-")});
         t.rows.push_back(std::move(ref_cells));
@@ -269,13 +317,13 @@ Report eval_report(const PreparedSimulation& p) {
             const EvalComparison& c = e.policies[i];
             const double change = 100.0 * (c.policy.perplexity / e.reference.perplexity - 1.0);
             const double agree = 100.0 * static_cast<double>(c.n_agree) / static_cast<double>(c.policy.n_scored);
-            auto cells = row(kv_policy_name(p.kv_policies[i]) + attention_policy_name(p), c.policy);
-            cells.insert(cells.end(), {bytes_cell(kv_stored_token_bytes(p.kv_policies[i], cfg), o.units), {fmt::format("{:+.3f}%", change), change},
+            auto cells = row(policy_name(p, p.policies[i]), c.policy);
+            cells.insert(cells.end(), {bytes_cell(kv_stored_token_bytes(p.policies[i].kv, cfg), o.units), {fmt::format("{:+.3f}%", change), change},
                                        {fmt::format("{:.3g}", c.mean_kl), c.mean_kl}, {fmt::format("{:.3g}", c.max_kl), c.max_kl},
                                        {fmt::format("{:.1f}%", agree), agree}});
             t.rows.push_back(std::move(cells));
         }
-        t.notes.push_back("each policy and the fp32 full cache read the same tokens in lockstep: vs fp32 full = the perplexity's relative change, "
+        t.notes.push_back("each policy and the fp32 full cache (with the fp32 weights) read the same tokens in lockstep: vs fp32 full = the perplexity's relative change, "
                           "KL(p_fp32 || p) per prediction in nats, same argmax = predictions whose most likely token agrees");
     }
     t.notes.push_back(fmt::format("text encoded with {} (BOS first); windows of at most {} tokens overlapping by one; "
@@ -290,6 +338,12 @@ std::string kv_policy_name(const KvStorage& k) {
     return k.scaled() ? fmt::format("{} ({})", dtype_name(k.dtype), choice_name(kv_scale_choices, k.scale)) : std::string(dtype_name(k.dtype));
 }
 
+// "fp8_e4m3 (tensor), window 64 + 4 sinks, bf16 weights": the KV storage, the attention policy, the weights
+std::string policy_name(const PreparedSimulation& p, const PreparedSimulation::Policy& policy) {
+    return kv_policy_name(policy.kv) + attention_policy_name(p) +
+           (policy.weights != DType::fp32 ? fmt::format(", {} weights", dtype_name(policy.weights)) : std::string());
+}
+
 // ", window 64 + 4 sinks" for a run whose --window / --sink-tokens changed the model's attention
 std::string attention_policy_name(const PreparedSimulation& p) {
     if (!p.sim.reference_config) return "";
@@ -297,33 +351,43 @@ std::string attention_policy_name(const PreparedSimulation& p) {
     return fmt::format(", window {}{}", c.sliding_window.value_or(0), c.sink_tokens ? fmt::format(" + {} sinks", c.sink_tokens) : "");
 }
 
-// Decode steps' (1..) mean counted KV bytes read and their speed.
-std::pair<double, double> decode_kv_read_and_rate(const SimulationResult& r) {
-    std::uint64_t bytes = 0;
+// Decode steps' (1..) mean counted KV and weight bytes read, and their speed (tokens/s).
+struct DecodeRates {
+    double kv_read = 0.0, weights_read = 0.0, tokens_per_s = 0.0;
+};
+DecodeRates decode_rates(const SimulationResult& r) {
+    std::uint64_t kv = 0, weights = 0;
     std::int64_t ns = 0, n = 0;
     for (const StepRecord& rec : r.records)
         if (rec.mode == StepMode::cached && rec.step > 0) {
-            bytes += rec.cost.total().bytes_kv_read;
+            kv += rec.cost.total().bytes_kv_read;
+            weights += rec.cost.total().bytes_weights_read;
             ns += rec.wall_ns;
             ++n;
         }
-    if (n == 0) return {0.0, 0.0};
-    return {static_cast<double>(bytes) / static_cast<double>(n), ns > 0 ? static_cast<double>(n) * 1e9 / static_cast<double>(ns) : 0.0};
+    if (n == 0) return {};
+    const auto steps = static_cast<double>(n);
+    return {static_cast<double>(kv) / steps, static_cast<double>(weights) / steps, ns > 0 ? steps * 1e9 / static_cast<double>(ns) : 0.0};
 }
 
-Table kv_quality_table(const std::string& title) {
+Table policy_table(const std::string& title) {
     Table t;
     t.title = title;
-    t.columns = {{"kv_dtype", "KV storage", false},  {"bytes_kv_per_token", "KV/token"}, {"kv_cache_bytes", "KV cache"},
-                 {"bytes_kv_read_per_decode_step", "KV read/step"}, {"decode_tokens_per_s", "decode tok/s"},
-                 {"max_abs_dlogit", "max |dlogit|"}, {"mean_kl", "mean KL"}, {"max_kl", "max KL"}, {"argmax_agreement", "same argmax"}};
+    t.columns = {{"kv_dtype", "KV storage", false},  {"weight_dtype", "weights", false}, {"bytes_kv_per_token", "KV/token"},
+                 {"kv_cache_bytes", "KV cache"},     {"bytes_kv_read_per_decode_step", "KV read/step"},
+                 {"bytes_weights_read_per_decode_step", "weights read/step"}, {"decode_tokens_per_s", "decode tok/s"},
+                 {"speed_vs_first", "tok/s vs first"}, {"max_abs_dlogit", "max |dlogit|"}, {"mean_kl", "mean KL"}, {"max_kl", "max KL"},
+                 {"argmax_agreement", "same argmax"}};
     return t;
 }
 
-void add_quality_row(Table& t, const ModelConfig& cfg, const KvStorage& storage, const SimulationResult& r, UnitSystem units) {
-    const auto [kv_read, rate] = decode_kv_read_and_rate(r);
-    std::vector<Cell> row{text_cell(kv_policy_name(storage)), bytes_cell(kv_stored_token_bytes(storage, cfg), units), bytes_cell(r.kv_cache_bytes, units),
-                          bytes_cell(static_cast<std::uint64_t>(kv_read), units), real_cell(rate, 1)};
+void add_quality_row(Table& t, const ModelConfig& cfg, const PreparedSimulation::Policy& policy, const SimulationResult& r, double first_rate,
+                     UnitSystem units) {
+    const DecodeRates d = decode_rates(r);
+    std::vector<Cell> row{text_cell(kv_policy_name(policy.kv)), text_cell(std::string(dtype_name(policy.weights))),
+                          bytes_cell(kv_stored_token_bytes(policy.kv, cfg), units), bytes_cell(r.kv_cache_bytes, units),
+                          bytes_cell(static_cast<std::uint64_t>(d.kv_read), units), bytes_cell(static_cast<std::uint64_t>(d.weights_read), units),
+                          real_cell(d.tokens_per_s, 1), ratio_cell(first_rate > 0 ? d.tokens_per_s / first_rate : 0.0)};
     if (const auto& q = r.kv_quality) {
         const double agree = q->n_steps ? 100.0 * static_cast<double>(q->n_agree) / static_cast<double>(q->n_steps) : 0.0;
         row.insert(row.end(), {real_cell(q->max_abs_dlogit, 5), {fmt::format("{:.3g}", q->mean_kl), q->mean_kl},
@@ -335,19 +399,25 @@ void add_quality_row(Table& t, const ModelConfig& cfg, const KvStorage& storage,
 }
 
 const char* quality_note =
-    "against the model's fp32 full cache on the same tokens (teacher-forced, same weights): max |dlogit| over every step, KL(p_fp32 || p) of the "
+    "against the model's fp32 weights and fp32 full cache on the same tokens (teacher-forced): max |dlogit| over every step, KL(p_fp32 || p) of the "
     "next-token distributions in nats, and the steps whose argmax agrees; KV/token: K and V over the layers at the stored width, "
-    "scales included (kvcalc -d gives the same bytes without per-token-head scales); KV read/step: counted, decode steps";
+    "scales included (kvcalc -d gives the same bytes without per-token-head scales); KV and weights read/step: counted at the stored width, "
+    "decode steps; tok/s vs first: decode speed against the first row's";
 
 }  // namespace
 
 Report kv_policy_report(const PreparedSimulation& p, const std::vector<SimulationResult>& runs) {
     Report report;
     report.inputs = p.inputs;
-    Table t = kv_quality_table(fmt::format("KV cache storage on {}{}: {} prompt tokens, {} steps", p.config.display_name, attention_policy_name(p),
-                                           p.sim.prompt_ids.size(), p.sim.n_steps));
-    for (std::size_t i = 0; i < runs.size(); ++i) add_quality_row(t, p.config, p.kv_policies[i], runs[i], p.request.units);
+    const bool weights_listed = p.policies.size() > 1 && p.policies[0].weights != p.policies[1].weights;
+    Table t = policy_table(fmt::format("{} on {}{}: {} prompt tokens, {} steps", weights_listed ? "Weight storage" : "KV cache storage",
+                                       p.config.display_name, attention_policy_name(p), p.sim.prompt_ids.size(), p.sim.n_steps));
+    const double first_rate = runs.empty() ? 0.0 : decode_rates(runs.front()).tokens_per_s;
+    for (std::size_t i = 0; i < runs.size(); ++i) add_quality_row(t, p.config, p.policies[i], runs[i], first_rate, p.request.units);
     t.notes.push_back(quality_note);
+    if (weights_listed)
+        t.notes.push_back("narrow weights: the matmuls read bf16 / fp16 / q8_0 rows and widen them in the kernels, so a decode step reads fewer "
+                          "weight bytes; where reading the weights bounds the step, tokens/s rises as the bytes fall (docs/performance.md)");
     if (p.request.checkpoint.empty())
         t.notes.push_back("random weights: the logit error and KL are real, but the text means nothing; a trained model (--model tiny-llama) and "
                           "--eval give a perplexity that does");

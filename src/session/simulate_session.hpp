@@ -50,6 +50,7 @@ struct SimulateRequest {
     bool mode_given = false;           // --mode on the command line (a narrow --kv-dtype defaults to cached)
     std::int64_t window = 0;           // --window W: every layer keeps its last W positions (0: the model's own)
     std::int64_t sink_tokens = 0;      // --sink-tokens S: and its first S (StreamingLLM)
+    std::string weight_dtype = "fp32"; // --weight-dtype: how the matmuls read the weights; a comma list compares them
 };
 
 // Everything a run needs, checked: the config (its first --layers layers), the weights, the
@@ -63,7 +64,13 @@ struct PreparedSimulation {
     std::vector<TokenId> eval_ids;  // --eval: the text's token ids
     nlohmann::json inputs;
     bool tokens_meaningful = false; // a tokenizer, a given prompt or real weights: worth streaming
-    std::vector<KvStorage> kv_policies;  // --kv-dtype as parsed: one (in sim.kv_storage) or several
+    // The runs to compare: --kv-dtype x --weight-dtype as parsed (one of them may list several); one run
+    // when both name one (in sim.kv_storage, sim.weight_dtype).
+    struct Policy {
+        KvStorage kv;
+        DType weights = DType::fp32;
+    };
+    std::vector<Policy> policies;
 };
 
 // Throws UsageError / ConfigError / FormatError / IoError for anything wrong with the request, before
@@ -72,7 +79,8 @@ PreparedSimulation prepare_simulation(SimulateRequest request);
 // --eval: teacher-forced mean NLL and perplexity of the text.
 Report eval_report(const PreparedSimulation& prepared);
 // After run_simulation: the trace written (--trace) and the report. Throws Interrupted when no step finished.
-// --kv-dtype with several formats: one row per storage (bytes, traffic, speed, quality against fp32).
+// --kv-dtype or --weight-dtype with several formats: one row per policy (bytes, traffic, speed, quality
+// against the fp32 weights and full cache).
 Report kv_policy_report(const PreparedSimulation& p, const std::vector<SimulationResult>& runs);
 Report simulation_outcome(const PreparedSimulation& prepared, const SimulationResult& result);
 // After printing the report: throws Error when cached and uncached diverged, Interrupted after Ctrl-C.

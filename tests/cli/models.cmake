@@ -36,4 +36,14 @@ kvlab_expect(RC 0 ARGS simulate --model tiny-llama --eval ${MODELS}/heldout.txt 
 # side by side on the greedy decode: tiny-llama's 4 layers x 2 KV heads x 32 = 256 values of K and of V per token:
 # fp32 2 KiB, fp16 1 KiB, q8_0 2 x 4 x (64 / 32 x 34 B) = 544 B
 kvlab_expect(RC 0 ARGS simulate --model tiny-llama --prompt "Once upon a time" -n 16 -q --threads 1 --kv-dtype fp32,fp16,q8_0
-             OUT "^Once upon a time" "fp32 +2\\.00 KiB .* reference" "fp16 +1\\.00 KiB" "q8_0 +544 B .*100\\.0%")
+             OUT "^Once upon a time" "fp32 +fp32 +2\\.00 KiB .* reference" "fp16 +fp32 +1\\.00 KiB" "q8_0 +fp32 +544 B .*100\\.0%")
+# narrow weights on the same decode: tiny-llama's matmuls hold 4 layers x (2 x 192x192 (q, o) + 2 x 64x192 (k, v) + 3 x 320x192
+# (gate, up, down)) + the classifier 512x192 = 1,228,800 weights; a decode step also reads 7,680 B of fp32 (9 norms of 192 and one
+# embedding row): fp32 4 x 1,228,800 + 7,680 = 4,922,880 B = 4.69 MiB, bf16 2 x 1,228,800 + 7,680 = 2,465,280 B = 2.35 MiB,
+# q8_0 1,228,800 / 32 x 34 B + 7,680 = 1,313,280 B = 1.25 MiB
+kvlab_expect(RC 0 ARGS simulate --model tiny-llama --prompt "Once upon a time" -n 16 -q --threads 1 --weight-dtype fp32,bf16,q8_0
+             OUT "^Once upon a time" "Weight storage on tiny-llama" "fp32 +fp32 .* 4\\.69 MiB .* reference" "fp32 +bf16 .* 2\\.35 MiB .*100\\.0%"
+                 "fp32 +q8_0 .* 1\\.25 MiB ")
+# and their perplexity beside the fp32 model's (1.1918, the PyTorch value above)
+kvlab_expect(RC 0 ARGS simulate --model tiny-llama --eval ${MODELS}/heldout.txt --weight-dtype bf16
+             OUT "fp32 weights, fp32 full cache \\(reference\\) +255 +1 +254 .* 1\\.1917[89][0-9]" "fp32, bf16 weights +255 +1 +254 ")

@@ -102,7 +102,7 @@ kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --kv-dtyp
              OUT "KV cache fp8_e4m3 \\(token-head scale\\) against the fp32 full cache" "same argmax")
 kvlab_expect(RC 2 ARGS simulate -p 4 -n 4 --kv-dtype fp7 ERR "--kv-dtype: unknown dtype 'fp7'")
 kvlab_expect(RC 2 ARGS simulate -p 4 -n 4 --kv-dtype int4 ERR "--kv-dtype int4: the cache stores")
-kvlab_expect(RC 2 ARGS simulate -p 4 -n 4 --kv-dtype fp16 --mode both ERR "--mode both: --kv-dtype fp16 is a policy of the cache, which only the cached mode has")
+kvlab_expect(RC 2 ARGS simulate -p 4 -n 4 --kv-dtype fp16 --mode both ERR "--mode both: --kv-dtype fp16 is measured on the cached mode, beside the fp32 model")
 kvlab_expect(RC 2 ARGS simulate -p 4 -n 4 --kv-dtype fp16 --kv-scale token-head ERR "--kv-scale: scales apply to fp8_e4m3, fp8_e5m2 and int8")
 kvlab_expect(RC 2 ARGS simulate -p 4 -n 4 --kv-dtype fp16,fp16 ERR "--kv-dtype: fp16 is listed twice")
 kvlab_expect(RC 2 ARGS simulate -p 4 -n 4 --kv-dtype fp16,q8_0 --trace "${WORK}/t.csv" ERR "--trace: one run per trace")
@@ -115,5 +115,13 @@ kvlab_expect(RC 0 ARGS kvcalc -m stories15m -d fp32 --context 63 --window 16 --s
              OUT "stories15m +MHA \\(native\\) +fp32 +63 +1 +16 +216\\.00 KiB" "the first 4 positions kept as sinks")
 kvlab_expect(RC 2 ARGS simulate -m stories15m -p 4 -n 4 --sink-tokens 4 ERR "--sink-tokens 4: stories15m has no sliding window for the sinks to stay in; give --window W")
 kvlab_expect(RC 2 ARGS simulate -m stories15m -p 4 -n 4 --window 8 --sink-tokens 8 ERR "--sink-tokens 8: expected fewer than stories15m's window of 8 positions")
-kvlab_expect(RC 2 ARGS simulate -m stories15m -p 4 -n 4 --window 8 --mode both ERR "--mode both: --window is a policy of the cache")
+kvlab_expect(RC 2 ARGS simulate -m stories15m -p 4 -n 4 --window 8 --mode both ERR "--mode both: --window is measured on the cached mode")
 kvlab_expect(RC 2 ARGS kvcalc -m stories15m --window 8 --sink-tokens 9 ERR "--sink-tokens 9: expected fewer than stories15m's window of 8 positions")
+
+# --weight-dtype: the formats the kernels widen, q8_0 only where rows split into blocks of 32, cached mode, one list at a time
+file(WRITE "${WORK}/d48.json" "{\"model_type\":\"llama\",\"hidden_size\":48,\"intermediate_size\":64,\"num_hidden_layers\":1,\"num_attention_heads\":2,\"num_key_value_heads\":2,\"vocab_size\":32,\"max_position_embeddings\":64}")
+kvlab_expect(RC 2 ARGS simulate --config "${WORK}/d48.json" -p 2 -n 2 --weight-dtype q8_0 ERR "--weight-dtype q8_0: .*hidden_size is 48, not a multiple of 32")
+kvlab_expect(RC 2 ARGS simulate -p 2 -n 2 --weight-dtype q4_0 ERR "--weight-dtype q4_0: expected fp32, bf16, fp16 or q8_0")
+kvlab_expect(RC 2 ARGS simulate -p 2 -n 2 --weight-dtype bf16 --mode both ERR "--mode both: --weight-dtype bf16 is measured on the cached mode")
+kvlab_expect(RC 2 ARGS simulate -p 2 -n 2 --weight-dtype bf16,q8_0 --kv-dtype fp16,q8_0 ERR "one of them may list several")
+kvlab_expect(RC 2 ARGS simulate -p 2 -n 2 --weight-dtype bf16,bf16 ERR "--weight-dtype: bf16 is listed twice")

@@ -1,0 +1,222 @@
+#include "model/narrow_weights.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/checked.hpp"
+#include "core/error.hpp"
+#include "model/kv_format.hpp"
+#include "model/matmul.hpp"
+#include "model/simd.hpp"
+
+namespace kvlab {
+
+void check_weight_dtype(DType dtype) {
+    if (dtype != DType::fp32 && dtype != DType::bf16 && dtype != DType::fp16 && dtype != DType::q8_0)
+        throw UsageError(fmt::format("--weight-dtype {}: expected fp32, bf16, fp16 or q8_0", dtype_name(dtype)));
+}
+
+void check_weight_shapes(const ModelConfig& cfg, DType dtype) {
+    if (dtype != DType::q8_0) return;
+    for (const auto& [name, width] : {std::pair<const char*, std::int64_t>{"hidden_size", cfg.d_model}, {"heads x head_dim", cfg.d_q()},
+                                      {"intermediate_size", cfg.d_ff}})
+        if (width % kv_block_values != 0)
+            throw UsageError(fmt::format("--weight-dtype q8_0: {}'s {} is {}, not a multiple of 32 (q8_0 blocks hold 32 weights of a row)",
+                                         cfg.name, name, width));
+}
+
+NarrowMatrix::NarrowMatrix(const MatrixRM& w, DType dtype, const char* name)
+    : dtype_(dtype), rows_(w.rows()), cols_(w.cols()), row_bytes_(row_bytes(dtype, static_cast<std::uint64_t>(w.cols()))) {
+    if (dtype == DType::q8_0 && cols_ % kv_block_values != 0)
+        throw UsageError(fmt::format("--weight-dtype q8_0: {} has rows of {} weights, which do not split into blocks of 32", name, cols_));
+    data_.resize(checked_mul(row_bytes_, static_cast<std::uint64_t>(rows_), "narrow weight bytes"));
+    for (std::int64_t r = 0; r < rows_; ++r) {
+        std::uint8_t* out = data_.data() + static_cast<std::size_t>(r) * row_bytes_;
+        const float* x = w.row(r).data();
+        if (dtype == DType::q8_0) {
+            for (std::int64_t b = 0; b < cols_ / kv_block_values; ++b) {
+                const BlockQ8_0 q = quantize_q8_0(std::span<const float, 32>(x + b * kv_block_values, 32));
+                std::memcpy(out + b * static_cast<std::int64_t>(sizeof q), &q, sizeof q);
+            }
+            continue;
+        }
+        for (std::int64_t c = 0; c < cols_; ++c) {
+            const std::uint16_t code = dtype == DType::bf16 ? bf16_encode(x[c]) : fp16_encode(x[c]);
+            std::memcpy(out + 2 * c, &code, 2);
+        }
+    }
+}
+
+void NarrowMatrix::decode(std::int64_t r, std::int64_t c0, std::int64_t n, float* out) const {
+    const std::uint8_t* row = data_.data() + static_cast<std::size_t>(r) * row_bytes_;
+    switch (dtype_) {
+    case DType::bf16: {  // the top half of an fp32
+        const auto* c = reinterpret_cast<const std::uint16_t*>(row) + c0;
+        auto* bits = reinterpret_cast<std::uint32_t*>(out);
+        for (std::int64_t i = 0; i < n; ++i) bits[i] = static_cast<std::uint32_t>(c[i]) << 16;
+        return;
+    }
+    case DType::fp16: fp16_decode_n(reinterpret_cast<const std::uint16_t*>(row) + c0, out, n); return;
+    case DType::q8_0:
+        for (std::int64_t b = c0 / kv_block_values; b < (c0 + n) / kv_block_values; ++b)
+            q8_0_decode_block(row + b * static_cast<std::int64_t>(sizeof(BlockQ8_0)), out + (b * kv_block_values - c0));
+        return;
+    default: throw std::logic_error("NarrowMatrix: unchecked dtype");
+    }
+}
+
+namespace {
+
+constexpr std::int64_t kGemvRows = 8;      // rows widened side by side (as gemv_rows' streams)
+constexpr std::int64_t kGemvCols = 512;    // columns per pass: 8 x 512 floats = 16 KiB, in L1
+constexpr std::int64_t kPanelFloats = 64 * 1024;  // a gemm panel of rows: 256 KiB, in L2
+constexpr std::int64_t kPrefetchBytes = 512;      // how far ahead in each row the fused GEMV asks for lines
+
+}  // namespace
+
+namespace {
+
+// y[0..nr) = w rows r0.. . x, widening `kGemvCols` columns of the rows at a time into an L1 buffer and
+// running the fp32 kernel on it: the portable path, and the tail of the fused one.
+void gemv_buffered(const NarrowMatrix& w, std::int64_t r0, std::int64_t nr, const float* x, float* y) {
+    alignas(64) float buf[kGemvRows * kGemvCols];
+    float part[kGemvRows];
+    const std::int64_t cols = w.cols();
+    for (std::int64_t i = 0; i < nr; i += kGemvRows) {
+        const std::int64_t n = std::min(kGemvRows, nr - i);
+        std::fill(y + i, y + i + n, 0.0f);
+        for (std::int64_t c0 = 0; c0 < cols; c0 += kGemvCols) {
+            const std::int64_t nc = std::min(kGemvCols, cols - c0);
+            for (std::int64_t r = 0; r < n; ++r) w.decode(r0 + i + r, c0, nc, buf + r * nc);
+            gemv_rows(buf, nc, n, nc, x + c0, part);
+            for (std::int64_t r = 0; r < n; ++r) y[i + r] += part[r];
+        }
+    }
+}
+
+#if defined(__AVX2__) && defined(__F16C__)
+// 8 rows side by side, as gemv_rows reads fp32 (8 streams in flight), each 8 weights widened in a
+// register and multiplied into the row's accumulator; one tree sums the 8 accumulators at the end.
+// bf16: a 16-bit shift into the top of an fp32; fp16: F16C; q8_0: per block of 32, the codes' dot
+// product with x, times the block's scale d.
+void gemv8_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[8], const float* x, float* y) {
+    const std::int64_t cols = w.cols();
+    __m256 acc[8];
+    for (auto& a : acc) a = _mm256_setzero_ps();
+    std::int64_t j = 0;
+    if (w.dtype() == DType::q8_0) {
+        for (; j + kv_block_values <= cols; j += kv_block_values) {
+            const std::int64_t off = j / kv_block_values * static_cast<std::int64_t>(sizeof(BlockQ8_0));
+            for (int r = 0; r < 8; ++r) {
+                const std::uint8_t* blk = row[r] + off;
+                _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes), _MM_HINT_T0);
+                std::uint16_t dc;
+                std::memcpy(&dc, blk, 2);
+                __m256 dot = _mm256_setzero_ps();
+                for (int k = 0; k < 32; k += 8) {
+                    const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + k))));
+                    dot = _mm256_fmadd_ps(q, _mm256_loadu_ps(x + j + k), dot);
+                }
+                acc[r] = _mm256_fmadd_ps(dot, _mm256_set1_ps(_cvtsh_ss(dc)), acc[r]);
+            }
+        }
+    } else {
+        const bool bf16 = w.dtype() == DType::bf16;
+        auto widen = [bf16](__m128i h) { return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h); };
+        for (; j + 16 <= cols; j += 16) {  // 32 bytes of each row per pass, the next lines prefetched
+            const __m256 x0 = _mm256_loadu_ps(x + j), x1 = _mm256_loadu_ps(x + j + 8);
+            for (int r = 0; r < 8; ++r) {
+                _mm_prefetch(reinterpret_cast<const char*>(row[r] + 2 * j + kPrefetchBytes), _MM_HINT_T0);
+                const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[r] + 2 * j));
+                acc[r] = _mm256_fmadd_ps(widen(_mm256_castsi256_si128(h)), x0, acc[r]);
+                acc[r] = _mm256_fmadd_ps(widen(_mm256_extracti128_si256(h, 1)), x1, acc[r]);
+            }
+        }
+    }
+    _mm256_storeu_ps(y, sum8(acc));
+    for (; j < cols; ++j)  // columns past the last 16 (bf16, fp16): one by one
+        for (int r = 0; r < 8; ++r) {
+            std::uint16_t c;
+            std::memcpy(&c, row[r] + 2 * j, 2);
+            y[r] += (w.dtype() == DType::bf16 ? bf16_decode(c) : fp16_decode(c)) * x[j];
+        }
+}
+#endif
+
+}  // namespace
+
+void gemv_narrow(const NarrowMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, float* y) {
+    std::int64_t done = 0;
+#if defined(__AVX2__) && defined(__F16C__)
+    // as gemv_rows: rows = 8 * per + rest, stream s walks rows s*per .. (s+1)*per-1, so each of the 8
+    // streams is one long sequential run of memory the prefetchers follow
+    const std::int64_t per = rows / 8;
+    for (std::int64_t i = 0; i < per; ++i) {
+        const std::uint8_t* row[8];
+        float out[8];
+        for (int s = 0; s < 8; ++s) row[s] = w.row_data(r0 + s * per + i);
+        gemv8_fused(w, row, x, out);
+        for (int s = 0; s < 8; ++s) y[s * per + i] = out[s];
+    }
+    done = 8 * per;
+#endif
+    if (done < rows) gemv_buffered(w, r0 + done, rows - done, x, y + done);
+}
+
+std::int64_t narrow_panel_floats(std::int64_t cols) {
+    return std::max<std::int64_t>(kPanelFloats, static_cast<std::int64_t>(checked_mul(16, static_cast<std::uint64_t>(cols), "narrow weight panel")));
+}
+
+void gemm_narrow(const NarrowMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, std::int64_t ldx, std::int64_t n,
+                 float* out, std::int64_t ldo, float* panel, float* scratch) {
+    const std::int64_t cols = w.cols(), per_panel = std::max<std::int64_t>(1, narrow_panel_floats(cols) / std::max<std::int64_t>(1, cols));
+    for (std::int64_t i = 0; i < rows; i += per_panel) {
+        const std::int64_t nr = std::min(per_panel, rows - i);
+        for (std::int64_t r = 0; r < nr; ++r) w.decode(r0 + i + r, 0, cols, panel + r * cols);
+        gemm_rows(panel, cols, nr, cols, x, ldx, n, out + i, ldo, scratch);
+    }
+}
+
+std::uint64_t NarrowWeights::bytes() const {
+    std::uint64_t sum = classifier.bytes();
+    for (const NarrowLayer& l : layers)
+        for (const NarrowMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w3, &l.w2}) sum += m->bytes();
+    return sum;
+}
+
+NarrowWeights narrow_weights(const Weights& w, DType dtype) {
+    check_weight_dtype(dtype);
+    NarrowWeights nw;
+    nw.dtype = dtype;
+    for (const LayerWeights& lw : w.layers) {
+        NarrowLayer& l = nw.layers.emplace_back();
+        l.wq = NarrowMatrix(lw.wq, dtype, "wq");
+        l.wk = NarrowMatrix(lw.wk, dtype, "wk");
+        l.wv = NarrowMatrix(lw.wv, dtype, "wv");
+        l.wo = NarrowMatrix(lw.wo, dtype, "wo");
+        l.w1 = NarrowMatrix(lw.w1, dtype, "w1");
+        if (lw.w3.size()) l.w3 = NarrowMatrix(lw.w3, dtype, "w3");
+        l.w2 = NarrowMatrix(lw.w2, dtype, "w2");
+    }
+    nw.classifier = NarrowMatrix(w.classifier(), dtype, "the classifier");
+    return nw;
+}
+
+std::uint64_t narrow_weights_bytes(const ModelConfig& cfg, DType dtype) {
+    // one matrix: rows x row_bytes(cols)
+    const auto matrix = [&](std::int64_t rows, std::int64_t cols) {
+        return checked_mul(static_cast<std::uint64_t>(rows), row_bytes(dtype, static_cast<std::uint64_t>(cols)), "narrow weight bytes");
+    };
+    const std::int64_t d = cfg.d_model, f = cfg.d_ff;
+    std::uint64_t layer = 0;
+    for (const std::uint64_t m : {matrix(cfg.d_q(), d), matrix(cfg.d_kv(), d), matrix(cfg.d_kv(), d), matrix(d, cfg.d_q()), matrix(f, d),
+                                  cfg.family == Family::llama ? matrix(f, d) : 0, matrix(d, f)})
+        layer = checked_add(layer, m, "narrow weight bytes");
+    return checked_add(checked_mul(layer, static_cast<std::uint64_t>(cfg.n_layer), "narrow weight bytes"), matrix(cfg.n_vocab, d),
+                       "narrow weight bytes");
+}
+
+}  // namespace kvlab

@@ -1,0 +1,130 @@
+// Narrow weights (simulate --weight-dtype): the stored values are the codecs' (tested against
+// hand-computed codes in test_kv_format.cpp), the kernels equal a double-precision product over those
+// values, the bytes are hand arithmetic, and the model reads only the narrow bytes.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "calc/presets.hpp"
+#include "core/error.hpp"
+#include "model/kv_format.hpp"
+#include "model/matmul.hpp"
+#include "model/narrow_weights.hpp"
+#include "model/random_weights.hpp"
+#include "model/transformer.hpp"
+#include "sim_configs.hpp"
+
+using namespace kvlab;
+
+namespace {
+
+MatrixRM random_matrix(std::int64_t rows, std::int64_t cols, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    MatrixRM m(rows, cols);
+    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = normal(rng);
+    return m;
+}
+
+// What one stored weight reads back as, from the one-value codecs.
+MatrixRM widened_by_codec(const MatrixRM& w, DType dtype) {
+    MatrixRM out(w.rows(), w.cols());
+    for (Eigen::Index r = 0; r < w.rows(); ++r)
+        for (Eigen::Index c = 0; c < w.cols(); c += 32) {
+            if (dtype == DType::q8_0) {
+                const BlockQ8_0 b = quantize_q8_0(std::span<const float, 32>(w.row(r).data() + c, 32));
+                dequantize_q8_0(b, std::span<float, 32>(out.row(r).data() + c, 32));
+                continue;
+            }
+            for (Eigen::Index j = c; j < std::min<Eigen::Index>(c + 32, w.cols()); ++j)
+                out(r, j) = dtype == DType::bf16 ? bf16_decode(bf16_encode(w(r, j))) : fp16_decode(fp16_encode(w(r, j)));
+        }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("Narrow weight kernels equal a double-precision product over the stored values") {
+    // 37 rows (8-row passes and a tail of 5); 1056 columns = 33 blocks of 32 (two passes of 512 and a
+    // tail of 32 in the GEMV)
+    const MatrixRM w = random_matrix(37, 1056, 3);
+    const MatrixRM x = random_matrix(5, 1056, 4);  // 5 tokens
+    for (const DType dtype : {DType::bf16, DType::fp16, DType::q8_0}) {
+        CAPTURE(dtype_name(dtype));
+        const NarrowMatrix nm(w, dtype, "w");
+        const MatrixRM wide = widened_by_codec(w, dtype);
+        std::vector<float> row(1056);
+        for (std::int64_t r = 0; r < 37; ++r) {
+            nm.decode(r, 0, 1056, row.data());
+            CHECK(Eigen::Map<const VectorF>(row.data(), 1056) == wide.row(r).transpose());
+        }
+        CHECK(wide != w);  // rounded: the store is not a copy
+        // rows 3..34 for one token (the GEMV), then for all five (the GEMM)
+        std::vector<float> y(32);
+        gemv_narrow(nm, 3, 32, x.row(0).data(), y.data());
+        MatrixRM out(5, 32);
+        MatrixRM panel(1, narrow_panel_floats(1056)), scratch(1, gemm_scratch_floats(1056, 5));
+        gemm_narrow(nm, 3, 32, x.data(), x.cols(), 5, out.data(), out.cols(), panel.data(), scratch.data());
+        for (std::int64_t t = 0; t < 5; ++t)
+            for (std::int64_t i = 0; i < 32; ++i) {
+                double ref = 0.0;
+                for (std::int64_t j = 0; j < 1056; ++j) ref += static_cast<double>(wide(3 + i, j)) * x(t, j);
+                // fp32 sums of 1056 products of size ~1: within 1e-4 of the exact sum
+                if (t == 0) CHECK(std::fabs(y[static_cast<std::size_t>(i)] - ref) < 1e-4 * (1.0 + std::fabs(ref)) * 10);
+                CHECK(std::fabs(out(t, i) - ref) < 1e-4 * (1.0 + std::fabs(ref)) * 10);
+            }
+    }
+    CHECK_THROWS_AS(NarrowMatrix(random_matrix(2, 48, 5), DType::q8_0, "w"), UsageError);  // 48 is not a multiple of 32
+    CHECK_THROWS_AS(check_weight_dtype(DType::q4_0), UsageError);
+}
+
+TEST_CASE("Narrow weight bytes: stories15M by hand") {
+    // stories15M: d 288, 6 layers, 6 heads (MHA, D 48), FFN 768, vocab 32000, classifier tied to the embedding.
+    // per layer 4 x 288 x 288 (q, k, v, o) + 3 x 288 x 768 (w1, w2, w3) = 331776 + 663552 = 995328 weights;
+    // x 6 layers = 5971968, + classifier 32000 x 288 = 9216000: 15187968 weights
+    const ModelConfig cfg = load_preset("stories15m");
+    CHECK(narrow_weights_bytes(cfg, DType::bf16) == 15187968ull * 2);       // 30375936 B
+    CHECK(narrow_weights_bytes(cfg, DType::q8_0) == 15187968ull / 32 * 34);  // blocks of 32 in 34 B: 16137216 B
+    // and what narrow_weights allocates, on a shape small enough to build
+    ModelConfig small = test::tiny_config(Family::llama, 4, 2);
+    small.d_model = 64;
+    small.d_head = 16;
+    small.d_ff = 96;
+    const Weights w = random_weights(small, 1);
+    for (const DType dtype : {DType::bf16, DType::q8_0}) CHECK(narrow_weights(w, dtype).bytes() == narrow_weights_bytes(small, dtype));
+}
+
+TEST_CASE("A model with narrow weights reads only the narrow bytes, and its logits move by about their rounding") {
+    ModelConfig cfg = test::tiny_config(Family::llama, 4, 2);
+    cfg.d_model = 64;
+    cfg.d_head = 16;
+    cfg.d_ff = 96;
+    const Weights w = random_weights(cfg, 2);
+    const std::vector<TokenId> prompt{1, 7, 3, 9, 4};
+    auto run = [&](const NarrowWeights* nw, StepCost& decode_cost) {
+        TransformerSize size{8, 5, false, nw != nullptr};
+        Transformer model(cfg, w, size, nw);
+        KvCache cache(cfg, 8);
+        model.forward_cached(prompt, 0, cache, nullptr);  // the prefill: a GEMM over 5 tokens
+        const TokenId next = 11;
+        return VectorF(model.forward_cached(std::span<const TokenId>(&next, 1), 5, cache, &decode_cost));
+    };
+    StepCost fp32_cost;
+    const VectorF fp32 = run(nullptr, fp32_cost);
+    for (const DType dtype : {DType::bf16, DType::q8_0}) {
+        CAPTURE(dtype_name(dtype));
+        const NarrowWeights nw = narrow_weights(w, dtype);
+        StepCost cost;
+        const VectorF narrow = run(&nw, cost);
+        const double dlogit = (narrow - fp32).cwiseAbs().maxCoeff();
+        CHECK(dlogit > 0.0);
+        CHECK(dlogit < 0.05);  // random weights of sigma 0.02: logits of ~0.1, bf16 keeps 8 bits
+        // matmul weights per step: 2 layers x (q 64x64 + k 32x64 + v 32x64 + o 64x64 + 3 x 96x64) = 2 x 30720
+        // = 61440, + classifier 50 x 64 = 3200: 64640 weights, 4 B each in fp32
+        const std::uint64_t matmul_fp32 = 64640ull * 4;
+        const std::uint64_t matmul_narrow = dtype == DType::bf16 ? 64640ull * 2 : 64640ull / 32 * 34;
+        CHECK(fp32_cost.total().bytes_weights_read - cost.total().bytes_weights_read == matmul_fp32 - matmul_narrow);
+    }
+}
