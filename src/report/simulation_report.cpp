@@ -163,14 +163,18 @@ Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& r
         Table k;
         const std::string dtype = inputs.value("kv_dtype", std::string("fp32"));
         const bool scaled = dtype.rfind("fp8", 0) == 0 || dtype == "int8";
-        k.title = fmt::format("KV cache {}{}{} against the fp32 full cache", dtype,
-                              scaled ? fmt::format(" ({} scale)", inputs.value("kv_scale", std::string("tensor"))) : "", window);
+        const std::string weights = inputs.value("weight_dtype", std::string("fp32"));
+        k.title = weights == "fp32" ? fmt::format("KV cache {}{}{} against the fp32 full cache", dtype,
+                                                  scaled ? fmt::format(" ({} scale)", inputs.value("kv_scale", std::string("tensor"))) : "", window)
+                                    : fmt::format("KV cache {}{}{}, {} weights against the fp32 weights and fp32 full cache", dtype,
+                                                  scaled ? fmt::format(" ({} scale)", inputs.value("kv_scale", std::string("tensor"))) : "", window,
+                                                  weights);
         k.columns = {{"kv_cache_bytes", "KV cache"}, {"max_abs_dlogit", "max |dlogit|"}, {"mean_kl", "mean KL"}, {"max_kl", "max KL"},
                      {"argmax_agreement", "same argmax"}, {"steps", "steps"}};
         const double agree = q->n_steps ? 100.0 * static_cast<double>(q->n_agree) / static_cast<double>(q->n_steps) : 0.0;
         k.rows.push_back({bytes_cell(run.kv_cache_bytes, units), real_cell(q->max_abs_dlogit, 5), {fmt::format("{:.3g}", q->mean_kl), q->mean_kl},
                           {fmt::format("{:.3g}", q->max_kl), q->max_kl}, {fmt::format("{:.1f}%", agree), agree}, int_cell(q->n_steps)});
-        k.notes.push_back("the same tokens through the model's fp32 full cache, teacher-forced: the largest logit difference, "
+        k.notes.push_back("the same tokens through the model's fp32 weights and fp32 full cache, teacher-forced: the largest logit difference, "
                           "KL(p_fp32 || p) of the next-token distributions in nats, and the steps whose argmax agrees (docs/cli-simulate.md)");
         report.tables.push_back(std::move(k));
     }
