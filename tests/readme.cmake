@@ -87,6 +87,10 @@ expect("kvlab simulate --model tiny-llama --eval models/heldout.txt" OUT "perple
 # the same text through caches stored narrower: fp32 is PyTorch's 1.1917x; every format scores the 254 predictions
 expect("kvlab simulate --model tiny-llama --eval models/heldout.txt --kv-dtype fp16,fp8_e4m3,q4_0"
        OUT "fp32 full cache \\(reference\\) +255 +1 +254 .* 1\\.1917[89][0-9]" "fp16 +255 +1 +254" "fp8_e4m3 \\(tensor\\) +255 +1 +254" "q4_0 +255 +1 +254")
+# weights read per decode step: 4 x 1,228,800 + 7,680 B = 4.69 MiB (fp32), 2 x 1,228,800 + 7,680 = 2.35 MiB (bf16),
+# 1,228,800 / 32 x 34 + 7,680 = 1.25 MiB (q8_0); tests/cli/models.cmake derives the counts
+expect("kvlab simulate --model tiny-llama --prompt \"Once upon a time\" -n 32 --weight-dtype fp32,bf16,q8_0"
+       OUT "fp32 +fp32 .* 4\\.69 MiB .* reference" "fp32 +bf16 .* 2\\.35 MiB " "fp32 +q8_0 .* 1\\.25 MiB ")
 expect("kvlab simulate" OUT "TinyStories 15M" "steps \\(tokens generated\\) +128 +128")
 expect("kvlab simulate --model gpt2 --layers 1 -n 12" OUT "GPT-2" "steps \\(tokens generated\\) +12 +12")
 expect("kvlab simulate --trace run.csv --deterministic" OUT "steps \\(tokens generated\\) +128 +128")
