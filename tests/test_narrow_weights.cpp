@@ -47,28 +47,28 @@ MatrixRM widened_by_codec(const MatrixRM& w, DType dtype) {
 }  // namespace
 
 TEST_CASE("Narrow weight kernels equal a double-precision product over the stored values") {
-    // 37 rows (8-row passes and a tail of 5); 1056 columns = 33 blocks of 32 (two passes of 512 and a
-    // tail of 32 in the GEMV)
-    const MatrixRM w = random_matrix(37, 1056, 3);
+    // 150 rows: the GEMV over rows 3..146 is 8 streams of 18 rows; the GEMM's panels hold
+    // 65536 / 1056 = 62 rows, so 144 rows take three panels (62, 62, 20). 1056 columns = 33 blocks of 32.
+    const MatrixRM w = random_matrix(150, 1056, 3);
     const MatrixRM x = random_matrix(5, 1056, 4);  // 5 tokens
     for (const DType dtype : {DType::bf16, DType::fp16, DType::q8_0}) {
         CAPTURE(dtype_name(dtype));
         const NarrowMatrix nm(w, dtype, "w");
         const MatrixRM wide = widened_by_codec(w, dtype);
         std::vector<float> row(1056);
-        for (std::int64_t r = 0; r < 37; ++r) {
+        for (std::int64_t r = 0; r < 150; ++r) {
             nm.decode(r, 0, 1056, row.data());
             CHECK(Eigen::Map<const VectorF>(row.data(), 1056) == wide.row(r).transpose());
         }
         CHECK(wide != w);  // rounded: the store is not a copy
-        // rows 3..34 for one token (the GEMV), then for all five (the GEMM)
-        std::vector<float> y(32);
-        gemv_narrow(nm, 3, 32, x.row(0).data(), y.data());
-        MatrixRM out(5, 32);
+        // rows 3..146 for one token (the GEMV), then for all five (the GEMM)
+        std::vector<float> y(144);
+        gemv_narrow(nm, 3, 144, x.row(0).data(), y.data());
+        MatrixRM out(5, 144);
         MatrixRM panel(1, narrow_panel_floats(1056)), scratch(1, gemm_scratch_floats(1056, 5));
-        gemm_narrow(nm, 3, 32, x.data(), x.cols(), 5, out.data(), out.cols(), panel.data(), scratch.data());
+        gemm_narrow(nm, 3, 144, x.data(), x.cols(), 5, out.data(), out.cols(), panel.data(), scratch.data());
         for (std::int64_t t = 0; t < 5; ++t)
-            for (std::int64_t i = 0; i < 32; ++i) {
+            for (std::int64_t i = 0; i < 144; ++i) {
                 double ref = 0.0;
                 for (std::int64_t j = 0; j < 1056; ++j) ref += static_cast<double>(wide(3 + i, j)) * x(t, j);
                 // fp32 sums of 1056 products of size ~1: within 1e-4 of the exact sum

@@ -14,6 +14,7 @@
 #include "model/kv_cache.hpp"
 #include "model/random_weights.hpp"
 #include "model/simulator.hpp"
+#include "model/narrow_weights.hpp"
 #include "model/transformer.hpp"
 #include "sim_configs.hpp"
 
@@ -94,6 +95,31 @@ TEST_CASE("Cached decode steps allocate nothing once the transformer and the cac
         }
         CHECK(g_n_allocs.load() - before == 0);
     }
+    omp_set_num_threads(n_threads_default);
+    omp_set_dynamic(dynamic_default);
+}
+
+TEST_CASE("Decode steps through a narrow cache and narrow weights allocate nothing either") {
+    const int n_threads_default = omp_get_max_threads();
+    const int dynamic_default = omp_get_dynamic();
+    omp_set_dynamic(0);
+    const ModelConfig cfg = tiny_config(Family::llama, 4, 2);
+    const Weights w = random_weights(cfg, 5);
+    const NarrowWeights nw = narrow_weights(w, DType::bf16);
+    for (const DType kv : {DType::fp8_e4m3, DType::fp16})
+        for (const int n_threads : {n_threads_default, 1}) {
+            omp_set_num_threads(n_threads);
+            INFO(dtype_name(kv), " threads=", n_threads);
+            Transformer model(cfg, w, TransformerSize{32, 8, false, true}, &nw);
+            KvCache cache(cfg, 32, KvStorage{kv, KvScale::token_head});
+            StepCost cost;
+            const std::vector<TokenId> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+            model.forward_cached(prompt, 0, cache, &cost);
+            const long before = g_n_allocs.load();
+            TokenId next = 9;
+            for (std::int64_t pos = 8; pos < 32; ++pos) model.forward_cached(std::span<const TokenId>(&next, 1), pos, cache, &cost);
+            CHECK(g_n_allocs.load() - before == 0);
+        }
     omp_set_num_threads(n_threads_default);
     omp_set_dynamic(dynamic_default);
 }
