@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include "bench_common.hpp"
 #include "calc/presets.hpp"
 #include "core/error.hpp"
 #include "core/printer.hpp"
@@ -29,13 +30,9 @@
 #include "model/simulator.hpp"
 
 using namespace kvlab;
+using kvlab::bench::median;
 
 namespace {
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
 
 struct Rates {
     double tokens_per_s = 0.0;
@@ -158,6 +155,7 @@ int main(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
     try {
         const Format fmt_out = parse_choice(format_choices, format, "--format");
+        if (!json.empty()) check_output_path(json, "--json");
         const KvScale scale = parse_choice(kv_scale_choices, scale_name, "--kv-scale");
         const int n_threads = threads > 0 ? threads : omp_get_num_procs();
         omp_set_dynamic(0);
@@ -256,12 +254,7 @@ int main(int argc, char** argv) {
         t.notes.push_back("attention KV read/s: the counted KV bytes read per step / the time of the step's attention ops; a narrow run also runs "
                           "an fp32 cache beside it for its quality figures, outside the timed forward");
         report.tables.push_back(std::move(t));
-        print_report(std::cout, report, fmt_out);
-        if (!json.empty()) {
-            std::ofstream out(json);
-            if (!out) throw IoError(fmt::format("--json: cannot write '{}'", json));
-            print_report(out, report, Format::json);
-        }
+        bench::emit_report(report, fmt_out, json);
     } catch (const kvlab::Error& e) {
         std::cerr << "kvlab_bench_kv_dtype: error: " << e.what() << "\n";
         return e.exit_code();

@@ -28,6 +28,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include "bench_common.hpp"
 #include "core/error.hpp"
 #include "calc/kv_memory.hpp"
 #include "formats/llama2c_checkpoint.hpp"
@@ -835,6 +836,7 @@ int main(int argc, char** argv) {
         omp_set_dynamic(0);
         omp_set_num_threads(n_threads);
         Eigen::setNbThreads(n_threads);
+        if (!o.json.empty()) check_output_path(o.json, "--json");  // before minutes of measuring
 
         // child processes first, while this process is small (a forked child's peak RSS counts the pages
         // it inherits until exec)
@@ -854,12 +856,7 @@ int main(int argc, char** argv) {
                 p.ceiling_bw = stat_of(v);
             }
         const Report report = make_report(o, n_threads, refs, models, rss, rss_floor, peers);
-        print_report(std::cout, report, format);
-        if (!o.json.empty()) {
-            std::ofstream out(o.json);
-            if (!out) throw IoError(fmt::format("--json: cannot write '{}'", o.json));
-            print_report(out, report, Format::json);
-        }
+        bench::emit_report(report, format, o.json);
     } catch (const kvlab::Error& e) {
         std::cerr << "kvlab_bench_simulate: error: " << e.what() << "\n";
         return e.exit_code();

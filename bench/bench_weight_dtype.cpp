@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include "bench_common.hpp"
 #include "calc/presets.hpp"
 #include "core/error.hpp"
 #include "core/printer.hpp"
@@ -22,13 +23,9 @@
 #include "model/simulator.hpp"
 
 using namespace kvlab;
+using kvlab::bench::median;
 
 namespace {
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
 
 struct DecodeRate {
     double tokens_per_s = 0.0;
@@ -66,6 +63,7 @@ int main(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
     try {
         const Format fmt_out = parse_choice(format_choices, format, "--format");
+        if (!json.empty()) check_output_path(json, "--json");
         const int n_threads = threads > 0 ? threads : omp_get_num_procs();
         omp_set_dynamic(0);
         omp_set_num_threads(n_threads);
@@ -113,12 +111,7 @@ int main(int argc, char** argv) {
                           "embedding row and norms stay fp32); weights read/s = that x decode tok/s");
         t.notes.push_back("a narrow run also decodes the same tokens with the fp32 weights for its quality figures, outside the timed forward");
         report.tables.push_back(std::move(t));
-        print_report(std::cout, report, fmt_out);
-        if (!json.empty()) {
-            std::ofstream out(json);
-            if (!out) throw IoError(fmt::format("--json: cannot write '{}'", json));
-            print_report(out, report, Format::json);
-        }
+        bench::emit_report(report, fmt_out, json);
     } catch (const kvlab::Error& e) {
         std::cerr << "kvlab_bench_weight_dtype: error: " << e.what() << "\n";
         return e.exit_code();
