@@ -3,11 +3,18 @@
 // CPU's caches streams every weight from DRAM once, so its speed should follow the bytes: the target
 // (issue "Performance that holds on any host") is bf16 >= 1.7x fp32's tokens/s on stories110M's shape.
 // The formats run in turn within each repeat (forwards, then backwards), medians reported.
-// docs/performance.md, "Weight precision".
+// With KVLAB_PEER_RUNQ set to a llama2.c runq.c binary (built -Ofast -march=native -fopenmp), the same
+// weights also go to runq as its int8 checkpoint (llama2.c v2) and the two int8 paths' decode speeds
+// are compared, alternating runs, the same threads (OMP_NUM_THREADS). docs/performance.md, "Weight precision".
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <vector>
+
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -18,6 +25,7 @@
 #include "core/error.hpp"
 #include "core/printer.hpp"
 #include "core/units.hpp"
+#include "formats/llama2c_checkpoint.hpp"
 #include "model/narrow_weights.hpp"
 #include "model/random_weights.hpp"
 #include "model/simulator.hpp"
@@ -45,17 +53,92 @@ DecodeRate decode_rate(const SimulationResult& r) {
     return {static_cast<double>(n) / (static_cast<double>(ns) * 1e-9), static_cast<double>(bytes) / static_cast<double>(n)};
 }
 
+// A directory of its own under the system's temporary directory, removed with everything in it.
+class TempDir {
+public:
+    TempDir() {
+        std::string templ = (std::filesystem::temp_directory_path() / "kvlab_bench_w.XXXXXX").string();
+        if (!::mkdtemp(templ.data())) throw IoError(fmt::format("cannot create a temporary directory {}", templ));
+        path_ = templ;
+    }
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path_, ec);
+    }
+    const std::filesystem::path& path() const { return path_; }
+
+private:
+    std::filesystem::path path_;
+};
+
+// runq's decode speed: it prints "achieved tok/s: X" on stderr (its forwards after the first).
+double runq_tokens_per_s(const std::string& command) {
+    FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+    if (!pipe) throw IoError(fmt::format("KVLAB_PEER_RUNQ: cannot run '{}'", command));
+    std::string out;
+    char buf[4096];
+    while (const std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+    const int status = ::pclose(pipe);
+    const auto at = out.find("achieved tok/s:");
+    if (status != 0 || at == std::string::npos)
+        throw IoError(fmt::format("KVLAB_PEER_RUNQ: '{}' printed no 'achieved tok/s' (exit {}): {}", command, status, out.substr(0, 200)));
+    return std::strtod(out.c_str() + at + 15, nullptr);
+}
+
+// kvlab's q8_0 beside runq.c on the same weights: greedy from BOS over the same positions.
+Table peer_table(const ModelConfig& cfg, const Weights& w, int n_threads, int repeats, std::int64_t steps) {
+    Table t;
+    t.title = fmt::format("q8_0 vs llama2.c runq.c (int8, its own groups of 64 with fp32 scales): {}, {} steps from BOS, {} thread{}",
+                          cfg.display_name, steps, n_threads, n_threads == 1 ? "" : "s");
+    t.columns = {{"program", "program", false}, {"tokens_per_s", "decode tok/s"}, {"vs_runq", "vs runq.c"}, {"met", "kvlab >= runq.c", false}};
+    const char* runq = std::getenv("KVLAB_PEER_RUNQ");
+    if (!runq || !*runq) {
+        t.notes.push_back("skipped: set KVLAB_PEER_RUNQ to a runq.c binary (and KVLAB_PEER_TOKENIZER, default tokenizer.bin beside it)");
+        return t;
+    }
+    const std::filesystem::path runq_path(runq);
+    const char* tok_env = std::getenv("KVLAB_PEER_TOKENIZER");
+    const std::filesystem::path tokenizer = tok_env && *tok_env ? std::filesystem::path(tok_env) : runq_path.parent_path() / "tokenizer.bin";
+    if (!std::filesystem::exists(runq_path) || !std::filesystem::exists(tokenizer)) {
+        t.notes.push_back(fmt::format("skipped: {} or {} does not exist", runq_path.string(), tokenizer.string()));
+        return t;
+    }
+    const TempDir dir;  // unique: two benches on one machine do not collide
+    const std::filesystem::path ckpt = dir.path() / "model_q80.bin";
+    save_llama2c_v2(ckpt, cfg, w);
+    const std::string command = fmt::format("OMP_NUM_THREADS={} '{}' '{}' -z '{}' -t 0 -n {}", n_threads, runq_path.string(), ckpt.string(),
+                                            tokenizer.string(), steps);
+    std::vector<double> ours, theirs;
+    for (int r = 0; r < repeats; ++r) {
+        SimulateOptions o;
+        o.mode = SimMode::cached;
+        o.prompt_ids = {1};      // BOS, as runq's empty prompt
+        o.n_steps = steps - 1;   // positions 0..steps-2, the forwards runq runs for -n steps
+        o.weight_dtype = DType::q8_0;
+        ours.push_back(decode_rate(run_simulation(cfg, w, o)).tokens_per_s);
+        theirs.push_back(runq_tokens_per_s(command));
+    }
+    const double a = median(ours), b = median(theirs);
+    t.rows.push_back({text_cell("kvlab --weight-dtype q8_0"), real_cell(a, 1), ratio_cell(a / b), text_cell(a >= b ? "met" : "not met")});
+    t.rows.push_back({text_cell("llama2.c runq.c"), real_cell(b, 1), ratio_cell(1.0), text_cell("-")});
+    t.notes.push_back(fmt::format("runq: {}", command));
+    t.notes.push_back("per decoded token (each program's own timing of its forwards); kvlab widens q8_0 weights to fp32 in its GEMV, runq "
+                      "also quantizes the activations and multiplies int8 by int8");
+    return t;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     std::string model = "stories110m", dtypes = "fp32,bf16,fp16,q8_0", format = "table", json;
-    std::int64_t prompt = 16, steps = 16;
+    std::int64_t prompt = 16, steps = 16, peer_steps = 128;
     int repeats = 5, threads = 0;
     CLI::App app{"kvlab weight storage speed benchmark: cached decode per --weight-dtype, as ratios to fp32"};
     app.add_option("-m,--model", model, "Preset whose shape runs (random weights)")->capture_default_str();
     app.add_option("--weight-dtype", dtypes, "Formats; fp32 is added first if missing")->capture_default_str();
     app.add_option("-p,--prompt-len", prompt, "Prompt tokens")->check(CLI::Range(1, 4096))->capture_default_str();
     app.add_option("-n,--steps", steps, "Decode steps measured per run")->check(CLI::Range(2, 4096))->capture_default_str();
+    app.add_option("--peer-steps", peer_steps, "runq.c comparison: tokens from BOS (runq -n)")->check(CLI::Range(3, 100000))->capture_default_str();
     app.add_option("-r,--repeats", repeats, "Runs per format; medians are reported")->check(CLI::PositiveNumber)->capture_default_str();
     app.add_option("--threads", threads, "Threads (0 = every core)")->capture_default_str();
     app.add_option("--json", json, "Also write the report as JSON to this file");
@@ -111,6 +194,8 @@ int main(int argc, char** argv) {
                           "embedding row and norms stay fp32); weights read/s = that x decode tok/s");
         t.notes.push_back("a narrow run also decodes the same tokens with the fp32 weights for its quality figures, outside the timed forward");
         report.tables.push_back(std::move(t));
+        if (cfg.family == Family::llama && std::find(list.begin(), list.end(), DType::q8_0) != list.end())
+            report.tables.push_back(peer_table(cfg, w, n_threads, repeats, peer_steps));
         bench::emit_report(report, fmt_out, json);
     } catch (const kvlab::Error& e) {
         std::cerr << "kvlab_bench_weight_dtype: error: " << e.what() << "\n";

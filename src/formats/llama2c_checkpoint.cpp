@@ -390,4 +390,69 @@ void save_llama2c_v0(const std::filesystem::path& path, const ModelConfig& cfg, 
     });
 }
 
+// llama2.c's export.py version2_export, as runq.c reads it: a 256-byte header ("ak42", version 2, the
+// seven ints, the shared-classifier byte, the int32 group size, zeros), the norms in fp32 (attention
+// norms of every layer, MLP norms, the final norm), then each matrix quantized (quantize_q80): in
+// groups of GS consecutive values of the flattened tensor, scale = max|w| / 127 (fp32) and
+// q = round(w / scale) to nearest even, the tensor's int8 values followed by its scales. Matrices in
+// order: tok_embed, then wq, wk, wv, wo, w1, w2, w3 of every layer in turn, then lm_head when untied.
+// GS starts at 64 and halves until it divides d_model, as export.py does.
+void save_llama2c_v2(const std::filesystem::path& path, const ModelConfig& cfg, const Weights& weights) {
+    check_llama2c_v0_config(path, cfg);  // the same model constraints: llama, no biases, theta 10000, ...
+    check_weights(path, cfg, weights);
+    std::int32_t group = 64;
+    while (cfg.d_model % group != 0) group /= 2;
+    const bool shared = weights.lm_head.size() == 0;
+    std::vector<const MatrixRM*> matrices{&weights.tok_embed};
+    for (MatrixRM LayerWeights::*m : {&LayerWeights::wq, &LayerWeights::wk, &LayerWeights::wv, &LayerWeights::wo, &LayerWeights::w1,
+                                      &LayerWeights::w2, &LayerWeights::w3})
+        for (const LayerWeights& lw : weights.layers) matrices.push_back(&(lw.*m));
+    if (!shared) matrices.push_back(&weights.lm_head);
+    for (const MatrixRM* m : matrices)
+        if (m->size() % group != 0)
+            throw ConfigError(fmt::format("{}: a {}x{} matrix does not split into quantization groups of {}", path.string(), m->rows(), m->cols(), group));
+    if (weights.rope_pairing != RopePairing::neighbours)
+        throw ConfigError(fmt::format("{}: llama2.c v2 is written from weights in llama2.c's RoPE pairing (neighbours) only", path.string()));
+
+    const std::array<std::int32_t, 7> params = {header_int(path, "d_model", cfg.d_model), header_int(path, "d_ff", cfg.d_ff),
+                                                header_int(path, "n_layer", cfg.n_layer), header_int(path, "n_head", cfg.n_head),
+                                                header_int(path, "n_head_kv", cfg.n_head_kv), header_int(path, "n_vocab", cfg.n_vocab),
+                                                header_int(path, "n_ctx_max", cfg.n_ctx_max)};
+    std::array<char, llama2c_v1_header_bytes> header{};
+    const std::uint32_t magic = llama2c_v1_magic;
+    const std::int32_t version = 2;
+    std::memcpy(header.data(), &magic, 4);
+    std::memcpy(header.data() + 4, &version, 4);
+    std::memcpy(header.data() + 8, params.data(), sizeof params);
+    header[36] = shared ? 1 : 0;
+    std::memcpy(header.data() + 37, &group, 4);
+
+    write_atomically(path, "--save-checkpoint", [&](std::ostream& out) {
+        out.write(header.data(), header.size());
+        for (const LayerWeights& lw : weights.layers) write_floats(out, lw.attn_norm.data(), static_cast<std::uint64_t>(lw.attn_norm.size()));
+        for (const LayerWeights& lw : weights.layers) write_floats(out, lw.mlp_norm.data(), static_cast<std::uint64_t>(lw.mlp_norm.size()));
+        write_floats(out, weights.final_norm.data(), static_cast<std::uint64_t>(weights.final_norm.size()));
+        std::vector<std::int8_t> q;
+        std::vector<float> scales;
+        for (const MatrixRM* m : matrices) {
+            const float* w = m->data();
+            const auto n = static_cast<std::size_t>(m->size());
+            q.resize(n);
+            scales.resize(n / static_cast<std::size_t>(group));
+            for (std::size_t g = 0; g < scales.size(); ++g) {
+                const float* wg = w + g * static_cast<std::size_t>(group);
+                float amax = 0.0f;
+                for (std::int32_t i = 0; i < group; ++i) amax = std::max(amax, std::fabs(wg[i]));
+                const float scale = amax / 127.0f;
+                scales[g] = scale;
+                for (std::int32_t i = 0; i < group; ++i)
+                    q[g * static_cast<std::size_t>(group) + static_cast<std::size_t>(i)] =
+                        scale > 0.0f ? static_cast<std::int8_t>(std::nearbyint(wg[i] / scale)) : std::int8_t{0};
+            }
+            out.write(reinterpret_cast<const char*>(q.data()), static_cast<std::streamsize>(q.size()));
+            write_floats(out, scales.data(), scales.size());
+        }
+    });
+}
+
 }  // namespace kvlab

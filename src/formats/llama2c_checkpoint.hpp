@@ -1,5 +1,6 @@
-// llama2.c checkpoints: read the legacy v0 layout and the v1 "ak42" layout (fp32), write v0.
-// Facts: docs/checkpoints.md. Non-goal: the int8 v2 layout.
+// llama2.c checkpoints: read the legacy v0 layout and the v1 "ak42" layout (fp32), write v0, and write
+// the int8 v2 layout llama2.c's runq.c reads (for the weight-precision benchmark). Facts:
+// docs/checkpoints.md. Non-goal: reading v2.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -38,5 +39,10 @@ void check_llama2c_v0_config(const std::filesystem::path& path, const ModelConfi
 // the written model computes the same function. Throws ConfigError when the model cannot be expressed
 // in v0 (not llama family, biases, rope_theta != 10000, ...), IoError when writing fails.
 void save_llama2c_v0(const std::filesystem::path& path, const ModelConfig& cfg, const Weights& weights);
+
+// Writes `weights` as llama2.c v2 (export.py's version2_export: int8 in groups of up to 64 values with
+// fp32 scales; the norms fp32), which runq.c reads. Same refusals as save_llama2c_v0, and ConfigError
+// for weights in RoPE halves order or a matrix that does not split into groups.
+void save_llama2c_v2(const std::filesystem::path& path, const ModelConfig& cfg, const Weights& weights);
 
 }  // namespace kvlab
