@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -143,4 +144,29 @@ TEST_CASE("The many-value fp16 and fp8 decoders equal the one-value decoders for
     for (std::size_t i = 0; i < halves.size(); ++i) mismatches += same(wide[i], fp16_decode(halves[i])) ? 0 : 1;
     CHECK(mismatches == 0);
     CHECK(wide[0x3C00] == 1.0f);  // fp16 1.0
+}
+
+// The block decoders attention and the narrow weights use (SIMD where the CPU has it) return what
+// dequantize_q8_0 / dequantize_q4_0 return, an infinite block scale included.
+TEST_CASE("The q8_0 and q4_0 block decoders equal the reference dequantizers") {
+    const auto same = [](float a, float b) { return std::isnan(a) ? std::isnan(b) : a == b; };
+    std::array<float, 32> x{};
+    for (int j = 0; j < 32; ++j) x[static_cast<std::size_t>(j)] = 0.37f * static_cast<float>(j - 13);
+    for (const std::uint16_t d : {std::uint16_t{0}, std::uint16_t{0x3C00}, std::uint16_t{0x7C00}, std::uint16_t{0xFC00}}) {  // d = 0, 1, +inf, -inf
+        CAPTURE(d);
+        BlockQ8_0 q8 = quantize_q8_0(x);
+        BlockQ4_0 q4 = quantize_q4_0(x);
+        if (d != 0) q8.d = q4.d = d;
+        std::array<float, 32> ref{}, got{};
+        std::array<std::uint8_t, sizeof(BlockQ8_0)> b8{};
+        std::memcpy(b8.data(), &q8, sizeof q8);
+        dequantize_q8_0(q8, ref);
+        q8_0_decode_block(b8.data(), got.data());
+        for (std::size_t j = 0; j < 32; ++j) CHECK(same(got[j], ref[j]));
+        std::array<std::uint8_t, sizeof(BlockQ4_0)> b4{};
+        std::memcpy(b4.data(), &q4, sizeof q4);
+        dequantize_q4_0(q4, ref);
+        q4_0_decode_block(b4.data(), got.data());
+        for (std::size_t j = 0; j < 32; ++j) CHECK(same(got[j], ref[j]));
+    }
 }

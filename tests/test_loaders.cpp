@@ -955,22 +955,27 @@ TEST_CASE("A mapped file is consumed in 1 MiB spans, in order, each readable whi
     CHECK(std::memcmp(file.bytes().data(), data.data(), data.size()) == 0);  // still readable after the drops
 }
 
-TEST_CASE("llama2.c v2 (runq.c's int8 file): header, sizes and a group quantized by hand") {
+TEST_CASE("llama2.c v2 (runq.c's int8 file): header, sizes and two groups quantized by hand") {
     TempDir dir;
     write_file(dir / "src.bin", tiny_v0(TinyDims{}, true));
     LoadedModel m = load_llama2c_checkpoint(dir / "src.bin");
-    // tok_embed row 0 is the first quantization group: d_model 8, so export.py's group size backs off
-    // 64 -> 32 -> 16 -> 8
-    const std::array<float, 8> row{0.75f, -1.0f, 0.25f, 0.0f, 0.1f, 0.2f, 0.3f, 0.4f};
+    // the group size halves from 64 until it divides dim 8 and hidden 12: 4. tok_embed row 0 holds the
+    // first two groups.
+    const std::array<float, 8> row{0.75f, -1.0f, 0.25f, 0.0f, 0.1f, 0.2f, 0.3f, 0.5f};
     for (int i = 0; i < 8; ++i) m.weights.tok_embed(0, i) = row[static_cast<std::size_t>(i)];
     save_llama2c_v2(dir / "q.bin", m.config, m.weights);
     const std::string bytes = read_file(dir / "q.bin");
     // 256 header + norms (2 layers x 8 + 2 x 8 + 8 = 40 floats) = 416; then int8 values + one fp32 scale
-    // per 8: tok_embed 80 + 40; per layer wq 64 + 32, wk 32 + 16, wv 48, wo 96, w1/w2/w3 96 + 48 each = 720;
-    // tied: no classifier. 416 + 120 + 2 x 720 = 1976
-    CHECK(bytes.size() == 1976);
+    // per 4: tok_embed 80 + 80; per layer wq 64 + 64, wk 32 + 32, wv 64, wo 128, w1/w2/w3 96 + 96 each = 960;
+    // tied: no classifier. 416 + 160 + 2 x 960 = 2496
+    CHECK(bytes.size() == 2496);
     auto i32 = [&](std::size_t at) {
         std::int32_t v = 0;
+        std::memcpy(&v, bytes.data() + at, 4);
+        return v;
+    };
+    auto f32 = [&](std::size_t at) {
+        float v = 0;
         std::memcpy(&v, bytes.data() + at, 4);
         return v;
     };
@@ -981,11 +986,15 @@ TEST_CASE("llama2.c v2 (runq.c's int8 file): header, sizes and a group quantized
     CHECK(i32(28) == 10);  // vocab
     CHECK(i32(32) == 4);   // seq_len
     CHECK(bytes[36] == 1);  // shared classifier
-    CHECK(i32(37) == 8);    // group size
-    // scale = 1 / 127; q = round(w x 127): 95.25, -127, 31.75, 0, 12.7, 25.4, 38.1, 50.8
-    const std::array<int, 8> q{95, -127, 32, 0, 13, 25, 38, 51};
+    CHECK(i32(37) == 4);    // group size
+    // group 0: scale 1 / 127, q = round(w x 127): 95.25, -127, 31.75, 0;
+    // group 1: scale 0.5 / 127, q = round(w x 254): 25.4, 50.8, 76.2, 127
+    const std::array<int, 8> q{95, -127, 32, 0, 25, 51, 76, 127};
     for (int i = 0; i < 8; ++i) CHECK(static_cast<int>(static_cast<std::int8_t>(bytes[416 + static_cast<std::size_t>(i)])) == q[static_cast<std::size_t>(i)]);
-    float scale = 0;
-    std::memcpy(&scale, bytes.data() + 416 + 80, 4);
-    CHECK(scale == 1.0f / 127.0f);
+    CHECK(f32(416 + 80) == 1.0f / 127.0f);  // the scales follow tok_embed's 80 int8 values
+    CHECK(f32(416 + 84) == 0.5f / 127.0f);
+    // a weight int8 cannot hold is refused, not converted
+    m.weights.layers[1].w2(0, 0) = NAN;
+    CHECK_THROWS_AS(save_llama2c_v2(dir / "nan.bin", m.config, m.weights), ConfigError);
+    CHECK(!fs::exists(dir / "nan.bin"));
 }

@@ -396,12 +396,20 @@ void save_llama2c_v0(const std::filesystem::path& path, const ModelConfig& cfg, 
 // groups of GS consecutive values of the flattened tensor, scale = max|w| / 127 (fp32) and
 // q = round(w / scale) to nearest even, the tensor's int8 values followed by its scales. Matrices in
 // order: tok_embed, then wq, wk, wv, wo, w1, w2, w3 of every layer in turn, then lm_head when untied.
-// GS starts at 64 and halves until it divides d_model, as export.py does.
+// GS starts at 64 and halves until it divides d_model (as export.py does) and d_ff (runq.c needs it).
 void save_llama2c_v2(const std::filesystem::path& path, const ModelConfig& cfg, const Weights& weights) {
-    check_llama2c_v0_config(path, cfg);  // the same model constraints: llama, no biases, theta 10000, ...
-    check_weights(path, cfg, weights);
+    try {  // the same constraints as v0 (llama, no biases, theta 10000, shapes), named for the file written
+        check_llama2c_v0_config(path, cfg);
+        check_weights(path, cfg, weights);
+    } catch (const ConfigError& e) {
+        std::string why = e.what();
+        if (const auto at = why.find("llama2.c v0"); at != std::string::npos) why.replace(at, 11, "llama2.c v2");
+        throw ConfigError(why);
+    }
+    // export.py halves 64 until it divides dim; runq.c's matmul also skips a row's last n % GS columns,
+    // so the group must divide d_ff too (runq reads the size from the header)
     std::int32_t group = 64;
-    while (cfg.d_model % group != 0) group /= 2;
+    while (cfg.d_model % group != 0 || cfg.d_ff % group != 0) group /= 2;
     const bool shared = weights.lm_head.size() == 0;
     std::vector<const MatrixRM*> matrices{&weights.tok_embed};
     for (MatrixRM LayerWeights::*m : {&LayerWeights::wq, &LayerWeights::wk, &LayerWeights::wv, &LayerWeights::wo, &LayerWeights::w1,
@@ -427,7 +435,9 @@ void save_llama2c_v2(const std::filesystem::path& path, const ModelConfig& cfg, 
     header[36] = shared ? 1 : 0;
     std::memcpy(header.data() + 37, &group, 4);
 
-    write_atomically(path, "--save-checkpoint", [&](std::ostream& out) {
+    for (const MatrixRM* m : matrices)  // int8 cannot hold a NaN or an infinity, and converting one is undefined
+        if (!m->allFinite()) throw ConfigError(fmt::format("{}: a weight is not finite; llama2.c v2 stores int8", path.string()));
+    write_atomically(path, "llama2.c v2 file", [&](std::ostream& out) {
         out.write(header.data(), header.size());
         for (const LayerWeights& lw : weights.layers) write_floats(out, lw.attn_norm.data(), static_cast<std::uint64_t>(lw.attn_norm.size()));
         for (const LayerWeights& lw : weights.layers) write_floats(out, lw.mlp_norm.data(), static_cast<std::uint64_t>(lw.mlp_norm.size()));

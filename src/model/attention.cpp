@@ -27,7 +27,7 @@ std::int64_t padded(std::int64_t n) { return (n + 15) / 16 * 16; }
 
 void dot_rows(const float* x, std::int64_t stride, std::int64_t n, std::int64_t D, const float* q, float* s) {
     std::int64_t t = 0;
-#ifdef __AVX2__
+#if defined(__AVX2__) && defined(__FMA__)
     if (D % 8 == 0)
         for (; t + 8 <= n; t += 8) {
             __m256 acc[8];
@@ -46,7 +46,7 @@ void dot_rows(const float* x, std::int64_t stride, std::int64_t n, std::int64_t 
 }
 
 void axpy_rows(const float* x, std::int64_t stride, std::int64_t n, std::int64_t D, const float* p, float* out) {
-#ifdef __AVX2__
+#if defined(__AVX2__) && defined(__FMA__)
     if (D % 8 == 0) {
         std::int64_t i = 0;
         for (; i + 32 <= D; i += 32) {

@@ -13,9 +13,9 @@
 #include <cstring>
 #include <limits>
 #include <span>
-#if defined(__F16C__) && defined(__AVX2__)
+#if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
-#define KVLAB_F16C 1
+#define KVLAB_F16C 1  // F16C, AVX2 and FMA: every x86 CPU with AVX2 since 2013 has all three
 #endif
 
 namespace kvlab {
@@ -123,7 +123,7 @@ inline void fp8_e4m3_decode_n(const std::uint8_t* in, float* out, std::int64_t n
 }
 
 // One q8_0 / q4_0 block as stored (fp16 d, then the codes) into 32 floats: the dequantize_* above, 8
-// values per instruction with AVX2 (q4_0: (code - 8) x d as one fused code x d - 8d).
+// values per instruction with AVX2.
 inline void q8_0_decode_block(const std::uint8_t* block, float* out) {
     std::uint16_t dc;
     std::memcpy(&dc, block, 2);
@@ -145,11 +145,13 @@ inline void q4_0_decode_block(const std::uint8_t* block, float* out) {
     const std::uint8_t* qs = block + 2;  // value j in the low nibble of byte j, value j + 16 in its high nibble
 #ifdef KVLAB_F16C
     const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-    const __m128i mask = _mm_set1_epi8(0x0F);
-    const __m128i lo = _mm_and_si128(bytes, mask), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
-    const __m256 dv = _mm256_set1_ps(d), minus8d = _mm256_set1_ps(-8.0f * d);
-    auto put = [&](__m128i codes, float* o) {  // 8 codes in the low bytes
-        _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes)), dv, minus8d));
+    const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+    // the codes minus 8 as int8 (-8..7), then times d: the same products as the loop below, an
+    // infinite d included
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(bytes, mask), eight), hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask), eight);
+    const __m256 dv = _mm256_set1_ps(d);
+    auto put = [&](__m128i q, float* o) {  // 8 values in the low bytes
+        _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), dv));
     };
     put(lo, out);
     put(_mm_srli_si128(lo, 8), out + 8);

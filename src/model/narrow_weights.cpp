@@ -30,6 +30,8 @@ void check_weight_shapes(const ModelConfig& cfg, DType dtype) {
 
 NarrowMatrix::NarrowMatrix(const MatrixRM& w, DType dtype, const char* name)
     : dtype_(dtype), rows_(w.rows()), cols_(w.cols()), row_bytes_(row_bytes(dtype, static_cast<std::uint64_t>(w.cols()))) {
+    if (dtype != DType::bf16 && dtype != DType::fp16 && dtype != DType::q8_0)
+        throw UsageError(fmt::format("--weight-dtype {}: a narrow copy is bf16, fp16 or q8_0", dtype_name(dtype)));
     if (dtype == DType::q8_0 && cols_ % kv_block_values != 0)
         throw UsageError(fmt::format("--weight-dtype q8_0: {} has rows of {} weights, which do not split into blocks of 32", name, cols_));
     data_.resize(checked_mul(row_bytes_, static_cast<std::uint64_t>(rows_), "narrow weight bytes"));
@@ -97,7 +99,7 @@ void gemv_buffered(const NarrowMatrix& w, std::int64_t r0, std::int64_t nr, cons
     }
 }
 
-#if defined(__AVX2__) && defined(__F16C__)
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
 // 8 rows side by side, as gemv_rows reads fp32 (8 streams in flight), each 8 weights widened in a
 // register and multiplied into the row's accumulator; one tree sums the 8 accumulators at the end.
 // bf16: a 16-bit shift into the top of an fp32; fp16: F16C; q8_0: per block of 32, the codes' dot
@@ -150,7 +152,7 @@ void gemv8_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[8], con
 
 void gemv_narrow(const NarrowMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, float* y) {
     std::int64_t done = 0;
-#if defined(__AVX2__) && defined(__F16C__)
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
     // as gemv_rows: rows = 8 * per + rest, stream s walks rows s*per .. (s+1)*per-1, so each of the 8
     // streams is one long sequential run of memory the prefetchers follow
     const std::int64_t per = rows / 8;

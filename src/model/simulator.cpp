@@ -172,13 +172,13 @@ SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, 
     r.prompt = simulation_prompt(cfg, o);
 
     // everything the loop touches is allocated here
+    const bool narrow = o.kv_storage.dtype != DType::fp32;
+    const bool policy = narrow || o.reference_config.has_value() || o.weight_dtype != DType::fp32;  // measured against the fp32 model
+    if (policy && run_uncached)
+        throw UsageError("--kv-dtype, --window, --sink-tokens, --weight-dtype: policies are measured on the cached mode; expected --mode cached");
     std::optional<NarrowWeights> narrow_w;  // --weight-dtype: what the matmuls read instead of the fp32 weights
     if (o.weight_dtype != DType::fp32) narrow_w.emplace(narrow_weights(weights, o.weight_dtype));
     Transformer model(cfg, weights, size, narrow_w ? &*narrow_w : nullptr);
-    const bool narrow = o.kv_storage.dtype != DType::fp32;
-    const bool policy = narrow || o.reference_config.has_value() || narrow_w.has_value();  // measured against the fp32 model
-    if (policy && run_uncached)
-        throw UsageError("--kv-dtype, --window, --sink-tokens, --weight-dtype: policies are measured on the cached mode; expected --mode cached");
     std::optional<KvCache> cache, reference;  // reference: the fp32 full cache a policy is measured against
     std::optional<Transformer> reference_model;  // a policy that changes attention (windows, sinks) needs the model without it
     if (run_cached) {
