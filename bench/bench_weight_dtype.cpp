@@ -88,8 +88,8 @@ double runq_tokens_per_s(const std::string& command) {
 // kvlab's q8_0 beside runq.c on the same weights: greedy from BOS over the same positions.
 Table peer_table(const ModelConfig& cfg, const Weights& w, int n_threads, int repeats, std::int64_t steps) {
     Table t;
-    t.title = fmt::format("q8_0 vs llama2.c runq.c (int8, its own groups of 64 with fp32 scales): {}, {} steps from BOS, {} thread{}",
-                          cfg.display_name, steps, n_threads, n_threads == 1 ? "" : "s");
+    t.title = fmt::format("q8_0 vs llama2.c runq.c (int8, its own groups of {} with fp32 scales): {}, {} steps from BOS, {} thread{}",
+                          llama2c_v2_group_size(cfg), cfg.display_name, steps, n_threads, n_threads == 1 ? "" : "s");
     t.columns = {{"program", "program", false}, {"tokens_per_s", "decode tok/s"}, {"vs_runq", "vs runq.c"}, {"met", "kvlab >= runq.c", false}};
     const char* runq = std::getenv("KVLAB_PEER_RUNQ");
     if (!runq || !*runq) {

@@ -390,6 +390,14 @@ void save_llama2c_v0(const std::filesystem::path& path, const ModelConfig& cfg, 
     });
 }
 
+// export.py halves 64 until it divides dim; runq.c's matmul also skips a row's last n % GS columns,
+// so the group must divide d_ff too (runq reads the size from the header)
+std::int32_t llama2c_v2_group_size(const ModelConfig& cfg) {
+    std::int32_t group = 64;
+    while (group > 1 && (cfg.d_model % group != 0 || cfg.d_ff % group != 0)) group /= 2;
+    return group;
+}
+
 // llama2.c's export.py version2_export, as runq.c reads it: a 256-byte header ("ak42", version 2, the
 // seven ints, the shared-classifier byte, the int32 group size, zeros), the norms in fp32 (attention
 // norms of every layer, MLP norms, the final norm), then each matrix quantized (quantize_q80): in
@@ -406,10 +414,7 @@ void save_llama2c_v2(const std::filesystem::path& path, const ModelConfig& cfg, 
         if (const auto at = why.find("llama2.c v0"); at != std::string::npos) why.replace(at, 11, "llama2.c v2");
         throw ConfigError(why);
     }
-    // export.py halves 64 until it divides dim; runq.c's matmul also skips a row's last n % GS columns,
-    // so the group must divide d_ff too (runq reads the size from the header)
-    std::int32_t group = 64;
-    while (cfg.d_model % group != 0 || cfg.d_ff % group != 0) group /= 2;
+    const std::int32_t group = llama2c_v2_group_size(cfg);
     const bool shared = weights.lm_head.size() == 0;
     std::vector<const MatrixRM*> matrices{&weights.tok_embed};
     for (MatrixRM LayerWeights::*m : {&LayerWeights::wq, &LayerWeights::wk, &LayerWeights::wv, &LayerWeights::wo, &LayerWeights::w1,

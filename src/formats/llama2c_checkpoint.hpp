@@ -44,5 +44,8 @@ void save_llama2c_v0(const std::filesystem::path& path, const ModelConfig& cfg, 
 // fp32 scales; the norms fp32), which runq.c reads. Same refusals as save_llama2c_v0, and ConfigError
 // for weights in RoPE halves order or a matrix that does not split into groups.
 void save_llama2c_v2(const std::filesystem::path& path, const ModelConfig& cfg, const Weights& weights);
+// The quantization group size save_llama2c_v2 writes for `cfg`: 64, halved until it divides d_model
+// (export.py's rule) and d_ff (runq.c's matmul needs it).
+std::int32_t llama2c_v2_group_size(const ModelConfig& cfg);
 
 }  // namespace kvlab
