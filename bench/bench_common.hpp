@@ -1,10 +1,20 @@
-// What the benches share: the median of repeats, and the report printed (and written as JSON with
-// --json, atomically: a failed write leaves no half-written file).
+// What the benches share: the median of repeats, a temporary directory for the files a peer program
+// reads, and the report printed (and written as JSON with --json, atomically: a failed write leaves
+// no half-written file).
 #pragma once
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <string>
+#include <system_error>
 #include <vector>
+
+#include <stdlib.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "core/error.hpp"
 
 #include "core/atomic_write.hpp"
 #include "core/printer.hpp"
@@ -15,6 +25,34 @@ namespace kvlab::bench {
 inline double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
+}
+
+// A directory of its own under the system's temporary directory, removed with everything in it:
+// two benches on one machine never share a file name.
+class TempDir {
+public:
+    TempDir() {
+        std::string templ = (std::filesystem::temp_directory_path() / "kvlab_bench.XXXXXX").string();
+        if (!::mkdtemp(templ.data())) throw IoError(fmt::format("cannot create a temporary directory {}", templ));
+        path_ = templ;
+    }
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path_, ec);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    const std::filesystem::path& path() const { return path_; }
+
+private:
+    std::filesystem::path path_;
+};
+
+// --threads, --json and --format, as every bench takes them.
+inline void add_common_options(CLI::App& app, int& threads, std::string& json, std::string& format) {
+    app.add_option("--threads", threads, "Threads (0 = every core)")->capture_default_str();
+    app.add_option("--json", json, "Also write the report as JSON to this file");
+    app.add_option("-f,--format", format, "table, csv, json or markdown")->capture_default_str();
 }
 
 inline void emit_report(const Report& report, Format format, const std::string& json) {

@@ -148,10 +148,8 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(0, 1 << 24))->capture_default_str();
     app.add_option("-n,--steps", steps, "Decode steps measured")->check(CLI::Range(2, 4096))->capture_default_str();
     app.add_option("-r,--repeats", repeats, "Repeats; medians are reported")->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--threads", threads, "Threads (0 = every core)")->capture_default_str();
     app.add_option("--kv-scale", scale_name, "fp8 and int8 scales: tensor or token-head")->capture_default_str();
-    app.add_option("--json", json, "Also write the report as JSON to this file");
-    app.add_option("-f,--format", format, "table, csv, json or markdown")->capture_default_str();
+    bench::add_common_options(app, threads, json, format);
     CLI11_PARSE(app, argc, argv);
     try {
         const Format fmt_out = parse_choice(format_choices, format, "--format");

@@ -446,26 +446,6 @@ struct PeerResult {
     std::string command_kvlab, command_peer;
 };
 
-// A directory of its own under the system's temporary directory, removed with everything in it.
-class TempDir {
-public:
-    TempDir() {
-        std::string templ = (std::filesystem::temp_directory_path() / "kvlab_bench.XXXXXX").string();
-        if (!::mkdtemp(templ.data())) throw IoError(fmt::format("cannot create a temporary directory {}", templ));
-        path_ = templ;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path_, ec);
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-    const std::filesystem::path& path() const { return path_; }
-
-private:
-    std::filesystem::path path_;
-};
-
 std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
     const char* runc = std::getenv("KVLAB_PEER_RUNC");
     if (!runc || !*runc) {
@@ -489,7 +469,7 @@ std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
         PeerResult p;
         const ModelConfig cfg = simulation_config(load_model(shape), std::nullopt);
         p.shape = cfg.display_name;
-        const TempDir dir;  // unique names: two benches on one machine do not collide
+        const bench::TempDir dir;  // unique names: two benches on one machine do not collide
         const std::filesystem::path ckpt = dir.path() / (shape + ".bin"), trace = dir.path() / (shape + ".csv");
         save_llama2c_v0(ckpt, cfg, random_weights(cfg, 42));  // the weights are freed before any child forks
         p.model_bytes = weights_bytes(cfg) +

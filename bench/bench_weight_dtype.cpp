@@ -53,24 +53,6 @@ DecodeRate decode_rate(const SimulationResult& r) {
     return {static_cast<double>(n) / (static_cast<double>(ns) * 1e-9), static_cast<double>(bytes) / static_cast<double>(n)};
 }
 
-// A directory of its own under the system's temporary directory, removed with everything in it.
-class TempDir {
-public:
-    TempDir() {
-        std::string templ = (std::filesystem::temp_directory_path() / "kvlab_bench_w.XXXXXX").string();
-        if (!::mkdtemp(templ.data())) throw IoError(fmt::format("cannot create a temporary directory {}", templ));
-        path_ = templ;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path_, ec);
-    }
-    const std::filesystem::path& path() const { return path_; }
-
-private:
-    std::filesystem::path path_;
-};
-
 // runq's decode speed: it prints "achieved tok/s: X" on stderr (its forwards after the first).
 double runq_tokens_per_s(const std::string& command) {
     FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
@@ -103,7 +85,7 @@ Table peer_table(const ModelConfig& cfg, const Weights& w, int n_threads, int re
         t.notes.push_back(fmt::format("skipped: {} or {} does not exist", runq_path.string(), tokenizer.string()));
         return t;
     }
-    const TempDir dir;  // unique: two benches on one machine do not collide
+    const bench::TempDir dir;  // unique: two benches on one machine do not collide
     const std::filesystem::path ckpt = dir.path() / "model_q80.bin";
     save_llama2c_v2(ckpt, cfg, w);
     const std::string command = fmt::format("OMP_NUM_THREADS={} '{}' '{}' -z '{}' -t 0 -n {}", n_threads, runq_path.string(), ckpt.string(),
@@ -140,9 +122,7 @@ int main(int argc, char** argv) {
     app.add_option("-n,--steps", steps, "Decode steps measured per run")->check(CLI::Range(2, 4096))->capture_default_str();
     app.add_option("--peer-steps", peer_steps, "runq.c comparison: tokens from BOS (runq -n)")->check(CLI::Range(3, 100000))->capture_default_str();
     app.add_option("-r,--repeats", repeats, "Runs per format; medians are reported")->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--threads", threads, "Threads (0 = every core)")->capture_default_str();
-    app.add_option("--json", json, "Also write the report as JSON to this file");
-    app.add_option("-f,--format", format, "table, csv, json or markdown")->capture_default_str();
+    bench::add_common_options(app, threads, json, format);
     CLI11_PARSE(app, argc, argv);
     try {
         const Format fmt_out = parse_choice(format_choices, format, "--format");
