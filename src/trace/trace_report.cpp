@@ -199,7 +199,7 @@ Report trace_compare_report(const StepTrace& a, const StepTrace& b, const std::s
         add_real("kv_max_abs_dlogit", qa.max_abs_dlogit, qb.max_abs_dlogit);
         add_real("kv_mean_kl", qa.mean_kl, qb.mean_kl);
         add_real("kv_max_kl", qa.max_kl, qb.max_kl);
-        tot.notes.push_back("kv_*: the run's cache policy against the fp32 full cache on the same tokens (0 for a run without one)");
+        tot.notes.push_back("kv_*: the run's policy (KV storage, window, narrow weights) against the fp32 weights and fp32 full cache on the same tokens (0 for a run without one)");
     }
     tot.notes.push_back(fmt::format("A: {}", source_note(a)));
     tot.notes.push_back(fmt::format("B: {}", source_note(b)));
