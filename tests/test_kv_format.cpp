@@ -114,7 +114,7 @@ TEST_CASE("q4_0: the largest-magnitude value maps to -8, nibbles pair j with j +
 // The many-value decoders (SIMD where the CPU has F16C) return what the one-value decoders above,
 // checked against hand-computed codes, return: every code, bit for bit, NaNs as NaNs, the sign of
 // zero kept; 259 values so the 3 past the last 8 take the scalar tail.
-TEST_CASE("The many-value fp16 and fp8 decoders equal the one-value decoders for every code") {
+TEST_CASE("The many-value fp16, bf16 and fp8 decoders equal the one-value decoders for every code") {
     const auto same = [](float a, float b) { return std::isnan(a) ? std::isnan(b) : a == b && std::signbit(a) == std::signbit(b); };
     std::array<std::uint8_t, 259> bytes{};
     for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>((i * 7) % 256);  // 7 is prime to 256: every code
@@ -144,6 +144,11 @@ TEST_CASE("The many-value fp16 and fp8 decoders equal the one-value decoders for
     for (std::size_t i = 0; i < halves.size(); ++i) mismatches += same(wide[i], fp16_decode(halves[i])) ? 0 : 1;
     CHECK(mismatches == 0);
     CHECK(wide[0x3C00] == 1.0f);  // fp16 1.0
+    bf16_decode_n(halves.data(), wide.data(), static_cast<std::int64_t>(halves.size()));
+    mismatches = 0;
+    for (std::size_t i = 0; i < halves.size(); ++i) mismatches += same(wide[i], bf16_decode(halves[i])) ? 0 : 1;
+    CHECK(mismatches == 0);
+    CHECK(wide[0x3F80] == 1.0f);  // bf16 1.0
 }
 
 // The block decoders attention and the narrow weights use (SIMD where the CPU has it) return what

@@ -139,12 +139,7 @@ void KvRowStore::read_head(std::int64_t row0, std::int64_t n, std::int64_t h, fl
     };
     switch (storage_.dtype) {
     case DType::fp16: return each_row([=](const std::uint8_t* in, float, float* out) { fp16_decode_n(reinterpret_cast<const std::uint16_t*>(in) + first, out, D); });
-    case DType::bf16:  // a bf16 is the top half of an fp32
-        return each_row([=](const std::uint8_t* in, float, float* out) {
-            const auto* c = reinterpret_cast<const std::uint16_t*>(in) + first;
-            auto* bits = reinterpret_cast<std::uint32_t*>(out);
-            for (std::int64_t i = 0; i < D; ++i) bits[i] = static_cast<std::uint32_t>(c[i]) << 16;
-        });
+    case DType::bf16: return each_row([=](const std::uint8_t* in, float, float* out) { bf16_decode_n(reinterpret_cast<const std::uint16_t*>(in) + first, out, D); });
     case DType::fp8_e4m3:
         if (holds_nan_) return each_row([=](const std::uint8_t* in, float scale, float* out) { fp8_e4m3_decode_n(in + first, out, D, scale); });
         return each_row([=](const std::uint8_t* in, float scale, float* out) { fp8_e4m3_decode_n_finite(in + first, out, D, scale); });

@@ -9,6 +9,7 @@
 // TensorRT-LLM's kernels do (__NV_SATFINITE), never NaN or infinity. Scaling is the caller's: the cache
 // stores encode(x / scale) and reads decode(b) x scale.
 #pragma once
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -73,34 +74,45 @@ inline void fp16_decode_n(const std::uint16_t* in, float* out, std::int64_t n) {
     for (; i < n; ++i) out[i] = fp16_decode(in[i]);
 }
 
-// 16 fp8 codes at a time: widened to 16-bit lanes, rearranged into fp16 bit patterns, converted 8 by 8.
-inline void fp8_e5m2_decode_n(const std::uint8_t* in, float* out, std::int64_t n, float scale) {
-    std::int64_t i = 0;
+// A bf16 is the top half of an fp32: widening is a 16-bit shift (vectorized by the compiler).
+inline void bf16_decode_n(const std::uint16_t* in, float* out, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(static_cast<std::uint32_t>(in[i]) << 16);
+}
+
 #ifdef KVLAB_F16C
-    const __m256 s = _mm256_set1_ps(scale);
+// 16 fp8 codes at a time: widened to 16-bit lanes, turned into fp16 bit patterns by `to_half`,
+// converted 8 by 8 and multiplied by s. The scalar tail reads the code's value from `values`.
+template <typename ToHalf>
+inline std::int64_t fp8_decode16(const std::uint8_t* in, float* out, std::int64_t n, __m256 s, ToHalf to_half) {
+    std::int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        const __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))), 8);
+        const __m256i h = to_half(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
         _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), s));
         _mm256_storeu_ps(out + i + 8, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), s));
     }
+    return i;
+}
+#endif
+
+// e5m2 is an fp16's upper byte: code << 8.
+inline void fp8_e5m2_decode_n(const std::uint8_t* in, float* out, std::int64_t n, float scale) {
+    std::int64_t i = 0;
+#ifdef KVLAB_F16C
+    i = fp8_decode16(in, out, n, _mm256_set1_ps(scale), [](__m256i w) { return _mm256_slli_epi16(w, 8); });
 #endif
     for (; i < n; ++i) out[i] = fp8_e5m2_values()[in[i]] * scale;
 }
 
 // e4m3 without its NaN pattern: for codes known to hold none (a cache that never stored a NaN), the same
 // values with three instructions fewer per 16. The sign moves from bit 7 to 15 and the rest from 6..0
-// to 13..7 by one shift left by 8, one arithmetic shift right by 1 and clearing bit 14.
+// to 13..7 by one shift left by 8, one arithmetic shift right by 1 and clearing bit 14; x 2^8 turns
+// fp16's bias 15 into e4m3's 7.
 inline void fp8_e4m3_decode_n_finite(const std::uint8_t* in, float* out, std::int64_t n, float scale) {
     std::int64_t i = 0;
 #ifdef KVLAB_F16C
-    const __m256 s = _mm256_set1_ps(scale * 256.0f);  // x 2^8: bias 15 -> 7
     const __m256i clear14 = _mm256_set1_epi16(static_cast<std::int16_t>(0xBFFF));
-    for (; i + 16 <= n; i += 16) {
-        const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
-        const __m256i h = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(w, 8), 1), clear14);
-        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), s));
-        _mm256_storeu_ps(out + i + 8, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), s));
-    }
+    i = fp8_decode16(in, out, n, _mm256_set1_ps(scale * 256.0f),
+                     [&](__m256i w) { return _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(w, 8), 1), clear14); });
 #endif
     for (; i < n; ++i) out[i] = fp8_e4m3_values()[in[i]] * scale;
 }
@@ -108,16 +120,12 @@ inline void fp8_e4m3_decode_n_finite(const std::uint8_t* in, float* out, std::in
 inline void fp8_e4m3_decode_n(const std::uint8_t* in, float* out, std::int64_t n, float scale) {
     std::int64_t i = 0;
 #ifdef KVLAB_F16C
-    const __m256 s = _mm256_set1_ps(scale * 256.0f);  // x 2^8: bias 15 -> 7
     const __m256i low7 = _mm256_set1_epi16(0x7F), sign = _mm256_set1_epi16(0x80), fp16_nan = _mm256_set1_epi16(0x7FFF);
-    for (; i + 16 <= n; i += 16) {
-        const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+    i = fp8_decode16(in, out, n, _mm256_set1_ps(scale * 256.0f), [&](__m256i w) {
         const __m256i mag = _mm256_and_si256(w, low7);
-        __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(w, sign), 8), _mm256_slli_epi16(mag, 7));
-        h = _mm256_blendv_epi8(h, fp16_nan, _mm256_cmpeq_epi16(mag, low7));  // S.1111.111 -> an fp16 NaN
-        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), s));
-        _mm256_storeu_ps(out + i + 8, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), s));
-    }
+        const __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(w, sign), 8), _mm256_slli_epi16(mag, 7));
+        return _mm256_blendv_epi8(h, fp16_nan, _mm256_cmpeq_epi16(mag, low7));  // S.1111.111 -> an fp16 NaN
+    });
 #endif
     for (; i < n; ++i) out[i] = fp8_e4m3_values()[in[i]] * scale;
 }

@@ -55,12 +55,7 @@ NarrowMatrix::NarrowMatrix(const MatrixRM& w, DType dtype, const char* name)
 void NarrowMatrix::decode(std::int64_t r, std::int64_t c0, std::int64_t n, float* out) const {
     const std::uint8_t* row = data_.data() + static_cast<std::size_t>(r) * row_bytes_;
     switch (dtype_) {
-    case DType::bf16: {  // the top half of an fp32
-        const auto* c = reinterpret_cast<const std::uint16_t*>(row) + c0;
-        auto* bits = reinterpret_cast<std::uint32_t*>(out);
-        for (std::int64_t i = 0; i < n; ++i) bits[i] = static_cast<std::uint32_t>(c[i]) << 16;
-        return;
-    }
+    case DType::bf16: bf16_decode_n(reinterpret_cast<const std::uint16_t*>(row) + c0, out, n); return;
     case DType::fp16: fp16_decode_n(reinterpret_cast<const std::uint16_t*>(row) + c0, out, n); return;
     case DType::q8_0:
         for (std::int64_t b = c0 / kv_block_values; b < (c0 + n) / kv_block_values; ++b)
