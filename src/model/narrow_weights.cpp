@@ -72,10 +72,6 @@ constexpr std::int64_t kGemvCols = 512;    // columns per pass: 8 x 512 floats =
 constexpr std::int64_t kPanelFloats = 64 * 1024;  // a gemm panel of rows: 256 KiB, in L2
 constexpr std::int64_t kPrefetchBytes = 512;      // how far ahead in each row the fused GEMV asks for lines
 
-}  // namespace
-
-namespace {
-
 // y[0..nr) = w rows r0.. . x, widening `kGemvCols` columns of the rows at a time into an L1 buffer and
 // running the fp32 kernel on it: the portable path, and the tail of the fused one.
 void gemv_buffered(const NarrowMatrix& w, std::int64_t r0, std::int64_t nr, const float* x, float* y) {
