@@ -98,17 +98,24 @@ void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t 
     float* buf = scratch + nh * s_stride;  // one decoded chunk
     // rows c0..c0+n-1 of this KV head: fp32 rows in place, or a narrow cache's decoded into buf
     auto rows = [&](const KvSource& src, std::int64_t c0, std::int64_t n, std::int64_t& stride) -> const float* {
+        const std::int64_t row = kv_pool_row(src.block_rows, src.block_size, r0 + c0);
         if (!src.store) {
             stride = src.stride;
-            return src.rows + (r0 + c0) * src.stride + kvh * D;
+            return src.rows + row * src.stride + kvh * D;
         }
-        src.store->read_head(r0 + c0, n, kvh, buf);
+        src.store->read_head(row, n, kvh, buf);
         stride = D;
         return buf;
     };
-    // scores = K q / sqrt(D) for every head of the group, a chunk of keys at a time
-    for (std::int64_t c0 = 0; c0 < T; c0 += chunk) {
+    // rows in the chunk starting at c0: up to `chunk`, and paged, up to the end of c0's block (K and V
+    // share one block table)
+    auto chunk_at = [&](std::int64_t c0) {
         const std::int64_t n = std::min(chunk, T - c0);
+        return k.block_rows ? std::min(n, k.block_size - (r0 + c0) % k.block_size) : n;
+    };
+    // scores = K q / sqrt(D) for every head of the group, a chunk of keys at a time
+    for (std::int64_t c0 = 0, n = 0; c0 < T; c0 += n) {
+        n = chunk_at(c0);
         std::int64_t stride = 0;
         const float* k_c = rows(k, c0, n, stride);
         for (std::int64_t j = 0; j < nh; ++j) dot_rows(k_c, stride, n, D, q_g + j * D, s + j * s_stride + c0);
@@ -122,8 +129,8 @@ void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t 
     }
     // out = V^T p, a chunk of values at a time
     std::fill(out_g, out_g + nh * D, 0.0f);
-    for (std::int64_t c0 = 0; c0 < T; c0 += chunk) {
-        const std::int64_t n = std::min(chunk, T - c0);
+    for (std::int64_t c0 = 0, n = 0; c0 < T; c0 += n) {
+        n = chunk_at(c0);
         std::int64_t stride = 0;
         const float* v_c = rows(v, c0, n, stride);
         for (std::int64_t j = 0; j < nh; ++j) axpy_rows(v_c, stride, n, D, s + j * s_stride + c0, out_g + j * D);

@@ -17,12 +17,20 @@ struct AttentionShape {
 };
 
 // Where one layer's keys (or values) are read: fp32 rows (row r at rows + r * stride, Hkv*D values),
-// or a narrow cache's encoded rows, which attention decodes one chunk of rows at a time.
+// or a narrow cache's encoded rows, which attention decodes one chunk of rows at a time. Paged (a
+// serving pool, model/kv_pool.hpp): the sequence's row r is the pool's row block_rows[r / block_size] +
+// r % block_size, and no chunk of rows crosses a block.
 struct KvSource {
     const float* rows = nullptr;
     std::int64_t stride = 0;
     const KvRowStore* store = nullptr;
+    const std::int64_t* block_rows = nullptr;  // null: row r is row r
+    std::int64_t block_size = 0;
 };
+// The pool row holding a sequence's row r (KvSource's paging rule).
+inline std::int64_t kv_pool_row(const std::int64_t* block_rows, std::int64_t block_size, std::int64_t r) {
+    return block_rows ? block_rows[r / block_size] + r % block_size : r;
+}
 
 // Floats of scratch one attention_heads call needs for up to n_keys keys: the scores of every query
 // head of a group, and one decoded chunk of rows.

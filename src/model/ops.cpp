@@ -169,6 +169,12 @@ void rope_row(float* q, std::int64_t n_head, float* k, std::int64_t n_head_kv, s
     }
 }
 
+// The run holding activation row i (runs are in row order and cover rows 0..n-1 without gaps).
+const TokenRun& run_of(std::span<const TokenRun> runs, std::int64_t i) {
+    const auto it = std::upper_bound(runs.begin(), runs.end(), i, [](std::int64_t row, const TokenRun& r) { return row < r.row0; });
+    return *(it - 1);
+}
+
 }  // namespace
 
 // ---- the ops ----
@@ -179,8 +185,12 @@ void embed(MatrixRM& x, std::span<const std::int32_t> tokens, const MatrixRM& ta
     rec.record(Op::embed, cost_embed(n, table.cols()));
 }
 
-void add_positions(MatrixRM& x, std::int64_t n, const MatrixRM& table, std::int64_t pos0, OpRecorder& rec) {
-    x.topRows(n) += table.middleRows(pos0, n);
+void add_positions(MatrixRM& x, std::span<const TokenRun> runs, const MatrixRM& table, OpRecorder& rec) {
+    std::int64_t n = 0;
+    for (const TokenRun& r : runs) {
+        x.middleRows(r.row0, r.n) += table.middleRows(r.pos0, r.n);
+        n += r.n;
+    }
     rec.record(Op::pos_embed, cost_pos_embed(n, table.cols()));
 }
 
@@ -207,57 +217,78 @@ void qkv_projections(MatrixRM& q, MatrixRM& k, MatrixRM& v, const MatrixRM& x, s
                 {Op::v_proj, matmul_cost(n, wv, lw.bv)}});
 }
 
-void rope(MatrixRM& q, MatrixRM& k, std::int64_t n, std::int64_t pos0, std::span<const float> inv_freq,
-          RopePairing pairing, std::int64_t d_head, OpRecorder& rec) {
+void rope(MatrixRM& q, MatrixRM& k, std::span<const TokenRun> runs, std::span<const float> inv_freq, RopePairing pairing,
+          std::int64_t d_head, OpRecorder& rec) {
     const std::int64_t n_head = q.cols() / d_head, n_head_kv = k.cols() / d_head;
     const bool halves = pairing == RopePairing::halves;
+    const std::int64_t n = runs.back().row0 + runs.back().n;
     for_each_task(n, [&](std::int64_t i) {
-        rope_row(q.row(i).data(), n_head, k.row(i).data(), n_head_kv, pos0 + i, inv_freq, halves, d_head);
+        const TokenRun& r = run_of(runs, i);
+        rope_row(q.row(i).data(), n_head, k.row(i).data(), n_head_kv, r.pos0 + i - r.row0, inv_freq, halves, d_head);
     });
     rec.record(Op::rope, cost_rope(n, n_head, n_head_kv, d_head));
 }
 
-void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const MatrixRM& v_new, std::int64_t n,
-               std::int64_t pos0, const KvRows& kv, const AttentionShape& shape, std::int64_t window,
-               const OpScratch& scratch, OpRecorder& rec) {
-    const bool cache = kv.place == KvPlace::cache;
-    const bool narrow = kv.k_store != nullptr;
+void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const MatrixRM& v_new, std::span<const TokenRun> runs,
+               const AttentionShape& shape, std::int64_t window, const OpScratch& scratch, OpRecorder& rec) {
+    const std::int64_t n = runs.back().row0 + runs.back().n;
     // a narrow cache's per-tensor scales come from the first rows written (the prefill)
-    if (narrow && !kv.k_store->calibrated()) {
-        kv.k_store->calibrate(k_new, n);
-        kv.v_store->calibrate(v_new, n);
-    }
-    auto store = [&](std::int64_t i) {
-        const std::int64_t row = cache ? kv_ring_row(pos0 + i, kv.n_rows, kv.n_sink) : pos0 + i;
-        if (narrow) {  // encoded; attention reads (decodes) what was stored
-            kv.k_store->write(row, k_new.row(i).data());
-            kv.v_store->write(row, v_new.row(i).data());
+    for (const TokenRun& r : runs)
+        if (r.kv.k_store && !r.kv.k_store->calibrated()) {
+            r.kv.k_store->calibrate(k_new, r.n);
+            r.kv.v_store->calibrate(v_new, r.n);
+        }
+    // the run's row holding its position p: in a cache, a ring over n_rows (after the sinks), paged or not;
+    // in activations, row p
+    auto row_of = [](const TokenRun& r, std::int64_t pos) {
+        const KvRows& kv = r.kv;
+        if (kv.place != KvPlace::cache) return pos;
+        return kv_pool_row(kv.block_rows, kv.block_size, kv_ring_row(pos, kv.n_rows, kv.n_sink));
+    };
+    auto store = [&](const TokenRun& r, std::int64_t i) {  // activation row i
+        const std::int64_t row = row_of(r, r.pos0 + i - r.row0);
+        if (r.kv.k_store) {  // encoded; attention reads (decodes) what was stored
+            r.kv.k_store->write(row, k_new.row(i).data());
+            r.kv.v_store->write(row, v_new.row(i).data());
             return;
         }
-        kv.k->row(row) = k_new.row(i);
-        kv.v->row(row) = v_new.row(i);
+        r.kv.k->row(row) = k_new.row(i);
+        r.kv.v->row(row) = v_new.row(i);
     };
-    const KvSource k_src = narrow ? KvSource{nullptr, 0, kv.k_store} : KvSource{kv.k->data(), kv.k->cols(), nullptr};
-    const KvSource v_src = narrow ? KvSource{nullptr, 0, kv.v_store} : KvSource{kv.v->data(), kv.v->cols(), nullptr};
-    // keys the query at row i attends: its last `window` positions, or all
-    auto n_keys_of = [&](std::int64_t i) { return keys_in_window(window, pos0 + i); };
+    auto source = [](const KvRows& kv, MatrixRM* m, const KvRowStore* st) {
+        return st ? KvSource{nullptr, 0, st, kv.block_rows, kv.block_size} : KvSource{m->data(), m->cols(), nullptr, kv.block_rows, kv.block_size};
+    };
+    // keys the query at activation row i attends: its last `window` positions, or all
+    auto n_keys_of = [&](const TokenRun& r, std::int64_t i) { return keys_in_window(window, r.pos0 + i - r.row0); };
     // first stored row of those keys: cache rows 0..n_keys-1 hold exactly the attended positions (a
     // full ring holds the window); activations hold position p in row p
-    auto first_row_of = [&](std::int64_t i) { return cache ? 0 : pos0 + i + 1 - n_keys_of(i); };
-    // query i, query heads h0..h0+nh-1 of one KV head's group
-    const std::int64_t n_group = shape.n_head / shape.n_head_kv;
-    auto attend = [&](std::int64_t i, std::int64_t h0, std::int64_t nh, float* work) {
-        attention_heads(shape, h0, nh, q.row(i).data(), k_src, v_src, first_row_of(i), n_keys_of(i), out.row(i).data(), work);
+    auto first_row_of = [&](const TokenRun& r, std::int64_t i) {
+        return r.kv.place == KvPlace::cache ? 0 : r.pos0 + i - r.row0 + 1 - n_keys_of(r, i);
     };
-    if (cache && n > 1 && pos0 + n > kv.n_rows) {
-        // the ring wraps within this call: a later token would overwrite a key an earlier query still
-        // needs, so store and attend in order (the stores' time lands in the attention ops')
-        for (std::int64_t i = 0; i < n; ++i) {
-            store(i);
-            for (std::int64_t g = 0; g < shape.n_head_kv; ++g) attend(i, g * n_group, n_group, scratch.scores->row(0).data());
+    // query row i, query heads h0..h0+nh-1 of one KV head's group
+    const std::int64_t n_group = shape.n_head / shape.n_head_kv;
+    auto attend = [&](const TokenRun& r, std::int64_t i, std::int64_t h0, std::int64_t nh, float* work) {
+        attention_heads(shape, h0, nh, q.row(i).data(), source(r.kv, r.kv.k, r.kv.k_store), source(r.kv, r.kv.v, r.kv.v_store),
+                        first_row_of(r, i), n_keys_of(r, i), out.row(i).data(), work);
+    };
+    // a ring that wraps within a run: a later token would overwrite a key an earlier query still needs,
+    // so that run stores and attends in order (the stores' time lands in the attention ops')
+    auto wraps = [](const TokenRun& r) { return r.kv.place == KvPlace::cache && r.n > 1 && r.pos0 + r.n > r.kv.n_rows; };
+    std::int64_t n_parallel = 0;  // rows of the runs that do not wrap, in one parallel pass
+    for (const TokenRun& r : runs) {
+        if (!wraps(r)) {
+            n_parallel += r.n;
+            continue;
         }
-    } else {
-        for (std::int64_t i = 0; i < n; ++i) store(i);
+        for (std::int64_t i = r.row0; i < r.row0 + r.n; ++i) {
+            store(r, i);
+            for (std::int64_t g = 0; g < shape.n_head_kv; ++g) attend(r, i, g * n_group, n_group, scratch.scores->row(0).data());
+        }
+    }
+    if (n_parallel > 0) {
+        for (const TokenRun& r : runs)
+            if (!wraps(r))
+                for (std::int64_t i = r.row0; i < r.row0 + r.n; ++i) store(r, i);
         rec.lap(Op::kv_store);
         // one task per (query, KV head): each key is read once for the query heads sharing it. When that
         // leaves threads idle (a decode step with fewer KV heads than threads), the groups are split.
@@ -265,18 +296,26 @@ void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const Ma
         const std::int64_t split = std::min(n_group, (omp_get_max_threads() + tasks - 1) / tasks);
         for_each_task(tasks * split, [&](std::int64_t task) {
             const std::int64_t i = task / (shape.n_head_kv * split), g = task / split % shape.n_head_kv, part = task % split;
+            const TokenRun& r = run_of(runs, i);
+            if (wraps(r)) return;
             const std::int64_t h0 = g * n_group + part * n_group / split, h1 = g * n_group + (part + 1) * n_group / split;
-            attend(i, h0, h1 - h0, scratch.scores->row(omp_get_thread_num()).data());
+            attend(r, i, h0, h1 - h0, scratch.scores->row(omp_get_thread_num()).data());
         });
     }
-    std::int64_t n_scores = 0;  // query-key pairs per head, over the n queries
-    for (std::int64_t i = 0; i < n; ++i) n_scores += n_keys_of(i);
-    const std::int64_t n_key_rows = n - 1 + n_keys_of(0);  // distinct positions read: first query's oldest .. newest
+    // costs per run: each reads its own sequence's keys
     const std::int64_t d_kv = k_new.cols();
-    rec.add(Op::kv_store, cost_kv_store(n, d_kv, kv.place, kv.row_bytes));
-    rec.record({{Op::qk, cost_qk(n, shape.n_head, d_kv, shape.d_head, n_scores, n_key_rows, kv.place, kv.row_bytes)},
-                {Op::softmax, cost_softmax(shape.n_head, n_scores)},
-                {Op::av, cost_av(n, shape.n_head, d_kv, shape.d_head, n_scores, n_key_rows, kv.place, kv.row_bytes)}});
+    OpCost store_cost, qk_cost, softmax_cost, av_cost;
+    for (const TokenRun& r : runs) {
+        std::int64_t n_scores = 0;  // query-key pairs per head, over the run's queries
+        for (std::int64_t i = r.row0; i < r.row0 + r.n; ++i) n_scores += n_keys_of(r, i);
+        const std::int64_t n_key_rows = r.n - 1 + n_keys_of(r, r.row0);  // distinct positions read: first query's oldest .. newest
+        store_cost += cost_kv_store(r.n, d_kv, r.kv.place, r.kv.row_bytes);
+        qk_cost += cost_qk(r.n, shape.n_head, d_kv, shape.d_head, n_scores, n_key_rows, r.kv.place, r.kv.row_bytes);
+        softmax_cost += cost_softmax(shape.n_head, n_scores);
+        av_cost += cost_av(r.n, shape.n_head, d_kv, shape.d_head, n_scores, n_key_rows, r.kv.place, r.kv.row_bytes);
+    }
+    rec.add(Op::kv_store, store_cost);
+    rec.record({{Op::qk, qk_cost}, {Op::softmax, softmax_cost}, {Op::av, av_cost}});
 }
 
 void project_add(MatrixRM& x, MatrixRM& tmp, const MatrixRM& in, std::int64_t n, const WeightRef& w, const VectorF& b,
@@ -318,6 +357,12 @@ void gelu_mlp_in(MatrixRM& h, const MatrixRM& x, std::int64_t n, const LayerWeig
 void classify(VectorF& logits, const MatrixRM& x, const WeightRef& w, OpRecorder& rec) {
     on_threads([&] { gemv_block(w, x.row(0).data(), logits.data()); });
     rec.record(Op::lm_head, matmul_cost(1, w, VectorF()));
+}
+
+void classify_rows(MatrixRM& logits, const MatrixRM& x, std::int64_t m, const WeightRef& w, const OpScratch& scratch, OpRecorder& rec) {
+    const VectorF no_bias;
+    on_threads([&] { matmul_block(logits, x, m, w, no_bias, scratch); });
+    rec.record(Op::lm_head, matmul_cost(m, w, no_bias));
 }
 
 }  // namespace kvlab

@@ -69,8 +69,7 @@ enum class NormKind { rms, layer };
 
 // x (n, d) embedded: x[i] = E[tokens[i]]                                               records embed
 void embed(MatrixRM& x, std::span<const std::int32_t> tokens, const MatrixRM& table, OpRecorder& rec);
-// x (n, d) += P[pos0 .. pos0+n-1] (gpt2's learned positions)                         records pos_embed
-void add_positions(MatrixRM& x, std::int64_t n, const MatrixRM& table, std::int64_t pos0, OpRecorder& rec);
+
 // out rows 0..n-1 (d) = rmsnorm(x) * w, or layernorm(x) * w + b, of x rows row0..row0+n-1     records `op`
 void norm(NormKind kind, MatrixRM& out, const MatrixRM& x, std::int64_t row0, std::int64_t n, const VectorF& w,
           const VectorF& b, float eps, Op op, OpRecorder& rec);
@@ -78,10 +77,6 @@ void norm(NormKind kind, MatrixRM& out, const MatrixRM& x, std::int64_t row0, st
 // nl: the layer's narrow matrices, or null for fp32 (also in the MLP ops)
 void qkv_projections(MatrixRM& q, MatrixRM& k, MatrixRM& v, const MatrixRM& x, std::int64_t n, const LayerWeights& lw,
                      const NarrowLayer* nl, const OpScratch& scratch, OpRecorder& rec);
-// q (n, H*D) and k (n, Hkv*D) rotated for positions pos0.. (RoPE; pairs as `pairing`)  records rope
-void rope(MatrixRM& q, MatrixRM& k, std::int64_t n, std::int64_t pos0, std::span<const float> inv_freq,
-          RopePairing pairing, std::int64_t d_head, OpRecorder& rec);
-
 // Where attention reads K and V: rows of a layer's cache (cached mode; a ring of `n_rows` rows on a
 // windowed layer) or of the current layer's activations, position p in row p (uncached mode).
 class KvRowStore;
@@ -94,13 +89,39 @@ struct KvRows {
     KvRowStore* v_store = nullptr;
     std::uint64_t row_bytes = 0;    // bytes of one stored row (0: fp32)
     std::int64_t n_sink = 0;        // cache rows 0..n_sink-1 keep the first positions; the ring runs over the rest
+    // paged (a serving pool's sequence, model/kv_pool.hpp): the sequence's row r is row
+    // block_rows[r / block_size] + r % block_size of k and v; null: row r
+    const std::int64_t* block_rows = nullptr;
+    std::int64_t block_size = 0;
 };
-// Store the n new K and V rows at positions pos0.., then out (n, H*D) = softmax(q K^T / sqrt(D)) V
-// per head over the keys each query attends (`window` > 0: its last `window` positions)
-//                                                                       records kv_store, qk, softmax, av
-void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const MatrixRM& v_new, std::int64_t n,
-               std::int64_t pos0, const KvRows& kv, const AttentionShape& shape, std::int64_t window,
-               const OpScratch& scratch, OpRecorder& rec);
+
+// One sequence's tokens in a forward call: rows row0..row0+n-1 of the activations hold its positions
+// pos0..pos0+n-1, and its K and V live in kv. A single-sequence call is one run; a serving step packs
+// one run per sequence (decode tokens and prompt chunks), each at its own positions.
+struct TokenRun {
+    std::int64_t row0 = 0;
+    std::int64_t n = 0;
+    std::int64_t pos0 = 0;
+    KvRows kv{};
+};
+
+// x (n, d) += P[pos] of each run's positions (gpt2's learned positions)                records pos_embed
+void add_positions(MatrixRM& x, std::span<const TokenRun> runs, const MatrixRM& table, OpRecorder& rec);
+// q (n, H*D) and k (n, Hkv*D) rotated for each run's positions (RoPE; pairs as `pairing`)  records rope
+void rope(MatrixRM& q, MatrixRM& k, std::span<const TokenRun> runs, std::span<const float> inv_freq, RopePairing pairing,
+          std::int64_t d_head, OpRecorder& rec);
+// For each run: store its new K and V rows at its positions, then out (its rows, H*D) = softmax(q K^T /
+// sqrt(D)) V per head over the keys each of its queries attends in its own sequence (`window` > 0: its
+// last `window` positions)                                              records kv_store, qk, softmax, av
+void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const MatrixRM& v_new, std::span<const TokenRun> runs,
+               const AttentionShape& shape, std::int64_t window, const OpScratch& scratch, OpRecorder& rec);
+// One sequence: the n rows at positions pos0.. are one run.
+inline void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const MatrixRM& v_new, std::int64_t n,
+                      std::int64_t pos0, const KvRows& kv, const AttentionShape& shape, std::int64_t window,
+                      const OpScratch& scratch, OpRecorder& rec) {
+    const TokenRun run{0, n, pos0, kv};
+    attention(out, q, k_new, v_new, std::span<const TokenRun>(&run, 1), shape, window, scratch, rec);
+}
 
 // x (n, d) += in (n, d_in) W^T (+ b), the product staged in tmp (n, d)       records `proj`, `residual`
 void project_add(MatrixRM& x, MatrixRM& tmp, const MatrixRM& in, std::int64_t n, const WeightRef& w, const VectorF& b,
@@ -113,5 +134,7 @@ void gelu_mlp_in(MatrixRM& h, const MatrixRM& x, std::int64_t n, const LayerWeig
                  const OpScratch& scratch, OpRecorder& rec);
 // logits (V) = W x[0] (one token)                                             records lm_head
 void classify(VectorF& logits, const MatrixRM& x, const WeightRef& w, OpRecorder& rec);
+// logits (m, V) = x (m, d) W^T (the last token of each of m sequences)         records lm_head
+void classify_rows(MatrixRM& logits, const MatrixRM& x, std::int64_t m, const WeightRef& w, const OpScratch& scratch, OpRecorder& rec);
 
 }  // namespace kvlab

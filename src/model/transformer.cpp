@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -98,8 +100,10 @@ Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, const T
             inv_freq_[static_cast<std::size_t>(i)] =
                 1.0f / std::pow(static_cast<float>(cfg.rope_theta), static_cast<float>(2 * i) / static_cast<float>(cfg.d_head));
     }
-    x_last_.resize(1, d);
+    x_last_.resize(std::max<std::int64_t>(1, size.n_seqs), d);
     logits_.resize(cfg.n_vocab);
+    if (size.n_seqs > 0) batch_logits_.resize(size.n_seqs, cfg.n_vocab);
+    runs_.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, size.n_seqs)));
 }
 
 std::uint64_t Transformer::activation_bytes(const ModelConfig& cfg, const TransformerSize& size) {
@@ -120,14 +124,16 @@ std::uint64_t Transformer::activation_bytes(const ModelConfig& cfg, const Transf
     if (N > 1 && size.narrow_weights)  // widened weight rows
         n = add(n, mul(n_threads, static_cast<std::uint64_t>(narrow_panel_floats(widest_input(cfg)))));
     if (llama) n = add(n, static_cast<std::uint64_t>(cfg.d_head) / 2);  // inv_freq
-    n = add(n, add(d, static_cast<std::uint64_t>(cfg.n_vocab)));         // x_last, logits
+    const auto S = static_cast<std::uint64_t>(size.n_seqs);
+    n = add(n, add(mul(std::max<std::uint64_t>(1, S), d), static_cast<std::uint64_t>(cfg.n_vocab)));  // x_last, logits
+    n = add(n, mul(S, static_cast<std::uint64_t>(cfg.n_vocab)));        // batch logits
     return mul(n, sizeof(float));
 }
 
 std::uint64_t Transformer::activation_bytes_held() const {
     const auto n = x_.size() + xb_.size() + q_.size() + k_new_.size() + v_new_.size() + k_act_.size() +
                    v_act_.size() + att_.size() + hb_.size() + hb2_.size() + scores_.size() + gemm_scratch_.size() + panel_.size() +
-                   static_cast<Eigen::Index>(inv_freq_.size()) + x_last_.size() + logits_.size();
+                   static_cast<Eigen::Index>(inv_freq_.size()) + x_last_.size() + logits_.size() + batch_logits_.size();
     return static_cast<std::uint64_t>(n) * sizeof(float);
 }
 
@@ -151,29 +157,83 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
                                     StepCost* cost) {
     const auto n = static_cast<std::int64_t>(tokens.size());
     check_call(tokens, pos0);
+    OpRecorder rec(cost);
+    runs_[0] = TokenRun{0, n, pos0, {}};
+    layers(tokens, 1, cache, nullptr, rec);
+    // final norm and classifier on the last position only: that is all the next token needs
+    const bool gpt2 = cfg_.family == Family::gpt2;
+    norm(gpt2 ? NormKind::layer : NormKind::rms, x_last_, x_, n - 1, 1, w_.final_norm, w_.final_norm_bias,
+         static_cast<float>(cfg_.norm_eps), Op::final_norm, rec);
+    classify(logits_, x_last_, WeightRef{w_.classifier(), nw_ ? &nw_->classifier : nullptr}, rec);
+    return logits_;
+}
+
+const MatrixRM& Transformer::forward_batch(std::span<const TokenId> tokens, std::span<const SeqStep> seqs, KvPool& pool,
+                                           StepCost* cost) {
+    const auto n_seqs = static_cast<std::int64_t>(seqs.size());
+    if (n_seqs == 0 || n_seqs > size_.n_seqs)
+        throw std::logic_error(fmt::format("forward_batch: {} sequences; the transformer was built for 1..{}", n_seqs, size_.n_seqs));
+    std::int64_t row = 0, m = 0;
+    for (std::int64_t s = 0; s < n_seqs; ++s) {
+        const SeqStep& q = seqs[static_cast<std::size_t>(s)];
+        check_call(tokens.subspan(static_cast<std::size_t>(row), static_cast<std::size_t>(q.n)), q.pos0);
+        runs_[static_cast<std::size_t>(s)] = TokenRun{row, q.n, q.pos0, {}};
+        row += q.n;
+    }
+    if (row != static_cast<std::int64_t>(tokens.size()) || row > size_.n_tokens)
+        throw std::logic_error(fmt::format("forward_batch: {} tokens for sequences holding {} (buffers: {})", tokens.size(), row, size_.n_tokens));
+    OpRecorder rec(cost);
+    pool_seqs_ = seqs;
+    layers(tokens, n_seqs, nullptr, &pool, rec);
+    // final norm of each asking sequence's last token, then one classifier matmul for all of them
+    const bool gpt2 = cfg_.family == Family::gpt2;
+    for (std::int64_t s = 0; s < n_seqs; ++s)
+        if (seqs[static_cast<std::size_t>(s)].logits) x_last_.row(m++) = x_.row(runs_[static_cast<std::size_t>(s)].row0 + runs_[static_cast<std::size_t>(s)].n - 1);
+    if (m == 0) return batch_logits_;
+    norm(gpt2 ? NormKind::layer : NormKind::rms, x_last_, x_last_, 0, m, w_.final_norm, w_.final_norm_bias,
+         static_cast<float>(cfg_.norm_eps), Op::final_norm, rec);
+    classify_rows(batch_logits_, x_last_, m, WeightRef{w_.classifier(), nw_ ? &nw_->classifier : nullptr},
+                  OpScratch{&gemm_scratch_, &scores_, &panel_}, rec);
+    return batch_logits_;
+}
+
+void Transformer::layers(std::span<const TokenId> tokens, std::int64_t n_runs, KvCache* cache, KvPool* pool, OpRecorder& rec) {
+    const auto n = static_cast<std::int64_t>(tokens.size());
+    const std::span<TokenRun> runs(runs_.data(), static_cast<std::size_t>(n_runs));
     const bool gpt2 = cfg_.family == Family::gpt2;
     const NormKind norm_kind = gpt2 ? NormKind::layer : NormKind::rms;
     const float eps = static_cast<float>(cfg_.norm_eps);
     const AttentionShape shape{cfg_.n_head, cfg_.n_head_kv, cfg_.d_head};
     const OpScratch scratch{&gemm_scratch_, &scores_, &panel_};
-    OpRecorder rec(cost);
 
     // x = token embeddings (+ learned positions for gpt2)
     embed(x_, tokens, w_.tok_embed, rec);
-    if (gpt2) add_positions(x_, n, w_.pos_embed, pos0, rec);
+    if (gpt2) add_positions(x_, runs, w_.pos_embed, rec);
 
     for (std::int64_t l = 0; l < cfg_.n_layer; ++l) {
         const LayerWeights& lw = w_.layers[static_cast<std::size_t>(l)];
         const NarrowLayer* nl = nw_ ? &nw_->layers[static_cast<std::size_t>(l)] : nullptr;
+        // K and V go to the cache (cached), the pool (serving: each sequence's rows, a windowed layer a
+        // ring of its window within them) or this layer's activations (uncached)
+        const std::int64_t window = cfg_.layer_window(l), n_sink = window > 0 ? cfg_.sink_tokens : 0;
+        for (std::int64_t r = 0; r < n_runs; ++r) {
+            KvRows& kv = runs[static_cast<std::size_t>(r)].kv;
+            if (cache) {
+                kv = KvRows{cache->k(l), cache->v(l), KvPlace::cache, cache->n_rows(l), cache->k_store(l), cache->v_store(l),
+                            cache->narrow() ? cache->row_bytes() : 0, cache->n_sink(l)};
+            } else if (pool) {
+                const SeqRows& rows = pool_seqs_[static_cast<std::size_t>(r)].rows;
+                kv = KvRows{&pool->k(l), &pool->v(l), KvPlace::cache, window > 0 ? window : std::numeric_limits<std::int64_t>::max(),
+                            nullptr, nullptr, 0, n_sink, rows.block_rows.data(), rows.block_size};
+            } else {
+                kv = KvRows{&k_act_, &v_act_, KvPlace::activations, k_act_.rows()};
+            }
+        }
         // attention block: x += W_o attention(rope(q), rope(k), v) over the normed x
         norm(norm_kind, xb_, x_, 0, n, lw.attn_norm, lw.attn_norm_bias, eps, Op::attn_norm, rec);
         qkv_projections(q_, k_new_, v_new_, xb_, n, lw, nl, scratch, rec);
-        if (!gpt2) rope(q_, k_new_, n, pos0, inv_freq_, w_.rope_pairing, cfg_.d_head, rec);
-        // K and V go to the cache (cached) or to this layer's activations (uncached)
-        const KvRows kv = cache ? KvRows{cache->k(l), cache->v(l), KvPlace::cache, cache->n_rows(l), cache->k_store(l), cache->v_store(l),
-                                         cache->narrow() ? cache->row_bytes() : 0, cache->n_sink(l)}
-                                : KvRows{&k_act_, &v_act_, KvPlace::activations, k_act_.rows()};
-        attention(att_, q_, k_new_, v_new_, n, pos0, kv, shape, cfg_.layer_window(l), scratch, rec);
+        if (!gpt2) rope(q_, k_new_, runs, inv_freq_, w_.rope_pairing, cfg_.d_head, rec);
+        attention(att_, q_, k_new_, v_new_, runs, shape, window, scratch, rec);
         project_add(x_, xb_, att_, n, WeightRef{lw.wo, nl ? &nl->wo : nullptr}, lw.bo, scratch, Op::o_proj, Op::attn_residual, rec);
 
         // MLP block: x += W_2 act(W_1 x (, W_3 x)) over the normed x
@@ -182,11 +242,6 @@ const VectorF& Transformer::forward(std::span<const TokenId> tokens, std::int64_
         else swiglu_mlp_in(hb_, hb2_, xb_, n, lw, nl, scratch, rec);
         project_add(x_, xb_, hb_, n, WeightRef{lw.w2, nl ? &nl->w2 : nullptr}, lw.b2, scratch, Op::mlp_down, Op::mlp_residual, rec);
     }
-
-    // final norm and classifier on the last position only: that is all the next token needs
-    norm(norm_kind, x_last_, x_, n - 1, 1, w_.final_norm, w_.final_norm_bias, eps, Op::final_norm, rec);
-    classify(logits_, x_last_, WeightRef{w_.classifier(), nw_ ? &nw_->classifier : nullptr}, rec);
-    return logits_;
 }
 
 void Transformer::check_call(std::span<const TokenId> tokens, std::int64_t pos0) const {

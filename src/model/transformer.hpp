@@ -1,6 +1,7 @@
 // Transformer: a decoder-only forward pass on Eigen (fp32, row-major) for the llama and gpt2
-// families, with and without a KV cache, counting every op's cost from the shapes it processes.
-// Non-goals: batching several sequences, MoE routing, MLA, quantised weights.
+// families, with and without a KV cache, counting every op's cost from the shapes it processes; and
+// the serving step: tokens of many sequences, each at its own positions, in one call over a KV pool.
+// Non-goals: MoE routing, MLA.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -9,6 +10,8 @@
 #include "model/attention.hpp"
 #include "model/cost.hpp"
 #include "model/kv_cache.hpp"
+#include "model/kv_pool.hpp"
+#include "model/ops.hpp"
 #include "calc/model_config.hpp"
 #include "model/weights.hpp"
 
@@ -16,14 +19,22 @@ namespace kvlab {
 
 struct NarrowWeights;
 
-using TokenId = std::int32_t;
-
 // What the forward calls of one run need buffers for.
 struct TransformerSize {
     std::int64_t n_positions = 0;  // longest sequence: keys one query attends (scores scratch)
     std::int64_t n_tokens = 0;     // most tokens in one call: the prompt (cached), the sequence (uncached)
     bool uncached = false;         // forward_uncached is called: every position's K and V in activations
     bool narrow_weights = false;   // the weights are read narrow: panels of widened rows for calls of N > 1
+    std::int64_t n_seqs = 0;       // forward_batch: most sequences in one call (0: single-sequence calls only)
+};
+
+// One sequence's part of a serving step (Transformer::forward_batch): its n tokens follow the previous
+// sequence's in the call, at positions pos0..pos0+n-1; its K and V rows live in the pool at `rows`.
+struct SeqStep {
+    std::int64_t n = 0;
+    std::int64_t pos0 = 0;
+    SeqRows rows;
+    bool logits = false;  // its last token's logits are wanted (a prompt's last chunk, a decode step)
 };
 
 class Transformer {
@@ -43,6 +54,10 @@ public:
     const VectorF& forward_cached(std::span<const TokenId> tokens, std::int64_t pos0, KvCache& cache, StepCost* cost);
     // Uncached mode: the whole sequence from position 0, recomputing every K and V (naive generate).
     const VectorF& forward_uncached(std::span<const TokenId> tokens, StepCost* cost);
+    // Serving: one forward over the tokens of several sequences (decode tokens and prompt chunks), the
+    // weights read once for all of them, attention per sequence over its rows of `pool`. Returns the
+    // logits (rows 0..m-1) of the sequences that ask for them, in order. Needs size.n_seqs >= seqs.size().
+    const MatrixRM& forward_batch(std::span<const TokenId> tokens, std::span<const SeqStep> seqs, KvPool& pool, StepCost* cost);
 
     // Bytes of activation buffers for `cfg` and `size` (what the constructor allocates).
     static std::uint64_t activation_bytes(const ModelConfig& cfg, const TransformerSize& size);
@@ -50,6 +65,9 @@ public:
 
 private:
     const VectorF& forward(std::span<const TokenId> tokens, std::int64_t pos0, KvCache* cache, StepCost* cost);
+    // The layers over runs_[0..n_runs) (row0, n, pos0 set; each layer's KvRows filled here): x_ after the
+    // last layer. K and V go to `cache` (one run), the pool (one run per sequence) or the activations.
+    void layers(std::span<const TokenId> tokens, std::int64_t n_runs, KvCache* cache, KvPool* pool, OpRecorder& rec);
     void check_call(std::span<const TokenId> tokens, std::int64_t pos0) const;
 
     const ModelConfig& cfg_;
@@ -74,8 +92,11 @@ private:
     MatrixRM scores_;   // (threads, attention_scratch_floats(T) rounded up to 16) attention scratch, one row per thread
     MatrixRM gemm_scratch_;  // (threads, gemm_scratch_floats(max(d,H*D,f), N)) packed tokens; empty if N = 1
     MatrixRM panel_;    // narrow weights, N > 1: (threads, narrow_panel_floats(max(d,H*D,f))) widened weight rows
-    MatrixRM x_last_;   // (1, d)      final-normed last position
+    MatrixRM x_last_;   // (max(1, S), d) final-normed last position (of each sequence asking for logits)
     VectorF logits_;    // (V)
+    MatrixRM batch_logits_;       // (S, V) forward_batch's logits; S = size.n_seqs (empty when 0)
+    std::vector<TokenRun> runs_;  // (max(1, S)) the call's runs of tokens, one per sequence
+    std::span<const SeqStep> pool_seqs_;  // forward_batch: the call's sequences (where their rows are)
 };
 
 }  // namespace kvlab

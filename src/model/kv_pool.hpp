@@ -1,0 +1,146 @@
+// KvPool: the serving simulation's KV memory. One pool of token rows per layer, shared by many
+// sequences, and its bookkeeping (KvAllocator), in one of two layouts:
+//   paged       fixed blocks of `block_size` rows, taken on demand as a sequence grows and returned
+//               when it finishes; a block table per sequence maps its rows to the pool's (vLLM's
+//               PagedAttention). With a prefix cache, full blocks are keyed by every token up to their
+//               end and shared by reference count; a shared or cached block is never written: the
+//               writer gets its own copy (copy-on-write).
+//   contiguous  each sequence reserves one range of rows up front, for the most tokens it may hold (a
+//               static cache, TensorRT-LLM's contiguous mode), first fit in the pool.
+// Both map a sequence's row r the same way (KvSource's paging rule): contiguous is one block of the
+// reservation's size. Non-goals: swapping to host memory, narrow storage (the pool is fp32).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "calc/model_config.hpp"
+#include "core/choice.hpp"
+#include "model/weights.hpp"
+
+namespace kvlab {
+
+using TokenId = std::int32_t;
+using SeqId = std::int64_t;
+
+enum class KvLayout { paged, contiguous };
+inline constexpr std::array<Choice<KvLayout>, 2> kv_layout_choices{{{"paged", KvLayout::paged}, {"contiguous", KvLayout::contiguous}}};
+
+struct KvPoolOptions {
+    KvLayout layout = KvLayout::paged;
+    std::int64_t n_rows = 0;      // token rows per layer (paged: a whole number of blocks)
+    std::int64_t block_size = 16; // paged: rows per block
+    bool prefix_cache = false;    // paged: share full blocks of identical prefixes
+};
+
+// Where a sequence's rows live: its row r is pool row block_rows[r / block_size] + r % block_size.
+struct SeqRows {
+    std::span<const std::int64_t> block_rows;
+    std::int64_t block_size = 0;
+};
+
+// Copy the pool rows src..src+n-1 to dst..dst+n-1 in every layer (a copy-on-write).
+struct RowCopy {
+    std::int64_t src = 0, dst = 0, n = 0;
+};
+
+// Counts the allocator keeps over a run.
+struct KvAllocatorCounters {
+    std::int64_t prefix_hit_blocks = 0;    // blocks a new sequence found in the prefix cache
+    std::int64_t prefix_hit_tokens = 0;    // their tokens: prefill not recomputed
+    std::int64_t cow_copies = 0;           // blocks copied before a write (copy-on-write)
+    std::int64_t evictions = 0;            // cached blocks reused for other content
+};
+
+class KvAllocator {
+public:
+    explicit KvAllocator(const KvPoolOptions& options);
+
+    const KvPoolOptions& options() const { return o_; }
+    std::int64_t n_blocks() const { return n_blocks_; }  // paged; contiguous: 0
+
+    // Makes sure `seq` owns rows 0..n_rows-1: paged, blocks taken as needed (all or none); contiguous,
+    // one range of n_rows reserved the first time (a later call may not ask for more). False when the
+    // pool cannot; nothing is taken then.
+    bool reserve(SeqId seq, std::int64_t n_rows);
+    // Paged with a prefix cache, a sequence with no rows yet: takes the cached full blocks of its first
+    // tokens, in order while they match. Returns the tokens they hold (a multiple of block_size).
+    std::int64_t match_prefix(SeqId seq, std::span<const TokenId> tokens);
+    // Before `seq` writes rows row0..row0+n-1: a block among them that is shared or cached is replaced by
+    // a private copy. Returns the copies the pool must make, or nullopt when no block is free for them
+    // (nothing changed then). Paged only; contiguous rows are always private.
+    std::optional<std::vector<RowCopy>> make_writable(SeqId seq, std::int64_t row0, std::int64_t n);
+    // After `seq` holds the K and V of tokens[0..n_valid): its full blocks enter the prefix cache, keyed
+    // by their prefix; n_valid also sets how many rows of each of its blocks hold a token.
+    void commit(SeqId seq, std::span<const TokenId> tokens, std::int64_t n_valid);
+    // Returns every row of `seq` to the pool (cached blocks stay findable until reused).
+    void release(SeqId seq);
+
+    SeqRows rows(SeqId seq) const;
+    std::int64_t rows_reserved(SeqId seq) const;  // rows `seq` may write
+
+    // The pool now. Rows in use: held by a live sequence; holding tokens: those rows with a token's K and
+    // V written (a shared block counts once); cached: paged blocks nobody holds, kept for the prefix
+    // cache; free: the rest (cached blocks included, since they are taken when needed).
+    std::int64_t rows_in_use() const;
+    std::int64_t rows_holding_tokens() const;
+    std::int64_t rows_cached() const;
+    std::int64_t rows_free() const { return o_.n_rows - rows_in_use(); }
+    std::int64_t largest_free_range() const;  // contiguous: the longest reservation that fits now
+    std::int64_t n_live() const { return static_cast<std::int64_t>(seqs_.size()); }
+    const KvAllocatorCounters& counters() const { return counters_; }
+
+private:
+    struct Block {
+        std::int32_t refs = 0;
+        std::int32_t fill = 0;                 // rows holding a token's K and V
+        std::optional<std::vector<TokenId>> key;  // in the prefix cache: every token up to the block's end
+        std::list<std::int64_t>::iterator lru;    // position in cached_ while refs == 0 and keyed
+    };
+    struct Seq {
+        std::vector<std::int64_t> block_rows;  // paged: first pool row of each block; contiguous: {start}
+        std::int64_t reserved = 0;             // contiguous: rows reserved
+        std::int64_t valid = 0;                // rows holding tokens
+    };
+    struct KeyHash {
+        std::size_t operator()(const std::vector<TokenId>& v) const;
+    };
+    std::optional<std::int64_t> take_block();  // a free block, else the least recently cached one
+    void drop(std::int64_t block);             // one reference fewer
+    void uncache(std::int64_t block);
+
+    KvPoolOptions o_;
+    std::int64_t n_blocks_ = 0;
+    std::vector<Block> blocks_;
+    std::vector<std::int64_t> free_;           // paged: blocks neither held nor cached
+    std::list<std::int64_t> cached_;           // paged: held by nobody, in the prefix cache; front = least recent
+    std::unordered_map<std::vector<TokenId>, std::int64_t, KeyHash> cache_;
+    std::map<std::int64_t, std::int64_t> free_ranges_;  // contiguous: start -> length
+    std::map<SeqId, Seq> seqs_;
+    std::int64_t rows_in_use_ = 0;
+    KvAllocatorCounters counters_;
+};
+
+// The pool's K and V rows, fp32, for every layer: (n_rows, Hkv*D) each.
+class KvPool {
+public:
+    KvPool(const ModelConfig& cfg, std::int64_t n_rows);
+    MatrixRM& k(std::int64_t layer) { return k_[static_cast<std::size_t>(layer)]; }
+    MatrixRM& v(std::int64_t layer) { return v_[static_cast<std::size_t>(layer)]; }
+    void copy(const RowCopy& c);  // every layer
+    std::uint64_t bytes() const;
+
+private:
+    std::vector<MatrixRM> k_, v_;
+};
+
+// Rows a sequence of n_tokens positions needs in the pool: its most held by any layer (a windowed
+// layer keeps a ring of its window, within the same rows).
+std::int64_t kv_seq_rows(const ModelConfig& cfg, std::int64_t n_tokens);
+
+}  // namespace kvlab

@@ -1,0 +1,100 @@
+// The serving scheduler: many requests through one KV pool on the running model, one forward per step
+// (continuous, iteration-level batching as vLLM V1 schedules it):
+//   1. running sequences, oldest first: each gets its next token (decode) or its next prompt chunk, up
+//      to max_batched_tokens per step (chunked prefill). A sequence that cannot get rows preempts the
+//      newest running one (its rows freed; it is recomputed later from its prompt and the tokens it has
+//      generated), or itself when it is the newest.
+//   2. waiting requests, first come first served, while the step has tokens and sequence slots left and
+//      the pool has rows for them; admission stops at the first that does not fit, and no request is
+//      admitted in a step that preempted.
+// Greedy decoding. Every step is recorded (batch, pool, cost, time), and so is every request.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "calc/model_config.hpp"
+#include "model/cost.hpp"
+#include "model/kv_pool.hpp"
+#include "model/weights.hpp"
+
+namespace kvlab {
+
+struct ServeRequest {
+    std::vector<TokenId> prompt;
+    std::int64_t max_tokens = 0;    // tokens to generate
+    std::int64_t arrival_step = 0;  // the step at which it joins the queue
+};
+
+// Contiguous layout: rows each admitted request reserves up front.
+enum class ReserveRule { max_len, request };  // the model length (a static cache), or its prompt + max_tokens
+inline constexpr std::array<Choice<ReserveRule>, 2> reserve_rule_choices{
+    {{"max-len", ReserveRule::max_len}, {"request", ReserveRule::request}}};
+
+struct ServeOptions {
+    KvPoolOptions pool;
+    std::int64_t max_batched_tokens = 256;  // tokens per step (decode tokens + prompt chunks)
+    std::int64_t max_seqs = 16;             // sequences per step
+    std::int64_t max_model_len = 0;         // positions a request may use; contiguous max-len reserves this many
+    ReserveRule reserve = ReserveRule::max_len;
+    bool check = false;  // each finished request against a solo run of the single-sequence path
+    const std::atomic<bool>* stop = nullptr;  // when set (SIGINT), stop after the current step
+};
+
+struct ServeStep {
+    std::int64_t step = 0;
+    std::int64_t n_seqs = 0;            // sequences in the forward
+    std::int64_t n_tokens = 0;          // tokens in the forward
+    std::int64_t n_decode = 0;          // of them, decode tokens (one per decoding sequence)
+    std::int64_t n_generated = 0;       // tokens chosen from this step's logits
+    std::int64_t n_running = 0;         // sequences holding rows after the step
+    std::int64_t n_waiting = 0;         // arrived requests not running after the step
+    std::int64_t n_preempted = 0;       // preemptions in this step
+    std::int64_t rows_in_use = 0;       // pool rows held by running sequences after the step
+    std::int64_t rows_tokens = 0;       // of them, rows holding a token's K and V
+    std::int64_t rows_cached = 0;       // paged: idle blocks' rows kept for the prefix cache
+    std::int64_t largest_free = 0;      // contiguous: the longest free range (paged: free rows)
+    StepCost cost;                      // per op, the whole batch
+    std::int64_t forward_ns = 0;        // the forward call
+    std::int64_t schedule_ns = 0;       // everything else in the step: scheduling, pool bookkeeping, sampling
+};
+
+struct ServeRequestResult {
+    std::int64_t arrival_step = 0;
+    std::int64_t prompt_len = 0;
+    std::int64_t max_tokens = 0;
+    std::int64_t first_step = -1;        // first step it ran in
+    std::int64_t first_token_step = -1;  // the step whose logits chose its first token
+    std::int64_t finish_step = -1;
+    std::int64_t arrival_ns = 0, first_token_ns = 0, finish_ns = 0;  // run clock: end of the step (arrival: its start)
+    std::int64_t preemptions = 0;
+    std::int64_t recomputed_tokens = 0;  // K and V computed again after its preemptions
+    std::int64_t prefix_hit_tokens = 0;  // prompt tokens found in the prefix cache (not computed)
+    std::vector<TokenId> generated;
+    // check: against a solo run of the single-sequence path on the same tokens
+    bool checked = false;
+    std::int64_t solo_agree = 0;          // generated tokens equal to the solo run's argmax
+    double max_abs_dlogit = 0.0;
+    double tolerance = 0.0;               // logit_tolerance of the worst step
+    bool within_tolerance = true;
+};
+
+struct ServeResult {
+    std::vector<ServeStep> steps;
+    std::vector<ServeRequestResult> requests;
+    KvAllocatorCounters counters;
+    std::int64_t pool_rows = 0;
+    std::uint64_t pool_bytes = 0;
+    std::int64_t preemptions = 0;
+    std::int64_t rows_left_in_use = 0;   // after the run: 0, or a leak
+    bool interrupted = false;
+};
+
+// Throws UsageError naming the flag for a request that can never run (longer than max_model_len, or
+// than the whole pool), or for budgets that admit nothing.
+void check_serve_workload(const ModelConfig& cfg, std::span<const ServeRequest> requests, const ServeOptions& options);
+
+ServeResult run_serving(const ModelConfig& cfg, const Weights& weights, std::span<const ServeRequest> requests, const ServeOptions& options);
+
+}  // namespace kvlab
