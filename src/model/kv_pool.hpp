@@ -73,7 +73,7 @@ public:
     std::int64_t match_prefix(SeqId seq, std::span<const TokenId> tokens);
     // Before `seq` writes rows row0..row0+n-1: a block among them that is shared or cached is replaced by
     // a private copy. Returns the copies the pool must make, or nullopt when no block is free for them
-    // (nothing changed then). Paged only; contiguous rows are always private.
+    // (nothing changed then). Only a paged pool with a prefix cache shares rows; any other's are private.
     std::optional<std::vector<RowCopy>> make_writable(SeqId seq, std::int64_t row0, std::int64_t n);
     // After `seq` holds the K and V of tokens[0..n_valid): its full blocks enter the prefix cache, keyed
     // by their prefix; n_valid also sets how many rows of each of its blocks hold a token.

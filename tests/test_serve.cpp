@@ -1,0 +1,280 @@
+// The serving simulation: the KV pool's bookkeeping against hand-counted blocks, and the scheduler on
+// the running model. Truth from outside: the trained models, served several requests at once through a
+// pool small enough to preempt, must still write the greedy text their PyTorch implementation wrote
+// (models/reference.json); random-weight models of both families must match a solo run of each request.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <numeric>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/checkpoint.hpp"
+#include "model/kv_pool.hpp"
+#include "model/random_weights.hpp"
+#include "model/scheduler.hpp"
+#include "sim_configs.hpp"
+
+using namespace kvlab;
+
+namespace {
+
+std::vector<TokenId> iota_tokens(std::int64_t n, TokenId first = 1) {
+    std::vector<TokenId> t(static_cast<std::size_t>(n));
+    std::iota(t.begin(), t.end(), first);
+    return t;
+}
+
+std::vector<std::int64_t> block_rows(const KvAllocator& a, SeqId s) {
+    const SeqRows r = a.rows(s);
+    return {r.block_rows.begin(), r.block_rows.end()};
+}
+
+bool any_step(const ServeResult& r, auto pred) { return std::any_of(r.steps.begin(), r.steps.end(), pred); }
+
+}  // namespace
+
+TEST_CASE("Paged KV pool: blocks taken on demand, all or none, every one back at the end") {
+    KvAllocator a({KvLayout::paged, 64, 16, false});  // 64 rows / 16 = 4 blocks
+    CHECK(a.n_blocks() == 4);
+    CHECK(a.reserve(0, 17));                  // 17 rows need ceil(17/16) = 2 blocks
+    CHECK(a.rows_in_use() == 32);             // 2 x 16
+    a.commit(0, iota_tokens(17), 17);
+    CHECK(a.rows_holding_tokens() == 17);     // the second block holds 1 token: 15 rows of slack
+    CHECK_FALSE(a.reserve(1, 33));            // 3 more blocks: only 2 are free, so none is taken
+    CHECK(a.rows_in_use() == 32);
+    CHECK(a.rows_reserved(1) == 0);
+    CHECK(a.reserve(1, 32));                  // exactly the 2 free blocks
+    CHECK(a.rows_free() == 0);
+    std::vector<std::int64_t> all = block_rows(a, 0);
+    for (const std::int64_t r : block_rows(a, 1)) all.push_back(r);
+    std::sort(all.begin(), all.end());
+    CHECK(all == std::vector<std::int64_t>{0, 16, 32, 48});  // four distinct blocks
+    CHECK(a.reserve(0, 32));                  // still within its 2 blocks: nothing new
+    CHECK(a.rows_in_use() == 64);
+    a.release(0);
+    a.release(1);
+    CHECK(a.rows_in_use() == 0);
+    CHECK(a.rows_free() == 64);
+    CHECK(a.n_live() == 0);
+}
+
+TEST_CASE("Prefix cache: full blocks shared by reference count, copy-on-write before a write, idle blocks evicted last") {
+    KvAllocator a({KvLayout::paged, 32, 4, true});  // 8 blocks of 4 rows
+    const std::vector<TokenId> t = iota_tokens(10);  // A: 10 tokens = blocks of 4, 4, 2
+    REQUIRE(a.reserve(0, 10));
+    a.commit(0, t, 10);                                // blocks 0 and 1 are full: cached under t[0..4) and t[0..8)
+    CHECK(a.rows_in_use() == 12);
+
+    std::vector<TokenId> tb(t.begin(), t.begin() + 8);  // B: A's first 8 tokens, then its own
+    tb.push_back(99);
+    tb.push_back(98);
+    CHECK(a.match_prefix(1, tb) == 8);                 // two full blocks found
+    const std::vector<std::int64_t> rows_a = block_rows(a, 0);
+    CHECK(block_rows(a, 1) == std::vector<std::int64_t>(rows_a.begin(), rows_a.begin() + 2));
+    CHECK(a.counters().prefix_hit_blocks == 2);
+    CHECK(a.rows_in_use() == 12);                      // shared blocks are held once
+    REQUIRE(a.reserve(1, 10));                         // one block of its own for tokens 8, 9
+    const auto none = a.make_writable(1, 8, 2);
+    REQUIRE(none);
+    CHECK(none->empty());                              // its own block: written in place
+    a.commit(1, tb, 10);
+    CHECK(a.rows_in_use() == 16);
+    CHECK(a.rows_holding_tokens() == 12);              // A's 10 + B's 2; the shared 8 count once
+
+    // C: exactly A's first 8 tokens, all cached; its last token must run again (its logits are needed), and
+    // its row 7 lies in a block A and B share: C gets a copy first
+    const std::vector<TokenId> tc(t.begin(), t.begin() + 8);
+    CHECK(a.match_prefix(2, tc) == 8);
+    const auto copies = a.make_writable(2, 7, 1);
+    REQUIRE(copies);
+    REQUIRE(copies->size() == 1);
+    CHECK((*copies)[0].src == block_rows(a, 0)[1]);
+    CHECK((*copies)[0].n == 4);
+    CHECK((*copies)[0].dst == block_rows(a, 2)[1]);
+    CHECK(block_rows(a, 2)[1] != block_rows(a, 0)[1]);
+    CHECK(block_rows(a, 2)[0] == block_rows(a, 0)[0]);  // the untouched block stays shared
+    CHECK(a.counters().cow_copies == 1);
+    CHECK(a.rows_in_use() == 20);
+
+    a.release(0);
+    a.release(1);
+    a.release(2);
+    CHECK(a.rows_in_use() == 0);
+    CHECK(a.rows_cached() == 8);  // the two keyed blocks stay findable; the others are free
+    CHECK(a.match_prefix(3, t) == 8);
+    a.release(3);
+    REQUIRE(a.reserve(4, 32));    // the whole pool: the two idle cached blocks are evicted
+    CHECK(a.counters().evictions == 2);
+    a.release(4);
+    CHECK(a.match_prefix(5, t) == 0);
+    CHECK(a.rows_in_use() == 0);
+}
+
+TEST_CASE("Contiguous KV pool: one range per sequence, first fit, free ranges merge") {
+    KvAllocator a({KvLayout::contiguous, 100, 0, false});
+    CHECK(a.reserve(0, 40));  // [0, 40)
+    CHECK(a.reserve(1, 40));  // [40, 80)
+    CHECK(block_rows(a, 1) == std::vector<std::int64_t>{40});
+    CHECK(a.rows(1).block_size == 40);
+    CHECK_FALSE(a.reserve(2, 30));  // 20 rows left
+    CHECK(a.largest_free_range() == 20);
+    a.release(0);                   // free: [0, 40) and [80, 100)
+    CHECK(a.largest_free_range() == 40);
+    CHECK(a.rows_free() == 60);
+    CHECK(a.reserve(2, 30));        // first fit: [0, 30)
+    CHECK(block_rows(a, 2) == std::vector<std::int64_t>{0});
+    a.release(1);                   // [30, 40) + [40, 80) + [80, 100) merge
+    CHECK(a.largest_free_range() == 70);
+    a.commit(2, iota_tokens(12), 12);
+    CHECK(a.rows_holding_tokens() == 12);  // 30 reserved, 18 rows of reservation waste
+    a.release(2);
+    CHECK(a.largest_free_range() == 100);
+}
+
+TEST_CASE("A sequence's rows in the pool: a windowed model keeps a ring of its window") {
+    const ModelConfig full = test::tiny_config(Family::llama, 4, 2);
+    CHECK(kv_seq_rows(full, 20) == 20);
+    const ModelConfig windowed = test::tiny_config(Family::llama, 4, 2, 2, 8);
+    CHECK(kv_seq_rows(windowed, 20) == 8);
+    CHECK(kv_seq_rows(windowed, 5) == 5);
+    ModelConfig mixed = windowed;
+    mixed.layer_windowed = {true, false};  // one full layer holds every position
+    CHECK(kv_seq_rows(mixed, 20) == 20);
+}
+
+TEST_CASE("Serving the trained models writes PyTorch's greedy text for every request at once, preempted or not") {
+    std::ifstream in(std::filesystem::path(KVLAB_MODELS_DIR) / "reference.json");
+    REQUIRE(in);
+    const nlohmann::json ref = nlohmann::json::parse(in);
+    for (const auto& item : ref.at("models").items()) {
+        const std::string name = item.key();
+        CAPTURE(name);
+        const LoadedModel model = load_checkpoint(std::filesystem::path(KVLAB_MODELS_DIR) / item.value().at("checkpoint").get<std::string>());
+        std::vector<ServeRequest> reqs;
+        std::vector<std::vector<TokenId>> want;
+        for (const auto& p : item.value().at("prompts")) {
+            want.push_back(p.at("greedy_ids").get<std::vector<TokenId>>());
+            reqs.push_back({p.at("ids").get<std::vector<TokenId>>(), std::ssize(want.back()), 0});
+        }
+        // the third prompt again, later: with a prefix cache of 3-row blocks its 9 tokens are all cached
+        reqs.push_back({reqs[2].prompt, reqs[2].max_tokens, 20});
+        want.push_back(want[2]);
+
+        struct Case {
+            const char* what;
+            KvPoolOptions pool;
+            std::int64_t max_batched_tokens;
+            ReserveRule reserve;
+        };
+        // prompts of 5, 16 and 9 tokens, 64 generated each: 68..79 positions per request, 4 requests
+        const Case cases[] = {
+            {"paged, a pool for ~2 requests (preempts), chunks of 8", {KvLayout::paged, 160, 4, false}, 8, ReserveRule::max_len},
+            {"paged with prefix cache, 3-row blocks, room for all", {KvLayout::paged, 402, 3, true}, 8, ReserveRule::max_len},
+            {"contiguous, each reserves prompt + max_tokens", {KvLayout::contiguous, 160, 0, false}, 8, ReserveRule::request},
+        };
+        for (const Case& c : cases) {
+            const std::string what = c.what;
+            CAPTURE(what);
+            ServeOptions o;
+            o.pool = c.pool;
+            o.max_batched_tokens = c.max_batched_tokens;
+            o.max_seqs = 4;
+            o.max_model_len = model.config.n_ctx_max;
+            o.reserve = c.reserve;
+            const ServeResult r = run_serving(model.config, model.weights, reqs, o);
+            for (std::size_t i = 0; i < reqs.size(); ++i) {
+                CAPTURE(i);
+                CHECK(r.requests[i].generated == want[i]);
+            }
+            CHECK(r.rows_left_in_use == 0);
+            CHECK(any_step(r, [](const ServeStep& s) { return s.n_seqs > 1; }));  // requests really shared steps
+            CHECK(any_step(r, [](const ServeStep& s) { return s.n_decode > 0 && s.n_tokens > s.n_decode; }));  // a prefill chunk beside decodes
+            if (c.pool.layout == KvLayout::paged && !c.pool.prefix_cache) CHECK(r.preemptions > 0);
+            if (c.pool.prefix_cache) {
+                CHECK(r.preemptions == 0);
+                CHECK(r.requests[3].prefix_hit_tokens == 8);  // 9 cached, the last runs again
+                CHECK(r.counters.cow_copies >= 1);
+            }
+        }
+    }
+}
+
+TEST_CASE("serve --check: every request equals a solo run, for both families, both layouts, windows, preemption and shared prefixes") {
+    struct Model {
+        ModelConfig cfg;
+        bool prefix;
+        std::int64_t paged_rows;  // small enough that 4 running requests preempt
+    };
+    const Model models[] = {
+        {test::tiny_config(Family::llama, 4, 2), true, 64},
+        {test::tiny_config(Family::gpt2, 4, 4), true, 64},
+        {test::tiny_config(Family::llama, 4, 1, 2, 8), false, 24},  // windowed: a ring of 8 rows (2 blocks) per request
+    };
+    for (const Model& m : models) {
+        CAPTURE(m.cfg.name);
+        const Weights w = random_weights(m.cfg, 7);
+        std::vector<ServeRequest> reqs;
+        const std::vector<TokenId> shared = {3, 1, 4, 1, 5, 9, 2, 6};  // a "system prompt" of 2 blocks of 4
+        for (int i = 0; i < 6; ++i) {
+            std::vector<TokenId> p = shared;
+            for (int j = 0; j < 3 + 2 * i; ++j) p.push_back(static_cast<TokenId>((7 * i + 3 * j) % m.cfg.n_vocab));
+            reqs.push_back({p, 6 + 3 * i, i / 2});
+        }
+        for (const KvLayout layout : {KvLayout::paged, KvLayout::contiguous}) {
+            ServeOptions o;
+            o.pool = {layout, layout == KvLayout::paged ? m.paged_rows : 96, 4, layout == KvLayout::paged && m.prefix};
+            o.max_batched_tokens = 12;
+            o.max_seqs = 4;
+            o.max_model_len = 48;
+            o.reserve = ReserveRule::request;
+            o.check = true;
+            const ServeResult r = run_serving(m.cfg, w, reqs, o);
+            for (const ServeRequestResult& rr : r.requests) {
+                CHECK(rr.checked);
+                CHECK(std::ssize(rr.generated) == rr.max_tokens);
+                CHECK(rr.solo_agree == rr.max_tokens);
+                CHECK(rr.within_tolerance);
+            }
+            CHECK(r.rows_left_in_use == 0);
+            // a windowed request holds its window's 2 blocks from its first chunk (11+ tokens) on and never
+            // grows, so admission alone bounds the pool: no preemption there
+            if (layout == KvLayout::paged) CHECK((r.preemptions > 0) == !m.cfg.sliding_window);
+            if (o.pool.prefix_cache) CHECK(r.counters.prefix_hit_blocks > 0);
+        }
+    }
+}
+
+TEST_CASE("Batch invariance: a request's tokens do not depend on the requests beside it") {
+    const ModelConfig cfg = test::tiny_config(Family::llama, 4, 2);
+    const Weights w = random_weights(cfg, 11);
+    const ServeRequest alone{{5, 6, 7, 8, 9}, 20, 0};
+    ServeOptions o;
+    o.pool = {KvLayout::paged, 256, 4, false};
+    o.max_batched_tokens = 32;
+    o.max_seqs = 8;
+    o.max_model_len = 64;
+    const ServeResult solo = run_serving(cfg, w, std::span(&alone, 1), o);
+    std::vector<ServeRequest> crowd;
+    for (int i = 0; i < 7; ++i) crowd.push_back({{static_cast<TokenId>(10 + i), 2, 3}, 10 + i, 0});
+    crowd.insert(crowd.begin() + 3, alone);
+    const ServeResult crowded = run_serving(cfg, w, crowd, o);
+    CHECK(crowded.requests[3].generated == solo.requests[0].generated);
+    CHECK(any_step(crowded, [](const ServeStep& s) { return s.n_seqs == 8; }));
+}
+
+TEST_CASE("Impossible serving budgets are refused before any work") {
+    const ModelConfig cfg = test::tiny_config(Family::llama, 4, 2);
+    const std::vector<ServeRequest> reqs = {{{1, 2, 3}, 20, 0}};  // 22 positions
+    ServeOptions o;
+    o.pool = {KvLayout::paged, 16, 4, false};
+    o.max_model_len = 64;
+    CHECK_THROWS_WITH_AS(check_serve_workload(cfg, reqs, o), doctest::Contains("--kv-budget"), UsageError);
+    o.pool = {KvLayout::contiguous, 32, 0, false};  // max-len reserves 64 rows
+    CHECK_THROWS_WITH_AS(check_serve_workload(cfg, reqs, o), doctest::Contains("--reserve max-len"), UsageError);
+    o.pool.n_rows = 64;
+    CHECK_NOTHROW(check_serve_workload(cfg, reqs, o));
+    o.max_model_len = 16;
+    CHECK_THROWS_WITH_AS(check_serve_workload(cfg, reqs, o), doctest::Contains("--max-model-len"), UsageError);
+}
