@@ -8,6 +8,7 @@ void setup_kvcalc(CLI::App& app);
 void setup_presets(CLI::App& app);
 void setup_gpu(CLI::App& app);
 void setup_simulate(CLI::App& app);
+void setup_serve(CLI::App& app);
 void setup_trace(CLI::App& app);
 void setup_completion(CLI::App& app);  // after the others: it reads their options
 

@@ -135,6 +135,7 @@ ServeResult run_serving(const ModelConfig& cfg, const Weights& weights, std::spa
         bool decode;
     };
     std::vector<Scheduled> scheduled;
+    VectorF row(cfg.n_vocab);  // one sequence's logits
     batch_tokens.reserve(static_cast<std::size_t>(o.max_batched_tokens));
     batch.reserve(static_cast<std::size_t>(o.max_seqs));
 
@@ -149,12 +150,14 @@ ServeResult run_serving(const ModelConfig& cfg, const Weights& weights, std::spa
         for (const RowCopy& c : *copies) pool.copy(c);
         return true;
     };
+    std::int64_t step_now = 0;
     auto preempt = [&](std::int64_t id) {
         Live& s = lives[static_cast<std::size_t>(id)];
         ServeRequestResult& rr = result.requests[static_cast<std::size_t>(id)];
         ++rr.preemptions;
         ++result.preemptions;
         rr.recomputed_tokens += s.n_computed;
+        rr.events.push_back({step_now, ServeEventKind::preempted, s.n_computed});
         alloc.release(id);
         s.n_computed = 0;
         running.erase(std::find(running.begin(), running.end(), id));
@@ -177,7 +180,8 @@ ServeResult run_serving(const ModelConfig& cfg, const Weights& weights, std::spa
             waiting.push_back(id);
         }
         ServeStep rec;
-        rec.step = step;
+        rec.step = step_now = step;
+        rec.start_ns = clock_ns;
         std::int64_t budget = o.max_batched_tokens;
         scheduled.clear();
         // 1. running sequences, oldest first
@@ -240,15 +244,25 @@ ServeResult run_serving(const ModelConfig& cfg, const Weights& weights, std::spa
         const Clock::time_point t_fwd_end = Clock::now();
         rec.forward_ns = ns_between(t_fwd, t_fwd_end);
 
+        // the K and V written: the pool as the step used it
+        for (const Scheduled& sc : scheduled) {
+            Live& s = lives[static_cast<std::size_t>(sc.id)];
+            s.n_computed += sc.n;
+            alloc.commit(sc.id, s.tokens, kv_seq_rows(cfg, s.n_computed));
+            result.requests[static_cast<std::size_t>(sc.id)].events.push_back(
+                {step, sc.decode ? ServeEventKind::decode : ServeEventKind::prefill, sc.n});
+        }
+        rec.rows_in_use = alloc.rows_in_use();
+        rec.rows_tokens = alloc.rows_holding_tokens();
+        rec.rows_cached = alloc.rows_cached();
+        rec.largest_free = alloc.largest_free_range();
+
         // the tokens: each sequence that asked for logits gets its next one
         std::int64_t m = 0, check_ns = 0;
-        VectorF row(cfg.n_vocab);
         for (const Scheduled& sc : scheduled) {
             Live& s = lives[static_cast<std::size_t>(sc.id)];
             const ServeRequest& r = requests[static_cast<std::size_t>(sc.id)];
             ServeRequestResult& rr = result.requests[static_cast<std::size_t>(sc.id)];
-            s.n_computed += sc.n;
-            alloc.commit(sc.id, s.tokens, kv_seq_rows(cfg, s.n_computed));
             if (s.n_computed < std::ssize(s.tokens)) continue;  // a prompt chunk with more to come
             row = logits.row(m++).transpose();
             const TokenId token = argmax(row);
@@ -279,10 +293,6 @@ ServeResult run_serving(const ModelConfig& cfg, const Weights& weights, std::spa
         clock_ns += step_ns;
         rec.n_running = std::ssize(running);
         rec.n_waiting = std::ssize(waiting);
-        rec.rows_in_use = alloc.rows_in_use();
-        rec.rows_tokens = alloc.rows_holding_tokens();
-        rec.rows_cached = alloc.rows_cached();
-        rec.largest_free = alloc.largest_free_range();
         result.steps.push_back(rec);
     }
     result.counters = alloc.counters();

@@ -44,6 +44,7 @@ struct ServeOptions {
 
 struct ServeStep {
     std::int64_t step = 0;
+    std::int64_t start_ns = 0;          // run clock at the step's start (steps only: checks are not counted)
     std::int64_t n_seqs = 0;            // sequences in the forward
     std::int64_t n_tokens = 0;          // tokens in the forward
     std::int64_t n_decode = 0;          // of them, decode tokens (one per decoding sequence)
@@ -51,13 +52,22 @@ struct ServeStep {
     std::int64_t n_running = 0;         // sequences holding rows after the step
     std::int64_t n_waiting = 0;         // arrived requests not running after the step
     std::int64_t n_preempted = 0;       // preemptions in this step
-    std::int64_t rows_in_use = 0;       // pool rows held by running sequences after the step
+    // the pool when the step's K and V are written, before finished requests give their rows back
+    std::int64_t rows_in_use = 0;       // rows held by running sequences
     std::int64_t rows_tokens = 0;       // of them, rows holding a token's K and V
     std::int64_t rows_cached = 0;       // paged: idle blocks' rows kept for the prefix cache
     std::int64_t largest_free = 0;      // contiguous: the longest free range (paged: free rows)
     StepCost cost;                      // per op, the whole batch
     std::int64_t forward_ns = 0;        // the forward call
     std::int64_t schedule_ns = 0;       // everything else in the step: scheduling, pool bookkeeping, sampling
+};
+
+// What a request did in one step (the Perfetto timeline's slices).
+enum class ServeEventKind { prefill, decode, preempted };
+struct ServeEvent {
+    std::int64_t step = 0;
+    ServeEventKind kind = ServeEventKind::prefill;
+    std::int64_t n_tokens = 0;  // prefill: the chunk's tokens; decode: 1; preempted: the K and V discarded
 };
 
 struct ServeRequestResult {
@@ -72,6 +82,7 @@ struct ServeRequestResult {
     std::int64_t recomputed_tokens = 0;  // K and V computed again after its preemptions
     std::int64_t prefix_hit_tokens = 0;  // prompt tokens found in the prefix cache (not computed)
     std::vector<TokenId> generated;
+    std::vector<ServeEvent> events;
     // check: against a solo run of the single-sequence path on the same tokens
     bool checked = false;
     std::int64_t solo_agree = 0;          // generated tokens equal to the solo run's argmax

@@ -26,6 +26,7 @@
 #include "model/narrow_weights.hpp"
 #include "model/random_weights.hpp"
 #include "report/simulation_report.hpp"
+#include "session/model_source.hpp"
 #include "trace/step_trace.hpp"
 
 namespace kvlab {
@@ -56,42 +57,21 @@ void check_save_path(const std::string& path, const ModelConfig& cfg) {
     check_llama2c_v0_config(path, cfg);
 }
 
-// The model's config. A preset that ships its weights (the trained models in models/) runs them: its
-// checkpoint, and its tokenizer unless --tokenizer names another, as if given with --checkpoint.
-ModelConfig resolve_model(SimulateRequest& o) {
-    if (!o.checkpoint.empty()) return load_checkpoint_config(o.checkpoint);
-    if (!o.config.empty()) return load_model_config(o.config);
-    const ModelConfig preset = load_model(o.model);
-    if (preset.checkpoint.empty()) return preset;
-    o.checkpoint = preset.checkpoint.string();
-    if (o.tokenizer.empty()) o.tokenizer = preset.tokenizer.string();
-    ModelConfig real = load_checkpoint_config(o.checkpoint);
-    real.name = preset.name;
-    real.display_name = preset.display_name;
-    return real;
-}
-
 }  // namespace
 
 PreparedSimulation prepare_simulation(SimulateRequest o) {
     // options that exclude one another (--config/--model/--checkpoint, the prompt options, --eval) are
     // refused by the CLI (CLI11 excludes); what is checked here depends on values, not on presence
     const bool prompt_given = o.prompt_given;
-    const ModelConfig full = resolve_model(o);  // may set o.checkpoint and o.tokenizer
+    ModelSource source{o.model, o.config, o.checkpoint, o.tokenizer};
+    const ModelConfig full = resolve_model(source);  // a preset with weights: its checkpoint and tokenizer
+    o.checkpoint = source.checkpoint;
+    o.tokenizer = source.tokenizer;
     if (prompt_given && o.tokenizer.empty())
         throw UsageError("--prompt: text needs --tokenizer FILE (llama2.c tokenizer.bin) to become token ids; without one, give "
                          "--prompt-ids, or a model that ships a tokenizer (kvlab presets: tiny-llama, tiny-gpt2)");
     PreparedSimulation p;
-    if (o.threads < 0) throw UsageError(fmt::format("--threads: {}; expected 0 (all cores) or more", o.threads));
-    if (o.threads > 0) {
-        omp_set_num_threads(o.threads);
-        Eigen::setNbThreads(o.threads);
-    } else if (!o.deterministic) {
-        // all cores, but fewer when the machine is busy: libgomp then sizes teams by the load average,
-        // which avoids the many-fold slowdown of spinning threads on an oversubscribed machine.
-        // Not with --deterministic: GEMM blocking, and so float rounding, may depend on the team size.
-        omp_set_dynamic(1);
-    }
+    set_thread_count(o.threads, o.deterministic);
 
     // everything that can be wrong with the input is found before any allocation or work
     ModelConfig cfg = simulation_config(full, o.layers > 0 ? std::optional<std::int64_t>(o.layers) : std::nullopt);
@@ -252,11 +232,7 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     // mallopt's ceiling; the embedding table, larger, keeps a mapping.) docs/performance.md, peak RSS.
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
 #endif
-    if (o.checkpoint.empty()) {
-        p.weights = random_weights(cfg, o.seed);
-    } else {
-        p.weights = load_checkpoint(o.checkpoint, cfg.n_layer).weights;  // --layers: only the first N are read
-    }
+    p.weights = load_model_weights(source, cfg, o.seed);
     if (!o.save_checkpoint.empty()) save_llama2c_v0(o.save_checkpoint, cfg, p.weights);
     if (!o.eval.empty()) inputs["eval"] = o.eval;
     // tokens mean something (and are worth streaming) with a tokenizer, a given prompt or real weights

@@ -1,0 +1,98 @@
+// `kvlab serve`: many requests through one KV pool on the CPU transformer, paged against contiguous,
+// with continuous batching, chunked prefill, preemption and prefix sharing; prints the layouts side by
+// side and writes a trace.
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <unistd.h>
+
+#include "commands.hpp"
+#include "options.hpp"
+#include "core/interrupt.hpp"
+#include "session/serve_session.hpp"
+
+namespace kvlab::cli {
+
+namespace {
+
+void run(const ServeCommand& command) {
+    const PreparedServe p = prepare_serve(command);
+    std::atomic<bool> stop{false};
+    std::vector<ServeResult> results;
+    {
+        const StopOnInterrupt stop_on_interrupt(stop);
+        for (ServeOptions o : p.runs) {
+            if (!command.quiet && ::isatty(STDERR_FILENO))
+                std::fprintf(stderr, "\rserve: %s layout, %zu requests...\033[K", std::string(choice_name(kv_layout_choices, o.pool.layout)).c_str(),
+                             p.requests.size());
+            o.stop = &stop;
+            results.push_back(run_serving(p.config, p.weights, p.requests, o));
+            if (results.back().interrupted) break;
+        }
+        if (!command.quiet && ::isatty(STDERR_FILENO)) std::fprintf(stderr, "\r\033[K");
+    }
+    std::vector<ServeOptions> runs(p.runs.begin(), p.runs.begin() + static_cast<std::ptrdiff_t>(results.size()));
+    PreparedServe shown{p.command, p.config, {}, std::nullopt, p.requests, runs, p.token_bytes, p.inputs};
+    print_report(std::cout, serve_outcome(shown, results), command.format);
+    std::cout.flush();
+    check_serve_outcome(shown, results);
+}
+
+}  // namespace
+
+void setup_serve(CLI::App& app) {
+    auto o = std::make_shared<ServeCommand>();
+    auto* cmd = app.add_subcommand("serve", "Serve many requests through one KV-cache pool on a CPU transformer: paged vs contiguous, "
+                                            "continuous batching, chunked prefill, preemption, prefix sharing");
+    auto* model = cmd->add_option("-m,--model", o->source.model, "Preset name, or a path to a config.json")->capture_default_str();
+    auto* config = cmd->add_option("-c,--config", o->source.config, "A Hugging Face config.json, or a directory holding one (instead of --model)")->excludes(model);
+    cmd->add_option("--checkpoint", o->source.checkpoint, "Real weights: a llama2.c .bin or a Hugging Face directory (instead of --model/--config)")
+        ->excludes(model)
+        ->excludes(config);
+    cmd->add_option("--tokenizer", o->source.tokenizer, "llama2.c tokenizer.bin: text prompts in a --workload file");
+    cmd->add_option("--layers", o->layers, "Run only the first N layers, at their real shapes (0 = all)")->capture_default_str();
+    // workload
+    auto* requests = cmd->add_option("--requests", o->requests, "Synthetic workload: number of requests")->capture_default_str();
+    auto* prompt_len = cmd->add_option("--prompt-len", o->prompt_len, "Prompt length range A..B in tokens, after the shared prefix (uniform)")
+                           ->capture_default_str();
+    auto* output_len = cmd->add_option("--output-len", o->output_len, "Tokens each request generates, range A..B (uniform)")->capture_default_str();
+    auto* rate = cmd->add_option("--arrival-rate", o->arrival_rate, "Requests arriving per step, a Poisson process (0 = all at step 0)")
+                     ->capture_default_str();
+    auto* prefix = cmd->add_option("--shared-prefix", o->shared_prefix, "Tokens common to every prompt (a system prompt), before its own")
+                       ->capture_default_str();
+    cmd->add_option("--workload", o->workload,
+                    "JSONL file, one request per line: {\"prompt\": text | \"prompt_ids\": [...], \"max_tokens\": N, \"arrival_step\": S}")
+        ->excludes(requests)
+        ->excludes(prompt_len)
+        ->excludes(output_len)
+        ->excludes(rate)
+        ->excludes(prefix);
+    cmd->add_option("-s,--seed", o->seed, "Seed for the synthetic workload and random weights")->capture_default_str();
+    // pool
+    auto* budget = cmd->add_option("--kv-budget", o->kv_budget, "KV pool size in bytes, e.g. 2MiB (default: room for 4 sequences of --max-model-len)");
+    cmd->add_option("--kv-blocks", o->kv_blocks, "KV pool size in blocks of --block-size tokens (instead of --kv-budget)")->excludes(budget);
+    add_choice(cmd, "--kv-layout", o->layout, layout_choices, "paged (blocks on demand), contiguous (reserved up front) or both, side by side");
+    cmd->add_option("--block-size", o->block_size, "Tokens per paged block")->capture_default_str();
+    add_choice(cmd, "--reserve", o->reserve, reserve_rule_choices,
+               "Contiguous: each request reserves max-len (--max-model-len, a static cache) or request (its prompt + output length)");
+    cmd->add_option("--max-model-len", o->max_model_len, "Most positions a request may use (0 = the model's context)")->capture_default_str();
+    cmd->add_flag("--prefix-cache", o->prefix_cache, "Paged: share full blocks of identical prefixes by reference count (copy-on-write)");
+    // scheduler
+    cmd->add_option("--max-batched-tokens", o->max_batched_tokens, "Tokens per step: decodes plus prompt chunks (chunked prefill)")
+        ->capture_default_str();
+    cmd->add_option("--max-seqs", o->max_seqs, "Sequences per step")->capture_default_str();
+    cmd->add_flag("--check", o->check, "Check every request against a solo run of the single-sequence path (tokens and logits)");
+    cmd->add_option("--trace", o->trace, "Write one record per step per layout to FILE.csv or FILE.jsonl, or a Perfetto timeline FILE.json");
+    cmd->add_flag("--deterministic", o->deterministic, "Omit wall time from the trace, modelled time in Perfetto");
+    cmd->add_flag("-q,--quiet", o->quiet, "No progress line on stderr");
+    cmd->add_option("--threads", o->threads, "Threads for matmuls and attention (0 = all cores)")->capture_default_str();
+    add_units_option(cmd, o->units);
+    add_format_option(cmd, o->format);
+    cmd->footer("Examples:\n  kvlab serve -m tiny-llama --requests 32 --kv-layout both\n"
+                "  kvlab serve -m tiny-llama --requests 16 --shared-prefix 64 --prefix-cache --kv-layout paged\n"
+                "  kvlab serve -m tiny-gpt2 --requests 8 --check --trace serve.json");
+    cmd->callback([o] { run(*o); });
+}
+
+}  // namespace kvlab::cli

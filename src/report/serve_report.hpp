@@ -1,0 +1,62 @@
+// The serving run's numbers (docs/serving.md defines each): throughput, latency per request, the KV
+// pool's use per step, preemptions, prefix sharing, counted cost; one summary per layout, and the
+// report that puts the layouts side by side.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/printer.hpp"
+#include "model/cost.hpp"
+#include "model/kv_pool.hpp"
+#include "model/scheduler.hpp"
+
+namespace kvlab {
+
+// Nearest-rank percentiles of a sample (all 0 for an empty one): p-th = the ceil(p/100 * n)-th smallest.
+struct Percentiles {
+    double median = 0.0, p90 = 0.0, max = 0.0;
+};
+Percentiles percentiles(std::vector<double> values);
+
+struct ServeSummary {
+    KvLayout layout = KvLayout::paged;
+    std::int64_t n_requests = 0, n_finished = 0, n_steps = 0;
+    std::int64_t n_generated = 0;        // tokens chosen
+    std::int64_t n_prompt_tokens = 0;    // the requests' prompts
+    std::int64_t n_computed_tokens = 0;  // tokens run through the model (prompts, less prefix hits, plus recomputation and decodes)
+    double seconds = 0.0;                // the steps' wall time
+    double tokens_per_s = 0.0;           // generated / seconds
+    // per request: time to first token (arrival to the step that chose it, inclusive) and time per
+    // output token after the first ((finish - first token) / (generated - 1))
+    Percentiles ttft_steps, ttft_ms, tpot_steps, tpot_ms;
+    std::int64_t max_running = 0;        // most sequences in one step
+    double mean_running = 0.0;           // sequences per step
+    double mean_batch_tokens = 0.0;      // tokens per step
+    std::int64_t pool_rows = 0;
+    std::uint64_t pool_bytes = 0;
+    std::int64_t peak_rows_in_use = 0;
+    double mean_utilization = 0.0;       // mean over steps of rows holding tokens / rows in use
+    double mean_pool_usage = 0.0;        // mean over steps of rows in use / pool rows (vLLM's "KV cache usage")
+    double mean_slack_rows = 0.0;        // rows in use not holding a token: last-block slack (paged), reservation waste (contiguous)
+    std::int64_t preemptions = 0, recomputed_tokens = 0;
+    std::int64_t prefix_hit_tokens = 0, prefix_hit_blocks = 0, cow_copies = 0, evictions = 0;
+    StepCost cost;                       // every step's, summed
+    double weight_bytes_per_token = 0.0; // weight bytes read / generated tokens
+    double kv_read_bytes_per_token = 0.0;
+    double schedule_share = 0.0;         // bookkeeping time / step time
+    std::int64_t rows_left_in_use = 0;
+    // --check
+    std::int64_t n_checked = 0, n_tokens_checked = 0, n_tokens_agree = 0;
+    double max_abs_dlogit = 0.0;
+    bool all_within_tolerance = true;
+};
+
+ServeSummary summarize_serving(const ServeResult& result, KvLayout layout);
+
+// The layouts side by side (one column each), and per request in csv/json/markdown. `token_bytes`: one
+// token's K and V over every layer, as kvcalc counts it.
+Report serve_report(const std::vector<ServeSummary>& summaries, const std::vector<ServeResult>& results, const nlohmann::json& inputs,
+                    const std::string& title, std::uint64_t token_bytes, UnitSystem units, Format format);
+
+}  // namespace kvlab

@@ -1,0 +1,44 @@
+#include "session/model_source.hpp"
+
+#include <Eigen/Core>
+#include <fmt/format.h>
+#include <omp.h>
+
+#include "calc/presets.hpp"
+#include "core/error.hpp"
+#include "formats/checkpoint.hpp"
+#include "model/random_weights.hpp"
+
+namespace kvlab {
+
+ModelConfig resolve_model(ModelSource& src) {
+    if (!src.checkpoint.empty()) return load_checkpoint_config(src.checkpoint);
+    if (!src.config.empty()) return load_model_config(src.config);
+    const ModelConfig preset = load_model(src.model);
+    if (preset.checkpoint.empty()) return preset;
+    src.checkpoint = preset.checkpoint.string();
+    if (src.tokenizer.empty()) src.tokenizer = preset.tokenizer.string();
+    ModelConfig real = load_checkpoint_config(src.checkpoint);
+    real.name = preset.name;
+    real.display_name = preset.display_name;
+    return real;
+}
+
+Weights load_model_weights(const ModelSource& src, const ModelConfig& cfg, std::uint64_t seed) {
+    if (src.checkpoint.empty()) return random_weights(cfg, seed);
+    return load_checkpoint(src.checkpoint, cfg.n_layer).weights;  // --layers: only the first N are read
+}
+
+void set_thread_count(int threads, bool deterministic) {
+    if (threads < 0) throw UsageError(fmt::format("--threads: {}; expected 0 (all cores) or more", threads));
+    if (threads > 0) {
+        omp_set_num_threads(threads);
+        Eigen::setNbThreads(threads);
+    } else if (!deterministic) {
+        // all cores, but fewer when the machine is busy: libgomp then sizes teams by the load average,
+        // which avoids the many-fold slowdown of spinning threads on an oversubscribed machine
+        omp_set_dynamic(1);
+    }
+}
+
+}  // namespace kvlab

@@ -1,0 +1,31 @@
+// Where a command's model comes from (simulate, serve): a preset, a config.json, or a checkpoint with
+// its real config and weights; and the thread count its kernels run on.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "calc/model_config.hpp"
+#include "model/weights.hpp"
+
+namespace kvlab {
+
+struct ModelSource {
+    std::string model;       // preset name or path to a config.json
+    std::string config;      // a config.json or a directory holding one
+    std::string checkpoint;  // llama2.c .bin or Hugging Face directory: real config and weights
+    std::string tokenizer;   // llama2.c tokenizer.bin
+};
+
+// The model's config. A preset that ships its weights (the trained models in models/) runs them: its
+// checkpoint, and its tokenizer unless one is named, as if given with --checkpoint (both filled in `src`).
+ModelConfig resolve_model(ModelSource& src);
+
+// The weights of `cfg` (its first cfg.n_layer layers): the checkpoint's, or random ones from `seed`.
+Weights load_model_weights(const ModelSource& src, const ModelConfig& cfg, std::uint64_t seed);
+
+// --threads: a fixed count, or 0 for all cores (fewer when the machine is busy, except with
+// `deterministic`, where GEMM blocking and so float rounding could depend on the team size).
+// Throws UsageError for a negative count.
+void set_thread_count(int threads, bool deterministic);
+
+}  // namespace kvlab

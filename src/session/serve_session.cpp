@@ -1,0 +1,243 @@
+#include "session/serve_session.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include "calc/kv_memory.hpp"
+#include "core/checked.hpp"
+#include "core/error.hpp"
+#include "core/json_input.hpp"
+#include "core/mapped_file.hpp"
+#include "core/text.hpp"
+#include "model/random_weights.hpp"
+#include "model/simulator.hpp"
+#include "trace/serve_trace.hpp"
+#include "trace/step_trace.hpp"
+
+namespace kvlab {
+
+namespace {
+
+struct Range {
+    std::int64_t lo = 0, hi = 0;
+};
+
+// "A..B" or "N": whole tokens, 1 <= A <= B.
+Range parse_range(const std::string& text, std::string_view flag) {
+    const auto bad = [&] {
+        return UsageError(fmt::format("{}: {} is not a length range; expected A..B or N, whole tokens >= 1 (e.g. 16..128)", flag, quote(text)));
+    };
+    const auto dots = text.find("..");
+    auto number = [&](std::string_view s) {
+        std::int64_t v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec != std::errc() || end != s.data() + s.size() || s.empty()) throw bad();
+        return v;
+    };
+    const Range r = dots == std::string::npos ? Range{number(text), number(text)}
+                                              : Range{number(std::string_view(text).substr(0, dots)), number(std::string_view(text).substr(dots + 2))};
+    if (r.lo < 1 || r.hi < r.lo) throw bad();
+    return r;
+}
+
+// Token rows the pool holds: --kv-budget bytes / one token's bytes, or --kv-blocks, or room for four
+// sequences of max_model_len; whole blocks of block_size (the same rows for both layouts).
+std::int64_t pool_rows(const ServeCommand& c, std::uint64_t token_bytes, std::int64_t max_model_len) {
+    const auto B = static_cast<std::uint64_t>(c.block_size);
+    std::uint64_t rows = 0;
+    if (!c.kv_budget.empty()) {
+        const std::uint64_t budget = parse_size(c.kv_budget, "--kv-budget");
+        rows = budget / token_bytes / B * B;
+        if (rows == 0)
+            throw UsageError(fmt::format("--kv-budget: {} holds no block of {} tokens ({} per token: K and V, every layer, fp32); expected at least {}",
+                                         c.kv_budget, c.block_size, format_bytes(token_bytes, UnitSystem::iec),
+                                         format_bytes(token_bytes * B, UnitSystem::iec)));
+    } else if (c.kv_blocks != 0) {
+        if (c.kv_blocks < 0) throw UsageError(fmt::format("--kv-blocks: {}; expected at least 1", c.kv_blocks));
+        rows = checked_mul(static_cast<std::uint64_t>(c.kv_blocks), B, "--kv-blocks x --block-size");
+    } else {
+        rows = (4 * static_cast<std::uint64_t>(max_model_len) + B - 1) / B * B;
+    }
+    const std::uint64_t bytes = checked_mul(rows, token_bytes, "KV pool bytes");
+    if (rows > static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))
+        throw UsageError(fmt::format("--kv-budget/--kv-blocks: a pool of {} token rows ({}); expected at most 2^31 rows",
+                                     rows, format_bytes(bytes, UnitSystem::iec)));
+    return static_cast<std::int64_t>(rows);
+}
+
+}  // namespace
+
+std::vector<ServeRequest> synthetic_workload(const ModelConfig& cfg, const ServeCommand& c) {
+    if (c.requests < 1) throw UsageError(fmt::format("--requests: {}; expected at least 1", c.requests));
+    if (c.shared_prefix < 0) throw UsageError(fmt::format("--shared-prefix: {}; expected 0 or more tokens", c.shared_prefix));
+    if (!(c.arrival_rate >= 0.0) || !std::isfinite(c.arrival_rate))
+        throw UsageError(fmt::format("--arrival-rate: {}; expected requests per step >= 0 (0: all at once)", c.arrival_rate));
+    const Range prompt = parse_range(c.prompt_len, "--prompt-len"), output = parse_range(c.output_len, "--output-len");
+    std::mt19937_64 rng(c.seed);
+    std::uniform_int_distribution<TokenId> token(0, static_cast<TokenId>(cfg.n_vocab - 1));
+    std::vector<TokenId> prefix(static_cast<std::size_t>(c.shared_prefix));
+    for (TokenId& t : prefix) t = token(rng);
+    std::exponential_distribution<double> gap(c.arrival_rate > 0 ? c.arrival_rate : 1.0);
+    double t_arrival = 0.0;
+    std::vector<ServeRequest> reqs;
+    for (std::int64_t i = 0; i < c.requests; ++i) {
+        ServeRequest r;
+        r.prompt = prefix;
+        const std::int64_t own = std::uniform_int_distribution<std::int64_t>(prompt.lo, prompt.hi)(rng);
+        for (std::int64_t j = 0; j < own; ++j) r.prompt.push_back(token(rng));
+        r.max_tokens = std::uniform_int_distribution<std::int64_t>(output.lo, output.hi)(rng);
+        if (c.arrival_rate > 0 && i > 0) t_arrival += gap(rng);  // the first arrives at step 0
+        r.arrival_step = static_cast<std::int64_t>(t_arrival);
+        reqs.push_back(std::move(r));
+    }
+    return reqs;
+}
+
+std::vector<ServeRequest> read_workload(const std::string& path, const ModelConfig& cfg, const Tokenizer* tokenizer) {
+    const std::string text = read_input_file(path, "workload file", 256 << 20);
+    std::istringstream in(text);
+    std::vector<ServeRequest> reqs;
+    std::string line;
+    for (std::int64_t n = 1; std::getline(in, line); ++n) {
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are allowed
+        const std::string where = fmt::format("{}:{}", path, n);
+        const nlohmann::json j = parse_json(line, where);
+        auto fail = [&](const std::string& what) { return FormatError(fmt::format("{}: {}", where, what)); };
+        if (!j.is_object()) throw fail("expected one JSON object per line, e.g. {\"prompt\": \"Once upon a time\", \"max_tokens\": 32}");
+        for (const auto& item : j.items())
+            if (item.key() != "prompt" && item.key() != "prompt_ids" && item.key() != "max_tokens" && item.key() != "arrival_step")
+                throw fail(fmt::format("unknown key {}; expected prompt or prompt_ids, max_tokens, arrival_step", quote(item.key())));
+        ServeRequest r;
+        if (j.contains("prompt") == j.contains("prompt_ids")) throw fail("expected exactly one of \"prompt\" (text) and \"prompt_ids\" (token ids)");
+        if (j.contains("prompt")) {
+            if (!j["prompt"].is_string()) throw fail("\"prompt\" must be a string");
+            if (!tokenizer) throw fail("\"prompt\" is text, which needs --tokenizer (or a model that ships one); or give \"prompt_ids\"");
+            const std::string& s = j["prompt"].get_ref<const std::string&>();
+            if (tokenizer->min_tokens(s.size(), true) > cfg.n_ctx_max)
+                throw fail(fmt::format("the prompt's {} bytes encode to more than the {} positions of {}", s.size(), cfg.n_ctx_max, cfg.name));
+            r.prompt = tokenizer->encode(s, true, false);
+        } else {
+            const nlohmann::json& ids = j["prompt_ids"];
+            if (!ids.is_array() || ids.empty()) throw fail("\"prompt_ids\" must be a non-empty array of token ids");
+            if (std::ssize(ids) > cfg.n_ctx_max) throw fail(fmt::format("{} prompt ids; the context of {} is {}", ids.size(), cfg.name, cfg.n_ctx_max));
+            for (const auto& id : ids) {
+                if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= cfg.n_vocab)
+                    throw fail(fmt::format("prompt id {} is not a token id in [0, {})", id.dump(), cfg.n_vocab));
+                r.prompt.push_back(id.get<TokenId>());
+            }
+        }
+        if (!j.contains("max_tokens") || !j["max_tokens"].is_number_integer() || j["max_tokens"].get<std::int64_t>() < 1)
+            throw fail("\"max_tokens\" must be a whole number >= 1");
+        r.max_tokens = j["max_tokens"].get<std::int64_t>();
+        if (j.contains("arrival_step")) {
+            if (!j["arrival_step"].is_number_integer() || j["arrival_step"].get<std::int64_t>() < 0)
+                throw fail("\"arrival_step\" must be a whole number >= 0");
+            r.arrival_step = j["arrival_step"].get<std::int64_t>();
+        }
+        reqs.push_back(std::move(r));
+    }
+    if (reqs.empty()) throw FormatError(fmt::format("{}: no requests; expected one JSON object per line", path));
+    return reqs;
+}
+
+PreparedServe prepare_serve(ServeCommand c) {
+    PreparedServe p;
+    const ModelConfig full = resolve_model(c.source);
+    set_thread_count(c.threads, c.deterministic);
+    if (c.layers < 0) throw UsageError(fmt::format("--layers: {}; expected 1..{}", c.layers, full.n_layer));
+    ModelConfig cfg = simulation_config(full, c.layers > 0 ? std::optional<std::int64_t>(c.layers) : std::nullopt);
+    if (c.block_size < 1 || c.block_size > 1024) throw UsageError(fmt::format("--block-size: {}; expected 1..1024 tokens", c.block_size));
+    const std::int64_t max_model_len = c.max_model_len == 0 ? cfg.n_ctx_max : c.max_model_len;
+    if (!c.source.tokenizer.empty()) p.tokenizer.emplace(Tokenizer::load(c.source.tokenizer, full.n_vocab));
+    p.requests = c.workload.empty() ? synthetic_workload(cfg, c) : read_workload(c.workload, cfg, p.tokenizer ? &*p.tokenizer : nullptr);
+    p.token_bytes = kv_bytes_per_token(cfg, DType::fp32).total();
+    const std::int64_t rows = pool_rows(c, p.token_bytes, max_model_len);
+    for (const KvLayout layout : {KvLayout::paged, KvLayout::contiguous}) {
+        if (c.layout != LayoutChoice::both && static_cast<int>(c.layout) != static_cast<int>(layout)) continue;
+        ServeOptions o;
+        o.pool = {layout, rows, c.block_size, layout == KvLayout::paged && c.prefix_cache};
+        o.max_batched_tokens = c.max_batched_tokens;
+        o.max_seqs = c.max_seqs;
+        o.max_model_len = max_model_len;
+        o.reserve = c.reserve;
+        o.check = c.check;
+        check_serve_workload(cfg, p.requests, o);
+        p.runs.push_back(o);
+    }
+    if (c.prefix_cache && c.layout == LayoutChoice::contiguous)
+        throw UsageError("--prefix-cache: blocks are shared in the paged layout; expected --kv-layout paged or both");
+    if (!c.trace.empty()) check_trace_writable(c.trace);
+
+    std::int64_t prompt_tokens = 0, output_tokens = 0;
+    for (const ServeRequest& r : p.requests) {
+        prompt_tokens += std::ssize(r.prompt);
+        output_tokens += r.max_tokens;
+    }
+    p.inputs = {
+        {"command", "serve"},
+        {"model", cfg.name},
+        {"model_source", cfg.source},
+        {"family", cfg.family == Family::gpt2 ? "gpt2" : "llama"},
+        {"layers", cfg.n_layer},
+        {"weights", c.source.checkpoint.empty() ? fmt::format("random N(0, {}), norms 1, seed {}", default_weight_sigma, c.seed)
+                                                : c.source.checkpoint},
+        {"workload", c.workload.empty() ? "synthetic" : c.workload},
+        {"requests", std::ssize(p.requests)},
+        {"prompt_tokens", prompt_tokens},
+        {"max_output_tokens", output_tokens},
+        {"kv_layout", std::string(choice_name(layout_choices, c.layout))},
+        {"pool_rows", rows},
+        {"pool_bytes", checked_mul(static_cast<std::uint64_t>(rows), p.token_bytes, "KV pool bytes")},
+        {"token_bytes", p.token_bytes},
+        {"block_size", c.block_size},
+        {"reserve", std::string(choice_name(reserve_rule_choices, c.reserve))},
+        {"max_model_len", max_model_len},
+        {"prefix_cache", c.prefix_cache},
+        {"max_batched_tokens", c.max_batched_tokens},
+        {"max_seqs", c.max_seqs},
+        {"seed", c.seed},
+        {"threads", omp_get_max_threads()},
+        {"check", c.check},
+    };
+    if (c.workload.empty()) {
+        p.inputs["prompt_len"] = c.prompt_len;
+        p.inputs["output_len"] = c.output_len;
+        p.inputs["arrival_rate"] = c.arrival_rate;
+        p.inputs["shared_prefix"] = c.shared_prefix;
+    }
+    if (!c.source.tokenizer.empty()) p.inputs["tokenizer"] = c.source.tokenizer;
+    p.weights = load_model_weights(c.source, cfg, c.seed);
+    p.config = cfg;
+    p.command = c;
+    return p;
+}
+
+Report serve_outcome(const PreparedServe& p, const std::vector<ServeResult>& results) {
+    std::vector<ServeSummary> summaries;
+    for (std::size_t i = 0; i < results.size(); ++i) summaries.push_back(summarize_serving(results[i], p.runs[i].pool.layout));
+    if (!p.command.trace.empty()) write_serve_trace(p.command.trace, p.runs, results, p.inputs, p.command.deterministic);
+    const std::string title = fmt::format("kvlab serve: {} requests on {}, KV pool {} ({} token rows{})", p.requests.size(), p.config.display_name,
+                                          format_bytes(static_cast<std::uint64_t>(p.runs.front().pool.n_rows) * p.token_bytes, p.command.units),
+                                          p.runs.front().pool.n_rows,
+                                          p.command.layout == LayoutChoice::contiguous ? "" : fmt::format(", blocks of {}", p.command.block_size));
+    return serve_report(summaries, results, p.inputs, title, p.token_bytes, p.command.units, p.command.format);
+}
+
+void check_serve_outcome(const PreparedServe& p, const std::vector<ServeResult>& results) {
+    for (std::size_t k = 0; k < results.size(); ++k)
+        for (std::size_t i = 0; i < results[k].requests.size(); ++i) {
+            const ServeRequestResult& r = results[k].requests[i];
+            if (r.checked && !r.within_tolerance)
+                throw Error(fmt::format("serve --check ({}): request {} left the solo run's logits: max |delta logit| {:.3g} > tolerance {:.3g}",
+                                        choice_name(kv_layout_choices, p.runs[k].pool.layout), i, r.max_abs_dlogit, r.tolerance));
+        }
+    for (const ServeResult& r : results)
+        if (r.interrupted) throw Interrupted("interrupted; the report covers the steps run");
+}
+
+}  // namespace kvlab

@@ -1,0 +1,84 @@
+// `kvlab serve` as library calls: the command's options checked and turned into a workload (synthetic
+// and seeded, or a JSONL file), a pool per layout and scheduler options, before any work; the runs;
+// their report and trace.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "calc/model_config.hpp"
+#include "core/printer.hpp"
+#include "core/units.hpp"
+#include "formats/tokenizer.hpp"
+#include "model/scheduler.hpp"
+#include "model/weights.hpp"
+#include "report/serve_report.hpp"
+#include "session/model_source.hpp"
+
+namespace kvlab {
+
+enum class LayoutChoice { paged, contiguous, both };
+inline constexpr std::array<Choice<LayoutChoice>, 3> layout_choices{
+    {{"paged", LayoutChoice::paged}, {"contiguous", LayoutChoice::contiguous}, {"both", LayoutChoice::both}}};
+
+struct ServeCommand {
+    ModelSource source{"tiny-llama", "", "", ""};
+    std::int64_t layers = 0;             // 0: all
+    // workload: synthetic, or a JSONL file
+    std::int64_t requests = 32;
+    std::string prompt_len = "16..128";  // the part of each prompt after the shared prefix, in tokens
+    std::string output_len = "16..128";  // max tokens each request generates
+    double arrival_rate = 0.0;           // requests per step (Poisson); 0: all arrive at step 0
+    std::int64_t shared_prefix = 0;      // tokens common to every prompt, before its own
+    std::string workload;                // JSONL file instead
+    std::uint64_t seed = 42;
+    // pool
+    std::string kv_budget;               // bytes, e.g. 2MiB; empty: --kv-blocks, or room for 4 sequences of --max-model-len
+    std::int64_t kv_blocks = 0;
+    LayoutChoice layout = LayoutChoice::both;
+    std::int64_t block_size = 16;
+    ReserveRule reserve = ReserveRule::max_len;
+    std::int64_t max_model_len = 0;      // 0: the model's context
+    bool prefix_cache = false;
+    // scheduler
+    std::int64_t max_batched_tokens = 256;
+    std::int64_t max_seqs = 16;
+    bool check = false;
+    std::string trace;
+    bool deterministic = false;
+    bool quiet = false;
+    int threads = 0;
+    UnitSystem units = UnitSystem::iec;
+    Format format = Format::table;
+};
+
+struct PreparedServe {
+    ServeCommand command;                 // as resolved (a preset's checkpoint and tokenizer filled in)
+    ModelConfig config;
+    Weights weights;
+    std::optional<Tokenizer> tokenizer;
+    std::vector<ServeRequest> requests;
+    std::vector<ServeOptions> runs;       // one per layout
+    std::uint64_t token_bytes = 0;        // one token's K and V, every layer, fp32
+    nlohmann::json inputs;
+};
+
+// Throws UsageError / ConfigError / FormatError / IoError for anything wrong, before any allocation.
+PreparedServe prepare_serve(ServeCommand command);
+
+// The workload flags' synthetic requests (exposed for tests): lengths uniform in their ranges, ids
+// uniform over the vocabulary, arrivals a Poisson process of `arrival_rate` per step, all from `seed`.
+std::vector<ServeRequest> synthetic_workload(const ModelConfig& cfg, const ServeCommand& c);
+// A JSONL workload: one object per line, {"prompt": text} (needs a tokenizer) or {"prompt_ids": [...]},
+// "max_tokens", optional "arrival_step". Throws FormatError naming the file and line.
+std::vector<ServeRequest> read_workload(const std::string& path, const ModelConfig& cfg, const Tokenizer* tokenizer);
+
+// After the runs: the trace written (--trace) and the report.
+Report serve_outcome(const PreparedServe& p, const std::vector<ServeResult>& results);
+// After printing: throws Error when --check found a request whose logits left the tolerance.
+void check_serve_outcome(const PreparedServe& p, const std::vector<ServeResult>& results);
+
+}  // namespace kvlab

@@ -1,0 +1,331 @@
+#include "trace/serve_trace.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <ostream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "core/atomic_write.hpp"
+#include "core/error.hpp"
+#include "core/json_input.hpp"
+#include "core/text.hpp"
+#include "trace/perfetto_trace.hpp"
+#include "trace/step_trace.hpp"
+#include "trace/trace_schema.hpp"
+
+namespace kvlab {
+
+namespace {
+
+using json = nlohmann::json;
+
+// A step column of a serve trace: an integer member of ServeStep.
+struct ServeField {
+    const char* name;
+    std::int64_t ServeStep::*member;
+    bool measured;  // absent from --deterministic traces
+};
+
+constexpr ServeField serve_fields[] = {
+    {"step", &ServeStep::step, false},
+    {"seqs", &ServeStep::n_seqs, false},
+    {"tokens", &ServeStep::n_tokens, false},
+    {"decode_tokens", &ServeStep::n_decode, false},
+    {"generated", &ServeStep::n_generated, false},
+    {"running", &ServeStep::n_running, false},
+    {"waiting", &ServeStep::n_waiting, false},
+    {"preempted", &ServeStep::n_preempted, false},
+    {"rows_in_use", &ServeStep::rows_in_use, false},
+    {"rows_tokens", &ServeStep::rows_tokens, false},
+    {"rows_cached", &ServeStep::rows_cached, false},
+    {"largest_free", &ServeStep::largest_free, false},
+    {"start_ns", &ServeStep::start_ns, true},
+    {"forward_ns", &ServeStep::forward_ns, true},
+    {"schedule_ns", &ServeStep::schedule_ns, true},
+};
+
+constexpr const char* magic = "# kvlab serve trace, format ";
+
+json record_json(const ServeStep& s, KvLayout layout, std::int64_t pool_rows, bool deterministic) {
+    json j = {{"layout", std::string(choice_name(kv_layout_choices, layout))}, {"pool_rows", pool_rows}};
+    for (const ServeField& f : serve_fields)
+        if (!(deterministic && f.measured)) j[f.name] = s.*f.member;
+    for (int i = 0; i < n_ops; ++i) {
+        const Op op = static_cast<Op>(i);
+        for (const OpField& f : op_fields()) {
+            if (deterministic && f.measured) continue;
+            const std::string key = fmt::format("{}.{}", op_name(op), f.name);
+            if (f.member) j[key] = s.cost.at(op).*f.member;
+            else j[key] = s.cost.wall_ns_of(op);
+        }
+    }
+    return j;
+}
+
+std::string csv_cell(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+// The Perfetto timeline: per layout a process; a "steps" track with a slice per step and the counters,
+// and a track per request with its queue, prefill chunks, decode stretch, preemptions and finish.
+void write_perfetto(std::ostream& out, const std::vector<ServeOptions>& runs, const std::vector<ServeResult>& results, const json& inputs,
+                    bool deterministic) {
+    std::vector<json> ev;
+    const auto us = [](std::int64_t ns) { return static_cast<double>(ns) / 1000.0; };
+    for (std::size_t k = 0; k < results.size(); ++k) {
+        const ServeResult& r = results[k];
+        const int pid = static_cast<int>(k) + 1;
+        const std::string layout(choice_name(kv_layout_choices, runs[k].pool.layout));
+        ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", fmt::format("{} KV pool", layout)}}}});
+        ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", "steps"}}}});
+        // each step's start and length on this timeline: measured, or modelled from its counted cost
+        std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>> when;  // step -> (start, duration)
+        std::int64_t t = 0;
+        for (const ServeStep& s : r.steps) {
+            std::int64_t dur = s.forward_ns + s.schedule_ns;
+            if (deterministic) {
+                dur = 0;
+                for (const OpCost& c : s.cost.ops) dur += modelled_op_ns(c);
+            }
+            when[s.step] = {t, dur};
+            ev.push_back({{"name", fmt::format("step {}", s.step)}, {"cat", "step"}, {"ph", "X"}, {"ts", us(t)}, {"dur", us(dur)}, {"pid", pid},
+                          {"tid", 0}, {"args", record_json(s, runs[k].pool.layout, r.pool_rows, deterministic)}});
+            ev.push_back({{"name", "KV rows"}, {"ph", "C"}, {"ts", us(t)}, {"pid", pid}, {"tid", 0},
+                          {"args", {{"holding tokens", s.rows_tokens}, {"allocated, no token", s.rows_in_use - s.rows_tokens},
+                                    {"free", r.pool_rows - s.rows_in_use}}}});
+            ev.push_back({{"name", "batch"}, {"ph", "C"}, {"ts", us(t)}, {"pid", pid}, {"tid", 0},
+                          {"args", {{"sequences", s.n_seqs}, {"tokens", s.n_tokens}}}});
+            t += dur;
+        }
+        const std::int64_t end = t;
+        auto start_of = [&](std::int64_t step) {  // a step that did not run (idle): the next one that did
+            const auto it = when.lower_bound(step);
+            return it == when.end() ? end : it->second.first;
+        };
+        auto end_of = [&](std::int64_t step) {
+            const auto& [s0, d] = when.at(step);
+            return s0 + d;
+        };
+        for (std::size_t i = 0; i < r.requests.size(); ++i) {
+            const ServeRequestResult& q = r.requests[i];
+            const int tid = static_cast<int>(i) + 1;
+            ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid},
+                          {"args", {{"name", fmt::format("request {} ({}+{})", i, q.prompt_len, q.max_tokens)}}}});
+            auto slice = [&](const std::string& name, std::int64_t t0, std::int64_t t1, json args) {
+                ev.push_back({{"name", name}, {"cat", "request"}, {"ph", "X"}, {"ts", us(t0)}, {"dur", us(std::max<std::int64_t>(0, t1 - t0))},
+                              {"pid", pid}, {"tid", tid}, {"args", std::move(args)}});
+            };
+            std::int64_t waiting_since = start_of(q.arrival_step);  // queued (first, or after a preemption)
+            for (std::size_t e = 0; e < q.events.size(); ++e) {
+                const ServeEvent& x = q.events[e];
+                if (x.kind == ServeEventKind::preempted) {
+                    slice("preempted", start_of(x.step), start_of(x.step), {{"step", x.step}, {"kv_discarded_tokens", x.n_tokens}});
+                    waiting_since = start_of(x.step);
+                    continue;
+                }
+                if (waiting_since >= 0) {
+                    if (start_of(x.step) > waiting_since) slice("queued", waiting_since, start_of(x.step), json::object());
+                    waiting_since = -1;
+                }
+                if (x.kind == ServeEventKind::prefill) {
+                    slice("prefill", start_of(x.step), end_of(x.step), {{"step", x.step}, {"tokens", x.n_tokens}});
+                    continue;
+                }
+                // a stretch of consecutive decode events is one slice
+                std::size_t last = e;
+                while (last + 1 < q.events.size() && q.events[last + 1].kind == ServeEventKind::decode) ++last;
+                slice("decode", start_of(x.step), end_of(q.events[last].step),
+                      {{"first_step", x.step}, {"last_step", q.events[last].step}, {"tokens", static_cast<std::int64_t>(last - e + 1)}});
+                e = last;
+            }
+            if (q.finish_step >= 0)
+                ev.push_back({{"name", "finished"}, {"ph", "i"}, {"s", "t"}, {"ts", us(end_of(q.finish_step))}, {"pid", pid}, {"tid", tid},
+                              {"args", {{"step", q.finish_step}, {"generated", q.generated.size()}}}});
+        }
+    }
+    json other = {{"kvlab_serve_trace", serve_trace_format_version},
+                  {"generator", "kvlab serve"},
+                  {"time", deterministic ? "modelled" : "measured"},
+                  {"inputs", inputs}};
+    other["time_note"] = deterministic ? fmt::format("--deterministic: each step lasts the sum over its ops of max(flops / {:g}, bytes / {:g}) s "
+                                                     "(a nominal machine); each layout's steps back to back from t = 0",
+                                                     model_flop_per_s, model_bytes_per_s)
+                                       : "measured: each step's forward and bookkeeping time; each layout's steps back to back from t = 0";
+    out << "{\"traceEvents\":[\n";
+    for (std::size_t i = 0; i < ev.size(); ++i) out << json_dump(ev[i]) << (i + 1 < ev.size() ? ",\n" : "\n");
+    out << "],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":" << json_dump(other) << "}\n";
+}
+
+}  // namespace
+
+std::vector<std::string> serve_trace_columns(bool deterministic) {
+    std::vector<std::string> cols = {"layout", "pool_rows"};
+    for (const ServeField& f : serve_fields)
+        if (!(deterministic && f.measured)) cols.emplace_back(f.name);
+    for (int i = 0; i < n_ops; ++i)
+        for (const OpField& f : op_fields())
+            if (!(deterministic && f.measured)) cols.push_back(fmt::format("{}.{}", op_name(static_cast<Op>(i)), f.name));
+    return cols;
+}
+
+void write_serve_trace(const std::filesystem::path& path, const std::vector<ServeOptions>& runs, const std::vector<ServeResult>& results,
+                       const json& inputs, bool deterministic) {
+    const TraceFormat format = trace_format_for(path);
+    const auto columns = serve_trace_columns(deterministic);
+    write_atomically(path, "--trace", [&](std::ostream& out) {
+        if (format == TraceFormat::perfetto) {
+            write_perfetto(out, runs, results, inputs, deterministic);
+            return;
+        }
+        if (format == TraceFormat::csv) {
+            out << magic << serve_trace_format_version << " (docs/trace-format.md)\n";
+            for (const auto& [key, value] : inputs.items()) out << "# " << key << "=" << json_dump(value) << "\n";
+            for (std::size_t c = 0; c < columns.size(); ++c) out << (c ? "," : "") << columns[c];
+            out << "\n";
+        } else {
+            out << json_dump(json{{"kvlab_serve_trace", serve_trace_format_version}, {"columns", columns}, {"inputs", inputs}}) << "\n";
+        }
+        for (std::size_t k = 0; k < results.size(); ++k)
+            for (const ServeStep& s : results[k].steps) {
+                const json j = record_json(s, runs[k].pool.layout, results[k].pool_rows, deterministic);
+                if (format == TraceFormat::jsonl) {
+                    out << json_dump(j) << "\n";
+                    continue;
+                }
+                for (std::size_t c = 0; c < columns.size(); ++c) out << (c ? "," : "") << csv_cell(j.at(columns[c]));
+                out << "\n";
+            }
+    });
+}
+
+bool is_serve_trace(std::string_view text) {
+    return text.rfind(magic, 0) == 0 || text.rfind("{\"kvlab_serve_trace\":", 0) == 0;
+}
+
+ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
+    ServeTrace t;
+    std::vector<std::string> lines;
+    {
+        std::istringstream in{std::string(text)};
+        for (std::string l; std::getline(in, l);) lines.push_back(l);
+    }
+    auto fail = [&](std::size_t line, const std::string& what) { return FormatError(fmt::format("{}:{}: {}", where, line, what)); };
+    if (lines.empty()) throw FormatError(fmt::format("{}: empty file; expected a kvlab serve trace", where));
+    if (!text.empty() && text.back() != '\n') throw fail(lines.size(), "the last line has no line end: the file is truncated");
+    const bool csv = lines[0].rfind(magic, 0) == 0;
+    std::vector<std::string> columns;
+    std::size_t i = 1;
+    auto check_version = [&](const json& v) {
+        if (!v.is_number_integer() || v.get<std::int64_t>() != serve_trace_format_version)
+            throw fail(1, fmt::format("serve trace format {}; this kvlab reads format {}", v.dump(), serve_trace_format_version));
+    };
+    if (csv) {
+        const std::string v = lines[0].substr(std::string_view(magic).size(), lines[0].find(' ', std::string_view(magic).size()) - std::string_view(magic).size());
+        check_version(json::accept(v) ? json::parse(v) : json(v));
+        for (; i < lines.size() && !lines[i].empty() && lines[i][0] == '#'; ++i) {
+            const auto eq = lines[i].find('=');
+            if (lines[i].rfind("# ", 0) != 0 || eq == std::string::npos) throw fail(i + 1, fmt::format("header line {}; expected '# key=value'", quote(lines[i], 60)));
+            const std::string value = lines[i].substr(eq + 1);
+            t.inputs[lines[i].substr(2, eq - 2)] = json::accept(value) ? json::parse(value) : json(value);
+        }
+        if (i >= lines.size()) throw fail(lines.size(), "no column line after the '#' header; the file is truncated");
+        std::istringstream cells(lines[i]);
+        for (std::string c; std::getline(cells, c, ',');) columns.push_back(c);
+        ++i;
+    } else {
+        const json header = parse_json(lines[0], fmt::format("{}:1", where));
+        if (!header.is_object() || !header.contains("kvlab_serve_trace")) throw fail(1, "not a kvlab serve trace header");
+        check_version(header.at("kvlab_serve_trace"));
+        if (!header.contains("columns") || !header.at("columns").is_array()) throw fail(1, "the header has no 'columns' array");
+        for (const auto& c : header.at("columns")) {
+            if (!c.is_string()) throw fail(1, "a column name that is not a string");
+            columns.push_back(c.get<std::string>());
+        }
+        if (header.contains("inputs") && header.at("inputs").is_object()) t.inputs = header.at("inputs");
+    }
+    t.has_wall_time = std::find(columns.begin(), columns.end(), "forward_ns") != columns.end();
+    if (columns != serve_trace_columns(!t.has_wall_time))
+        throw fail(csv ? i : 1, fmt::format("the columns are not those of serve trace format {} ({} columns, expected {})", serve_trace_format_version,
+                                            columns.size(), serve_trace_columns(!t.has_wall_time).size()));
+    for (; i < lines.size(); ++i) {
+        const std::size_t line = i + 1;
+        if (lines[i].empty()) throw fail(line, "empty line inside the records");
+        json row = json::object();
+        if (csv) {
+            std::vector<std::string> cells;
+            std::size_t pos = 0;
+            while (true) {
+                const auto comma = lines[i].find(',', pos);
+                cells.push_back(lines[i].substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+                if (comma == std::string::npos) break;
+                pos = comma + 1;
+            }
+            if (cells.size() != columns.size()) throw fail(line, fmt::format("{} fields; expected {}", cells.size(), columns.size()));
+            for (std::size_t c = 0; c < cells.size(); ++c) {
+                if (c == 0) {
+                    row[columns[c]] = cells[c];
+                    continue;
+                }
+                std::int64_t v = 0;
+                const auto [end, ec] = std::from_chars(cells[c].data(), cells[c].data() + cells[c].size(), v);
+                if (ec != std::errc() || end != cells[c].data() + cells[c].size())
+                    throw fail(line, fmt::format("{} is {}; expected an integer", columns[c], quote(cells[c], 30)));
+                row[columns[c]] = v;
+            }
+        } else {
+            row = parse_json(lines[i], fmt::format("{}:{}", where, line));
+            if (!row.is_object() || row.size() != columns.size()) throw fail(line, fmt::format("expected an object of the {} columns", columns.size()));
+        }
+        ServeStep s;
+        KvLayout layout = KvLayout::paged;
+        std::int64_t pool = 0;
+        for (const std::string& c : columns) {
+            if (!row.contains(c)) throw fail(line, fmt::format("missing column '{}'", c));
+            const json& v = row.at(c);
+            if (c == "layout") {
+                if (!v.is_string()) throw fail(line, "layout: expected paged or contiguous");
+                layout = parse_choice(kv_layout_choices, v.get<std::string>(), fmt::format("{}:{}: layout", where, line));
+                continue;
+            }
+            if (!v.is_number_integer() || v.get<std::int64_t>() < 0) throw fail(line, fmt::format("{} is {}; expected an integer >= 0", c, json_excerpt(v)));
+            const std::int64_t x = v.get<std::int64_t>();
+            if (c == "pool_rows") {
+                pool = x;
+                continue;
+            }
+            const auto dot = c.find('.');
+            if (dot == std::string::npos) {
+                for (const ServeField& f : serve_fields)
+                    if (c == f.name) s.*f.member = x;
+                continue;
+            }
+            for (int o = 0; o < n_ops; ++o) {
+                if (c.compare(0, dot, op_name(static_cast<Op>(o))) != 0 || op_name(static_cast<Op>(o)).size() != dot) continue;
+                for (const OpField& f : op_fields())
+                    if (c.compare(dot + 1, std::string::npos, f.name) == 0) {
+                        if (f.member) s.cost.ops[static_cast<std::size_t>(o)].*f.member = static_cast<std::uint64_t>(x);
+                        else s.cost.wall_ns[static_cast<std::size_t>(o)] = x;
+                    }
+            }
+        }
+        if (s.rows_tokens > s.rows_in_use || s.rows_in_use > pool || s.n_decode > s.n_seqs || s.n_seqs > s.n_tokens)
+            throw fail(line, "inconsistent counts (rows holding tokens > rows in use > pool, or decodes > sequences > tokens); the file was edited or corrupted");
+        auto it = std::find(t.layouts.begin(), t.layouts.end(), layout);
+        if (it == t.layouts.end()) {
+            t.layouts.push_back(layout);
+            t.steps.emplace_back();
+            t.pool_rows.push_back(pool);
+            it = t.layouts.end() - 1;
+        } else if (it != t.layouts.end() - 1) {
+            throw fail(line, "the layouts' records are interleaved; expected each layout's steps together");
+        }
+        std::vector<ServeStep>& steps = t.steps[static_cast<std::size_t>(it - t.layouts.begin())];
+        if (!steps.empty() && s.step <= steps.back().step) throw fail(line, fmt::format("step {} after step {}; expected increasing steps", s.step, steps.back().step));
+        steps.push_back(s);
+    }
+    if (t.layouts.empty()) throw FormatError(fmt::format("{}: a serve trace with no step records", where));
+    return t;
+}
+
+}  // namespace kvlab

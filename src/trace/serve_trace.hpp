@@ -1,0 +1,40 @@
+// Serving traces (`kvlab serve --trace`): one record per step per layout as CSV or JSON Lines, or a
+// Perfetto timeline with one track per request (queued, prefill chunks, decode, preempted, finished)
+// and counters for the pool and the batch; docs/trace-format.md, "serve traces". `kvlab trace` reads
+// the CSV and JSONL forms back (summary, plot). Written atomically.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/scheduler.hpp"
+
+namespace kvlab {
+
+inline constexpr int serve_trace_format_version = 1;
+
+// The columns, in file order (--deterministic: without the measured times).
+std::vector<std::string> serve_trace_columns(bool deterministic);
+
+void write_serve_trace(const std::filesystem::path& path, const std::vector<ServeOptions>& runs, const std::vector<ServeResult>& results,
+                       const nlohmann::json& inputs, bool deterministic);
+
+// A serve trace read back: the inputs, and each layout's steps in file order.
+struct ServeTrace {
+    nlohmann::json inputs = nlohmann::json::object();
+    std::vector<KvLayout> layouts;                 // in file order
+    std::vector<std::vector<ServeStep>> steps;     // per layout
+    std::vector<std::int64_t> pool_rows;           // per layout
+    bool has_wall_time = true;
+};
+
+// True when the text is a serve trace (its first line says so), so `kvlab trace` can tell it from a
+// simulate trace.
+bool is_serve_trace(std::string_view text);
+// Throws FormatError naming the file and line for anything that is not a serve trace as written.
+ServeTrace parse_serve_trace(std::string_view text, const std::string& where);
+
+}  // namespace kvlab
