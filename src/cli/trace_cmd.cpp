@@ -10,6 +10,7 @@
 #include "commands.hpp"
 #include "options.hpp"
 #include "core/error.hpp"
+#include "trace/serve_trace.hpp"
 #include "trace/trace_plot.hpp"
 #include "trace/trace_reader.hpp"
 #include "trace/trace_report.hpp"
@@ -53,10 +54,17 @@ void print(const Report& report, Format format) {
     std::cout.flush();
 }
 
+// steps and compare read simulate's traces; a serve trace gets one line saying what reads it
+void refuse_serve_trace(const std::string& file, const char* sub) {
+    if (is_serve_trace_file(file))
+        throw UsageError(fmt::format("trace {}: {} is a kvlab serve trace; serve traces are read by `kvlab trace summary` and "
+                                     "`kvlab trace plot` (one file), or opened in Perfetto as .json", sub, file));
+}
+
 }  // namespace
 
 void setup_trace(CLI::App& app) {
-    auto* trace = app.add_subcommand("trace", "Read step traces from kvlab simulate --trace: summary, steps, compare, plot");
+    auto* trace = app.add_subcommand("trace", "Read traces: kvlab simulate --trace (summary, steps, compare, plot) and kvlab serve --trace (summary, plot)");
     trace->require_subcommand(1);
 
     auto so = std::make_shared<TraceSummaryOptions>();
@@ -66,7 +74,8 @@ void setup_trace(CLI::App& app) {
     add_format_option(summary, so->format);
     summary->footer("Example:\n  kvlab trace summary run.json --format markdown");
     summary->callback([so] {
-        print(trace_summary_report(read_step_trace(so->file), so->units), so->format);
+        if (is_serve_trace_file(so->file)) print(serve_trace_summary(read_serve_trace(so->file), so->units, so->format), so->format);
+        else print(trace_summary_report(read_step_trace(so->file), so->units), so->format);
     });
 
     auto st = std::make_shared<TraceStepsOptions>();
@@ -79,6 +88,7 @@ void setup_trace(CLI::App& app) {
     steps->footer("Example:\n  kvlab trace steps run.csv --every 32 --ops");
     steps->callback([st] {
         steps_shown(1, st->every);  // --every checked before the file is read
+        refuse_serve_trace(st->file, "steps");
         print(trace_steps_report(read_step_trace(st->file), st->every, st->ops, st->units), st->format);
     });
 
@@ -92,6 +102,8 @@ void setup_trace(CLI::App& app) {
     compare->footer("Example:\n  kvlab trace compare mha.jsonl gqa.jsonl --every 16");
     compare->callback([co] {
         steps_shown(1, co->every);
+        refuse_serve_trace(co->file_a, "compare");
+        refuse_serve_trace(co->file_b, "compare");
         const StepTrace a = read_step_trace(co->file_a);
         const StepTrace b = read_step_trace(co->file_b);
         print(trace_compare_report(a, b, co->file_a, co->file_b, co->every, co->units), co->format);
@@ -108,6 +120,13 @@ void setup_trace(CLI::App& app) {
     plot->add_flag("--linear", po->linear, "Linear y axes (the default: linear growth looks linear)")->excludes(log);
     plot->footer("Examples:\n  kvlab trace plot run.json -o run.svg\n  kvlab trace plot mha.jsonl gqa.jsonl mqa.jsonl -o attention.svg");
     plot->callback([po] {
+        if (po->files.size() == 1 && is_serve_trace_file(po->files[0])) {
+            if (po->log) throw UsageError("trace plot --log: serve traces are drawn on linear axes; expected no --log");
+            plot_serve_trace(read_serve_trace(po->files[0]), po->output);
+            std::cout << fmt::format("wrote {}\n", po->output);
+            return;
+        }
+        for (const auto& f : po->files) refuse_serve_trace(f, "plot (several files)");
         std::vector<StepTrace> traces;
         for (const auto& f : po->files) traces.push_back(read_step_trace(f));
         std::vector<PlotInput> inputs;

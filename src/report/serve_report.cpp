@@ -25,7 +25,6 @@ ServeSummary summarize_serving(const ServeResult& r, KvLayout layout) {
     s.n_steps = std::ssize(r.steps);
     s.pool_rows = r.pool_rows;
     s.pool_bytes = r.pool_bytes;
-    s.preemptions = r.preemptions;
     s.prefix_hit_blocks = r.counters.prefix_hit_blocks;
     s.cow_copies = r.counters.cow_copies;
     s.evictions = r.counters.evictions;
@@ -35,6 +34,7 @@ ServeSummary summarize_serving(const ServeResult& r, KvLayout layout) {
     std::int64_t n_held = 0;  // steps with rows in use
     for (const ServeStep& st : r.steps) {
         s.n_generated += st.n_generated;
+        s.preemptions += st.n_preempted;
         s.n_computed_tokens += st.n_tokens;
         s.max_running = std::max(s.max_running, st.n_seqs);
         s.mean_running += static_cast<double>(st.n_seqs);
@@ -103,6 +103,7 @@ Cell pct_cell(double fraction) { return {fmt::format("{:.1f}%", 100.0 * fraction
 struct Metric {
     std::string key, name;
     std::function<Cell(const ServeSummary&)> cell;
+    bool per_request = false;  // from the requests' records, which a trace does not keep
 };
 
 std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
@@ -111,13 +112,13 @@ std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
     };
     auto stats = [](const char* key, const char* name, Percentiles ServeSummary::* field, int decimals) {
         return std::vector<Metric>{
-            {fmt::format("{}_median", key), fmt::format("{} median", name), [=](const ServeSummary& s) { return real_cell((s.*field).median, decimals); }},
-            {fmt::format("{}_p90", key), fmt::format("{} p90", name), [=](const ServeSummary& s) { return real_cell((s.*field).p90, decimals); }},
-            {fmt::format("{}_max", key), fmt::format("{} max", name), [=](const ServeSummary& s) { return real_cell((s.*field).max, decimals); }},
+            {fmt::format("{}_median", key), fmt::format("{} median", name), [=](const ServeSummary& s) { return real_cell((s.*field).median, decimals); }, true},
+            {fmt::format("{}_p90", key), fmt::format("{} p90", name), [=](const ServeSummary& s) { return real_cell((s.*field).p90, decimals); }, true},
+            {fmt::format("{}_max", key), fmt::format("{} max", name), [=](const ServeSummary& s) { return real_cell((s.*field).max, decimals); }, true},
         };
     };
     std::vector<Metric> m = {
-        {"requests", "requests finished", [](const ServeSummary& s) { return text_cell(fmt::format("{} / {}", s.n_finished, s.n_requests)); }},
+        {"requests", "requests finished", [](const ServeSummary& s) { return text_cell(fmt::format("{} / {}", s.n_finished, s.n_requests)); }, true},
         {"steps", "steps (forward calls)", [](const ServeSummary& s) { return int_cell(s.n_steps); }},
         {"generated_tokens", "tokens generated", [](const ServeSummary& s) { return int_cell(s.n_generated); }},
         {"computed_tokens", "tokens run through the model", [](const ServeSummary& s) { return int_cell(s.n_computed_tokens); }},
@@ -138,10 +139,10 @@ std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
         {"mean_utilization", "KV utilization, mean (tokens / allocated)", [](const ServeSummary& s) { return pct_cell(s.mean_utilization); }},
         {"mean_slack_bytes", "allocated, no token, mean", [=](const ServeSummary& s) { return rows_bytes(s.mean_slack_rows); }},
         {"preemptions", "preemptions", [](const ServeSummary& s) { return int_cell(s.preemptions); }},
-        {"recomputed_tokens", "tokens discarded by preemption", [](const ServeSummary& s) { return int_cell(s.recomputed_tokens); }},
-        {"prefix_hit_tokens", "prompt tokens from the prefix cache", [](const ServeSummary& s) { return int_cell(s.prefix_hit_tokens); }},
-        {"prefix_hit_bytes", "KV shared, not recomputed", [=](const ServeSummary& s) { return rows_bytes(static_cast<double>(s.prefix_hit_tokens)); }},
-        {"cow_copies", "copy-on-write block copies", [](const ServeSummary& s) { return int_cell(s.cow_copies); }},
+        {"recomputed_tokens", "tokens discarded by preemption", [](const ServeSummary& s) { return int_cell(s.recomputed_tokens); }, true},
+        {"prefix_hit_tokens", "prompt tokens from the prefix cache", [](const ServeSummary& s) { return int_cell(s.prefix_hit_tokens); }, true},
+        {"prefix_hit_bytes", "KV shared, not recomputed", [=](const ServeSummary& s) { return rows_bytes(static_cast<double>(s.prefix_hit_tokens)); }, true},
+        {"cow_copies", "copy-on-write block copies", [](const ServeSummary& s) { return int_cell(s.cow_copies); }, true},
         {"flops", "FLOPs counted", [](const ServeSummary& s) { return count_cell(s.cost.total().flops, "FLOP"); }},
         {"bytes_weights", "weight bytes read", [=](const ServeSummary& s) { return bytes_cell(s.cost.total().bytes_weights_read, units); }},
         {"bytes_kv_read", "KV bytes read", [=](const ServeSummary& s) { return bytes_cell(s.cost.total().bytes_kv_read, units); }},
@@ -150,7 +151,7 @@ std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
         {"kv_bytes_per_token", "KV bytes read per generated token",
          [=](const ServeSummary& s) { return bytes_cell(static_cast<std::uint64_t>(std::llround(s.kv_read_bytes_per_token)), units); }},
         {"schedule_share", "scheduler bookkeeping / step time", [](const ServeSummary& s) { return pct_cell(s.schedule_share); }},
-        {"rows_left_in_use", "KV rows still held at the end", [](const ServeSummary& s) { return int_cell(s.rows_left_in_use); }},
+        {"rows_left_in_use", "KV rows still held at the end", [](const ServeSummary& s) { return int_cell(s.rows_left_in_use); }, true},
     };
     m.insert(m.end(), rest.begin(), rest.end());
     return m;
@@ -169,7 +170,9 @@ Report serve_report(const std::vector<ServeSummary>& summaries, const std::vecto
         const std::string name(choice_name(kv_layout_choices, s.layout));
         t.columns.push_back({name, name});
     }
+    const bool from_trace = results.empty();
     for (const Metric& m : metrics(token_bytes, units)) {
+        if (from_trace && m.per_request) continue;
         std::vector<Cell> row{{m.name, m.key}};
         for (const ServeSummary& s : summaries) row.push_back(m.cell(s));
         t.rows.push_back(std::move(row));
@@ -184,7 +187,11 @@ Report serve_report(const std::vector<ServeSummary>& summaries, const std::vecto
         t.rows.push_back(std::move(agree));
         t.rows.push_back(std::move(dlogit));
     }
-    t.notes.push_back("TTFT: arrival to the step that chose the first token (inclusive); TPOT: (finish - first token) / (generated - 1); "
+    if (from_trace)
+        t.notes.push_back("from a serve trace: the per-step numbers; per-request ones (latency, preemption and prefix counts) are in "
+                          "kvlab serve's report and the Perfetto form");
+    else
+        t.notes.push_back("TTFT: arrival to the step that chose the first token (inclusive); TPOT: (finish - first token) / (generated - 1); "
                       "percentiles by nearest rank over finished requests; times are the steps' wall time (docs/serving.md)");
     t.notes.push_back(fmt::format("KV utilization: rows holding a token's K and V / rows allocated, when each step's K and V are written, "
                                   "mean over steps; one token row = {} (K and V, every layer, fp32: kvcalc's per-token bytes)",
@@ -199,7 +206,7 @@ Report serve_report(const std::vector<ServeSummary>& summaries, const std::vecto
                       "(Oracle) of KV memory holding token states in systems that reserve contiguous space, and 96.3% with paging");
     report.tables.push_back(std::move(t));
 
-    if (format != Format::table) {  // per request: long, for tools
+    if (format != Format::table && !from_trace) {  // per request: long, for tools
         for (std::size_t k = 0; k < summaries.size(); ++k) {
             Table q;
             q.title = fmt::format("requests ({})", choice_name(kv_layout_choices, summaries[k].layout));

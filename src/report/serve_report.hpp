@@ -55,7 +55,8 @@ struct ServeSummary {
 ServeSummary summarize_serving(const ServeResult& result, KvLayout layout);
 
 // The layouts side by side (one column each), and per request in csv/json/markdown. `token_bytes`: one
-// token's K and V over every layer, as kvcalc counts it.
+// token's K and V over every layer, as kvcalc counts it. `results` empty: summaries rebuilt from a trace's
+// steps, without the per-request rows.
 Report serve_report(const std::vector<ServeSummary>& summaries, const std::vector<ServeResult>& results, const nlohmann::json& inputs,
                     const std::string& title, std::uint64_t token_bytes, UnitSystem units, Format format);
 

@@ -8,7 +8,13 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <fstream>
+
 #include "core/atomic_write.hpp"
+#include "core/mapped_file.hpp"
+#include "report/gnuplot.hpp"
+#include "report/serve_report.hpp"
 #include "core/error.hpp"
 #include "core/json_input.hpp"
 #include "core/text.hpp"
@@ -326,6 +332,115 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
     }
     if (t.layouts.empty()) throw FormatError(fmt::format("{}: a serve trace with no step records", where));
     return t;
+}
+
+}  // namespace kvlab
+
+namespace kvlab {
+
+bool is_serve_trace_file(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    char head[64] = {};
+    in.read(head, sizeof head);
+    return in.gcount() > 0 && is_serve_trace(std::string_view(head, static_cast<std::size_t>(in.gcount())));
+}
+
+ServeTrace read_serve_trace(const std::filesystem::path& path) {
+    const std::string text = read_input_file(path, "trace file", 1ull << 30);
+    if (text.rfind("{\"traceEvents\"", 0) == 0)
+        throw FormatError(fmt::format("{}: a Perfetto serve timeline, for ui.perfetto.dev; kvlab trace reads serve traces as .csv or .jsonl",
+                                      path.string()));
+    return parse_serve_trace(text, path.string());
+}
+
+namespace {
+
+std::uint64_t trace_token_bytes(const ServeTrace& t) {
+    const auto it = t.inputs.find("token_bytes");
+    if (it == t.inputs.end() || !it->is_number_unsigned() || it->get<std::uint64_t>() == 0)
+        throw FormatError("serve trace: the header has no token_bytes input (one token's K and V); expected the inputs kvlab serve writes");
+    return it->get<std::uint64_t>();
+}
+
+}  // namespace
+
+Report serve_trace_summary(const ServeTrace& t, UnitSystem units, Format format) {
+    const std::uint64_t token_bytes = trace_token_bytes(t);
+    std::vector<ServeSummary> summaries;
+    for (std::size_t k = 0; k < t.layouts.size(); ++k) {
+        ServeResult r;
+        r.steps = t.steps[k];
+        r.pool_rows = t.pool_rows[k];
+        r.pool_bytes = static_cast<std::uint64_t>(r.pool_rows) * token_bytes;
+        summaries.push_back(summarize_serving(r, t.layouts[k]));
+    }
+    return serve_report(summaries, {}, t.inputs, fmt::format("kvlab trace summary: serve trace of {} ({} requests)",
+                                                             t.inputs.value("model", std::string("?")), t.inputs.value("requests", 0)),
+                        token_bytes, units, format);
+}
+
+void plot_serve_trace(const ServeTrace& t, const std::filesystem::path& output) {
+    gnuplot_terminal(output, 1, 1);  // the extension, checked before any work
+    const std::uint64_t token_bytes = trace_token_bytes(t);
+    // one data block per layout: step, allocated bytes, holding bytes, sequences, ms, weight bytes per generated token
+    std::ostringstream data;
+    double max_bytes = 0, max_wpt = 0;
+    for (std::size_t k = 0; k < t.layouts.size(); ++k) {
+        data << (k ? "\n\n" : "") << "# step allocated holding seqs ms weight_bytes_per_token\n";
+        for (const ServeStep& s : t.steps[k]) {
+            double ms = static_cast<double>(s.forward_ns + s.schedule_ns) * 1e-6;
+            if (!t.has_wall_time) {
+                ms = 0;
+                for (const OpCost& c : s.cost.ops) ms += static_cast<double>(modelled_op_ns(c)) * 1e-6;
+            }
+            const double alloc = static_cast<double>(s.rows_in_use) * static_cast<double>(token_bytes);
+            const double hold = static_cast<double>(s.rows_tokens) * static_cast<double>(token_bytes);
+            const double wpt = s.n_generated > 0 ? static_cast<double>(s.cost.total().bytes_weights_read) / static_cast<double>(s.n_generated) : 0.0;
+            max_bytes = std::max(max_bytes, alloc);
+            max_wpt = std::max(max_wpt, wpt);
+            data << s.step << ' ' << fmt::format("{:.17g} {:.17g}", alloc, hold) << ' ' << s.n_seqs << ' ' << fmt::format("{:.6g}", ms) << ' '
+                 << (s.n_generated > 0 ? fmt::format("{:.17g}", wpt) : std::string("?")) << '\n';
+        }
+    }
+    auto byte_unit = [](double m) {
+        static const char* names[] = {"bytes", "KiB (2^{10} B)", "MiB (2^{20} B)", "GiB (2^{30} B)"};
+        int k = 0;
+        while (k < 3 && m >= std::ldexp(1.0, 10 * (k + 1))) ++k;
+        return std::pair<double, std::string>{std::ldexp(1.0, 10 * k), names[k]};
+    };
+    const auto [mem_scale, mem_unit] = byte_unit(max_bytes);
+    const auto [wpt_scale, wpt_unit] = byte_unit(max_wpt);
+    static const char* colours[] = {"#1b6ca8", "#d1495b"};
+    std::ostringstream gp;
+    gp << gnuplot_terminal(output, 1200, 900) << "set output\nset datafile missing '?'\nset grid\nset xlabel 'step'\n";
+    for (std::size_t k = 0; k < t.layouts.size(); ++k)
+        gp << fmt::format("set style line {} lc rgb '{}' lw 2\nset style line {} lc rgb '{}' lw 1 dt 2\n", 10 + k, colours[k % 2], 20 + k, colours[k % 2]);
+    // every panel from 0; `top`: the y range's top as a multiple of the data's largest value (room for the key)
+    auto plot = [&](const std::string& title, const std::string& ylabel, auto series, const char* key = "top right", double top = 0) {
+        gp << "set title " << gp_quote(title) << "\nset ylabel " << gp_quote(ylabel) << "\nset key " << key << " opaque\n"
+           << (top > 0 ? fmt::format("set yrange [0:{:.17g}]\n", top) : std::string("set yrange [0:*]\n")) << "plot ";
+        for (std::size_t k = 0; k < t.layouts.size(); ++k) gp << (k ? ", " : "") << series(k, std::string(choice_name(kv_layout_choices, t.layouts[k])));
+        gp << "\n";
+    };
+    gp << "set multiplot layout 2,2 title ARG2 font ',14' noenhanced\n";
+    plot("KV memory: allocated (solid) vs holding tokens (dashed)", mem_unit, [&](std::size_t k, const std::string& name) {
+        return fmt::format("ARG1 index {0} using 1:($2/{1:.17g}) with lines ls {2} title {3}, ARG1 index {0} using 1:($3/{1:.17g}) with lines ls {4} title {5}",
+                           k, mem_scale, 10 + k, gp_quote(name + " allocated"), 20 + k, gp_quote(name + " holding tokens"));
+    }, "top right", 1.45 * max_bytes / mem_scale);
+    plot("sequences per step (the batch)", "sequences", [&](std::size_t k, const std::string& name) {
+        return fmt::format("ARG1 index {} using 1:4 with lines ls {} title {}", k, 10 + k, gp_quote(name));
+    });
+    plot(t.has_wall_time ? "time per step (measured)" : "modelled time per step (roofline; --deterministic trace)", "ms",
+         [&](std::size_t k, const std::string& name) {
+             return fmt::format("ARG1 index {} using 1:5 with lines ls {} title {}", k, 10 + k, gp_quote(name));
+         });
+    plot("weight bytes read per generated token: falls as 1 / batch", wpt_unit, [&](std::size_t k, const std::string& name) {
+        return fmt::format("ARG1 index {} using 1:($6/{:.17g}) with points ls {} pt 7 ps 0.4 title {}", k, wpt_scale, 10 + k, gp_quote(name));
+    }, "top left", 1.2 * max_wpt / wpt_scale);
+    gp << "unset multiplot\nset output\n";
+    const std::string title = fmt::format("kvlab serve trace: {}, {} requests, pool {} token rows", t.inputs.value("model", std::string("?")),
+                                          t.inputs.value("requests", 0), t.pool_rows.front());
+    draw_with_gnuplot(output, data.str(), gp.str(), {title});
 }
 
 }  // namespace kvlab

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/printer.hpp"
 #include "model/scheduler.hpp"
 
 namespace kvlab {
@@ -36,5 +37,15 @@ struct ServeTrace {
 bool is_serve_trace(std::string_view text);
 // Throws FormatError naming the file and line for anything that is not a serve trace as written.
 ServeTrace parse_serve_trace(std::string_view text, const std::string& where);
+// The file's start says it is a serve trace (false for an unreadable file: the step-trace reader reports that).
+bool is_serve_trace_file(const std::filesystem::path& path);
+// Reads a CSV or JSONL serve trace (a Perfetto one is for the Perfetto UI: FormatError says so).
+ServeTrace read_serve_trace(const std::filesystem::path& path);
+
+// `kvlab trace summary` of a serve trace: serve's table of per-step numbers, rebuilt from the steps.
+Report serve_trace_summary(const ServeTrace& trace, UnitSystem units, Format format);
+// `kvlab trace plot` of a serve trace: KV memory allocated vs holding tokens, sequences per step, time per
+// step and weight bytes per generated token, over the steps, every layout overlaid (.svg or .png).
+void plot_serve_trace(const ServeTrace& trace, const std::filesystem::path& output);
 
 }  // namespace kvlab
