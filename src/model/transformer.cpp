@@ -41,7 +41,9 @@ Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, const T
         throw ConfigError(fmt::format("{}: mixture-of-experts ({} experts) is not simulated; kvcalc sizes its cache, "
                                       "and the KV cache of one expert-free layer stack is what simulate would show",
                                       cfg.name, cfg.n_expert));
-    if (size.n_tokens <= 0 || size.n_positions < size.n_tokens || (size.uncached && size.n_tokens != size.n_positions))
+    // (a serving step packs several sequences: its tokens may outnumber one sequence's positions)
+    if (size.n_tokens <= 0 || size.n_positions <= 0 || (size.n_seqs == 0 && size.n_positions < size.n_tokens) ||
+        (size.uncached && size.n_tokens != size.n_positions))
         throw UsageError(fmt::format("simulate: buffers for {} tokens per call over {} positions{}; expected 1 <= tokens "
                                      "<= positions (uncached: tokens = positions)",
                                      size.n_tokens, size.n_positions, size.uncached ? " (uncached)" : ""));

@@ -205,10 +205,6 @@ void write_serve_trace(const std::filesystem::path& path, const std::vector<Serv
     });
 }
 
-bool is_serve_trace(std::string_view text) {
-    return text.rfind(magic, 0) == 0 || text.rfind("{\"kvlab_serve_trace\":", 0) == 0;
-}
-
 ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
     ServeTrace t;
     std::vector<std::string> lines;
@@ -340,9 +336,13 @@ namespace kvlab {
 
 bool is_serve_trace_file(const std::filesystem::path& path) {
     std::ifstream in(path, std::ios::binary);
-    char head[64] = {};
-    in.read(head, sizeof head);
-    return in.gcount() > 0 && is_serve_trace(std::string_view(head, static_cast<std::size_t>(in.gcount())));
+    std::string first;
+    if (!std::getline(in, first)) return false;
+    if (first.rfind(magic, 0) == 0) return true;                                   // CSV
+    if (first.rfind("{\"traceEvents\"", 0) != 0) return first.find("\"kvlab_serve_trace\":") != std::string::npos;  // JSON Lines header
+    // a Perfetto file: serve's names itself in otherData, after the events
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return text.find("\"kvlab_serve_trace\":") != std::string::npos;
 }
 
 ServeTrace read_serve_trace(const std::filesystem::path& path) {

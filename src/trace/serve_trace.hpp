@@ -32,12 +32,10 @@ struct ServeTrace {
     bool has_wall_time = true;
 };
 
-// True when the text is a serve trace (its first line says so), so `kvlab trace` can tell it from a
-// simulate trace.
-bool is_serve_trace(std::string_view text);
 // Throws FormatError naming the file and line for anything that is not a serve trace as written.
 ServeTrace parse_serve_trace(std::string_view text, const std::string& where);
-// The file's start says it is a serve trace (false for an unreadable file: the step-trace reader reports that).
+// The file says it is a serve trace (CSV magic line, JSON Lines header, Perfetto otherData), so `kvlab trace`
+// can tell it from a simulate trace; false for an unreadable file (the step-trace reader reports that).
 bool is_serve_trace_file(const std::filesystem::path& path);
 // Reads a CSV or JSONL serve trace (a Perfetto one is for the Perfetto UI: FormatError says so).
 ServeTrace read_serve_trace(const std::filesystem::path& path);

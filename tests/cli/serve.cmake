@@ -1,0 +1,102 @@
+# CLI tests of `kvlab serve` on the built binary: the report, pool sizing by hand, workload files,
+# traces (and `kvlab trace` reading them), --check, and one-line errors with exit 2.
+include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
+
+set(small serve --requests 6 --prompt-len 4..12 --output-len 4..12 --threads 1 --quiet)
+
+# both layouts side by side; every block back in the pool at the end
+kvlab_expect(RC 0 ARGS ${small}
+             OUT "metric +paged +contiguous" "requests finished +6 / 6 +6 / 6" "KV rows still held at the end +0 +0"
+                 "vLLM paper \\(Kwon et al., SOSP 2023, Fig. 2\\)")
+# tiny-llama: 2 (K, V) x 4 layers x 2 KV heads x 32 x 4 B = 2048 B per token row. --kv-blocks 8 x 16 = 128 rows = 256 KiB;
+# --kv-budget 100KiB = 102400 / 2048 = 50 rows, whole blocks of 16: 48 rows (96 KiB)
+kvlab_expect(RC 0 ARGS ${small} --kv-layout paged --kv-blocks 8 OUT "KV pool \\(token rows\\) +128\n" "KV pool \\(bytes\\) +256.00 KiB\n")
+kvlab_expect(RC 0 ARGS ${small} --kv-layout paged --kv-budget 100KiB OUT "KV pool \\(token rows\\) +48\n" "KV pool \\(bytes\\) +96.00 KiB\n")
+# reservations by hand: 4 requests of 10 prompt ids and 7 tokens use 10 + 7 - 1 = 16 positions each. In 48 rows
+# (--kv-budget 100KiB), --reserve request takes 16 rows each: 3 run at once; --reserve max-len with --max-model-len 24
+# takes 24: 2 at once; paged, one 16-row block each: 3
+file(WRITE "${WORK}/four.jsonl" "")
+foreach(i RANGE 3)
+  file(APPEND "${WORK}/four.jsonl" "{\"prompt_ids\": [1, 2, 3, 4, 5, 6, 7, 8, 9, ${i}], \"max_tokens\": 7}\n")
+endforeach()
+kvlab_expect(RC 0 ARGS serve --workload four.jsonl --kv-budget 100KiB --reserve request -q --threads 1
+             OUT "sequences per step, max +3 +3\n" "KV utilization, mean \\(tokens / allocated\\) +[0-9.]+% +[0-9.]+%")
+kvlab_expect(RC 0 ARGS serve --workload four.jsonl --kv-budget 100KiB --reserve max-len --max-model-len 24 --kv-layout contiguous -q --threads 1
+             OUT "sequences per step, max +2\n")
+# --check: every generated token equals the solo run's (6 requests of 4..12 tokens)
+kvlab_expect(RC 0 ARGS ${small} --check --model tiny-gpt2 OUT "--check: tokens equal to solo runs +[0-9]+ / [0-9]+ +[0-9]+ / [0-9]+\n")
+string(REGEX MATCH "tokens equal to solo runs +([0-9]+) / ([0-9]+) +([0-9]+) / ([0-9]+)" _ "${KVLAB_OUT}")
+if(NOT CMAKE_MATCH_1 EQUAL CMAKE_MATCH_2 OR NOT CMAKE_MATCH_3 EQUAL CMAKE_MATCH_4 OR CMAKE_MATCH_2 LESS 24)
+  message(SEND_ERROR "serve --check: ${CMAKE_MATCH_1}/${CMAKE_MATCH_2} and ${CMAKE_MATCH_3}/${CMAKE_MATCH_4} tokens equal (6 requests of at least 4 tokens)")
+endif()
+# a shared prefix with the prefix cache: 6 requests share 32 tokens = 2 blocks; those arriving after the first is computed hit them
+kvlab_expect(RC 0 ARGS ${small} --shared-prefix 32 --prefix-cache --arrival-rate 0.2 --kv-layout paged
+             OUT "prompt tokens from the prefix cache +[1-9][0-9]*\n")
+kvlab_expect(RC 0 ARGS ${small} --format json OUT "\"metric\": \"mean_utilization\"" "\"requests \\(paged\\)\"")
+
+# a JSONL workload: text (the preset ships its tokenizer) and ids, with arrivals
+file(WRITE "${WORK}/ok.jsonl" "{\"prompt\": \"Once upon a time\", \"max_tokens\": 8}\n\n{\"prompt_ids\": [1, 403, 9], \"max_tokens\": 5, \"arrival_step\": 3}\n")
+kvlab_expect(RC 0 ARGS serve --workload ok.jsonl --threads 1 -q OUT "requests finished +2 / 2 +2 / 2" "tokens generated +13 +13")
+file(WRITE "${WORK}/bad.jsonl" "{\"prompt_ids\": [1, 2], \"max_tokens\": 4}\n{\"prompt_ids\": [1, 2], \"max_token\": 4}\n")
+kvlab_expect(RC 2 ARGS serve --workload bad.jsonl ERR "^kvlab: error: bad.jsonl:2: unknown key 'max_token'; expected prompt or prompt_ids, max_tokens, arrival_step\n$")
+file(WRITE "${WORK}/bad2.jsonl" "{\"prompt_ids\": [1, 2], \"max_tokens\": 0}\n")
+kvlab_expect(RC 2 ARGS serve --workload bad2.jsonl ERR "bad2.jsonl:1: \"max_tokens\" must be a whole number >= 1")
+file(WRITE "${WORK}/bad3.jsonl" "{\"prompt_ids\": [1, 99999], \"max_tokens\": 3}\n")
+kvlab_expect(RC 2 ARGS serve --workload bad3.jsonl ERR "bad3.jsonl:1: prompt id 99999 is not a token id in \\[0, 512\\)")
+file(WRITE "${WORK}/bad4.jsonl" "not json\n")
+kvlab_expect(RC 2 ARGS serve --workload bad4.jsonl ERR "bad4.jsonl:1")
+kvlab_expect(RC 2 ARGS serve -m stories260k --workload ok.jsonl ERR "ok.jsonl:1: \"prompt\" is text, which needs --tokenizer")
+kvlab_expect(RC 2 ARGS serve --workload ok.jsonl --requests 3 ERR "--requests excludes --workload")
+
+# impossible budgets and bad flags: one line, exit 2
+kvlab_expect(RC 2 ARGS serve --kv-budget 10KiB ERR "^kvlab: error: --kv-budget: 10KiB holds no block of 16 tokens \\(2.00 KiB per token")
+kvlab_expect(RC 2 ARGS serve --kv-blocks 4 --kv-layout contiguous ERR "--kv-budget: the pool holds 64 token rows; request 0 alone needs 256 \\(contiguous layout, --reserve max-len\\)")
+kvlab_expect(RC 2 ARGS serve --kv-blocks 4 --kv-layout paged ERR "request [0-9]+ alone needs [0-9]+ \\(paged layout\\), so it could never run")
+kvlab_expect(RC 2 ARGS serve --prompt-len 5..3 ERR "--prompt-len: '5..3' is not a length range")
+kvlab_expect(RC 2 ARGS serve --output-len 0 ERR "--output-len: '0' is not a length range")
+kvlab_expect(RC 2 ARGS serve --prompt-len 200..200 --output-len 100 ERR "request 0 needs 299 positions \\(200 prompt \\+ 100 generated - 1\\); --max-model-len is 256")
+kvlab_expect(RC 2 ARGS serve --max-model-len 300 ERR "--max-model-len: 300; expected 1..256")
+kvlab_expect(RC 2 ARGS serve --prefix-cache --kv-layout contiguous ERR "--prefix-cache: blocks are shared in the paged layout")
+kvlab_expect(RC 2 ARGS serve --kv-layout ring ERR "--kv-layout: ring not in \\{paged,contiguous,both\\}")
+kvlab_expect(RC 2 ARGS serve --block-size 0 ERR "--block-size: 0; expected 1..1024")
+kvlab_expect(RC 2 ARGS serve --max-seqs 0 ERR "--max-seqs: 0; expected at least 1")
+kvlab_expect(RC 2 ARGS serve --arrival-rate -1 ERR "--arrival-rate: -1")
+kvlab_expect(RC 2 ARGS serve --trace "${WORK}/t.txt" ERR "--trace:.*expected .csv, .jsonl or .json")
+
+# traces: deterministic CSV byte-identical; JSONL one line per step plus the header; Perfetto a track per request
+kvlab_expect(RC 0 ARGS ${small} --deterministic --trace a.csv)
+kvlab_expect(RC 0 ARGS ${small} --deterministic --trace b.csv)
+file(READ "${WORK}/a.csv" a)
+file(READ "${WORK}/b.csv" b)
+if(NOT a STREQUAL b)
+  message(SEND_ERROR "serve --deterministic traces differ between two runs")
+endif()
+if(NOT a MATCHES "^# kvlab serve trace, format 1" OR NOT a MATCHES "\nlayout,pool_rows,step,seqs,tokens," OR a MATCHES "forward_ns")
+  message(SEND_ERROR "serve CSV trace: header, columns, or wall time in a --deterministic trace:\n${a}")
+endif()
+kvlab_expect(RC 0 ARGS ${small} --kv-layout paged --trace t.jsonl OUT "steps \\(forward calls\\) +([0-9]+)\n")
+string(REGEX MATCH "steps \\(forward calls\\) +([0-9]+)" _ "${KVLAB_OUT}")
+set(n_steps ${CMAKE_MATCH_1})
+file(STRINGS "${WORK}/t.jsonl" lines)
+list(LENGTH lines n_lines)
+math(EXPR want "${n_steps} + 1")
+if(NOT n_lines EQUAL want)
+  message(SEND_ERROR "serve JSONL trace: ${n_lines} lines, expected ${want} (header + ${n_steps} steps)")
+endif()
+kvlab_expect(RC 0 ARGS ${small} --trace t.json)
+file(READ "${WORK}/t.json" p)
+foreach(want "\"name\":\"request 5 \\(" "\"name\":\"prefill\"" "\"name\":\"decode\"" "\"name\":\"finished\"" "\"name\":\"KV rows\""
+             "\"name\":\"paged KV pool\"" "\"name\":\"contiguous KV pool\"")
+  if(NOT p MATCHES "${want}")
+    message(SEND_ERROR "serve Perfetto trace lacks ${want}")
+  endif()
+endforeach()
+# kvlab trace reads serve traces back: the per-step table; steps/compare say what reads them
+kvlab_expect(RC 0 ARGS trace summary a.csv OUT "serve trace of tiny-llama \\(6 requests\\)" "KV utilization, mean" "sequences per step, max")
+kvlab_expect(RC 0 ARGS trace summary t.jsonl OUT "metric +paged\n")
+kvlab_expect(RC 2 ARGS trace steps a.csv ERR "trace steps: a.csv is a kvlab serve trace")
+kvlab_expect(RC 2 ARGS trace summary t.json ERR "a Perfetto serve timeline")
+file(READ "${WORK}/a.csv" a)
+string(REPLACE "\npaged,1024," "\npaged,1024x," edited "${a}")
+file(WRITE "${WORK}/edited.csv" "${edited}")
+kvlab_expect(RC 2 ARGS trace summary edited.csv ERR "^kvlab: error: edited.csv:[0-9]+: pool_rows is '1024x'; expected an integer\n$")
