@@ -91,6 +91,13 @@ expect("kvlab simulate --model tiny-llama --eval models/heldout.txt --kv-dtype f
 # 1,228,800 / 32 x 34 + 7,680 = 1.25 MiB (q8_0); tests/cli/models.cmake derives the counts
 expect("kvlab simulate --model tiny-llama --prompt \"Once upon a time\" -n 32 --weight-dtype fp32,bf16,q8_0"
        OUT "fp32 +fp32 .* 4\\.69 MiB .* reference" "fp32 +bf16 .* 2\\.35 MiB " "fp32 +q8_0 .* 1\\.25 MiB ")
+# 16 requests share a 64-token prefix (4 blocks of 16); arriving 0.5 per step, all but the first find it cached. The
+# scheduler depends only on lengths, so the counts are exact on any host
+expect("kvlab serve --model tiny-llama --requests 16 --shared-prefix 64 --prompt-len 8..64 --output-len 16..64 --arrival-rate 0.5 --prefix-cache --kv-layout paged"
+       OUT "requests finished +16 / 16" "prompt tokens from the prefix cache +1120\n")
+expect("kvlab serve --model tiny-gpt2 --requests 8 --check --trace serve.csv"
+       OUT "--check: tokens equal to solo runs +([0-9]+) / ([0-9]+) +([0-9]+) / ([0-9]+)\n" "KV rows still held at the end +0 +0")
+expect("kvlab trace plot serve.csv -o serve.svg" OUT "serve.svg")
 expect("kvlab simulate" OUT "TinyStories 15M" "steps \\(tokens generated\\) +128 +128")
 expect("kvlab simulate --model gpt2 --layers 1 -n 12" OUT "GPT-2" "steps \\(tokens generated\\) +12 +12")
 expect("kvlab simulate --trace run.csv --deterministic" OUT "steps \\(tokens generated\\) +128 +128")

@@ -186,6 +186,15 @@ Report serve_report(const std::vector<ServeSummary>& summaries, const std::vecto
         }
         t.rows.push_back(std::move(agree));
         t.rows.push_back(std::move(dlogit));
+        t.notes.push_back("--check: each request run again alone on the single-sequence path (one prefill, one decode call per "
+                          "token), fed the tokens serving chose; logits compared with simulate's tolerance, 1e-3 x max(1, max |logit|)");
+        for (const ServeSummary& s : summaries)
+            if (s.n_tokens_agree < s.n_tokens_checked)
+                t.notes.push_back(fmt::format("{}: {} of {} tokens differ from the solo run's argmax{}", choice_name(kv_layout_choices, s.layout),
+                                              s.n_tokens_checked - s.n_tokens_agree, s.n_tokens_checked,
+                                              s.all_within_tolerance ? " at near-ties: the logits agree within tolerance (summation order differs between "
+                                                                       "a batched step and a solo call)"
+                                                                     : ""));
     }
     if (from_trace)
         t.notes.push_back("from a serve trace: the per-step numbers; per-request ones (latency, preemption and prefix counts) are in "
