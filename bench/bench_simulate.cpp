@@ -29,6 +29,7 @@
 #include <omp.h>
 
 #include "bench_common.hpp"
+#include "bench_references.hpp"
 #include "core/error.hpp"
 #include "calc/kv_memory.hpp"
 #include "formats/llama2c_checkpoint.hpp"
@@ -42,7 +43,7 @@
 namespace {
 
 using namespace kvlab;
-using clock_type = std::chrono::steady_clock;
+using namespace kvlab::bench;
 
 struct BenchOptions {
     std::vector<std::string> models = {"stories15m", "stories110m"};
@@ -60,174 +61,6 @@ struct BenchOptions {
     std::string format = "table";
 };
 
-double seconds_since(clock_type::time_point t0) {
-    return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-struct Stat {
-    double median = 0, min = 0, max = 0;
-    std::size_t n = 0;  // samples
-};
-
-Stat stat_of(std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    const std::size_t n = values.size();
-    const double median = n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-    return {median, values.front(), values.back(), n};
-}
-
-// The references every speed is divided by, sampled right before the measurement they divide, so the
-// slow phases of a shared machine hit both alike. A reference must be a ceiling on any x86 host: no
-// real workload may exceed it. Read bandwidth is therefore the best of several patterns, each thread
-// summing its static share of a buffer far larger than the last-level cache (first touched by the same
-// thread): 1, 2, 4 or 8 sub-ranges read side by side (a core keeps more misses in flight over several
-// streams on some parts, fewer on others), with and without software prefetch. Every pattern is
-// measured at the start; the best one is then sampled before each measurement. GEMM is the best of
-// Eigen's (n, n) @ (n, n) at a few sizes, with Eigen's own threads (the same number).
-struct ReadPattern {
-    int streams;
-    bool prefetch;
-};
-constexpr ReadPattern kReadPatterns[] = {{1, false}, {2, false}, {4, false}, {8, false},
-                                         {1, true},  {2, true},  {4, true},  {8, true}};
-constexpr std::size_t kNumPatterns = std::size(kReadPatterns);
-
-class References {
-public:
-    References(std::int64_t stream_mib, const std::vector<std::int64_t>& gemm_sizes)
-        : n_stream_(stream_mib * 1024 * 1024 / static_cast<std::int64_t>(sizeof(float))),
-          stream_(new float[static_cast<std::size_t>(n_stream_)]) {
-        float* data = stream_.get();
-        const std::int64_t n = n_stream_;
-#pragma omp parallel for schedule(static)
-        for (std::int64_t i = 0; i < n; ++i) data[i] = 1.0f;
-        // every read pattern: one warm-up, then three samples; the best median wins
-        for (std::size_t p = 0; p < kNumPatterns; ++p) {
-            read_rate(p);
-            std::vector<double> v;
-            for (int k = 0; k < 3; ++k) v.push_back(read_rate(p));
-            pattern_bw[p] = stat_of(v).median;
-            if (pattern_bw[p] > pattern_bw[best_pattern]) best_pattern = p;
-        }
-        for (const std::int64_t g : gemm_sizes) {
-            gemm_sizes_.push_back(g);
-            gemms_.push_back({MatrixRM::Random(g, g), MatrixRM::Random(g, g), MatrixRM(g, g)});
-            gemm_once(gemms_.size() - 1);
-            std::vector<double> v;
-            for (int k = 0; k < 3; ++k) v.push_back(gemm_once(gemms_.size() - 1));
-            gemm_size_rate.push_back(stat_of(v).median);
-            if (gemm_size_rate.back() > gemm_size_rate[best_gemm]) best_gemm = gemm_size_rate.size() - 1;
-        }
-        for (std::size_t i = 0; i < gemms_.size(); ++i)
-            if (i != best_gemm) gemms_[i] = {};  // only the winner is sampled again
-    }
-
-    // One sample of the winning pattern or size, in bytes/s and FLOP/s; every sample is kept.
-    double read_bandwidth() {
-        bw_samples.push_back(read_rate(best_pattern));
-        return bw_samples.back();
-    }
-    // The read bandwidth over the first `bytes` of the buffer, read again and again as a decode step
-    // re-reads a model's weights: the ceiling for a working set of that size, which is the cache's when it
-    // fits the last-level cache. The best pattern for each size is found on its first use.
-    double read_bandwidth_over(std::uint64_t bytes) {
-        const std::int64_t n = std::min<std::int64_t>(n_stream_, static_cast<std::int64_t>(bytes / sizeof(float)));
-        auto [it, fresh] = set_pattern_.try_emplace(n, 0);
-        if (fresh) {
-            double best = 0;
-            for (std::size_t p = 0; p < kNumPatterns; ++p)
-                if (const double r = read_rate(p, n); r > best) best = r, it->second = p;
-        }
-        set_samples[n].push_back(read_rate(it->second, n));
-        return set_samples[n].back();
-    }
-    std::map<std::int64_t, std::vector<double>> set_samples;  // floats of the working set -> samples
-    double gemm_rate() {
-        gemm_samples.push_back(gemm_once(best_gemm));
-        return gemm_samples.back();
-    }
-    std::int64_t gemm_n(std::size_t i) const { return gemm_sizes_.at(i); }
-
-    double pattern_bw[kNumPatterns] = {};      // median bytes/s of each pattern at the start
-    std::size_t best_pattern = 0;
-    std::vector<double> gemm_size_rate;         // median FLOP/s of each GEMM size at the start
-    std::size_t best_gemm = 0;
-    std::vector<double> bw_samples, gemm_samples;
-
-private:
-    struct Gemm {
-        MatrixRM a, b, c;
-    };
-
-    double gemm_once(std::size_t i) {
-        Gemm& g = gemms_[i];
-        const auto t0 = clock_type::now();
-        g.c.noalias() = g.a * g.b;
-        const double s = seconds_since(t0);
-        if (!std::isfinite(g.c(0, 0))) throw Error("GEMM reference: non-finite result");
-        const auto n = static_cast<double>(g.a.rows());
-        return 2.0 * n * n * n / s;
-    }
-
-    // bytes/s of every thread summing its static share of the first n floats with pattern p (the whole
-    // buffer by default), in passes until 50 ms have gone by (one pass over a cache-sized set is short)
-    double read_rate(std::size_t p, std::int64_t n = -1) const {
-        const float* data = stream_.get();
-        if (n < 0) n = n_stream_;
-        const ReadPattern pattern = kReadPatterns[p];
-        const auto t0 = clock_type::now();
-        double sum = 0.0;
-        std::int64_t passes = 0;
-        do {
-#pragma omp parallel reduction(+ : sum)
-            {
-                const std::int64_t n_threads = omp_get_num_threads(), t = omp_get_thread_num();
-                const std::int64_t i0 = n * t / n_threads, i1 = n * (t + 1) / n_threads;
-                sum += pattern.prefetch ? sum_streams<true>(data + i0, i1 - i0, pattern.streams)
-                                        : sum_streams<false>(data + i0, i1 - i0, pattern.streams);
-            }
-            ++passes;
-        } while (seconds_since(t0) < 0.05);
-        const double s = seconds_since(t0);
-        if (!(sum > 0.0)) throw Error("read bandwidth: the sum of ones is not positive");  // keeps the reads live
-        return static_cast<double>(passes) * static_cast<double>(n) * sizeof(float) / s;
-    }
-
-    static constexpr std::int64_t kLine = 16;            // floats per 64-byte line
-    static constexpr std::int64_t kStep = 4 * kLine;     // floats each stream advances per visit (4 lines)
-    static constexpr std::int64_t kPrefetchAhead = 512;  // floats (2 KiB, 32 lines) ahead in each stream
-    // x[0] + ... + x[n-1], read as `streams` contiguous sub-ranges side by side, 4 lines of each in turn
-    // into 4 independent vector accumulators per stream (so the adds never limit the rate; the tail after
-    // the last whole step of every sub-range is summed alone).
-    template <bool Prefetch>
-    static double sum_streams(const float* x, std::int64_t n, int streams) {
-        using Line = Eigen::Array<float, kLine, 1>;
-        const std::int64_t per = n / (streams * kStep) * kStep;  // floats per sub-range
-        Line acc[8][4];
-        for (auto& a : acc)
-            for (auto& l : a) l.setZero();
-        for (std::int64_t i = 0; i < per; i += kStep)
-            for (int s = 0; s < streams; ++s) {
-                const float* p = x + s * per + i;
-                if constexpr (Prefetch) __builtin_prefetch(p + kPrefetchAhead);
-                acc[s][0] += Eigen::Map<const Line>(p);
-                acc[s][1] += Eigen::Map<const Line>(p + kLine);
-                acc[s][2] += Eigen::Map<const Line>(p + 2 * kLine);
-                acc[s][3] += Eigen::Map<const Line>(p + 3 * kLine);
-            }
-        double sum = 0.0;
-        for (const auto& a : acc)
-            for (const auto& l : a) sum += static_cast<double>(l.sum());
-        for (std::int64_t i = streams * per; i < n; ++i) sum += x[i];
-        return sum;
-    }
-
-    std::int64_t n_stream_;
-    std::unique_ptr<float[]> stream_;  // (n_stream_) ones
-    std::vector<Gemm> gemms_;
-    std::vector<std::int64_t> gemm_sizes_;
-    std::map<std::int64_t, std::size_t> set_pattern_;  // working-set floats -> best pattern
-};
 
 // A child process's exit, its stderr and its peak resident set (bytes), from the kernel's accounting of
 // the child (wait4), the figure /usr/bin/time -v prints. A forked child starts with the parent's resident

@@ -41,6 +41,58 @@ void dot_rows(const float* const (&row)[S], std::int64_t cols, const float* x, f
     }
 }
 
+// The same for N tokens at once (a small batch): each weight packet is loaded once for all N, with
+// S x N accumulators. Each (row, token) sum runs in the order dot_rows<S> runs it, so a token's
+// outputs are bitwise those of a one-token call.
+constexpr int streams_for(int N) { return std::clamp((kRegisters - N - 1) / N, 1, 8); }
+// Tokens gemm_rows runs this way. Up to 4, each token's weights come once from memory for all of them;
+// at 5..8 on AVX-512 (2 rows in flight) the packed tiles measured as fast or faster (docs/serving.md)
+constexpr std::int64_t kGemvMaxTokens = 4;
+
+template <int S, int N>
+void dot_rows_n(const float* const (&row)[S], std::int64_t cols, const float* x, std::int64_t ldx, float* const (&out)[S], std::int64_t ldo) {
+    Packet acc[S][N];
+    for (int s = 0; s < S; ++s)
+        for (int t = 0; t < N; ++t) acc[s][t] = ei::pset1<Packet>(0.0f);
+    std::int64_t j = 0;
+    for (; j + kPacket <= cols; j += kPacket) {
+        Packet xj[N];
+        for (int t = 0; t < N; ++t) xj[t] = ei::ploadu<Packet>(x + t * ldx + j);
+        for (int s = 0; s < S; ++s) {
+            const Packet w = ei::ploadu<Packet>(row[s] + j);
+            for (int t = 0; t < N; ++t) acc[s][t] = ei::pmadd(w, xj[t], acc[s][t]);
+        }
+    }
+    for (int s = 0; s < S; ++s)
+        for (int t = 0; t < N; ++t) {
+            float sum = ei::predux(acc[s][t]);
+            for (std::int64_t k = j; k < cols; ++k) sum += row[s][k] * x[t * ldx + k];
+            out[s][t * ldo] = sum;
+        }
+}
+
+// gemv_rows for N tokens: rows in S sequential sub-blocks read side by side, then the rest one by one.
+template <int N>
+void gemv_rows_n(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, std::int64_t ldx, float* y,
+                 std::int64_t ldo) {
+    constexpr int S = streams_for(N);
+    const std::int64_t per = rows / S;
+    for (std::int64_t i = 0; i < per; ++i) {
+        const float* row[S];
+        float* out[S];
+        for (int s = 0; s < S; ++s) {
+            row[s] = w + (s * per + i) * ldw;
+            out[s] = y + s * per + i;
+        }
+        dot_rows_n<S, N>(row, cols, x, ldx, out, ldo);
+    }
+    for (std::int64_t i = S * per; i < rows; ++i) {
+        const float* row[1] = {w + i * ldw};
+        float* out[1] = {y + i};
+        dot_rows_n<1, N>(row, cols, x, ldx, out, ldo);
+    }
+}
+
 // Rows per gemm micro-kernel with C registers of tokens: R*C accumulators + C token registers + one
 // broadcast weight must fit the register file (AVX-512, 32 registers: C = 4 -> 6 rows; AVX: C = 4 -> 2).
 constexpr int rows_for(int C) { return std::clamp((kRegisters - C - 1) / C, 1, 8); }
@@ -133,6 +185,15 @@ std::int64_t gemm_scratch_floats(std::int64_t cols, std::int64_t n_max) {
 void gemm_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, std::int64_t ldx,
                std::int64_t n, float* out, std::int64_t ldo, float* scratch) {
     static_assert(kTileVectors == 4, "gemm_rows dispatches on 1..4 token registers");
+    // a few tokens: GEMV-style streams, each weight loaded once for all of them (no packing, no padding
+    // to a whole register of tokens)
+    if (n <= kGemvMaxTokens) switch (n) {
+            case 1: gemv_rows_n<1>(w, ldw, rows, cols, x, ldx, out, ldo); return;
+            case 2: gemv_rows_n<2>(w, ldw, rows, cols, x, ldx, out, ldo); return;
+            case 3: gemv_rows_n<3>(w, ldw, rows, cols, x, ldx, out, ldo); return;
+            case 4: gemv_rows_n<4>(w, ldw, rows, cols, x, ldx, out, ldo); return;
+            default: break;
+        }
     const std::int64_t row_bytes = std::max<std::int64_t>(1, cols) * static_cast<std::int64_t>(sizeof(float));
     for (std::int64_t g0 = 0; g0 < n; g0 += kGroupTokens) {
         // pack every tile of this group of tokens once: tile k at scratch + k * cols * kTileTokens
