@@ -37,7 +37,7 @@ using namespace kvlab::bench;
 
 struct Options {
     std::string pool_model = "tiny-llama";   // section 1 and 3: serve's default workload on serve's default model
-    std::string decode_model = "stories15m"; // section 2: random weights of this shape
+    std::string decode_model = "stories110m"; // section 2: random weights of this shape (decode memory-bound at batch 1)
     std::vector<std::int64_t> batches = {1, 2, 4, 8, 16, 32, 64};
     std::int64_t prompt_len = 16;            // each sequence's context before the timed decode steps
     std::int64_t steps = 16;                 // timed decode steps per batch size
@@ -217,6 +217,9 @@ int main(int argc, char** argv) {
         }
         t2.notes.push_back(fmt::format("GEMM reference: Eigen (n, n) @ (n, n), best of n = {}; sampled before each batch size",
                                        fmt::join(o.gemm_sizes, ", ")));
+        if (best->flop_s > best->gemm_ref)
+            t2.notes.push_back("above 1.0x: kvlab's kernel outran Eigen's square GEMM on these shapes; the reference is a yardstick here, "
+                               "not a ceiling (a 2-thread team's best square GEMM, sampled on a shared machine)");
         report.tables.push_back(std::move(t2));
         emit_report(report, format, o.json);
     } catch (const Error& e) {

@@ -13,8 +13,8 @@
 # from the repository root with BIN (default build/release) first on PATH. Other lines are copied.
 #
 # CHECK compares counted figures, not measurements: on both sides, numbers are masked on the rows of
-# measured speed (wall time, tokens/s, achieved GFLOP/s and GB/s) and of the cached-vs-uncached logit
-# difference, the trailing `wall µs` / `% of step` columns of per-step tables are masked, and runs of
+# measured speed (wall time, tokens/s, achieved GFLOP/s and GB/s; serve's time in steps, throughput, TTFT
+# and TPOT in ms, bookkeeping share) and of the cached-vs-uncached (serve: solo) logit difference, the trailing `wall µs` / `% of step` columns of per-step tables are masked, and runs of
 # spaces or of a table rule's dashes count as one (a wider timing widens its column).
 cmake_minimum_required(VERSION 3.25)
 
@@ -174,7 +174,8 @@ function(masked var text)
     string(REGEX REPLACE "[ \t]+" " " m "${line}")
     if(m MATCHES "^[ -]+$")
       string(REGEX REPLACE "-+" "-" m "${m}")  # a wider timing widens its column's rule
-    elseif(m MATCHES "^[| ]*(wall time|tokens/s|achieved )" OR m MATCHES "max .?.cached - uncached.?. =")
+    elseif(m MATCHES "^[| ]*(wall time|tokens/s|achieved |time in steps|throughput|TTFT \\(ms\\)|TPOT \\(ms\\)|scheduler bookkeeping|--check: max)"
+           OR m MATCHES "max .?.cached - uncached.?. =")
       # measured: timings, and the rounding difference between the two modes' logits (it moves with
       # the compiler and the CPU's vector width)
       string(REGEX REPLACE "[0-9]+(\\.[0-9]+)?" "#" m "${m}")
