@@ -86,6 +86,7 @@ void setup_serve(CLI::App& app) {
     cmd->add_option("--trace", o->trace, "Write one record per step per layout to FILE.csv or FILE.jsonl, or a Perfetto timeline FILE.json");
     cmd->add_flag("--deterministic", o->deterministic, "Omit wall time from the trace, modelled time in Perfetto");
     cmd->add_flag("-q,--quiet", o->quiet, "No progress line on stderr");
+    cmd->add_option("--max-memory", o->max_memory, "Refuse runs whose weights + KV pool + buffers exceed this, e.g. 8GiB (default: 75% of RAM)");
     cmd->add_option("--threads", o->threads, "Threads for matmuls and attention (0 = all cores)")->capture_default_str();
     add_units_option(cmd, o->units);
     add_format_option(cmd, o->format);

@@ -141,6 +141,7 @@ std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
         {"preemptions", "preemptions", [](const ServeSummary& s) { return int_cell(s.preemptions); }},
         {"recomputed_tokens", "tokens discarded by preemption", [](const ServeSummary& s) { return int_cell(s.recomputed_tokens); }, true},
         {"prefix_hit_tokens", "prompt tokens from the prefix cache", [](const ServeSummary& s) { return int_cell(s.prefix_hit_tokens); }, true},
+        {"prefix_hit_blocks", "blocks found in the prefix cache", [](const ServeSummary& s) { return int_cell(s.prefix_hit_blocks); }, true},
         {"prefix_hit_bytes", "KV shared, not recomputed", [=](const ServeSummary& s) { return rows_bytes(static_cast<double>(s.prefix_hit_tokens)); }, true},
         {"cow_copies", "copy-on-write block copies", [](const ServeSummary& s) { return int_cell(s.cow_copies); }, true},
         {"flops", "FLOPs counted", [](const ServeSummary& s) { return count_cell(s.cost.total().flops, "FLOP"); }},

@@ -1,5 +1,7 @@
 #include "session/model_source.hpp"
 
+#include <unistd.h>
+
 #include <Eigen/Core>
 #include <fmt/format.h>
 #include <omp.h>
@@ -27,6 +29,12 @@ ModelConfig resolve_model(ModelSource& src) {
 Weights load_model_weights(const ModelSource& src, const ModelConfig& cfg, std::uint64_t seed) {
     if (src.checkpoint.empty()) return random_weights(cfg, seed);
     return load_checkpoint(src.checkpoint, cfg.n_layer).weights;  // --layers: only the first N are read
+}
+
+std::uint64_t default_max_memory() {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    const std::uint64_t physical = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+    return physical / 4 * 3;
 }
 
 void set_thread_count(int threads, bool deterministic) {

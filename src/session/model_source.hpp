@@ -23,6 +23,9 @@ ModelConfig resolve_model(ModelSource& src);
 // The weights of `cfg` (its first cfg.n_layer layers): the checkpoint's, or random ones from `seed`.
 Weights load_model_weights(const ModelSource& src, const ModelConfig& cfg, std::uint64_t seed);
 
+// --max-memory's default: 75% of physical memory.
+std::uint64_t default_max_memory();
+
 // --threads: a fixed count, or 0 for all cores (fewer when the machine is busy, except with
 // `deterministic`, where GEMM blocking and so float rounding could depend on the team size).
 // Throws UsageError for a negative count.

@@ -16,6 +16,8 @@
 #include "core/text.hpp"
 #include "model/random_weights.hpp"
 #include "model/simulator.hpp"
+#include "model/tensor_table.hpp"
+#include "model/transformer.hpp"
 #include "trace/serve_trace.hpp"
 #include "trace/step_trace.hpp"
 
@@ -172,6 +174,30 @@ PreparedServe prepare_serve(ServeCommand c) {
     if (c.prefix_cache && c.layout == LayoutChoice::contiguous)
         throw UsageError("--prefix-cache: blocks are shared in the paged layout; expected --kv-layout paged or both");
     if (!c.trace.empty()) check_trace_writable(c.trace);
+    // what the run holds at once (one layout runs at a time): the weights, the pool, the batched forward's
+    // buffers; with --check, the solo run's and the logits kept for the running requests' tokens
+    const std::uint64_t max_memory = c.max_memory.empty() ? default_max_memory() : parse_size(c.max_memory, "--max-memory");
+    std::uint64_t memory = checked_add(weights_bytes(cfg), checked_mul(static_cast<std::uint64_t>(rows), p.token_bytes, "KV pool bytes"),
+                                       "memory estimate");
+    memory = checked_add(memory, Transformer::activation_bytes(cfg, {max_model_len, c.max_batched_tokens, false, false, c.max_seqs}),
+                         "memory estimate");
+    if (c.check) {
+        std::int64_t longest_prompt = 1, most_tokens = 1;
+        for (const ServeRequest& r : p.requests) {
+            longest_prompt = std::max<std::int64_t>(longest_prompt, std::ssize(r.prompt));
+            most_tokens = std::max(most_tokens, r.max_tokens);
+        }
+        memory = checked_add(memory, Transformer::activation_bytes(cfg, {max_model_len, longest_prompt, false}), "memory estimate");
+        const std::uint64_t logits = checked_mul(checked_mul(static_cast<std::uint64_t>(c.max_seqs), static_cast<std::uint64_t>(most_tokens), "memory estimate"),
+                                                 checked_mul(static_cast<std::uint64_t>(cfg.n_vocab), sizeof(float), "memory estimate"), "memory estimate");
+        memory = checked_add(memory, logits, "memory estimate");
+    }
+    if (memory > max_memory)
+        throw UsageError(fmt::format("--max-memory: the weights of {}, the {} KV pool and the batch's buffers{} need {}, more than the {} "
+                                     "allowed; try --layers, a smaller --kv-budget or --max-seqs",
+                                     cfg.display_name, format_bytes(static_cast<std::uint64_t>(rows) * p.token_bytes, UnitSystem::iec),
+                                     c.check ? " (and --check's logits)" : "", format_bytes(memory, UnitSystem::iec),
+                                     format_bytes(max_memory, UnitSystem::iec)));
 
     std::int64_t prompt_tokens = 0, output_tokens = 0;
     for (const ServeRequest& r : p.requests) {
@@ -203,6 +229,7 @@ PreparedServe prepare_serve(ServeCommand c) {
         {"seed", c.seed},
         {"threads", omp_get_max_threads()},
         {"check", c.check},
+        {"memory_estimate_bytes", memory},
     };
     if (c.workload.empty()) {
         p.inputs["prompt_len"] = c.prompt_len;

@@ -50,6 +50,7 @@ struct ServeCommand {
     std::string trace;
     bool deterministic = false;
     bool quiet = false;
+    std::string max_memory;              // empty: 75% of physical RAM
     int threads = 0;
     UnitSystem units = UnitSystem::iec;
     Format format = Format::table;

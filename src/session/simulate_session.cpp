@@ -33,11 +33,6 @@ namespace kvlab {
 
 namespace {
 
-std::uint64_t physical_memory_bytes() {
-    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
-}
-
 std::vector<TokenId> parse_token_ids(const std::string& text) {
     std::vector<TokenId> ids;
     for (const auto& item : split_list(text)) {
@@ -168,7 +163,7 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
             throw UsageError(fmt::format("--trace and --save-checkpoint: both name {}; give two different files", quote(o.trace)));
     }
     const std::uint64_t max_memory =
-        o.max_memory.empty() ? physical_memory_bytes() / 4 * 3 : parse_size(o.max_memory, "--max-memory");
+        o.max_memory.empty() ? default_max_memory() : parse_size(o.max_memory, "--max-memory");
     // --eval holds the weights (and every listed narrow copy), one window's KV cache and one token's
     // activations: the weights decide. A list of runs holds one run's buffers at a time.
     std::uint64_t narrow_copies = 0;

@@ -62,6 +62,8 @@ kvlab_expect(RC 2 ARGS serve --block-size 0 ERR "--block-size: 0; expected 1..10
 kvlab_expect(RC 2 ARGS serve --max-seqs 0 ERR "--max-seqs: 0; expected at least 1")
 kvlab_expect(RC 2 ARGS serve --arrival-rate -1 ERR "--arrival-rate: -1")
 kvlab_expect(RC 2 ARGS serve --trace "${WORK}/t.txt" ERR "--trace:.*expected .csv, .jsonl or .json")
+# Llama-3-8B: 32 layers x 8 KV heads x 128 x 2 x 4 B = 256 KiB per token row; 4 x 8192 rows = 8 GiB of pool
+kvlab_expect(RC 2 ARGS serve -m llama-3-8b --max-memory 16GiB ERR "--max-memory: the weights of Llama-3 8B, the 8.00 GiB KV pool and the batch's buffers need [0-9.]+ GiB, more than the 16.00 GiB allowed")
 
 # traces: deterministic CSV byte-identical; JSONL one line per step plus the header; Perfetto a track per request
 kvlab_expect(RC 0 ARGS ${small} --deterministic --trace a.csv)
