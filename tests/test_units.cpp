@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include "core/text.hpp"
 #include "core/error.hpp"
 #include "core/units.hpp"
 
@@ -32,4 +33,10 @@ TEST_CASE("Counts accept k and m suffixes and reject zero, negatives and fractio
     CHECK_THROWS_AS(parse_count("-3", "--batch"), UsageError);
     CHECK_THROWS_AS(parse_count("2.5", "--batch"), UsageError);
     CHECK_THROWS_AS(parse_count("1e30", "--batch"), OverflowError);
+}
+
+TEST_CASE("split_fields keeps empty fields, as a CSV row needs") {
+    CHECK(split_fields("a,,b", ',') == std::vector<std::string>{"a", "", "b"});
+    CHECK(split_fields("", ',') == std::vector<std::string>{""});
+    CHECK(split_fields("x,", ',') == std::vector<std::string>{"x", ""});
 }

@@ -111,4 +111,15 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
     return prev[b.size()];
 }
 
+std::vector<std::string> split_fields(std::string_view line, char sep) {
+    std::vector<std::string> fields;
+    std::size_t pos = 0;
+    while (true) {
+        const auto end = line.find(sep, pos);
+        fields.emplace_back(line.substr(pos, end == std::string_view::npos ? std::string_view::npos : end - pos));
+        if (end == std::string_view::npos) return fields;
+        pos = end + 1;
+    }
+}
+
 }  // namespace kvlab

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kvlab {
 
@@ -21,5 +22,9 @@ std::string printable(std::string_view text);
 std::string to_valid_utf8(std::string_view text);
 
 bool is_valid_utf8(std::string_view text);
+
+// Every field of `line` between `sep`s, empty ones included: "a,,b" -> {"a", "", "b"} (the rows of kvlab's
+// CSV traces, whose values never hold the separator).
+std::vector<std::string> split_fields(std::string_view line, char sep);
 
 }  // namespace kvlab

@@ -23,27 +23,10 @@ constexpr std::int64_t kPanelBytes = 256 * 1024;       // weight rows kept in L2
 // The kernels are templates on their register blocking (rows, token registers) so that the
 // accumulators are fixed-size arrays the compiler keeps in registers.
 
-// out[s] = row[s] . x for S rows read side by side: S independent accumulators, so S streams of
-// weights are in flight and the FMA chains do not wait on each other.
-template <int S>
-void dot_rows(const float* const (&row)[S], std::int64_t cols, const float* x, float* const (&out)[S]) {
-    Packet acc[S];
-    for (int s = 0; s < S; ++s) acc[s] = ei::pset1<Packet>(0.0f);
-    std::int64_t j = 0;
-    for (; j + kPacket <= cols; j += kPacket) {
-        const Packet xj = ei::ploadu<Packet>(x + j);
-        for (int s = 0; s < S; ++s) acc[s] = ei::pmadd(ei::ploadu<Packet>(row[s] + j), xj, acc[s]);
-    }
-    for (int s = 0; s < S; ++s) {
-        float sum = ei::predux(acc[s]);
-        for (std::int64_t t = j; t < cols; ++t) sum += row[s][t] * x[t];
-        *out[s] = sum;
-    }
-}
-
-// The same for N tokens at once (a small batch): each weight packet is loaded once for all N, with
-// S x N accumulators. Each (row, token) sum runs in the order dot_rows<S> runs it, so a token's
-// outputs are bitwise those of a one-token call.
+// out[s][t * ldo] = row[s] . x_t for S rows read side by side and N tokens (x_t at x + t * ldx): S x N
+// independent accumulators, so S streams of weights are in flight, the FMA chains do not wait on each
+// other, and each weight packet is loaded once for all N tokens. A (row, token) sum runs in the same
+// order whatever N is, so a token's outputs in a small batch are bitwise those of a one-token call.
 constexpr int streams_for(int N) { return std::clamp((kRegisters - N - 1) / N, 1, 8); }
 // Tokens gemm_rows runs this way. Up to 4, each token's weights come once from memory for all of them;
 // at 5..8 on AVX-512 (2 rows in flight) the packed tiles measured as fast or faster (docs/serving.md)
@@ -154,23 +137,8 @@ void pack_tile(const float* x, std::int64_t ldx, std::int64_t n_tok, std::int64_
 }  // namespace
 
 void gemv_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, float* y) {
-    constexpr int S = kGemvStreams;
-    // rows = S * per + rest: sub-block s is rows [s*per, (s+1)*per); the rest run one at a time
-    const std::int64_t per = rows / S;
-    for (std::int64_t i = 0; i < per; ++i) {
-        const float* row[S];
-        float* out[S];
-        for (int s = 0; s < S; ++s) {
-            row[s] = w + (s * per + i) * ldw;
-            out[s] = y + s * per + i;
-        }
-        dot_rows<S>(row, cols, x, out);
-    }
-    for (std::int64_t i = S * per; i < rows; ++i) {
-        const float* row[1] = {w + i * ldw};
-        float* out[1] = {y + i};
-        dot_rows<1>(row, cols, x, out);
-    }
+    static_assert(streams_for(1) == kGemvStreams, "one token reads kGemvStreams rows side by side");
+    gemv_rows_n<1>(w, ldw, rows, cols, x, 0, y, 0);
 }
 
 std::int64_t gemm_tile_tokens() { return kTileTokens; }

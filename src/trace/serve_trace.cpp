@@ -255,14 +255,7 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
         if (lines[i].empty()) throw fail(line, "empty line inside the records");
         json row = json::object();
         if (csv) {
-            std::vector<std::string> cells;
-            std::size_t pos = 0;
-            while (true) {
-                const auto comma = lines[i].find(',', pos);
-                cells.push_back(lines[i].substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
-                if (comma == std::string::npos) break;
-                pos = comma + 1;
-            }
+            const std::vector<std::string> cells = split_fields(lines[i], ',');
             if (cells.size() != columns.size()) throw fail(line, fmt::format("{} fields; expected {}", cells.size(), columns.size()));
             for (std::size_t c = 0; c < cells.size(); ++c) {
                 if (c == 0) {

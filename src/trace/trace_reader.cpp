@@ -61,14 +61,7 @@ void TraceParser::read_csv(StepTrace& trace) {
             fail(line, "empty line inside the records");
         }
         if (all[i][0] == '#') fail(line, "a '#' header line after the records: two traces concatenated?");
-        std::vector<std::string> cells;
-        std::size_t pos = 0;
-        while (true) {
-            const auto comma = all[i].find(',', pos);
-            cells.push_back(all[i].substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
-            if (comma == std::string::npos) break;
-            pos = comma + 1;
-        }
+        const std::vector<std::string> cells = split_fields(all[i], ',');
         if (cells.size() != got.size())
             fail(line, fmt::format("{} fields; expected {} (the header's columns){}", cells.size(), got.size(),
                                    i + 1 == all.size() || (i + 2 == all.size() && all.back().empty()) ? ": the file is truncated" : ""));
