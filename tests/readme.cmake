@@ -94,7 +94,7 @@ expect("kvlab simulate --model tiny-llama --prompt \"Once upon a time\" -n 32 --
 # 16 requests share a 64-token prefix (4 blocks of 16); arriving 0.5 per step, all but the first find it cached. The
 # scheduler depends only on lengths, so the counts are exact on any host
 expect("kvlab serve --model tiny-llama --requests 16 --shared-prefix 64 --prompt-len 8..64 --output-len 16..64 --arrival-rate 0.5 --prefix-cache --kv-layout paged"
-       OUT "requests finished +16 / 16" "prompt tokens from the prefix cache +1120\n")
+       OUT "requests finished +16 / 16" "tokens found in the prefix cache +1120\n")
 expect("kvlab serve --model tiny-gpt2 --requests 8 --check --trace serve.csv"
        OUT "--check: tokens equal to solo runs +([0-9]+) / ([0-9]+) +([0-9]+) / ([0-9]+)\n" "KV rows still held at the end +0 +0")
 expect("kvlab trace plot serve.csv -o serve.svg" OUT "serve.svg")

@@ -22,15 +22,22 @@ void run(const ServeCommand& command) {
     std::vector<ServeResult> results;
     {
         const StopOnInterrupt stop_on_interrupt(stop);
+        // a progress line on a terminal, cleared however the runs end
+        const bool progress = !command.quiet && ::isatty(STDERR_FILENO);
+        struct ClearLine {
+            bool on;
+            ~ClearLine() {
+                if (on) std::fprintf(stderr, "\r\033[K");
+            }
+        } clear{progress};
         for (ServeOptions o : p.runs) {
-            if (!command.quiet && ::isatty(STDERR_FILENO))
+            if (progress)
                 std::fprintf(stderr, "\rserve: %s layout, %zu requests...\033[K", std::string(choice_name(kv_layout_choices, o.pool.layout)).c_str(),
                              p.requests.size());
             o.stop = &stop;
             results.push_back(run_serving(p.config, p.weights, p.requests, o));
             if (results.back().interrupted) break;
         }
-        if (!command.quiet && ::isatty(STDERR_FILENO)) std::fprintf(stderr, "\r\033[K");
     }
     std::vector<ServeOptions> runs(p.runs.begin(), p.runs.begin() + static_cast<std::ptrdiff_t>(results.size()));
     PreparedServe shown{p.command, p.config, {}, std::nullopt, p.requests, runs, p.token_bytes, p.inputs};

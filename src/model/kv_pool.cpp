@@ -10,9 +10,9 @@
 
 namespace kvlab {
 
-std::size_t KvAllocator::KeyHash::operator()(const std::vector<TokenId>& v) const {
-    std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the ids' bytes
-    for (const TokenId t : v)
+std::size_t KvAllocator::KeyHash::operator()(const Key& k) const {
+    std::uint64_t h = 1469598103934665603ull ^ k.parent;  // FNV-1a over the parent id and the ids' bytes
+    for (const TokenId t : k.tokens)
         for (int b = 0; b < 4; ++b) h = (h ^ ((static_cast<std::uint32_t>(t) >> (8 * b)) & 0xffu)) * 1099511628211ull;
     return static_cast<std::size_t>(h);
 }
@@ -70,6 +70,7 @@ void KvAllocator::drop(std::int64_t block) {
 }
 
 bool KvAllocator::reserve(SeqId seq, std::int64_t n_rows) {
+    if (n_rows < 1) throw std::logic_error(fmt::format("KvAllocator: sequence {} asks {} rows", seq, n_rows));
     Seq& s = seqs_[seq];
     if (o_.layout == KvLayout::contiguous) {
         if (!s.block_rows.empty()) {
@@ -106,9 +107,9 @@ std::int64_t KvAllocator::match_prefix(SeqId seq, std::span<const TokenId> token
     Seq& s = seqs_[seq];
     if (!s.block_rows.empty()) throw std::logic_error("KvAllocator::match_prefix: the sequence already holds rows");
     const auto B = static_cast<std::size_t>(o_.block_size);
-    std::vector<TokenId> key;
+    Key key;
     for (std::size_t end = B; end <= tokens.size(); end += B) {
-        key.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(end));
+        key.tokens.assign(tokens.begin() + static_cast<std::ptrdiff_t>(end - B), tokens.begin() + static_cast<std::ptrdiff_t>(end));
         const auto it = cache_.find(key);
         if (it == cache_.end()) break;
         Block& blk = blocks_[static_cast<std::size_t>(it->second)];
@@ -117,8 +118,8 @@ std::int64_t KvAllocator::match_prefix(SeqId seq, std::span<const TokenId> token
             rows_in_use_ += o_.block_size;
         }
         s.block_rows.push_back(it->second * o_.block_size);
-        ++counters_.prefix_hit_blocks;
-        counters_.prefix_hit_tokens += o_.block_size;
+        s.chain.push_back(blk.id);
+        key.parent = blk.id;
     }
     if (s.block_rows.empty()) seqs_.erase(seq);
     else s.valid = static_cast<std::int64_t>(s.block_rows.size()) * o_.block_size;
@@ -139,7 +140,10 @@ std::optional<std::vector<RowCopy>> KvAllocator::make_writable(SeqId seq, std::i
         const std::int64_t b = row / B;
         Block& blk = blocks_[static_cast<std::size_t>(b)];
         if (blk.refs == 1) {
-            uncache(b);  // held by this sequence alone: written in place, and no longer what its key says
+            // held by this sequence alone: written in place, and no longer what its key says; it (and the
+            // blocks after it) are keyed again when full
+            uncache(b);
+            s.chain.resize(std::min(s.chain.size(), static_cast<std::size_t>(i)));
             continue;
         }
         const std::int64_t copy = *take_block();
@@ -158,15 +162,29 @@ void KvAllocator::commit(SeqId seq, std::span<const TokenId> tokens, std::int64_
     if (o_.layout != KvLayout::paged) return;
     const std::int64_t B = o_.block_size;
     for (std::size_t i = 0; i < s.block_rows.size(); ++i) {
+        Block& blk = blocks_[static_cast<std::size_t>(s.block_rows[i] / B)];
+        blk.fill = static_cast<std::int32_t>(std::max<std::int64_t>(blk.fill, std::clamp<std::int64_t>(n_valid - static_cast<std::int64_t>(i) * B, 0, B)));
+    }
+    if (!o_.prefix_cache) return;
+    // the prefix ids of the full blocks not chained yet, in order: each from the one before
+    for (std::size_t i = s.chain.size(); i < s.block_rows.size(); ++i) {
+        const auto end = (static_cast<std::int64_t>(i) + 1) * B;
+        if (end > n_valid || end > std::ssize(tokens)) break;
         const std::int64_t b = s.block_rows[i] / B;
         Block& blk = blocks_[static_cast<std::size_t>(b)];
-        blk.fill = static_cast<std::int32_t>(std::max<std::int64_t>(blk.fill, std::clamp<std::int64_t>(n_valid - static_cast<std::int64_t>(i) * B, 0, B)));
-        const auto end = static_cast<std::size_t>((static_cast<std::int64_t>(i) + 1) * B);
-        if (!o_.prefix_cache || blk.key || blk.fill < B || end > tokens.size() || static_cast<std::int64_t>(end) > n_valid) continue;
-        std::vector<TokenId> key(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(end));
-        if (cache_.contains(key)) continue;  // another sequence computed the same prefix: not de-duplicated
-        cache_.emplace(key, b);
-        blk.key = std::move(key);
+        if (blk.key) {  // keyed already (found in the cache)
+            s.chain.push_back(blk.id);
+            continue;
+        }
+        Key key{i == 0 ? 0 : s.chain[i - 1], std::vector<TokenId>(tokens.begin() + (end - B), tokens.begin() + end)};
+        if (const auto it = cache_.find(key); it != cache_.end()) {  // computed by another sequence too: not de-duplicated
+            s.chain.push_back(blocks_[static_cast<std::size_t>(it->second)].id);
+            continue;
+        }
+        blk.id = next_id_++;
+        blk.key = key;
+        cache_.emplace(std::move(key), b);
+        s.chain.push_back(blk.id);
     }
 }
 

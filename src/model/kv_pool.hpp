@@ -2,9 +2,10 @@
 // sequences, and its bookkeeping (KvAllocator), in one of two layouts:
 //   paged       fixed blocks of `block_size` rows, taken on demand as a sequence grows and returned
 //               when it finishes; a block table per sequence maps its rows to the pool's (vLLM's
-//               PagedAttention). With a prefix cache, full blocks are keyed by every token up to their
-//               end and shared by reference count; a shared or cached block is never written: the
-//               writer gets its own copy (copy-on-write).
+//               PagedAttention). With a prefix cache, full blocks are keyed by their prefix (a chain:
+//               the key of the block before and this block's tokens, as vLLM's block hashes, but exact)
+//               and shared by reference count; a shared block is never written: the writer gets its own
+//               copy (copy-on-write).
 //   contiguous  each sequence reserves one range of rows up front, for the most tokens it may hold (a
 //               static cache, TensorRT-LLM's contiguous mode), first fit in the pool.
 // Both map a sequence's row r the same way (KvSource's paging rule): contiguous is one block of the
@@ -51,8 +52,6 @@ struct RowCopy {
 
 // Counts the allocator keeps over a run.
 struct KvAllocatorCounters {
-    std::int64_t prefix_hit_blocks = 0;    // blocks a new sequence found in the prefix cache
-    std::int64_t prefix_hit_tokens = 0;    // their tokens: prefill not recomputed
     std::int64_t cow_copies = 0;           // blocks copied before a write (copy-on-write)
     std::int64_t evictions = 0;            // cached blocks reused for other content
 };
@@ -64,19 +63,21 @@ public:
     const KvPoolOptions& options() const { return o_; }
     std::int64_t n_blocks() const { return n_blocks_; }  // paged; contiguous: 0
 
-    // Makes sure `seq` owns rows 0..n_rows-1: paged, blocks taken as needed (all or none); contiguous,
-    // one range of n_rows reserved the first time (a later call may not ask for more). False when the
-    // pool cannot; nothing is taken then.
+    // Makes sure `seq` owns rows 0..n_rows-1 (n_rows >= 1): paged, blocks taken as needed (all or none);
+    // contiguous, one range of n_rows reserved the first time (a later call may not ask for more). False
+    // when the pool cannot; nothing is taken then.
     bool reserve(SeqId seq, std::int64_t n_rows);
     // Paged with a prefix cache, a sequence with no rows yet: takes the cached full blocks of its first
-    // tokens, in order while they match. Returns the tokens they hold (a multiple of block_size).
+    // tokens, in order while they match. Returns the tokens they hold (a multiple of block_size); release()
+    // gives them back if the sequence cannot be admitted after all.
     std::int64_t match_prefix(SeqId seq, std::span<const TokenId> tokens);
     // Before `seq` writes rows row0..row0+n-1: a block among them that is shared or cached is replaced by
     // a private copy. Returns the copies the pool must make, or nullopt when no block is free for them
     // (nothing changed then). Only a paged pool with a prefix cache shares rows; any other's are private.
     std::optional<std::vector<RowCopy>> make_writable(SeqId seq, std::int64_t row0, std::int64_t n);
-    // After `seq` holds the K and V of tokens[0..n_valid): its full blocks enter the prefix cache, keyed
-    // by their prefix; n_valid also sets how many rows of each of its blocks hold a token.
+    // After `seq` holds the K and V of tokens[0..n_valid): its new full blocks enter the prefix cache,
+    // keyed by their prefix (a block whose prefix is cached already stays out: not de-duplicated);
+    // n_valid also sets how many rows of each of its blocks hold a token.
     void commit(SeqId seq, std::span<const TokenId> tokens, std::int64_t n_valid);
     // Returns every row of `seq` to the pool (cached blocks stay findable until reused).
     void release(SeqId seq);
@@ -96,19 +97,28 @@ public:
     const KvAllocatorCounters& counters() const { return counters_; }
 
 private:
+    // A cached block's key: the id of the prefix before it (0: none) and its own tokens. Ids are never
+    // reused, so a key whose parent was evicted can no longer be reached, never matched wrongly.
+    struct Key {
+        std::uint64_t parent = 0;
+        std::vector<TokenId> tokens;
+        bool operator==(const Key&) const = default;
+    };
+    struct KeyHash {
+        std::size_t operator()(const Key& k) const;
+    };
     struct Block {
         std::int32_t refs = 0;
         std::int32_t fill = 0;                 // rows holding a token's K and V
-        std::optional<std::vector<TokenId>> key;  // in the prefix cache: every token up to the block's end
-        std::list<std::int64_t>::iterator lru;    // position in cached_ while refs == 0 and keyed
+        std::optional<Key> key;                // in the prefix cache
+        std::uint64_t id = 0;                  // keyed: the id of the prefix up to this block's end
+        std::list<std::int64_t>::iterator lru; // position in cached_ while refs == 0 and keyed
     };
     struct Seq {
         std::vector<std::int64_t> block_rows;  // paged: first pool row of each block; contiguous: {start}
         std::int64_t reserved = 0;             // contiguous: rows reserved
         std::int64_t valid = 0;                // rows holding tokens
-    };
-    struct KeyHash {
-        std::size_t operator()(const std::vector<TokenId>& v) const;
+        std::vector<std::uint64_t> chain;      // prefix cache: the prefix id through each full block so far
     };
     std::optional<std::int64_t> take_block();  // a free block, else the least recently cached one
     void drop(std::int64_t block);             // one reference fewer
@@ -119,7 +129,8 @@ private:
     std::vector<Block> blocks_;
     std::vector<std::int64_t> free_;           // paged: blocks neither held nor cached
     std::list<std::int64_t> cached_;           // paged: held by nobody, in the prefix cache; front = least recent
-    std::unordered_map<std::vector<TokenId>, std::int64_t, KeyHash> cache_;
+    std::unordered_map<Key, std::int64_t, KeyHash> cache_;
+    std::uint64_t next_id_ = 1;
     std::map<std::int64_t, std::int64_t> free_ranges_;  // contiguous: start -> length
     std::map<SeqId, Seq> seqs_;
     std::int64_t rows_in_use_ = 0;

@@ -274,22 +274,21 @@ void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const Ma
     // a ring that wraps within a run: a later token would overwrite a key an earlier query still needs,
     // so that run stores and attends in order (the stores' time lands in the attention ops')
     auto wraps = [](const TokenRun& r) { return r.kv.place == KvPlace::cache && r.n > 1 && r.pos0 + r.n > r.kv.n_rows; };
-    std::int64_t n_parallel = 0;  // rows of the runs that do not wrap, in one parallel pass
-    for (const TokenRun& r : runs) {
+    std::int64_t n_parallel = 0;  // rows of the runs that do not wrap: stored first, then attended in one parallel pass
+    for (const TokenRun& r : runs)
         if (!wraps(r)) {
             n_parallel += r.n;
-            continue;
+            for (std::int64_t i = r.row0; i < r.row0 + r.n; ++i) store(r, i);
         }
+    if (n_parallel > 0) rec.lap(Op::kv_store);
+    for (const TokenRun& r : runs) {
+        if (!wraps(r)) continue;
         for (std::int64_t i = r.row0; i < r.row0 + r.n; ++i) {
             store(r, i);
             for (std::int64_t g = 0; g < shape.n_head_kv; ++g) attend(r, i, g * n_group, n_group, scratch.scores->row(0).data());
         }
     }
     if (n_parallel > 0) {
-        for (const TokenRun& r : runs)
-            if (!wraps(r))
-                for (std::int64_t i = r.row0; i < r.row0 + r.n; ++i) store(r, i);
-        rec.lap(Op::kv_store);
         // one task per (query, KV head): each key is read once for the query heads sharing it. When that
         // leaves threads idle (a decode step with fewer KV heads than threads), the groups are split.
         const std::int64_t tasks = n * shape.n_head_kv;

@@ -70,7 +70,9 @@ void check_serve_workload(const ModelConfig& cfg, std::span<const ServeRequest> 
         throw UsageError(fmt::format("--max-model-len: {}; expected 1..{} (the context of {})", o.max_model_len, cfg.n_ctx_max, cfg.name));
     if (requests.empty()) throw UsageError("serve: no requests; expected at least one");
     const bool paged = o.pool.layout == KvLayout::paged;
-    if (paged && o.pool.prefix_cache && cfg.sliding_window)
+    bool windowed = false;
+    for (std::int64_t l = 0; l < cfg.n_layer; ++l) windowed = windowed || cfg.layer_window(l) > 0;
+    if (paged && o.pool.prefix_cache && windowed)
         throw UsageError(fmt::format("--prefix-cache: {} has sliding-window layers, whose ring overwrites a shared block's rows; "
                                      "expected a model without windows (or no --prefix-cache)", cfg.name));
     for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -81,9 +83,17 @@ void check_serve_workload(const ModelConfig& cfg, std::span<const ServeRequest> 
         for (const TokenId t : r.prompt)
             if (t < 0 || t >= cfg.n_vocab)
                 throw UsageError(fmt::format("serve: request {}: token id {} is outside the vocabulary [0, {})", i, t, cfg.n_vocab));
-        if (request_positions(r) > o.max_model_len)
-            throw UsageError(fmt::format("serve: request {} needs {} positions ({} prompt + {} generated - 1); --max-model-len is {}", i,
-                                         request_positions(r), r.prompt.size(), r.max_tokens, o.max_model_len));
+        // max_tokens may be any 64-bit count: compared without adding
+        if (r.max_tokens > o.max_model_len - std::ssize(r.prompt) + 1)
+        {
+            std::int64_t positions = 0;
+            const bool fits64 = !__builtin_add_overflow(std::ssize(r.prompt), r.max_tokens - 1, &positions);
+            throw UsageError(fmt::format("serve: request {} needs {} prompt + {} generated - 1 = {} positions; --max-model-len is {}", i,
+                                         r.prompt.size(), r.max_tokens, fits64 ? std::to_string(positions) : std::string("over 2^63"),
+                                         o.max_model_len));
+        }
+        if (r.arrival_step < 0 || r.arrival_step > max_arrival_step)
+            throw UsageError(fmt::format("serve: request {} arrives at step {}; expected 0..2^40", i, r.arrival_step));
         const std::int64_t rows = paged ? kv_seq_rows(cfg, request_positions(r)) : reservation_rows(cfg, r, o);
         const std::int64_t whole = paged ? (rows + o.pool.block_size - 1) / o.pool.block_size * o.pool.block_size : rows;
         if (whole > o.pool.n_rows)
@@ -200,7 +210,10 @@ ServeResult run_serving(const ModelConfig& cfg, const Weights& weights, std::spa
                 ++rec.n_preempted;
                 break;
             }
-            scheduled.push_back({id, n, s.n_computed >= std::ssize(requests[static_cast<std::size_t>(id)].prompt)});
+            // a decode: one generated token fed back (a recomputation after preemption is a prefill)
+            const bool decode = n == 1 && s.n_computed == std::ssize(s.tokens) - 1 &&
+                                s.n_computed >= std::ssize(requests[static_cast<std::size_t>(id)].prompt);
+            scheduled.push_back({id, n, decode});
             budget -= n;
         }
         // 2. waiting requests, first come first served; none in a step that preempted
@@ -218,7 +231,8 @@ ServeResult run_serving(const ModelConfig& cfg, const Weights& weights, std::spa
             waiting.pop_front();
             running.push_back(id);
             ServeRequestResult& rr = result.requests[static_cast<std::size_t>(id)];
-            rr.prefix_hit_tokens += s.n_computed;
+            rr.prefix_hit_tokens += s.n_computed;  // counted once admitted (a failed attempt gave its blocks back)
+            if (hit > 0) result.prefix_hit_blocks += hit / o.pool.block_size;  // (only a paged pool finds any)
             if (rr.first_step < 0) rr.first_step = step;
             scheduled.push_back({id, n, false});
             budget -= n;

@@ -80,7 +80,7 @@ struct ServeRequestResult {
     std::int64_t arrival_ns = 0, first_token_ns = 0, finish_ns = 0;  // run clock: end of the step (arrival: its start)
     std::int64_t preemptions = 0;
     std::int64_t recomputed_tokens = 0;  // K and V computed again after its preemptions
-    std::int64_t prefix_hit_tokens = 0;  // prompt tokens found in the prefix cache (not computed)
+    std::int64_t prefix_hit_tokens = 0;  // tokens found in the prefix cache at its admissions (not computed)
     std::vector<TokenId> generated;
     std::vector<ServeEvent> events;
     // check: against a solo run of the single-sequence path on the same tokens
@@ -95,6 +95,7 @@ struct ServeResult {
     std::vector<ServeStep> steps;
     std::vector<ServeRequestResult> requests;
     KvAllocatorCounters counters;
+    std::int64_t prefix_hit_blocks = 0;  // blocks admitted requests found in the prefix cache
     std::int64_t pool_rows = 0;
     std::uint64_t pool_bytes = 0;
     std::int64_t preemptions = 0;
@@ -102,8 +103,11 @@ struct ServeResult {
     bool interrupted = false;
 };
 
+// Most steps a workload may wait before a request arrives (2^40): the step counter never overflows.
+inline constexpr std::int64_t max_arrival_step = std::int64_t{1} << 40;
+
 // Throws UsageError naming the flag for a request that can never run (longer than max_model_len, or
-// than the whole pool), or for budgets that admit nothing.
+// than the whole pool, or arriving after max_arrival_step), or for budgets that admit nothing.
 void check_serve_workload(const ModelConfig& cfg, std::span<const ServeRequest> requests, const ServeOptions& options);
 
 ServeResult run_serving(const ModelConfig& cfg, const Weights& weights, std::span<const ServeRequest> requests, const ServeOptions& options);

@@ -25,7 +25,7 @@ ServeSummary summarize_serving(const ServeResult& r, KvLayout layout) {
     s.n_steps = std::ssize(r.steps);
     s.pool_rows = r.pool_rows;
     s.pool_bytes = r.pool_bytes;
-    s.prefix_hit_blocks = r.counters.prefix_hit_blocks;
+    s.prefix_hit_blocks = r.prefix_hit_blocks;
     s.cow_copies = r.counters.cow_copies;
     s.evictions = r.counters.evictions;
     s.rows_left_in_use = r.rows_left_in_use;
@@ -140,7 +140,7 @@ std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
         {"mean_slack_bytes", "allocated, no token, mean", [=](const ServeSummary& s) { return rows_bytes(s.mean_slack_rows); }},
         {"preemptions", "preemptions", [](const ServeSummary& s) { return int_cell(s.preemptions); }},
         {"recomputed_tokens", "tokens discarded by preemption", [](const ServeSummary& s) { return int_cell(s.recomputed_tokens); }, true},
-        {"prefix_hit_tokens", "prompt tokens from the prefix cache", [](const ServeSummary& s) { return int_cell(s.prefix_hit_tokens); }, true},
+        {"prefix_hit_tokens", "tokens found in the prefix cache", [](const ServeSummary& s) { return int_cell(s.prefix_hit_tokens); }, true},
         {"prefix_hit_blocks", "blocks found in the prefix cache", [](const ServeSummary& s) { return int_cell(s.prefix_hit_blocks); }, true},
         {"prefix_hit_bytes", "KV shared, not recomputed", [=](const ServeSummary& s) { return rows_bytes(static_cast<double>(s.prefix_hit_tokens)); }, true},
         {"cow_copies", "copy-on-write block copies", [](const ServeSummary& s) { return int_cell(s.cow_copies); }, true},

@@ -80,6 +80,11 @@ std::vector<ServeRequest> synthetic_workload(const ModelConfig& cfg, const Serve
     if (!(c.arrival_rate >= 0.0) || !std::isfinite(c.arrival_rate))
         throw UsageError(fmt::format("--arrival-rate: {}; expected requests per step >= 0 (0: all at once)", c.arrival_rate));
     const Range prompt = parse_range(c.prompt_len, "--prompt-len"), output = parse_range(c.output_len, "--output-len");
+    // bounded before anything is generated: a request must fit the model's context
+    if (c.requests > 1'000'000) throw UsageError(fmt::format("--requests: {}; expected at most 1000000", c.requests));
+    if (c.shared_prefix > cfg.n_ctx_max || prompt.hi > cfg.n_ctx_max - c.shared_prefix || output.hi > cfg.n_ctx_max)
+        throw UsageError(fmt::format("--shared-prefix {} + --prompt-len {} + --output-len {}: the longest request exceeds the {} positions of {}",
+                                     c.shared_prefix, c.prompt_len, c.output_len, cfg.n_ctx_max, cfg.name));
     std::mt19937_64 rng(c.seed);
     std::uniform_int_distribution<TokenId> token(0, static_cast<TokenId>(cfg.n_vocab - 1));
     std::vector<TokenId> prefix(static_cast<std::size_t>(c.shared_prefix));
@@ -94,6 +99,9 @@ std::vector<ServeRequest> synthetic_workload(const ModelConfig& cfg, const Serve
         for (std::int64_t j = 0; j < own; ++j) r.prompt.push_back(token(rng));
         r.max_tokens = std::uniform_int_distribution<std::int64_t>(output.lo, output.hi)(rng);
         if (c.arrival_rate > 0 && i > 0) t_arrival += gap(rng);  // the first arrives at step 0
+        if (t_arrival > static_cast<double>(max_arrival_step))
+            throw UsageError(fmt::format("--arrival-rate: {} requests per step puts request {} past step 2^40; expected a higher rate",
+                                         c.arrival_rate, i));
         r.arrival_step = static_cast<std::int64_t>(t_arrival);
         reqs.push_back(std::move(r));
     }
@@ -155,6 +163,8 @@ PreparedServe prepare_serve(ServeCommand c) {
     ModelConfig cfg = simulation_config(full, c.layers > 0 ? std::optional<std::int64_t>(c.layers) : std::nullopt);
     if (c.block_size < 1 || c.block_size > 1024) throw UsageError(fmt::format("--block-size: {}; expected 1..1024 tokens", c.block_size));
     const std::int64_t max_model_len = c.max_model_len == 0 ? cfg.n_ctx_max : c.max_model_len;
+    if (max_model_len < 1 || max_model_len > cfg.n_ctx_max)
+        throw UsageError(fmt::format("--max-model-len: {}; expected 1..{} (the context of {})", c.max_model_len, cfg.n_ctx_max, cfg.name));
     if (!c.source.tokenizer.empty()) p.tokenizer.emplace(Tokenizer::load(c.source.tokenizer, full.n_vocab));
     p.requests = c.workload.empty() ? synthetic_workload(cfg, c) : read_workload(c.workload, cfg, p.tokenizer ? &*p.tokenizer : nullptr);
     p.token_bytes = kv_bytes_per_token(cfg, DType::fp32).total();
@@ -247,7 +257,8 @@ PreparedServe prepare_serve(ServeCommand c) {
 Report serve_outcome(const PreparedServe& p, const std::vector<ServeResult>& results) {
     std::vector<ServeSummary> summaries;
     for (std::size_t i = 0; i < results.size(); ++i) summaries.push_back(summarize_serving(results[i], p.runs[i].pool.layout));
-    if (!p.command.trace.empty()) write_serve_trace(p.command.trace, p.runs, results, p.inputs, p.command.deterministic);
+    const bool any_step = std::any_of(results.begin(), results.end(), [](const ServeResult& r) { return !r.steps.empty(); });
+    if (!p.command.trace.empty() && any_step) write_serve_trace(p.command.trace, p.runs, results, p.inputs, p.command.deterministic);
     const std::string title = fmt::format("kvlab serve: {} requests on {}, KV pool {} ({} token rows{})", p.requests.size(), p.config.display_name,
                                           format_bytes(static_cast<std::uint64_t>(p.runs.front().pool.n_rows) * p.token_bytes, p.command.units),
                                           p.runs.front().pool.n_rows,

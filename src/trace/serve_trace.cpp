@@ -348,6 +348,13 @@ ServeTrace read_serve_trace(const std::filesystem::path& path) {
 
 namespace {
 
+// An input for a title: as text whatever its JSON type ("?" when absent).
+std::string input_text(const ServeTrace& t, const char* key) {
+    const auto it = t.inputs.find(key);
+    if (it == t.inputs.end()) return "?";
+    return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
 std::uint64_t trace_token_bytes(const ServeTrace& t) {
     const auto it = t.inputs.find("token_bytes");
     if (it == t.inputs.end() || !it->is_number_unsigned() || it->get<std::uint64_t>() == 0)
@@ -368,7 +375,7 @@ Report serve_trace_summary(const ServeTrace& t, UnitSystem units, Format format)
         summaries.push_back(summarize_serving(r, t.layouts[k]));
     }
     return serve_report(summaries, {}, t.inputs, fmt::format("kvlab trace summary: serve trace of {} ({} requests)",
-                                                             t.inputs.value("model", std::string("?")), t.inputs.value("requests", 0)),
+                                                             input_text(t, "model"), input_text(t, "requests")),
                         token_bytes, units, format);
 }
 
@@ -431,8 +438,8 @@ void plot_serve_trace(const ServeTrace& t, const std::filesystem::path& output) 
         return fmt::format("ARG1 index {} using 1:($6/{:.17g}) with points ls {} pt 7 ps 0.4 title {}", k, wpt_scale, 10 + k, gp_quote(name));
     }, "top left", 1.2 * max_wpt / wpt_scale);
     gp << "unset multiplot\nset output\n";
-    const std::string title = fmt::format("kvlab serve trace: {}, {} requests, pool {} token rows", t.inputs.value("model", std::string("?")),
-                                          t.inputs.value("requests", 0), t.pool_rows.front());
+    const std::string title = fmt::format("kvlab serve trace: {}, {} requests, pool {} token rows", input_text(t, "model"),
+                                          input_text(t, "requests"), t.pool_rows.front());
     draw_with_gnuplot(output, data.str(), gp.str(), {title});
 }
 

@@ -31,7 +31,7 @@ if(NOT CMAKE_MATCH_1 EQUAL CMAKE_MATCH_2 OR NOT CMAKE_MATCH_3 EQUAL CMAKE_MATCH_
 endif()
 # a shared prefix with the prefix cache: 6 requests share 32 tokens = 2 blocks; those arriving after the first is computed hit them
 kvlab_expect(RC 0 ARGS ${small} --shared-prefix 32 --prefix-cache --arrival-rate 0.2 --kv-layout paged
-             OUT "prompt tokens from the prefix cache +[1-9][0-9]*\n")
+             OUT "tokens found in the prefix cache +[1-9][0-9]*\n")
 kvlab_expect(RC 0 ARGS ${small} --format json OUT "\"metric\": \"mean_utilization\"" "\"requests \\(paged\\)\"")
 
 # a JSONL workload: text (the preset ships its tokenizer) and ids, with arrivals
@@ -54,7 +54,15 @@ kvlab_expect(RC 2 ARGS serve --kv-blocks 4 --kv-layout contiguous ERR "--kv-budg
 kvlab_expect(RC 2 ARGS serve --kv-blocks 4 --kv-layout paged ERR "request [0-9]+ alone needs [0-9]+ \\(paged layout\\), so it could never run")
 kvlab_expect(RC 2 ARGS serve --prompt-len 5..3 ERR "--prompt-len: '5..3' is not a length range")
 kvlab_expect(RC 2 ARGS serve --output-len 0 ERR "--output-len: '0' is not a length range")
-kvlab_expect(RC 2 ARGS serve --prompt-len 200..200 --output-len 100 ERR "request 0 needs 299 positions \\(200 prompt \\+ 100 generated - 1\\); --max-model-len is 256")
+kvlab_expect(RC 2 ARGS serve --prompt-len 200..200 --output-len 100 ERR "request 0 needs 200 prompt \\+ 100 generated - 1 = 299 positions; --max-model-len is 256")
+# counts past 64 bits are compared, never added: one line, exit 2 (not a crash)
+file(WRITE "${WORK}/huge.jsonl" "{\"prompt_ids\": [1, 2], \"max_tokens\": 9223372036854775807}\n{\"prompt_ids\": [1], \"max_tokens\": 2, \"arrival_step\": 9223372036854775807}\n")
+kvlab_expect(RC 2 ARGS serve --workload huge.jsonl --kv-layout contiguous --reserve request ERR "request 0 needs 2 prompt \\+ 9223372036854775807 generated - 1 = over 2\\^63 positions")
+file(WRITE "${WORK}/late.jsonl" "{\"prompt_ids\": [1], \"max_tokens\": 2, \"arrival_step\": 9223372036854775807}\n")
+kvlab_expect(RC 2 ARGS serve --workload late.jsonl ERR "request 0 arrives at step 9223372036854775807; expected 0..2\\^40")
+kvlab_expect(RC 2 ARGS serve --arrival-rate 1e-300 --requests 3 ERR "--arrival-rate: 1e-300 requests per step puts request 1 past step 2\\^40")
+kvlab_expect(RC 2 ARGS serve --prompt-len 1..9000000000000000000 ERR "the longest request exceeds the 256 positions of tiny-llama")
+kvlab_expect(RC 2 ARGS serve --max-model-len -5 ERR "--max-model-len: -5; expected 1..256")
 kvlab_expect(RC 2 ARGS serve --max-model-len 300 ERR "--max-model-len: 300; expected 1..256")
 kvlab_expect(RC 2 ARGS serve --prefix-cache --kv-layout contiguous ERR "--prefix-cache: blocks are shared in the paged layout")
 kvlab_expect(RC 2 ARGS serve --kv-layout ring ERR "--kv-layout: ring not in \\{paged,contiguous,both\\}")
