@@ -408,8 +408,10 @@ void plot_serve_trace(const ServeTrace& t, const std::filesystem::path& output) 
         while (k < 3 && m >= std::ldexp(1.0, 10 * (k + 1))) ++k;
         return std::pair<double, std::string>{std::ldexp(1.0, 10 * k), names[k]};
     };
-    const auto [mem_scale, mem_unit] = byte_unit(max_bytes);
-    const auto [wpt_scale, wpt_unit] = byte_unit(max_wpt);
+    // (not structured bindings: clang 14 cannot capture those in the lambdas below)
+    const std::pair<double, std::string> mem = byte_unit(max_bytes), wpt = byte_unit(max_wpt);
+    const double mem_scale = mem.first, wpt_scale = wpt.first;
+    const std::string mem_unit = mem.second, wpt_unit = wpt.second;
     static const char* colours[] = {"#1b6ca8", "#d1495b"};
     std::ostringstream gp;
     gp << gnuplot_terminal(output, 1200, 900) << "set output\nset datafile missing '?'\nset grid\nset xlabel 'step'\n";
