@@ -99,7 +99,7 @@ inline void write_hf(const fs::path& dir, const Weights& w, const std::function<
                                    {"rope_theta", 10000.0}, {"tie_word_embeddings", true}};
     write_file(dir / "config.json", config.dump(2));
     std::vector<StTensor> t;
-    const auto mat = [&](const std::string& name, const MatrixRM& m) {
+    const auto mat = [&](const std::string& name, const WeightMatrix& m) {
         t.push_back({name, "F32", {m.rows(), m.cols()}, f32_bytes(m.data(), m.size())});
     };
     const auto vec = [&](const std::string& name, const VectorF& v) { t.push_back({name, "F32", {v.size()}, f32_bytes(v.data(), v.size())}); };
@@ -108,8 +108,8 @@ inline void write_hf(const fs::path& dir, const Weights& w, const std::function<
         const LayerWeights& lw = w.layers[l];
         const std::string p = fmt::format("model.layers.{}.", l);
         vec(p + "input_layernorm.weight", lw.attn_norm);
-        mat(p + "self_attn.q_proj.weight", kvlab::test::neighbours_to_halves(lw.wq, 4));
-        mat(p + "self_attn.k_proj.weight", kvlab::test::neighbours_to_halves(lw.wk, 4));
+        mat(p + "self_attn.q_proj.weight", kvlab::test::neighbours_to_halves(lw.wq.map(), 4));
+        mat(p + "self_attn.k_proj.weight", kvlab::test::neighbours_to_halves(lw.wk.map(), 4));
         mat(p + "self_attn.v_proj.weight", lw.wv);
         mat(p + "self_attn.o_proj.weight", lw.wo);
         vec(p + "post_attention_layernorm.weight", lw.mlp_norm);

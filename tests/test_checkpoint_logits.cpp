@@ -85,19 +85,19 @@ std::string llama2c_v0_bytes(const ModelConfig& c, const Weights& w) {
     Out o;
     for (const std::int64_t v : {c.d_model, c.d_ff, c.n_layer, c.n_head, c.n_head_kv, tied ? c.n_vocab : -c.n_vocab, c.n_ctx_max})
         o.put(static_cast<std::int32_t>(v));
-    o.mat(w.tok_embed);
+    o.mat(w.tok_embed.map());
     for (const auto& l : w.layers) o.vec(l.attn_norm);
-    for (const auto& l : w.layers) o.mat(l.wq);
-    for (const auto& l : w.layers) o.mat(l.wk);
-    for (const auto& l : w.layers) o.mat(l.wv);
-    for (const auto& l : w.layers) o.mat(l.wo);
+    for (const auto& l : w.layers) o.mat(l.wq.map());
+    for (const auto& l : w.layers) o.mat(l.wk.map());
+    for (const auto& l : w.layers) o.mat(l.wv.map());
+    for (const auto& l : w.layers) o.mat(l.wo.map());
     for (const auto& l : w.layers) o.vec(l.mlp_norm);
-    for (const auto& l : w.layers) o.mat(l.w1);
-    for (const auto& l : w.layers) o.mat(l.w2);
-    for (const auto& l : w.layers) o.mat(l.w3);
+    for (const auto& l : w.layers) o.mat(l.w1.map());
+    for (const auto& l : w.layers) o.mat(l.w2.map());
+    for (const auto& l : w.layers) o.mat(l.w3.map());
     o.vec(w.final_norm);
     o.bytes.append(static_cast<std::size_t>(2 * c.n_ctx_max * (c.d_head / 2) * 4), '\0');
-    if (!tied) o.mat(w.lm_head);
+    if (!tied) o.mat(w.lm_head.map());
     return o.bytes;
 }
 
@@ -114,15 +114,15 @@ std::string llama2c_v1_bytes(const ModelConfig& c, const Weights& w) {
     for (const auto& l : w.layers) o.vec(l.attn_norm);
     for (const auto& l : w.layers) o.vec(l.mlp_norm);
     o.vec(w.final_norm);
-    o.mat(w.tok_embed);
-    for (const auto& l : w.layers) o.mat(l.wq);
-    for (const auto& l : w.layers) o.mat(l.wk);
-    for (const auto& l : w.layers) o.mat(l.wv);
-    for (const auto& l : w.layers) o.mat(l.wo);
-    for (const auto& l : w.layers) o.mat(l.w1);
-    for (const auto& l : w.layers) o.mat(l.w2);
-    for (const auto& l : w.layers) o.mat(l.w3);
-    if (!tied) o.mat(w.lm_head);
+    o.mat(w.tok_embed.map());
+    for (const auto& l : w.layers) o.mat(l.wq.map());
+    for (const auto& l : w.layers) o.mat(l.wk.map());
+    for (const auto& l : w.layers) o.mat(l.wv.map());
+    for (const auto& l : w.layers) o.mat(l.wo.map());
+    for (const auto& l : w.layers) o.mat(l.w1.map());
+    for (const auto& l : w.layers) o.mat(l.w2.map());
+    for (const auto& l : w.layers) o.mat(l.w3.map());
+    if (!tied) o.mat(w.lm_head.map());
     return o.bytes;
 }
 
@@ -168,21 +168,21 @@ void write_hf_llama(const fs::path& dir, const ModelConfig& c, const Weights& w)
                               {"max_position_embeddings", c.n_ctx_max}, {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0},
                               {"tie_word_embeddings", tied}}
                    .dump());
-    std::vector<StTensor> t = {st_mat("model.embed_tokens.weight", w.tok_embed), st_vec("model.norm.weight", w.final_norm)};
+    std::vector<StTensor> t = {st_mat("model.embed_tokens.weight", w.tok_embed.map()), st_vec("model.norm.weight", w.final_norm)};
     for (std::size_t l = 0; l < w.layers.size(); ++l) {
         const LayerWeights& lw = w.layers[l];
         const std::string p = fmt::format("model.layers.{}.", l);
         t.push_back(st_vec(p + "input_layernorm.weight", lw.attn_norm));
-        t.push_back(st_mat(p + "self_attn.q_proj.weight", neighbours_to_halves(lw.wq, c.d_head)));
-        t.push_back(st_mat(p + "self_attn.k_proj.weight", neighbours_to_halves(lw.wk, c.d_head)));
-        t.push_back(st_mat(p + "self_attn.v_proj.weight", lw.wv));
-        t.push_back(st_mat(p + "self_attn.o_proj.weight", lw.wo));
+        t.push_back(st_mat(p + "self_attn.q_proj.weight", neighbours_to_halves(lw.wq.map(), c.d_head)));
+        t.push_back(st_mat(p + "self_attn.k_proj.weight", neighbours_to_halves(lw.wk.map(), c.d_head)));
+        t.push_back(st_mat(p + "self_attn.v_proj.weight", lw.wv.map()));
+        t.push_back(st_mat(p + "self_attn.o_proj.weight", lw.wo.map()));
         t.push_back(st_vec(p + "post_attention_layernorm.weight", lw.mlp_norm));
-        t.push_back(st_mat(p + "mlp.gate_proj.weight", lw.w1));
-        t.push_back(st_mat(p + "mlp.up_proj.weight", lw.w3));
-        t.push_back(st_mat(p + "mlp.down_proj.weight", lw.w2));
+        t.push_back(st_mat(p + "mlp.gate_proj.weight", lw.w1.map()));
+        t.push_back(st_mat(p + "mlp.up_proj.weight", lw.w3.map()));
+        t.push_back(st_mat(p + "mlp.down_proj.weight", lw.w2.map()));
     }
-    if (!tied) t.push_back(st_mat("lm_head.weight", w.lm_head));
+    if (!tied) t.push_back(st_mat("lm_head.weight", w.lm_head.map()));
     write_file(dir / "model.safetensors", safetensors_bytes(t));
 }
 
@@ -194,26 +194,26 @@ void write_hf_gpt2(const fs::path& dir, const ModelConfig& c, const Weights& w) 
                               {"n_positions", c.n_ctx_max}, {"n_inner", c.d_ff}, {"vocab_size", c.n_vocab},
                               {"layer_norm_epsilon", c.norm_eps}}
                    .dump());
-    std::vector<StTensor> t = {st_mat("wte.weight", w.tok_embed), st_mat("wpe.weight", w.pos_embed),
+    std::vector<StTensor> t = {st_mat("wte.weight", w.tok_embed.map()), st_mat("wpe.weight", w.pos_embed.map()),
                                st_vec("ln_f.weight", w.final_norm), st_vec("ln_f.bias", w.final_norm_bias)};
     for (std::size_t l = 0; l < w.layers.size(); ++l) {
         const LayerWeights& lw = w.layers[l];
         const std::string p = fmt::format("h.{}.", l);
         MatrixRM qkv(3 * c.d_model, c.d_model);  // (3d, d) as kvlab keeps it: q rows, k rows, v rows
-        qkv << lw.wq, lw.wk, lw.wv;
+        qkv << lw.wq.map(), lw.wk.map(), lw.wv.map();
         VectorF qkv_bias(3 * c.d_model);
         qkv_bias << lw.bq, lw.bk, lw.bv;
         t.push_back(st_vec(p + "ln_1.weight", lw.attn_norm));
         t.push_back(st_vec(p + "ln_1.bias", lw.attn_norm_bias));
         t.push_back(st_mat(p + "attn.c_attn.weight", qkv.transpose()));
         t.push_back(st_vec(p + "attn.c_attn.bias", qkv_bias));
-        t.push_back(st_mat(p + "attn.c_proj.weight", lw.wo.transpose()));
+        t.push_back(st_mat(p + "attn.c_proj.weight", lw.wo.map().transpose()));
         t.push_back(st_vec(p + "attn.c_proj.bias", lw.bo));
         t.push_back(st_vec(p + "ln_2.weight", lw.mlp_norm));
         t.push_back(st_vec(p + "ln_2.bias", lw.mlp_norm_bias));
-        t.push_back(st_mat(p + "mlp.c_fc.weight", lw.w1.transpose()));
+        t.push_back(st_mat(p + "mlp.c_fc.weight", lw.w1.map().transpose()));
         t.push_back(st_vec(p + "mlp.c_fc.bias", lw.b1));
-        t.push_back(st_mat(p + "mlp.c_proj.weight", lw.w2.transpose()));
+        t.push_back(st_mat(p + "mlp.c_proj.weight", lw.w2.map().transpose()));
         t.push_back(st_vec(p + "mlp.c_proj.bias", lw.b2));
     }
     write_file(dir / "model.safetensors", safetensors_bytes(t));

@@ -143,7 +143,7 @@ std::string tiny_v1(const TinyDims& t, bool tied) {
 }
 
 // Every element of `m` (row-major) equals tagged(tag, i), and the shape is (rows, cols).
-bool holds_tag(const MatrixRM& m, int tag, std::int64_t rows, std::int64_t cols) {
+bool holds_tag(const WeightMatrix& m, int tag, std::int64_t rows, std::int64_t cols) {
     if (m.rows() != rows || m.cols() != cols) return false;
     for (std::int64_t i = 0; i < m.size(); ++i)
         if (m.data()[i] != tagged(tag, i)) return false;
@@ -631,7 +631,7 @@ StTensor make_tensor(const std::string& name, const std::string& dtype, std::vec
     return {name, dtype, std::move(shape), b.data};
 }
 
-bool holds_hf(const MatrixRM& m, int tag, std::int64_t rows, std::int64_t cols) {
+bool holds_hf(const WeightMatrix& m, int tag, std::int64_t rows, std::int64_t cols) {
     if (m.rows() != rows || m.cols() != cols) return false;
     for (std::int64_t i = 0; i < m.size(); ++i)
         if (m.data()[i] != hf_value(tag, i)) return false;

@@ -150,8 +150,8 @@ TEST_CASE("Random weights are reproducible from the seed and sized by weights_by
     CHECK(a.layers[1].wk != c.layers[1].wk);
     CHECK(a.layers[0].attn_norm == VectorF::Ones(cfg.d_model));
     // sample std close to sigma = 0.02 over the 50*24 = 1200 embedding values
-    const double mean = a.tok_embed.mean();
-    const double var = (a.tok_embed.array() - mean).square().mean();
+    const double mean = a.tok_embed.map().mean();
+    const double var = (a.tok_embed.map().array() - mean).square().mean();
     CHECK(std::sqrt(var) == doctest::Approx(0.02).epsilon(0.1));
     auto biased = cfg;
     biased.attention_bias = true;

@@ -123,7 +123,7 @@ Weights read_weights(const TensorSource& src, const ModelConfig& cfg, std::int64
         if (s.hf_slice == 0 && s.is_matrix()) fused_w = src.matrix(name, s.cols, 3 * s.rows).transpose();
         if (s.hf_slice == 0 && !s.is_matrix()) fused_b = src.vector(name, 3 * s.rows);
         if (s.is_matrix()) {
-            MatrixRM& m = matrix_of(w, s, layer);
+            MatrixRM& m = matrix_of(w, s, layer).owned();
             if (s.hf_slice >= 0) m = fused_w.middleRows(s.hf_slice * s.rows, s.rows);  // slice of the fused rows
             else if (s.hf_transposed) m = src.matrix(name, s.cols, s.rows).transpose();
             else m = src.matrix(name, s.rows, s.cols);

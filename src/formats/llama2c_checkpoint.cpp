@@ -211,7 +211,7 @@ void check_weights(const std::filesystem::path& path, const ModelConfig& cfg, co
 // HF "rotate half" rows -> llama2.c neighbour rows, per head of d_head rows:
 // neighbour row 2i+j comes from halves row j*D/2 + i (j = 0, 1). Applied to both wq and wk it keeps
 // every q.k product, hence the model's outputs.
-MatrixRM halves_to_neighbours(const MatrixRM& w, std::int64_t d_head) {
+MatrixRM halves_to_neighbours(const WeightMatrix& w, std::int64_t d_head) {
     MatrixRM out(w.rows(), w.cols());
     const std::int64_t half = d_head / 2;
     for (std::int64_t head = 0; head < w.rows() / d_head; ++head)
@@ -416,12 +416,12 @@ void save_llama2c_v2(const std::filesystem::path& path, const ModelConfig& cfg, 
     }
     const std::int32_t group = llama2c_v2_group_size(cfg);
     const bool shared = weights.lm_head.size() == 0;
-    std::vector<const MatrixRM*> matrices{&weights.tok_embed};
-    for (MatrixRM LayerWeights::*m : {&LayerWeights::wq, &LayerWeights::wk, &LayerWeights::wv, &LayerWeights::wo, &LayerWeights::w1,
+    std::vector<const WeightMatrix*> matrices{&weights.tok_embed};
+    for (WeightMatrix LayerWeights::*m : {&LayerWeights::wq, &LayerWeights::wk, &LayerWeights::wv, &LayerWeights::wo, &LayerWeights::w1,
                                       &LayerWeights::w2, &LayerWeights::w3})
         for (const LayerWeights& lw : weights.layers) matrices.push_back(&(lw.*m));
     if (!shared) matrices.push_back(&weights.lm_head);
-    for (const MatrixRM* m : matrices)
+    for (const WeightMatrix* m : matrices)
         if (m->size() % group != 0)
             throw ConfigError(fmt::format("{}: a {}x{} matrix does not split into quantization groups of {}", path.string(), m->rows(), m->cols(), group));
     if (weights.rope_pairing != RopePairing::neighbours)
@@ -440,8 +440,8 @@ void save_llama2c_v2(const std::filesystem::path& path, const ModelConfig& cfg, 
     header[36] = shared ? 1 : 0;
     std::memcpy(header.data() + 37, &group, 4);
 
-    for (const MatrixRM* m : matrices)  // int8 cannot hold a NaN or an infinity, and converting one is undefined
-        if (!m->allFinite()) throw ConfigError(fmt::format("{}: a weight is not finite; llama2.c v2 stores int8", path.string()));
+    for (const WeightMatrix* m : matrices)  // int8 cannot hold a NaN or an infinity, and converting one is undefined
+        if (!m->map().allFinite()) throw ConfigError(fmt::format("{}: a weight is not finite; llama2.c v2 stores int8", path.string()));
     write_atomically(path, "llama2.c v2 file", [&](std::ostream& out) {
         out.write(header.data(), header.size());
         for (const LayerWeights& lw : weights.layers) write_floats(out, lw.attn_norm.data(), static_cast<std::uint64_t>(lw.attn_norm.size()));
@@ -449,7 +449,7 @@ void save_llama2c_v2(const std::filesystem::path& path, const ModelConfig& cfg, 
         write_floats(out, weights.final_norm.data(), static_cast<std::uint64_t>(weights.final_norm.size()));
         std::vector<std::int8_t> q;
         std::vector<float> scales;
-        for (const MatrixRM* m : matrices) {
+        for (const WeightMatrix* m : matrices) {
             const float* w = m->data();
             const auto n = static_cast<std::size_t>(m->size());
             q.resize(n);

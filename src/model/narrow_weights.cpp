@@ -28,7 +28,7 @@ void check_weight_shapes(const ModelConfig& cfg, DType dtype) {
                                          cfg.name, name, width));
 }
 
-NarrowMatrix::NarrowMatrix(const MatrixRM& w, DType dtype, const char* name)
+NarrowMatrix::NarrowMatrix(const WeightMatrix& w, DType dtype, const char* name)
     : dtype_(dtype), rows_(w.rows()), cols_(w.cols()), row_bytes_(row_bytes(dtype, static_cast<std::uint64_t>(w.cols()))) {
     if (dtype != DType::bf16 && dtype != DType::fp16 && dtype != DType::q8_0)
         throw UsageError(fmt::format("--weight-dtype {}: a narrow copy is bf16, fp16 or q8_0", dtype_name(dtype)));

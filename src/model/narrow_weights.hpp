@@ -25,7 +25,7 @@ class NarrowMatrix {
 public:
     NarrowMatrix() = default;
     // Encodes w. Throws UsageError when q8_0 is asked of a row that does not split into blocks of 32.
-    NarrowMatrix(const MatrixRM& w, DType dtype, const char* name);
+    NarrowMatrix(const WeightMatrix& w, DType dtype, const char* name);
     std::int64_t rows() const { return rows_; }
     std::int64_t cols() const { return cols_; }
     DType dtype() const { return dtype_; }

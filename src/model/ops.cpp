@@ -179,16 +179,16 @@ const TokenRun& run_of(std::span<const TokenRun> runs, std::int64_t i) {
 
 // ---- the ops ----
 
-void embed(MatrixRM& x, std::span<const std::int32_t> tokens, const MatrixRM& table, OpRecorder& rec) {
+void embed(MatrixRM& x, std::span<const std::int32_t> tokens, const WeightMatrix& table, OpRecorder& rec) {
     const auto n = static_cast<std::int64_t>(tokens.size());
     for (std::int64_t i = 0; i < n; ++i) x.row(i) = table.row(tokens[static_cast<std::size_t>(i)]);
     rec.record(Op::embed, cost_embed(n, table.cols()));
 }
 
-void add_positions(MatrixRM& x, std::span<const TokenRun> runs, const MatrixRM& table, OpRecorder& rec) {
+void add_positions(MatrixRM& x, std::span<const TokenRun> runs, const WeightMatrix& table, OpRecorder& rec) {
     std::int64_t n = 0;
     for (const TokenRun& r : runs) {
-        x.middleRows(r.row0, r.n) += table.middleRows(r.pos0, r.n);
+        x.middleRows(r.row0, r.n) += table.map().middleRows(r.pos0, r.n);
         n += r.n;
     }
     rec.record(Op::pos_embed, cost_pos_embed(n, table.cols()));

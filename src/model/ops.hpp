@@ -59,7 +59,7 @@ struct OpScratch {
 class NarrowMatrix;
 struct NarrowLayer;
 struct WeightRef {
-    const MatrixRM& f32;
+    const WeightMatrix& f32;
     const NarrowMatrix* narrow = nullptr;
     std::int64_t rows() const { return f32.rows(); }
     std::int64_t cols() const { return f32.cols(); }
@@ -68,7 +68,7 @@ struct WeightRef {
 enum class NormKind { rms, layer };
 
 // x (n, d) embedded: x[i] = E[tokens[i]]                                               records embed
-void embed(MatrixRM& x, std::span<const std::int32_t> tokens, const MatrixRM& table, OpRecorder& rec);
+void embed(MatrixRM& x, std::span<const std::int32_t> tokens, const WeightMatrix& table, OpRecorder& rec);
 
 // out rows 0..n-1 (d) = rmsnorm(x) * w, or layernorm(x) * w + b, of x rows row0..row0+n-1     records `op`
 void norm(NormKind kind, MatrixRM& out, const MatrixRM& x, std::int64_t row0, std::int64_t n, const VectorF& w,
@@ -106,7 +106,7 @@ struct TokenRun {
 };
 
 // x (n, d) += P[pos] of each run's positions (gpt2's learned positions)                records pos_embed
-void add_positions(MatrixRM& x, std::span<const TokenRun> runs, const MatrixRM& table, OpRecorder& rec);
+void add_positions(MatrixRM& x, std::span<const TokenRun> runs, const WeightMatrix& table, OpRecorder& rec);
 // q (n, H*D) and k (n, Hkv*D) rotated for each run's positions (RoPE; pairs as `pairing`)  records rope
 void rope(MatrixRM& q, MatrixRM& k, std::span<const TokenRun> runs, std::span<const float> inv_freq, RopePairing pairing,
           std::int64_t d_head, OpRecorder& rec);

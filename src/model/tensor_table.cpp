@@ -10,7 +10,7 @@ namespace kvlab {
 namespace {
 
 // Shorthands for the table rows below.
-TensorSpec global_matrix(std::string_view name, std::int64_t rows, std::int64_t cols, MatrixRM Weights::*m,
+TensorSpec global_matrix(std::string_view name, std::int64_t rows, std::int64_t cols, WeightMatrix Weights::*m,
                          std::string_view hf_name) {
     TensorSpec s{name, false, rows, cols, TensorInit::normal, hf_name};
     s.matrix = m;
@@ -22,7 +22,7 @@ TensorSpec global_vector(std::string_view name, std::int64_t n, TensorInit init,
     s.vector = v;
     return s;
 }
-TensorSpec layer_matrix(std::string_view name, std::int64_t rows, std::int64_t cols, MatrixRM LayerWeights::*m,
+TensorSpec layer_matrix(std::string_view name, std::int64_t rows, std::int64_t cols, WeightMatrix LayerWeights::*m,
                         std::string_view hf_name, bool hf_transposed = false, int hf_slice = -1) {
     TensorSpec s{name, true, rows, cols, TensorInit::normal, hf_name, hf_transposed, hf_slice};
     s.layer_matrix = m;
@@ -111,18 +111,23 @@ const TensorSpec& find_spec(std::span<const TensorSpec> specs, std::string_view 
 }
 
 std::span<float> tensor_data(Weights& w, const TensorSpec& s, std::size_t layer) {
+    if (s.is_matrix()) {
+        MatrixRM& m = matrix_of(w, s, layer).owned();
+        return {m.data(), static_cast<std::size_t>(m.size())};
+    }
+    VectorF& v = vector_of(w, s, layer);
+    return {v.data(), static_cast<std::size_t>(v.size())};
+}
+
+std::span<const float> tensor_data(const Weights& w, const TensorSpec& s, std::size_t layer) {
     if (s.matrix) return {(w.*s.matrix).data(), static_cast<std::size_t>((w.*s.matrix).size())};
     if (s.vector) return {(w.*s.vector).data(), static_cast<std::size_t>((w.*s.vector).size())};
-    LayerWeights& l = w.layers.at(layer);
+    const LayerWeights& l = w.layers.at(layer);
     if (s.layer_matrix) return {(l.*s.layer_matrix).data(), static_cast<std::size_t>((l.*s.layer_matrix).size())};
     return {(l.*s.layer_vector).data(), static_cast<std::size_t>((l.*s.layer_vector).size())};
 }
 
-std::span<const float> tensor_data(const Weights& w, const TensorSpec& s, std::size_t layer) {
-    return tensor_data(const_cast<Weights&>(w), s, layer);  // the same lookup; the span stays read-only
-}
-
-MatrixRM& matrix_of(Weights& w, const TensorSpec& s, std::size_t layer) {
+WeightMatrix& matrix_of(Weights& w, const TensorSpec& s, std::size_t layer) {
     if (!s.is_matrix()) throw Error(fmt::format("tensor table: '{}' is not a matrix", s.name));
     return s.matrix ? w.*s.matrix : w.layers.at(layer).*s.layer_matrix;
 }

@@ -35,9 +35,9 @@ struct TensorSpec {
     bool hf_transposed = false;
     int hf_slice = -1;
     // The member: exactly one of the four is set
-    MatrixRM Weights::*matrix = nullptr;
+    WeightMatrix Weights::*matrix = nullptr;
     VectorF Weights::*vector = nullptr;
-    MatrixRM LayerWeights::*layer_matrix = nullptr;
+    WeightMatrix LayerWeights::*layer_matrix = nullptr;
     VectorF LayerWeights::*layer_vector = nullptr;
 
     bool is_matrix() const { return matrix != nullptr || layer_matrix != nullptr; }
@@ -65,10 +65,11 @@ void for_each_tensor(std::span<const TensorSpec> specs, std::size_t n_layers, Fn
 const TensorSpec& find_spec(std::span<const TensorSpec> specs, std::string_view name);
 
 // The tensor of `spec` in `w` (layer `layer` for per-layer specs): its floats, after it is allocated.
+// The writable span is of the tensor's own values (a view is copied first: WeightMatrix::owned).
 std::span<float> tensor_data(Weights& w, const TensorSpec& spec, std::size_t layer);
 std::span<const float> tensor_data(const Weights& w, const TensorSpec& spec, std::size_t layer);
-// The member holding a matrix (or vector) spec's tensor, to assign a whole tensor without a copy.
-MatrixRM& matrix_of(Weights& w, const TensorSpec& spec, std::size_t layer);
+// The member holding a matrix (or vector) spec's tensor, to assign a whole tensor (or a view) without a copy.
+WeightMatrix& matrix_of(Weights& w, const TensorSpec& spec, std::size_t layer);
 VectorF& vector_of(Weights& w, const TensorSpec& spec, std::size_t layer);
 // Allocate it at the spec's shape (values unset).
 void allocate_tensor(Weights& w, const TensorSpec& spec, std::size_t layer);

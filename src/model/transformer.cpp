@@ -62,7 +62,7 @@ Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, const T
         throw ConfigError(fmt::format("{}: the classifier is {} wide, expected d_model {}", cfg.name,
                                       weights.classifier().cols(), d));
     // the matmul kernels read raw rows: every shape is checked here, once
-    auto check_shape = [&](std::size_t l, const char* name, const MatrixRM& m, std::int64_t rows, std::int64_t cols) {
+    auto check_shape = [&](std::size_t l, const char* name, const WeightMatrix& m, std::int64_t rows, std::int64_t cols) {
         if (m.rows() != rows || m.cols() != cols)
             throw ConfigError(fmt::format("{}: layer {} {} is {}x{}, expected {}x{} from the config", cfg.name, l, name,
                                           m.rows(), m.cols(), rows, cols));

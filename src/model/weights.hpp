@@ -2,6 +2,7 @@
 // Filled by a random initialiser (simulate --seed) or a loader (llama2.c .bin, safetensors).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <Eigen/Core>
@@ -13,6 +14,56 @@ namespace kvlab {
 using MatrixRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using VectorF = Eigen::VectorXf;
 
+// A weight matrix (rows, cols), row-major fp32: its own values, or a read-only view of values another
+// owner holds (a checkpoint's mapped pages used in place; Weights::backing keeps them alive). The
+// kernels read data() either way; filling one (loaders, random init) goes through owned().
+class WeightMatrix {
+public:
+    using Index = Eigen::Index;
+    WeightMatrix() = default;
+    WeightMatrix(MatrixRM m) : own_(std::move(m)) {}  // implicit, as the MatrixRM it holds
+    static WeightMatrix view(const float* data, Index rows, Index cols) {
+        WeightMatrix w;
+        w.view_ = data;
+        w.rows_ = rows;
+        w.cols_ = cols;
+        return w;
+    }
+    bool is_view() const { return view_ != nullptr; }
+    Index rows() const { return view_ ? rows_ : own_.rows(); }
+    Index cols() const { return view_ ? cols_ : own_.cols(); }
+    Index size() const { return rows() * cols(); }
+    const float* data() const { return view_ ? view_ : own_.data(); }
+    Eigen::Map<const MatrixRM> map() const { return {data(), rows(), cols()}; }
+    Eigen::Map<const Eigen::RowVectorXf> row(Index i) const { return {data() + i * cols(), cols()}; }
+    float operator()(Index r, Index c) const { return data()[r * cols() + c]; }
+    float& operator()(Index r, Index c) { return owned()(r, c); }
+    bool operator==(const WeightMatrix& o) const { return rows() == o.rows() && cols() == o.cols() && map() == o.map(); }
+    // Its own values, to fill or change: a view is copied first (and no longer a view).
+    MatrixRM& owned() {
+        if (view_) {
+            own_ = map();
+            view_ = nullptr;
+        }
+        return own_;
+    }
+    template <typename Derived>
+    WeightMatrix& operator=(const Eigen::MatrixBase<Derived>& values) {  // its own values from any expression
+        view_ = nullptr;
+        own_ = values;
+        return *this;
+    }
+    void resize(Index rows, Index cols) {
+        view_ = nullptr;
+        own_.resize(rows, cols);
+    }
+
+private:
+    MatrixRM own_;
+    const float* view_ = nullptr;
+    Index rows_ = 0, cols_ = 0;
+};
+
 // How RoPE pairs dimensions within a head: llama2.c rotates neighbours (x[2i], x[2i+1]);
 // Hugging Face Llama rotates halves (x[i], x[i+D/2]). The source format decides.
 enum class RopePairing { neighbours, halves };
@@ -21,29 +72,30 @@ enum class RopePairing { neighbours, halves };
 struct LayerWeights {
     VectorF attn_norm;       // (d)  RMSNorm / LayerNorm weight before attention
     VectorF attn_norm_bias;  // (d)  gpt2 only, else empty
-    MatrixRM wq;             // (H*D, d)
-    MatrixRM wk;             // (Hkv*D, d)
-    MatrixRM wv;             // (Hkv*D, d)
-    MatrixRM wo;             // (d, H*D)
+    WeightMatrix wq;             // (H*D, d)
+    WeightMatrix wk;             // (Hkv*D, d)
+    WeightMatrix wv;             // (Hkv*D, d)
+    WeightMatrix wo;             // (d, H*D)
     VectorF bq, bk, bv, bo;  // (H*D), (Hkv*D), (Hkv*D), (d): gpt2 only, else empty
     VectorF mlp_norm;        // (d)
     VectorF mlp_norm_bias;   // (d)  gpt2 only
-    MatrixRM w1;             // (f, d) llama: gate_proj; gpt2: c_fc (transposed from Conv1D)
-    MatrixRM w3;             // (f, d) llama: up_proj; gpt2: empty
-    MatrixRM w2;             // (d, f) llama: down_proj; gpt2: c_proj (transposed)
+    WeightMatrix w1;             // (f, d) llama: gate_proj; gpt2: c_fc (transposed from Conv1D)
+    WeightMatrix w3;             // (f, d) llama: up_proj; gpt2: empty
+    WeightMatrix w2;             // (d, f) llama: down_proj; gpt2: c_proj (transposed)
     VectorF b1, b2;          // (f), (d): gpt2 only
 };
 
 struct Weights {
-    MatrixRM tok_embed;       // (V, d)
-    MatrixRM pos_embed;       // (C, d) gpt2 only, else empty
+    WeightMatrix tok_embed;   // (V, d)
+    WeightMatrix pos_embed;   // (C, d) gpt2 only, else empty
     std::vector<LayerWeights> layers;  // L of them
     VectorF final_norm;       // (d)
     VectorF final_norm_bias;  // (d) gpt2 only
-    MatrixRM lm_head;         // (V, d); empty when tied: the classifier is tok_embed
+    WeightMatrix lm_head;     // (V, d); empty when tied: the classifier is tok_embed
     RopePairing rope_pairing = RopePairing::neighbours;
+    std::shared_ptr<const void> backing;  // what views among the matrices point into (a mapped checkpoint), or null
 
-    const MatrixRM& classifier() const { return lm_head.size() ? lm_head : tok_embed; }
+    const WeightMatrix& classifier() const { return lm_head.size() ? lm_head : tok_embed; }
 };
 
 }  // namespace kvlab
