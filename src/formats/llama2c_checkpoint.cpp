@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <limits>
 #include <ostream>
 #include <string>
@@ -118,6 +119,17 @@ public:
         });
         offset_ += n_bytes;
     }
+    // The next n_values floats where they lie in the mapping, to be used in place (the file outlives the
+    // weights: Weights::backing holds it). The format's offsets are multiples of 4 bytes.
+    const float* view(std::uint64_t n_values) {
+        const std::uint64_t n_bytes = checked_mul(n_values, 4, "tensor bytes");
+        if (n_bytes > file_.size_bytes() - std::min(offset_, file_.size_bytes()))
+            throw FormatError(fmt::format("{}: truncated: {} bytes needed at offset {}, file has {} bytes",
+                                          file_.path().string(), n_bytes, offset_, file_.size_bytes()));
+        const float* at = reinterpret_cast<const float*>(file_.bytes().data() + offset_);
+        offset_ += n_bytes;
+        return at;
+    }
     void skip(std::uint64_t n_values) { offset_ += n_values * 4; }
     std::uint64_t offset() const { return offset_; }
 
@@ -161,11 +173,17 @@ void for_each_stored(const std::vector<TensorSpec>& specs, Llama2cVersion versio
 }
 
 // The first w.layers.size() layers are read, the tensors of the layers after them skipped.
+// The matrices are the file's fp32 values in kvlab's own layout (row-major, (out, in), llama2.c's RoPE
+// pairing): they are used in place, views into the mapping, as run.c does; the norm vectors are copied.
 void read_weights(FloatReader& in, const ModelConfig& cfg, Llama2cVersion version, Weights& w) {
     const std::uint64_t n_skipped = static_cast<std::uint64_t>(cfg.n_layer) - w.layers.size();
     for_each_stored(tensor_specs(cfg), version, [&](const TensorSpec* s) {
         if (s == nullptr) return in.skip(rope_table_floats(cfg));
         for (std::size_t layer = 0; layer < (s->per_layer ? w.layers.size() : 1); ++layer) {
+            if (s->is_matrix()) {
+                matrix_of(w, *s, layer) = WeightMatrix::view(in.view(s->n_values()), s->rows, s->cols);
+                continue;
+            }
             allocate_tensor(w, *s, layer);
             in.read(tensor_data(w, *s, layer).data(), s->n_values());
         }
@@ -316,14 +334,15 @@ Llama2cLayout read_layout(const MappedFile& file) {
 ModelConfig load_llama2c_config(const std::filesystem::path& path) { return read_layout(MappedFile(path, "llama2.c checkpoint")).config; }
 
 LoadedModel load_llama2c_checkpoint(const std::filesystem::path& path, std::optional<std::int64_t> n_layers) {
-    const MappedFile file(path, "llama2.c checkpoint");
-    Llama2cLayout layout = read_layout(file);
+    auto file = std::make_shared<const MappedFile>(path, "llama2.c checkpoint");
+    Llama2cLayout layout = read_layout(*file);
     LoadedModel model{std::move(layout.config), {}};
     const ModelConfig& cfg = model.config;
     model.weights.rope_pairing = RopePairing::neighbours;
     model.weights.layers.resize(static_cast<std::size_t>(layers_to_read(cfg, n_layers, path)));
-    FloatReader in(file, layout.version == Llama2cVersion::v0 ? llama2c_v0_header_bytes : llama2c_v1_header_bytes);
+    FloatReader in(*file, layout.version == Llama2cVersion::v0 ? llama2c_v0_header_bytes : llama2c_v1_header_bytes);
     read_weights(in, cfg, layout.version, model.weights);
+    model.weights.backing = std::move(file);  // the matrices are views into it
     return model;
 }
 

@@ -121,9 +121,10 @@ std::int64_t KvAllocator::match_prefix(SeqId seq, std::span<const TokenId> token
         s.chain.push_back(blk.id);
         key.parent = blk.id;
     }
-    if (s.block_rows.empty()) seqs_.erase(seq);
-    else s.valid = static_cast<std::int64_t>(s.block_rows.size()) * o_.block_size;
-    return static_cast<std::int64_t>(s.block_rows.size()) * o_.block_size;
+    const std::int64_t hit = static_cast<std::int64_t>(s.block_rows.size()) * o_.block_size;
+    if (hit == 0) seqs_.erase(seq);  // (s is gone after this)
+    else s.valid = hit;
+    return hit;
 }
 
 std::optional<std::vector<RowCopy>> KvAllocator::make_writable(SeqId seq, std::int64_t row0, std::int64_t n) {

@@ -328,14 +328,25 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
 namespace kvlab {
 
 bool is_serve_trace_file(const std::filesystem::path& path) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) return false;  // the step-trace reader says what it is
     std::ifstream in(path, std::ios::binary);
-    std::string first;
-    if (!std::getline(in, first)) return false;
-    if (first.rfind(magic, 0) == 0) return true;                                   // CSV
-    if (first.rfind("{\"traceEvents\"", 0) != 0) return first.find("\"kvlab_serve_trace\":") != std::string::npos;  // JSON Lines header
-    // a Perfetto file: serve's names itself in otherData, after the events
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    return text.find("\"kvlab_serve_trace\":") != std::string::npos;
+    constexpr std::size_t window = 1 << 20;  // bounded reads: the head line, or a Perfetto file's tail
+    std::string head(window, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(window));
+    head.resize(static_cast<std::size_t>(in.gcount()));
+    const std::string first = head.substr(0, head.find('\n'));
+    if (first.rfind(magic, 0) == 0) return true;                                                        // CSV
+    if (first.rfind("{\"traceEvents\"", 0) != 0) return first.find("\"kvlab_serve_trace\":") != std::string::npos;  // JSON Lines
+    // a Perfetto file: serve's names itself in otherData, at the end
+    const auto size = std::filesystem::file_size(path, ec);
+    if (ec) return false;
+    in.clear();
+    in.seekg(static_cast<std::streamoff>(size > window ? size - window : 0));
+    std::string tail(window, '\0');
+    in.read(tail.data(), static_cast<std::streamsize>(window));
+    tail.resize(static_cast<std::size_t>(in.gcount()));
+    return tail.find("\"kvlab_serve_trace\":") != std::string::npos;
 }
 
 ServeTrace read_serve_trace(const std::filesystem::path& path) {
