@@ -1,6 +1,8 @@
 // Loaders: llama2.c checkpoints, tokenizer.bin, safetensors and HF directories, fp16/bf16 widening.
 // Every file is built here, in a temporary directory, from numbers the checks then expect back.
 #include <doctest/doctest.h>
+
+#include <optional>
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -235,6 +237,28 @@ TEST_CASE("A tied llama2.c v0 checkpoint loads every tensor as written") {
     check_tiny(m, t, true);
     CHECK(m.config.name == "tiny");
     CHECK(fs::file_size(path) == llama2c_file_bytes(m.config, Llama2cVersion::v0));
+}
+
+TEST_CASE("A llama2.c checkpoint's matrices are used in place: views into the mapped file, which the weights keep") {
+    TempDir dir;
+    const TinyDims t;
+    const fs::path path = dir / "tiny.bin";
+    write_file(path, tiny_v0(t, false));
+    std::optional<LoadedModel> m;
+    m.emplace(load_llama2c_checkpoint(path));
+    const Weights w = m->weights;  // a copy shares the mapping
+    m.reset();
+    REQUIRE(w.backing != nullptr);
+    for (const WeightMatrix* x : {&w.tok_embed, &w.layers[0].wq, &w.layers[1].w2, &w.lm_head}) CHECK(x->is_view());
+    // v0 layout: 28-byte header, then tok_embed (10 x 8 floats) where the file has them
+    CHECK(holds_tag(w.tok_embed, tag_of(k_embed), 10, 8));
+    CHECK(holds_tag(w.lm_head, tag_of(k_cls), 10, 8));
+    // written to: a view becomes its own copy, the file untouched
+    Weights changed = w;
+    changed.layers[0].wq(0, 0) = 42.0f;
+    CHECK_FALSE(changed.layers[0].wq.is_view());
+    CHECK(w.layers[0].wq(0, 0) != 42.0f);
+    CHECK(load_llama2c_checkpoint(path).weights.layers[0].wq == w.layers[0].wq);
 }
 
 TEST_CASE("An untied llama2.c v0 checkpoint (negative vocab_size) loads its separate classifier") {
