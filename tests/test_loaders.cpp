@@ -789,6 +789,13 @@ TEST_CASE("A Hugging Face Llama directory with one F32 model.safetensors loads e
     const LoadedModel m = load_hf_checkpoint(dir.path());
     CHECK(m.config.n_head_kv == 1);
     check_llama_weights(m, false);
+    // F32 in kvlab's layout: the matrices are views into the mapped file, kept by the weights. (This writer
+    // pads the header to 8 bytes, as safetensors writers do, so every F32 tensor starts 4-byte aligned;
+    // tests/test_checkpoint_logits.cpp's does not, and its unaligned tensors are read by copying.)
+    REQUIRE(m.weights.backing != nullptr);
+    CHECK(m.weights.layers[0].wq.is_view());
+    CHECK(m.weights.layers[1].w2.is_view());
+    CHECK(m.weights.tok_embed.is_view());
     check_llama_weights(load_checkpoint(dir.path()), false);  // the generic entry point picks the HF reader
     check_llama_weights(load_checkpoint(dir / "model.safetensors"), false);
 }

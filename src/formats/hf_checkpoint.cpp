@@ -30,7 +30,7 @@ public:
         std::error_code ec;  // no-throw overloads: a bad name is a format error naming the file, not a filesystem_error
         if (std::filesystem::is_regular_file(single, ec)) {
             add_file(single);
-            for (const auto& [name, t] : files_.back()->tensors()) owner_[name] = 0;
+            for (const auto& [name, t] : files_->back()->tensors()) owner_[name] = 0;
             where_ = single.string();
         } else if (std::filesystem::is_regular_file(index, ec)) {
             read_index(dir, index);
@@ -45,6 +45,12 @@ public:
     MatrixRM matrix(const std::string& name, std::int64_t rows, std::int64_t cols) const {
         return file_for(name, {rows, cols}).read_matrix(name, rows, cols);
     }
+    // An F32 tensor in place (a view into its shard's mapping; `backing()` keeps the shards), or a copy.
+    WeightMatrix weight(const std::string& name, std::int64_t rows, std::int64_t cols) const {
+        if (const float* at = file_for(name, {rows, cols}).f32_view(name, rows, cols)) return WeightMatrix::view(at, rows, cols);
+        return matrix(name, rows, cols);
+    }
+    std::shared_ptr<const void> backing() const { return files_; }
     VectorF vector(const std::string& name, std::int64_t n) const { return file_for(name, {n}).read_vector(name, n); }
 
     const std::string& where() const { return where_; }
@@ -53,14 +59,14 @@ public:
     std::map<std::string, std::uint64_t> bytes_by_dtype() const {
         std::map<std::string, std::uint64_t> out;
         for (const auto& [name, file] : owner_) {
-            const SafetensorsTensor* t = files_[file]->find(name);
+            const SafetensorsTensor* t = (*files_)[file]->find(name);
             out[t->dtype] = checked_add(out[t->dtype], t->end_bytes - t->begin_bytes, "stored weight bytes");
         }
         return out;
     }
 
 private:
-    void add_file(const std::filesystem::path& path) { files_.push_back(std::make_unique<SafetensorsFile>(path)); }
+    void add_file(const std::filesystem::path& path) { files_->push_back(std::make_unique<SafetensorsFile>(path)); }
 
     void read_index(const std::filesystem::path& dir, const std::filesystem::path& index) {
         const nlohmann::json j = parse_json(read_input_file(index, "shard index", 64 << 20), index.string());
@@ -82,11 +88,11 @@ private:
                 if (!std::filesystem::is_regular_file(path, ec))
                     throw FormatError(fmt::format("{}: shard {} (holding {}) does not exist", index.string(), quote(file), quote(name)));
                 add_file(path);
-                it = shard_ids.emplace(file, files_.size() - 1).first;
+                it = shard_ids.emplace(file, files_->size() - 1).first;
             }
-            if (files_[it->second]->find(name) == nullptr)
+            if ((*files_)[it->second]->find(name) == nullptr)
                 throw FormatError(fmt::format("{}: the index puts tensor {} in {}, which has no such tensor", index.string(), quote(name),
-                                              files_[it->second]->path().string()));
+                                              (*files_)[it->second]->path().string()));
             owner_[name] = it->second;
         }
     }
@@ -95,10 +101,11 @@ private:
         const auto it = owner_.find(name);
         if (it == owner_.end())
             throw FormatError(fmt::format("{}: tensor '{}' is missing (expected shape [{}])", where_, name, fmt::join(shape, ", ")));
-        return *files_[it->second];
+        return *(*files_)[it->second];
     }
 
-    std::vector<std::unique_ptr<SafetensorsFile>> files_;
+    // shared: the weights' views into the mappings keep them (Weights::backing)
+    std::shared_ptr<std::vector<std::unique_ptr<SafetensorsFile>>> files_ = std::make_shared<std::vector<std::unique_ptr<SafetensorsFile>>>();
     std::map<std::string, std::size_t> owner_;  // tensor name -> index into files_
     std::string where_;
 };
@@ -123,15 +130,16 @@ Weights read_weights(const TensorSource& src, const ModelConfig& cfg, std::int64
         if (s.hf_slice == 0 && s.is_matrix()) fused_w = src.matrix(name, s.cols, 3 * s.rows).transpose();
         if (s.hf_slice == 0 && !s.is_matrix()) fused_b = src.vector(name, 3 * s.rows);
         if (s.is_matrix()) {
-            MatrixRM& m = matrix_of(w, s, layer).owned();
+            WeightMatrix& m = matrix_of(w, s, layer);
             if (s.hf_slice >= 0) m = fused_w.middleRows(s.hf_slice * s.rows, s.rows);  // slice of the fused rows
             else if (s.hf_transposed) m = src.matrix(name, s.cols, s.rows).transpose();
-            else m = src.matrix(name, s.rows, s.cols);
+            else m = src.weight(name, s.rows, s.cols);  // F32 in kvlab's layout: used in place
         } else {
             VectorF& v = vector_of(w, s, layer);
             v = s.hf_slice >= 0 ? VectorF(fused_b.segment(s.hf_slice * s.rows, s.rows)) : src.vector(name, s.rows);
         }
     });
+    w.backing = src.backing();
     return w;
 }
 

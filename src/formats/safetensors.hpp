@@ -34,6 +34,9 @@ public:
     // Reads an F32, F16 or BF16 tensor as fp32 after checking its shape is exactly `shape`.
     // Throws FormatError for a missing tensor, another shape or another dtype.
     MatrixRM read_matrix(const std::string& name, std::int64_t rows, std::int64_t cols) const;  // (rows, cols)
+    // An F32 matrix of exactly (rows, cols) where it lies in the mapping, to be used in place; nullptr for
+    // another dtype or a start that is not 4-byte aligned (read_matrix then). The file must outlive it.
+    const float* f32_view(const std::string& name, std::int64_t rows, std::int64_t cols) const;
     VectorF read_vector(const std::string& name, std::int64_t n) const;                       // (n)
 
 private:
