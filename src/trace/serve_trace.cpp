@@ -304,8 +304,10 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
                     }
             }
         }
-        if (s.rows_tokens > s.rows_in_use || s.rows_in_use > pool || s.n_decode > s.n_seqs || s.n_seqs > s.n_tokens)
-            throw fail(line, "inconsistent counts (rows holding tokens > rows in use > pool, or decodes > sequences > tokens); the file was edited or corrupted");
+        if (s.rows_tokens > s.rows_in_use || s.rows_in_use > pool || s.rows_cached > pool - s.rows_in_use || s.n_decode > s.n_seqs ||
+            s.n_seqs > s.n_tokens)
+            throw fail(line, "inconsistent counts (rows holding tokens > rows in use, rows in use + cached > pool, or decodes > sequences > "
+                             "tokens); the file was edited or corrupted");
         auto it = std::find(t.layouts.begin(), t.layouts.end(), layout);
         if (it == t.layouts.end()) {
             t.layouts.push_back(layout);
@@ -314,6 +316,9 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
             it = t.layouts.end() - 1;
         } else if (it != t.layouts.end() - 1) {
             throw fail(line, "the layouts' records are interleaved; expected each layout's steps together");
+        } else if (t.pool_rows.back() != pool) {
+            throw fail(line, fmt::format("pool_rows {} in a {} layout whose pool has {}; one pool per layout", pool,
+                                         choice_name(kv_layout_choices, layout), t.pool_rows.back()));
         }
         std::vector<ServeStep>& steps = t.steps[static_cast<std::size_t>(it - t.layouts.begin())];
         if (!steps.empty() && s.step <= steps.back().step) throw fail(line, fmt::format("step {} after step {}; expected increasing steps", s.step, steps.back().step));

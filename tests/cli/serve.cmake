@@ -110,3 +110,7 @@ file(READ "${WORK}/a.csv" a)
 string(REPLACE "\npaged,1024," "\npaged,1024x," edited "${a}")
 file(WRITE "${WORK}/edited.csv" "${edited}")
 kvlab_expect(RC 2 ARGS trace summary edited.csv ERR "^kvlab: error: edited.csv:[0-9]+: pool_rows is '1024x'; expected an integer\n$")
+# a later record of the same layout with another pool
+string(REGEX REPLACE "(\npaged,1024,[^\n]*\n)paged,1024," "\\1paged,2048," edited "${a}")
+file(WRITE "${WORK}/edited2.csv" "${edited}")
+kvlab_expect(RC 2 ARGS trace summary edited2.csv ERR "^kvlab: error: edited2.csv:[0-9]+: pool_rows 2048 in a paged layout whose pool has 1024; one pool per layout\n$")
