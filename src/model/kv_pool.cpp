@@ -159,10 +159,12 @@ std::optional<std::vector<RowCopy>> KvAllocator::make_writable(SeqId seq, std::i
 
 void KvAllocator::commit(SeqId seq, std::span<const TokenId> tokens, std::int64_t n_valid) {
     Seq& s = seqs_.at(seq);
+    const std::int64_t before = s.valid;
     s.valid = n_valid;
     if (o_.layout != KvLayout::paged) return;
     const std::int64_t B = o_.block_size;
-    for (std::size_t i = 0; i < s.block_rows.size(); ++i) {
+    // only the blocks the new rows reach change their fill (a windowed ring's rows stay within its window)
+    for (auto i = static_cast<std::size_t>(std::min(before, n_valid) / B); i < s.block_rows.size(); ++i) {
         Block& blk = blocks_[static_cast<std::size_t>(s.block_rows[i] / B)];
         blk.fill = static_cast<std::int32_t>(std::max<std::int64_t>(blk.fill, std::clamp<std::int64_t>(n_valid - static_cast<std::int64_t>(i) * B, 0, B)));
     }

@@ -1,6 +1,7 @@
 #include "report/gnuplot.hpp"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -121,6 +122,13 @@ void draw_with_gnuplot(const fs::path& output, const std::string& data_text, con
         throw IoError(fmt::format("{}: gnuplot's chart for {} is incomplete (a full disk?){}; the old file, if any, is kept",
                                   flag, quote(output.string()), message.empty() ? "" : ": " + quote(message, 200)));
     chart.commit();
+}
+
+ByteAxis byte_axis(double max) {
+    static const char* names[] = {"bytes", "KiB (2^{10} B)", "MiB (2^{20} B)", "GiB (2^{30} B)", "TiB (2^{40} B)"};
+    int k = 0;
+    while (k < 4 && max >= std::ldexp(1.0, 10 * (k + 1))) ++k;
+    return {std::ldexp(1.0, 10 * k), names[k]};
 }
 
 }  // namespace kvlab

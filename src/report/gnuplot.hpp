@@ -16,6 +16,14 @@ std::filesystem::path find_gnuplot();
 // A gnuplot single-quoted string of kvlab's own constant text (never text from a file or the user).
 std::string gp_quote(const std::string& s);
 
+// A chart axis of bytes: the binary unit its largest value `max` reads in (bytes, KiB, .. TiB), the
+// scale to divide by and the label ("MiB (2^{20} B)"), so ticks are round numbers of that unit.
+struct ByteAxis {
+    double scale;
+    std::string label;
+};
+ByteAxis byte_axis(double max);
+
 // The `set terminal` line for `output` (.svg or .png) at width x height pixels. Throws UsageError for
 // another extension, naming `flag`.
 std::string gnuplot_terminal(const std::filesystem::path& output, int width, int height, const char* flag = "-o");

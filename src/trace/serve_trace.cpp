@@ -418,16 +418,10 @@ void plot_serve_trace(const ServeTrace& t, const std::filesystem::path& output) 
                  << (s.n_generated > 0 ? fmt::format("{:.17g}", wpt) : std::string("?")) << '\n';
         }
     }
-    auto byte_unit = [](double m) {
-        static const char* names[] = {"bytes", "KiB (2^{10} B)", "MiB (2^{20} B)", "GiB (2^{30} B)"};
-        int k = 0;
-        while (k < 3 && m >= std::ldexp(1.0, 10 * (k + 1))) ++k;
-        return std::pair<double, std::string>{std::ldexp(1.0, 10 * k), names[k]};
-    };
-    // (not structured bindings: clang 14 cannot capture those in the lambdas below)
-    const std::pair<double, std::string> mem = byte_unit(max_bytes), wpt = byte_unit(max_wpt);
-    const double mem_scale = mem.first, wpt_scale = wpt.first;
-    const std::string mem_unit = mem.second, wpt_unit = wpt.second;
+    // (plain variables, not structured bindings: clang 14 cannot capture those in the lambdas below)
+    const ByteAxis mem = byte_axis(max_bytes), wpt = byte_axis(max_wpt);
+    const double mem_scale = mem.scale, wpt_scale = wpt.scale;
+    const std::string mem_unit = mem.label, wpt_unit = wpt.label;
     static const char* colours[] = {"#1b6ca8", "#d1495b"};
     std::ostringstream gp;
     gp << gnuplot_terminal(output, 1200, 900) << "set output\nset datafile missing '?'\nset grid\nset xlabel 'step'\n";

@@ -84,12 +84,9 @@ void plot_traces(const std::vector<PlotInput>& traces, const fs::path& output, P
         while (k < 4 && m >= std::pow(1000.0, k + 1)) ++k;
         return Axis{std::pow(1000.0, k), names[k]};
     };
-    auto byte_axis = [&](int col_c, int col_u) {
-        const double m = std::max(col_max[col_c], col_max[col_u]);
-        static const char* names[] = {"bytes", "KiB (2^{10} B)", "MiB (2^{20} B)", "GiB (2^{30} B)", "TiB (2^{40} B)"};
-        int k = 0;
-        while (k < 4 && m >= std::ldexp(1.0, 10 * (k + 1))) ++k;
-        return Axis{std::ldexp(1.0, 10 * k), names[k]};
+    auto bytes_axis = [&](int col_c, int col_u) {
+        const ByteAxis a = byte_axis(std::max(col_max[col_c], col_max[col_u]));
+        return Axis{a.scale, a.label};
     };
     auto series = [&](int col_c, int col_u, const Axis& axis, bool cached_only = false) {
         const std::string y = axis.scale == 1.0 ? "" : fmt::format("/{:.17g}", axis.scale);
@@ -146,14 +143,14 @@ void plot_traces(const std::vector<PlotInput>& traces, const fs::path& output, P
     gp << "set multiplot layout 3,2 title ARG2 font ',14' noenhanced\n";
     const Axis ms{1.0, "ms"};
     panel("FLOPs per step: uncached grows with the context, cached stays flat", flop_axis(2, 3), series(2, 3, flop_axis(2, 3)));
-    panel("bytes moved per step (weights + activations + KV)", byte_axis(4, 5), series(4, 5, byte_axis(4, 5)));
+    panel("bytes moved per step (weights + activations + KV)", bytes_axis(4, 5), series(4, 5, bytes_axis(4, 5)));
     panel(all_wall ? "wall time per step (measured)"
           : any_wall ? "time per step (measured; modelled for --deterministic traces)"
                      : "modelled time per step (roofline; --deterministic trace)",
           ms, series(6, 7, ms));
-    panel("KV-cache bytes resident (cached mode): grows by one token per step", byte_axis(8, 8), series(8, 8, byte_axis(8, 8), true));
+    panel("KV-cache bytes resident (cached mode): grows by one token per step", bytes_axis(8, 8), series(8, 8, bytes_axis(8, 8), true));
     panel("FLOPs so far: cached grows linearly, uncached quadratically", flop_axis(9, 10), series(9, 10, flop_axis(9, 10)));
-    panel("bytes moved so far", byte_axis(11, 12), series(11, 12, byte_axis(11, 12)));
+    panel("bytes moved so far", bytes_axis(11, 12), series(11, 12, bytes_axis(11, 12)));
     gp << "unset multiplot\nset output\n";
     std::vector<std::string> args{title};
     for (const auto& t : traces) args.push_back(t.label);  // ARG3..: the series labels
