@@ -9,9 +9,11 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <Eigen/Core>
+#include <immintrin.h>
 #include <omp.h>
 
 #include "core/error.hpp"
@@ -37,6 +39,36 @@ inline Stat stat_of(std::vector<double> values) {
     return {median, values.front(), values.back(), n};
 }
 
+// The read kernel of every bandwidth reference.
+constexpr std::int64_t kLine = 16;            // floats per 64-byte line
+constexpr std::int64_t kStep = 4 * kLine;     // floats each stream advances per visit (4 lines)
+constexpr std::int64_t kPrefetchAhead = 512;  // floats (2 KiB, 32 lines) ahead in each stream
+// x[0] + ... + x[n-1], read as `streams` contiguous sub-ranges side by side, 4 lines of each in turn
+// into 4 independent vector accumulators per stream (so the adds never limit the rate; the tail after
+// the last whole step of every sub-range is summed alone).
+template <bool Prefetch>
+double sum_streams(const float* x, std::int64_t n, int streams) {
+    using Line = Eigen::Array<float, kLine, 1>;
+    const std::int64_t per = n / (streams * kStep) * kStep;  // floats per sub-range
+    Line acc[8][4];
+    for (auto& a : acc)
+        for (auto& l : a) l.setZero();
+    for (std::int64_t i = 0; i < per; i += kStep)
+        for (int s = 0; s < streams; ++s) {
+            const float* p = x + s * per + i;
+            if constexpr (Prefetch) __builtin_prefetch(p + kPrefetchAhead);
+            acc[s][0] += Eigen::Map<const Line>(p);
+            acc[s][1] += Eigen::Map<const Line>(p + kLine);
+            acc[s][2] += Eigen::Map<const Line>(p + 2 * kLine);
+            acc[s][3] += Eigen::Map<const Line>(p + 3 * kLine);
+        }
+    double sum = 0.0;
+    for (const auto& a : acc)
+        for (const auto& l : a) sum += static_cast<double>(l.sum());
+    for (std::int64_t i = streams * per; i < n; ++i) sum += x[i];
+    return sum;
+}
+
 // The references every speed is divided by, sampled right before the measurement they divide, so the
 // slow phases of a shared machine hit both alike. A reference must be a ceiling on any x86 host: no
 // real workload may exceed it. Read bandwidth is therefore the best of several patterns, each thread
@@ -52,6 +84,9 @@ struct ReadPattern {
 constexpr ReadPattern kReadPatterns[] = {{1, false}, {2, false}, {4, false}, {8, false},
                                          {1, true},  {2, true},  {4, true},  {8, true}};
 constexpr std::size_t kNumPatterns = std::size(kReadPatterns);
+inline std::string pattern_name(ReadPattern p) {
+    return std::to_string(p.streams) + (p.streams > 1 ? " streams" : " stream") + " per thread" + (p.prefetch ? ", prefetch" : "");
+}
 
 class References {
 public:
@@ -70,14 +105,24 @@ public:
             pattern_bw[p] = stat_of(v).median;
             if (pattern_bw[p] > pattern_bw[best_pattern]) best_pattern = p;
         }
-        for (const std::int64_t g : gemm_sizes) {
-            gemm_sizes_.push_back(g);
-            gemms_.push_back({MatrixRM::Random(g, g), MatrixRM::Random(g, g), MatrixRM(g, g)});
-            gemm_once(gemms_.size() - 1);
+        // every GEMM size, both ways: one product on Eigen's threads, and one product per thread at once
+        // (no hand-off between threads: each core's own GEMM rate, summed); then the FMA units' own rate
+        const int n_threads = omp_get_max_threads();
+        for (const std::int64_t g : gemm_sizes)
+            for (const bool per_thread : {false, true}) {
+                if (per_thread && n_threads == 1) continue;  // the same as the shared product
+                gemm_cases.push_back({g, per_thread});
+                std::vector<Gemm>& set = gemms_.emplace_back(per_thread ? n_threads : 1);
+                for (Gemm& m : set) m = {MatrixRM::Random(g, g), MatrixRM::Random(g, g), MatrixRM(g, g)};
+            }
+        gemm_cases.push_back({0, true});  // the FMA peak
+        gemms_.emplace_back();
+        for (std::size_t i = 0; i < gemm_cases.size(); ++i) {
+            gemm_once(i);
             std::vector<double> v;
-            for (int k = 0; k < 3; ++k) v.push_back(gemm_once(gemms_.size() - 1));
-            gemm_size_rate.push_back(stat_of(v).median);
-            if (gemm_size_rate.back() > gemm_size_rate[best_gemm]) best_gemm = gemm_size_rate.size() - 1;
+            for (int k = 0; k < 3; ++k) v.push_back(gemm_once(i));
+            gemm_case_rate.push_back(stat_of(v).median);
+            if (gemm_case_rate.back() > gemm_case_rate[best_gemm]) best_gemm = i;
         }
         for (std::size_t i = 0; i < gemms_.size(); ++i)
             if (i != best_gemm) gemms_[i] = {};  // only the winner is sampled again
@@ -107,11 +152,19 @@ public:
         gemm_samples.push_back(gemm_once(best_gemm));
         return gemm_samples.back();
     }
-    std::int64_t gemm_n(std::size_t i) const { return gemm_sizes_.at(i); }
+    struct GemmCase {
+        std::int64_t n;   // (n, n) @ (n, n); 0: the FMA peak (fma_peak_rate)
+        bool per_thread;  // one product per thread at once, each single-threaded; else one on every thread
+    };
+    static std::string gemm_name(GemmCase c) {
+        if (c.n == 0) return "FMA peak (registers only, every thread)";
+        return "Eigen " + std::to_string(c.n) + "^3" + (c.per_thread ? ", one per thread" : ", shared by the threads");
+    }
+    std::vector<GemmCase> gemm_cases;
 
     double pattern_bw[kNumPatterns] = {};      // median bytes/s of each pattern at the start
     std::size_t best_pattern = 0;
-    std::vector<double> gemm_size_rate;         // median FLOP/s of each GEMM size at the start
+    std::vector<double> gemm_case_rate;         // median FLOP/s of each GEMM case at the start
     std::size_t best_gemm = 0;
     std::vector<double> bw_samples, gemm_samples;
 
@@ -120,14 +173,77 @@ private:
         MatrixRM a, b, c;
     };
 
+    // FLOP/s of one sample of case i: all its products, timed together (inside an OpenMP parallel region
+    // Eigen runs each product on its caller's thread alone)
     double gemm_once(std::size_t i) {
-        Gemm& g = gemms_[i];
+        if (gemm_cases[i].n == 0) return fma_peak_rate();
+        std::vector<Gemm>& set = gemms_[i];
+        const auto n_set = static_cast<int>(set.size());
         const auto t0 = clock_type::now();
-        g.c.noalias() = g.a * g.b;
+        if (n_set == 1) {
+            set[0].c.noalias() = set[0].a * set[0].b;
+        } else {
+#pragma omp parallel for num_threads(n_set) schedule(static, 1)
+            for (int t = 0; t < n_set; ++t) set[static_cast<std::size_t>(t)].c.noalias() = set[static_cast<std::size_t>(t)].a * set[static_cast<std::size_t>(t)].b;
+        }
         const double s = seconds_since(t0);
-        if (!std::isfinite(g.c(0, 0))) throw Error("GEMM reference: non-finite result");
-        const auto n = static_cast<double>(g.a.rows());
-        return 2.0 * n * n * n / s;
+        for (const Gemm& g : set)
+            if (!std::isfinite(g.c(0, 0))) throw Error("GEMM reference: non-finite result");
+        const auto n = static_cast<double>(set[0].a.rows());
+        return n_set * 2.0 * n * n * n / s;
+    }
+
+    // FLOP/s of every thread running kFmaChains independent chains of fused multiply-adds on the widest
+    // vectors this build has, in registers only, until 50 ms have gone by: no GEMM, whatever its blocking,
+    // can do more multiply-adds per second than the units that execute them. (A chain needs one FMA
+    // latency per link; 16 chains cover the 2 pipes x 4-5 cycles of current x86 cores.)
+    static double fma_peak_rate() {
+        constexpr int kFmaChains = 16;
+        constexpr std::int64_t kRounds = 1 << 16;  // between clock reads
+#if defined(__AVX512F__)
+        using Vec = __m512;
+        constexpr int kLanes = 16;
+        auto fma = [](Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); };
+        auto set1 = [](float x) { return _mm512_set1_ps(x); };
+        auto lane_sum = [](Vec a) { return static_cast<double>(_mm512_reduce_add_ps(a)); };
+#elif defined(__AVX2__) && defined(__FMA__)
+        using Vec = __m256;
+        constexpr int kLanes = 8;
+        auto fma = [](Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); };
+        auto set1 = [](float x) { return _mm256_set1_ps(x); };
+        auto lane_sum = [](Vec a) {
+            alignas(32) float f[8];
+            _mm256_store_ps(f, a);
+            double s = 0;
+            for (const float x : f) s += x;
+            return s;
+        };
+#else
+        using Vec = float;
+        constexpr int kLanes = 1;
+        auto fma = [](Vec a, Vec b, Vec c) { return std::fma(a, b, c); };
+        auto set1 = [](float x) { return x; };
+        auto lane_sum = [](Vec a) { return static_cast<double>(a); };
+#endif
+        const auto t0 = clock_type::now();
+        std::int64_t rounds = 0;
+        double sum = 0.0;
+        do {
+#pragma omp parallel reduction(+ : sum)
+            {
+                // x <- x * 0.999999 + 1e-7 stays near its start: no overflow, no denormals
+                const Vec m = set1(0.999999f), c = set1(1e-7f);
+                Vec acc[kFmaChains];
+                for (int k = 0; k < kFmaChains; ++k) acc[k] = set1(1.0f + 0.001f * static_cast<float>(k + omp_get_thread_num()));
+                for (std::int64_t r = 0; r < kRounds; ++r)
+                    for (int k = 0; k < kFmaChains; ++k) acc[k] = fma(acc[k], m, c);
+                for (int k = 0; k < kFmaChains; ++k) sum += lane_sum(acc[k]);
+            }
+            ++rounds;
+        } while (seconds_since(t0) < 0.05);
+        const double s = seconds_since(t0);
+        if (!std::isfinite(sum)) throw Error("FMA peak: the sum is not finite");  // keeps the chains live
+        return 2.0 * static_cast<double>(rounds) * kRounds * kFmaChains * kLanes * omp_get_max_threads() / s;
     }
 
     // bytes/s of every thread summing its static share of the first n floats with pattern p (the whole
@@ -154,39 +270,9 @@ private:
         return static_cast<double>(passes) * static_cast<double>(n) * sizeof(float) / s;
     }
 
-    static constexpr std::int64_t kLine = 16;            // floats per 64-byte line
-    static constexpr std::int64_t kStep = 4 * kLine;     // floats each stream advances per visit (4 lines)
-    static constexpr std::int64_t kPrefetchAhead = 512;  // floats (2 KiB, 32 lines) ahead in each stream
-    // x[0] + ... + x[n-1], read as `streams` contiguous sub-ranges side by side, 4 lines of each in turn
-    // into 4 independent vector accumulators per stream (so the adds never limit the rate; the tail after
-    // the last whole step of every sub-range is summed alone).
-    template <bool Prefetch>
-    static double sum_streams(const float* x, std::int64_t n, int streams) {
-        using Line = Eigen::Array<float, kLine, 1>;
-        const std::int64_t per = n / (streams * kStep) * kStep;  // floats per sub-range
-        Line acc[8][4];
-        for (auto& a : acc)
-            for (auto& l : a) l.setZero();
-        for (std::int64_t i = 0; i < per; i += kStep)
-            for (int s = 0; s < streams; ++s) {
-                const float* p = x + s * per + i;
-                if constexpr (Prefetch) __builtin_prefetch(p + kPrefetchAhead);
-                acc[s][0] += Eigen::Map<const Line>(p);
-                acc[s][1] += Eigen::Map<const Line>(p + kLine);
-                acc[s][2] += Eigen::Map<const Line>(p + 2 * kLine);
-                acc[s][3] += Eigen::Map<const Line>(p + 3 * kLine);
-            }
-        double sum = 0.0;
-        for (const auto& a : acc)
-            for (const auto& l : a) sum += static_cast<double>(l.sum());
-        for (std::int64_t i = streams * per; i < n; ++i) sum += x[i];
-        return sum;
-    }
-
     std::int64_t n_stream_;
     std::unique_ptr<float[]> stream_;  // (n_stream_) ones
-    std::vector<Gemm> gemms_;
-    std::vector<std::int64_t> gemm_sizes_;
+    std::vector<std::vector<Gemm>> gemms_;  // per case: its products (one, or one per thread)
     std::map<std::int64_t, std::size_t> set_pattern_;  // working-set floats -> best pattern
 };
 

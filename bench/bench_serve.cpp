@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
                                            "a working set of the weights' size; 2 FLOPs per 4-byte weight per sequence)",
                                            b_meas, big.batch, b_roof, gemm_ref * 1e-9, bw * 1e-9));
         }
-        t2.notes.push_back(fmt::format("GEMM reference: Eigen (n, n) @ (n, n), best of n = {}; sampled before each batch size",
+        t2.notes.push_back(fmt::format("GEMM reference: the best of Eigen (n, n) @ (n, n) for n = {} (one product on all threads or one per thread) and the FMA peak; sampled before each batch size",
                                        fmt::join(o.gemm_sizes, ", ")));
         if (best->flop_s > best->gemm_ref)
             t2.notes.push_back("above 1.0x: kvlab's kernel outran Eigen's square GEMM on these shapes; the reference is a yardstick here, "
