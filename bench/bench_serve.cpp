@@ -198,7 +198,9 @@ int main(int argc, char** argv) {
                                            at16->tok_s / one->tok_s >= 6 ? "met" : "NOT met"));
         const auto best = std::max_element(rows.begin(), rows.end(), [](const BatchRow& a, const BatchRow& b) { return a.flop_s / a.gemm_ref < b.flop_s / b.gemm_ref; });
         t2.notes.push_back(fmt::format("target: a batched step >= 50% of the GEMM reference's FLOP/s: {:.0f}% at {} sequences, {}",
-                                       100 * best->flop_s / best->gemm_ref, best->batch, best->flop_s / best->gemm_ref >= 0.5 ? "met" : "NOT met"));
+                                       100 * best->flop_s / best->gemm_ref, best->batch,
+                                       best->flop_s > best->gemm_ref ? "n/a (the reference is beaten)"
+                                       : best->flop_s / best->gemm_ref >= 0.5 ? "met" : "NOT met"));
         // roofline: a step reads the P weights once (W = 4P bytes of fp32 at bandwidth BW) and does 2 FLOPs per
         // weight per sequence (at F FLOP/s): time = max(W / BW, B x 2P / F). The two meet at B* = F x W / (BW x 2P)
         // = 2 F / BW: the ridge point F / BW over the 0.5 FLOP per weight byte one sequence does (the context's KV
@@ -215,11 +217,18 @@ int main(int argc, char** argv) {
                                            "a working set of the weights' size; 2 FLOPs per 4-byte weight per sequence)",
                                            b_meas, big.batch, b_roof, gemm_ref * 1e-9, bw * 1e-9));
         }
-        t2.notes.push_back(fmt::format("GEMM reference: the best of Eigen (n, n) @ (n, n) for n = {} (one product on all threads or one per thread) and the FMA peak; sampled before each batch size",
-                                       fmt::join(o.gemm_sizes, ", ")));
+        // Eigen's best case at the start, for scale: how far a tuned library's GEMM gets toward the peak
+        double eigen_best = 0;
+        std::size_t eigen_case = 0;
+        for (std::size_t i = 0; i < refs.gemm_cases.size(); ++i)
+            if (refs.gemm_cases[i].n > 0 && refs.gemm_case_rate[i] > eigen_best) eigen_best = refs.gemm_case_rate[i], eigen_case = i;
+        t2.notes.push_back(fmt::format("GEMM reference: the best of Eigen (n, n) @ (n, n) for n = {} (one product on all threads or one per "
+                                       "thread) and the FMA peak: {}; sampled before each batch size. Eigen's best at the start: {:.1f} "
+                                       "GFLOP/s ({}), so the best batched step is {:.2f}x of it",
+                                       fmt::join(o.gemm_sizes, ", "), References::gemm_name(refs.gemm_cases[refs.best_gemm]),
+                                       eigen_best * 1e-9, References::gemm_name(refs.gemm_cases[eigen_case]), best->flop_s / eigen_best));
         if (best->flop_s > best->gemm_ref)
-            t2.notes.push_back("above 1.0x: kvlab's kernel outran Eigen's square GEMM on these shapes; the reference is a yardstick here, "
-                               "not a ceiling (a 2-thread team's best square GEMM, sampled on a shared machine)");
+            t2.notes.push_back("NOT VALID: a batched step beat the GEMM reference, which is therefore not a ceiling here");
         report.tables.push_back(std::move(t2));
         emit_report(report, format, o.json);
     } catch (const Error& e) {
