@@ -30,6 +30,7 @@
 
 #include "bench_common.hpp"
 #include "bench_references.hpp"
+#include "child_process.hpp"
 #include "decode_replay.hpp"
 #include "core/error.hpp"
 #include "calc/kv_memory.hpp"
@@ -62,72 +63,6 @@ struct BenchOptions {
     std::string format = "table";
 };
 
-
-// A child process's exit, its stderr and its peak resident set (bytes), from the kernel's accounting of
-// the child (wait4), the figure /usr/bin/time -v prints. A forked child starts with the parent's resident
-// pages, and the kernel counts them in the child's peak: run children while the bench is still small.
-struct ChildRun {
-    std::string err;
-    std::uint64_t peak_rss = 0;
-    double wall_s = 0;  // fork to exit
-    double cpu_s = 0;   // user + system time of the child and its threads
-};
-
-ChildRun run_child(const std::vector<std::string>& args, const std::vector<std::string>& env_extra = {}) {
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    // the environment, built before fork (the child only calls async-signal-safe functions)
-    std::vector<char*> envp;
-    auto overridden = [&](std::string_view entry) {
-        for (const auto& kv : env_extra)
-            if (entry.substr(0, entry.find('=') + 1) == std::string_view(kv).substr(0, kv.find('=') + 1)) return true;
-        return false;
-    };
-    for (char** e = environ; *e; ++e)
-        if (!overridden(*e)) envp.push_back(*e);
-    for (const auto& kv : env_extra) envp.push_back(const_cast<char*>(kv.c_str()));
-    envp.push_back(nullptr);
-    int err_pipe[2];
-    if (::pipe2(err_pipe, O_CLOEXEC) != 0) throw IoError(fmt::format("cannot create a pipe to run {}", args[0]));
-    const auto t0 = clock_type::now();
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-        ::close(err_pipe[0]);
-        ::close(err_pipe[1]);
-        throw IoError(fmt::format("cannot fork to run {}", args[0]));
-    }
-    if (pid == 0) {  // the child: stdout to /dev/null, stderr to the pipe (dup2 clears close-on-exec)
-        const int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-        if (devnull < 0 || ::dup2(devnull, STDOUT_FILENO) < 0 || ::dup2(err_pipe[1], STDERR_FILENO) < 0) ::_exit(126);
-        ::execve(argv[0], argv.data(), envp.data());
-        ::_exit(127);
-    }
-    ::close(err_pipe[1]);
-    ChildRun run;
-    char buf[512];
-    for (;;) {
-        const ssize_t n_read = ::read(err_pipe[0], buf, sizeof buf);
-        if (n_read > 0) run.err.append(buf, static_cast<std::size_t>(n_read));
-        else if (n_read == 0 || errno != EINTR) break;
-    }
-    ::close(err_pipe[0]);
-    int status = 0;
-    rusage usage{};
-    pid_t waited = -1;
-    do waited = ::wait4(pid, &status, 0, &usage);
-    while (waited < 0 && errno == EINTR);
-    if (waited != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        std::string command;
-        for (const auto& a : args) command += (command.empty() ? "" : " ") + a;
-        throw IoError(fmt::format("'{}' failed (status {}): {}", command, status, run.err.substr(0, 300)));
-    }
-    run.wall_s = seconds_since(t0);
-    run.peak_rss = static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // ru_maxrss is in KiB on Linux
-    auto secs = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + 1e-6 * static_cast<double>(tv.tv_usec); };
-    run.cpu_s = secs(usage.ru_utime) + secs(usage.ru_stime);
-    return run;
-}
 
 struct RssResult {
     std::string name;
@@ -266,13 +201,6 @@ ModelResult bench_model(const std::string& model, const BenchOptions& o, Referen
 // - whole-process wall time of the same generation (start, load, decode, exit), kvlab and run.c run in
 //   pairs in alternating order, at 1 and 2 threads; a thread count run.c cannot use (CPU time / wall
 //   time well below it: built without OpenMP) is skipped, not compared.
-struct WholeProcess {
-    int threads = 0;
-    std::string skipped;           // why not compared, when not empty
-    Stat kvlab_s, peer_s, speedup;  // wall seconds; speedup per pair = run.c wall / kvlab wall
-    double kvlab_cores = 0, peer_cores = 0;  // CPU time / wall time (medians)
-};
-
 struct PeerResult {
     std::string preset;   // the shape's preset
     std::string shape;    // display name of the shape
@@ -362,41 +290,8 @@ std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
         p.kvlab_rss = static_cast<std::uint64_t>(stat_of(rss_ours).median);
         p.peer_rss = static_cast<std::uint64_t>(stat_of(rss_theirs).median);
 
-        for (const int threads : {1, 2}) {
-            WholeProcess w;
-            w.threads = threads;
-            if (threads > omp_get_num_procs()) {
-                w.skipped = fmt::format("this machine has {} core(s)", omp_get_num_procs());
-                p.whole.push_back(w);
-                continue;
-            }
-            std::vector<double> ks, ps, ratio, kc, pc;
-            for (int r = 0; r < o.repeats; ++r) {
-                ChildRun k, c;
-                if (r % 2 == 0) {
-                    k = run_child(kvlab_args(threads, false));
-                    c = run_child(peer_args, {omp_env(threads)});
-                } else {
-                    c = run_child(peer_args, {omp_env(threads)});
-                    k = run_child(kvlab_args(threads, false));
-                }
-                ks.push_back(k.wall_s);
-                ps.push_back(c.wall_s);
-                ratio.push_back(c.wall_s / k.wall_s);
-                kc.push_back(k.cpu_s / k.wall_s);
-                pc.push_back(c.cpu_s / c.wall_s);
-            }
-            w.kvlab_s = stat_of(ks);
-            w.peer_s = stat_of(ps);
-            w.speedup = stat_of(ratio);
-            w.kvlab_cores = stat_of(kc).median;
-            w.peer_cores = stat_of(pc).median;
-            // a peer that does not run the threads it is given is not compared at that count
-            if (threads > 1 && w.peer_cores < 0.75 * threads)
-                w.skipped = fmt::format("run.c used {:.2f} cores of {} (CPU time / wall time): built without -fopenmp?",
-                                        w.peer_cores, threads);
-            p.whole.push_back(w);
-        }
+        for (const int threads : {1, 2})
+            p.whole.push_back(compare_whole_process(threads, o.repeats, kvlab_args(threads, false), peer_args, {omp_env(threads)}, "run.c"));
         p.ran = true;
         out.push_back(std::move(p));
     }

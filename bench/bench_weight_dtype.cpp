@@ -5,7 +5,9 @@
 // The formats run in turn within each repeat (forwards, then backwards), medians reported.
 // With KVLAB_PEER_RUNQ set to a llama2.c runq.c binary (built -Ofast -march=native -fopenmp), the same
 // weights also go to runq as its int8 checkpoint (llama2.c v2) and the two int8 paths' decode speeds
-// are compared, alternating runs, the same threads (OMP_NUM_THREADS). docs/performance.md, "Weight precision".
+// are compared, alternating runs, the same threads (OMP_NUM_THREADS): per decoded token, and the whole
+// process (kvlab's CLI, which quantizes the fp32 checkpoint at load) at 1 and 2 threads.
+// docs/performance.md, "Weight precision".
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +23,7 @@
 #include <omp.h>
 
 #include "bench_common.hpp"
+#include "child_process.hpp"
 #include "calc/presets.hpp"
 #include "core/error.hpp"
 #include "core/printer.hpp"
@@ -54,59 +57,92 @@ DecodeRate decode_rate(const SimulationResult& r) {
 }
 
 // runq's decode speed: it prints "achieved tok/s: X" on stderr (its forwards after the first).
-double runq_tokens_per_s(const std::string& command) {
-    FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-    if (!pipe) throw IoError(fmt::format("KVLAB_PEER_RUNQ: cannot run '{}'", command));
-    std::string out;
-    char buf[4096];
-    while (const std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-    const int status = ::pclose(pipe);
-    const auto at = out.find("achieved tok/s:");
-    if (status != 0 || at == std::string::npos)
-        throw IoError(fmt::format("KVLAB_PEER_RUNQ: '{}' printed no 'achieved tok/s' (exit {}): {}", command, status, out.substr(0, 200)));
-    return std::strtod(out.c_str() + at + 15, nullptr);
+double runq_tokens_per_s(const bench::ChildRun& run, const std::string& command) {
+    const auto at = run.err.find("achieved tok/s:");
+    if (at == std::string::npos)
+        throw IoError(fmt::format("KVLAB_PEER_RUNQ: '{}' printed no 'achieved tok/s': {}", command, run.err.substr(0, 200)));
+    return std::strtod(run.err.c_str() + at + 15, nullptr);
 }
 
-// kvlab's q8_0 beside runq.c on the same weights: greedy from BOS over the same positions.
-Table peer_table(const ModelConfig& cfg, const Weights& w, int n_threads, int repeats, std::int64_t steps) {
+// kvlab's q8_0 beside runq.c on the same weights, greedy from BOS over the same positions, two ways:
+// decode tok/s (each program's own timing of its forwards; kvlab in this process, runq as a child, in
+// turn) at the bench's thread count, and the whole process (kvlab's CLI loading the fp32 checkpoint and
+// quantizing it, against runq loading its int8 one) in alternating pairs at 1 and 2 threads.
+std::vector<Table> peer_tables(const ModelConfig& cfg, const Weights& w, int n_threads, int repeats, std::int64_t steps) {
     Table t;
     t.title = fmt::format("q8_0 vs llama2.c runq.c (int8, its own groups of {} with fp32 scales): {}, {} steps from BOS, {} thread{}",
                           llama2c_v2_group_size(cfg), cfg.display_name, steps, n_threads, n_threads == 1 ? "" : "s");
-    t.columns = {{"program", "program", false}, {"tokens_per_s", "decode tok/s"}, {"vs_runq", "vs runq.c"}, {"met", "kvlab >= runq.c", false}};
+    t.columns = {{"program", "program", false}, {"tokens_per_s", "decode tok/s"}, {"vs_runq", "vs runq.c"}, {"cores", "cores"},
+                 {"met", "kvlab >= runq.c", false}};
     const char* runq = std::getenv("KVLAB_PEER_RUNQ");
     if (!runq || !*runq) {
         t.notes.push_back("skipped: set KVLAB_PEER_RUNQ to a runq.c binary (and KVLAB_PEER_TOKENIZER, default tokenizer.bin beside it)");
-        return t;
+        return {t};
     }
     const std::filesystem::path runq_path(runq);
     const char* tok_env = std::getenv("KVLAB_PEER_TOKENIZER");
     const std::filesystem::path tokenizer = tok_env && *tok_env ? std::filesystem::path(tok_env) : runq_path.parent_path() / "tokenizer.bin";
     if (!std::filesystem::exists(runq_path) || !std::filesystem::exists(tokenizer)) {
         t.notes.push_back(fmt::format("skipped: {} or {} does not exist", runq_path.string(), tokenizer.string()));
-        return t;
+        return {t};
     }
     const bench::TempDir dir;  // unique: two benches on one machine do not collide
-    const std::filesystem::path ckpt = dir.path() / "model_q80.bin";
+    const std::filesystem::path ckpt = dir.path() / "model_q80.bin", fp32_ckpt = dir.path() / "model.bin";
     save_llama2c_v2(ckpt, cfg, w);
-    const std::string command = fmt::format("OMP_NUM_THREADS={} '{}' '{}' -z '{}' -t 0 -n {}", n_threads, runq_path.string(), ckpt.string(),
-                                            tokenizer.string(), steps);
-    std::vector<double> ours, theirs;
+    save_llama2c_v0(fp32_ckpt, cfg, w);
+    const std::string n = std::to_string(steps);
+    const std::vector<std::string> runq_args = {runq_path.string(), ckpt.string(), "-z", tokenizer.string(), "-t", "0", "-n", n};
+    auto omp_env = [](int threads) { return std::vector<std::string>{"OMP_NUM_THREADS=" + std::to_string(threads)}; };
+    std::string command = "OMP_NUM_THREADS=" + std::to_string(n_threads);
+    for (const auto& a : runq_args) command += " " + a;
+    std::vector<double> ours, theirs, their_cores;
     for (int r = 0; r < repeats; ++r) {
         SimulateOptions o;
         o.mode = SimMode::cached;
         o.prompt_ids = {1};      // BOS, as runq's empty prompt
         o.n_steps = steps - 1;   // positions 0..steps-2, the forwards runq runs for -n steps
         o.weight_dtype = DType::q8_0;
+        o.quality = false;       // alone, as runq runs
         ours.push_back(decode_rate(run_simulation(cfg, w, o)).tokens_per_s);
-        theirs.push_back(runq_tokens_per_s(command));
+        const bench::ChildRun c = bench::run_child(runq_args, omp_env(n_threads));
+        theirs.push_back(runq_tokens_per_s(c, command));
+        their_cores.push_back(c.cpu_s / c.wall_s);
     }
-    const double a = median(ours), b = median(theirs);
-    t.rows.push_back({text_cell("kvlab --weight-dtype q8_0"), real_cell(a, 1), ratio_cell(a / b), text_cell(a >= b ? "met" : "not met")});
-    t.rows.push_back({text_cell("llama2.c runq.c"), real_cell(b, 1), ratio_cell(1.0), text_cell("-")});
+    const double a = median(ours), b = median(theirs), cores = median(their_cores);
+    const bool peer_threads_real = n_threads == 1 || cores >= 0.75 * n_threads;
+    t.rows.push_back({text_cell("kvlab --weight-dtype q8_0"), real_cell(a, 1), ratio_cell(a / b), int_cell(n_threads),
+                      text_cell(!peer_threads_real ? "not compared" : a >= b ? "met" : "not met")});
+    t.rows.push_back({text_cell("llama2.c runq.c"), real_cell(b, 1), ratio_cell(1.0), real_cell(cores, 2), text_cell("-")});
     t.notes.push_back(fmt::format("runq: {}", command));
     t.notes.push_back("per decoded token (each program's own timing of its forwards); kvlab widens q8_0 weights to fp32 in its GEMV, runq "
-                      "also quantizes the activations and multiplies int8 by int8");
-    return t;
+                      "also quantizes the activations and multiplies int8 by int8; runq's cores = its CPU time / wall time");
+    if (!peer_threads_real)
+        t.notes.push_back(fmt::format("runq used {:.2f} cores of {}: built without -fopenmp? Not compared", cores, n_threads));
+
+    Table wt;
+    wt.title = fmt::format("whole process, q8_0 vs llama2.c runq.c: {}, start, load, {} steps, exit (pairs in alternating order, medians)",
+                           cfg.display_name, steps);
+    wt.columns = {{"threads", "threads"}, {"kvlab_s", "kvlab (s)"}, {"peer_s", "runq.c (s)"}, {"speedup", "runq.c / kvlab"},
+                  {"kvlab_cores", "kvlab cores"}, {"peer_cores", "runq.c cores"}, {"compared", "compared", false}, {"spread_percent", "spread (%)"}};
+    for (const int threads : {1, 2}) {
+        const std::vector<std::string> kvlab_args = {KVLAB_CLI_PATH, "simulate", "-q", "--checkpoint", fp32_ckpt.string(), "--mode", "cached",
+                                                     "--prompt-ids", "1", "-n", n, "--threads", std::to_string(threads),
+                                                     "--weight-dtype", "q8_0", "--no-quality", "-f", "json"};
+        const bench::WholeProcess x = bench::compare_whole_process(threads, repeats, kvlab_args, runq_args, omp_env(threads), "runq.c");
+        if (x.kvlab_s.n == 0) {
+            wt.rows.push_back({int_cell(threads), text_cell("-"), text_cell("-"), text_cell("-"), text_cell("-"), text_cell("-"),
+                               text_cell("skipped: " + x.skipped), text_cell("-")});
+            continue;
+        }
+        const double spread = x.speedup.median > 0 ? 100.0 * (x.speedup.max - x.speedup.min) / x.speedup.median : 0.0;
+        wt.rows.push_back({int_cell(threads), real_cell(x.kvlab_s.median, 3), real_cell(x.peer_s.median, 3), ratio_cell(x.speedup.median),
+                           real_cell(x.kvlab_cores, 2), real_cell(x.peer_cores, 2), text_cell(x.skipped.empty() ? "yes" : "skipped: " + x.skipped),
+                           real_cell(spread, 1)});
+    }
+    wt.notes.push_back("kvlab: simulate --checkpoint (the fp32 llama2.c file) --weight-dtype q8_0 --no-quality: it maps the fp32 weights "
+                       "and quantizes them at load; runq reads its int8 file (llama2.c v2) of the same weights");
+    wt.notes.push_back("wall time from fork to exit of each process; cores = CPU time (user + system) / wall time");
+    return {t, wt};
 }
 
 }  // namespace
@@ -175,7 +211,7 @@ int main(int argc, char** argv) {
         t.notes.push_back("a narrow run also decodes the same tokens with the fp32 weights for its quality figures, outside the timed forward");
         report.tables.push_back(std::move(t));
         if (cfg.family == Family::llama && std::find(list.begin(), list.end(), DType::q8_0) != list.end())
-            report.tables.push_back(peer_table(cfg, w, n_threads, repeats, peer_steps));
+            for (Table& pt : peer_tables(cfg, w, n_threads, repeats, peer_steps)) report.tables.push_back(std::move(pt));
         bench::emit_report(report, fmt_out, json);
     } catch (const kvlab::Error& e) {
         std::cerr << "kvlab_bench_weight_dtype: error: " << e.what() << "\n";

@@ -4,7 +4,9 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "model/kv_format.hpp"
@@ -85,6 +87,23 @@ TEST_CASE("q8_0: d = amax / 127 stored as fp16, values rounded half away from ze
     dequantize_q8_0(b, y);
     CHECK(y[0] == -127.0f * 0.1259765625f);  // the fp16 d dequantizes: -15.9990234375
     CHECK(y[17] == 8.0f * 0.1259765625f);
+}
+
+TEST_CASE("q8_0 rounds halves away from zero and just-below-halves toward it, as roundf") {
+    // amax = 127 makes d = 1 and x / d = x exactly, so each code is the rounding of x itself
+    std::array<float, 32> x{};
+    x[0] = 127.0f;
+    const float below_half = std::nextafter(0.5f, 0.0f), below_1_5 = std::nextafter(1.5f, 0.0f);
+    const std::pair<float, int> cases[] = {{0.5f, 1},  {-0.5f, -1},   {2.5f, 3},   {-2.5f, -3},     {below_half, 0}, {-below_half, 0},
+                                           {126.5f, 127}, {-126.5f, -127}, {below_1_5, 1}, {-below_1_5, -1}, {1.5f, 2}, {-0.0f, 0}};
+    for (std::size_t i = 0; i < std::size(cases); ++i) x[i + 1] = cases[i].first;
+    const BlockQ8_0 b = quantize_q8_0(x);
+    CHECK(b.d == fp16_encode(1.0f));
+    CHECK(b.qs[0] == 127);
+    for (std::size_t i = 0; i < std::size(cases); ++i) {
+        CAPTURE(cases[i].first);
+        CHECK(b.qs[i + 1] == cases[i].second);
+    }
 }
 
 TEST_CASE("q4_0: the largest-magnitude value maps to -8, nibbles pair j with j + 16, an opposite-sign peak clamps to 7/8") {

@@ -13,6 +13,7 @@
 #include "model/matmul.hpp"
 #include "model/narrow_weights.hpp"
 #include "model/random_weights.hpp"
+#include "model/simulator.hpp"
 #include "model/transformer.hpp"
 #include "sim_configs.hpp"
 
@@ -127,4 +128,35 @@ TEST_CASE("A model with narrow weights reads only the narrow bytes, and its logi
         const std::uint64_t matmul_narrow = dtype == DType::bf16 ? 64640ull * 2 : 64640ull / 32 * 34;
         CHECK(fp32_cost.total().bytes_weights_read - cost.total().bytes_weights_read == matmul_fp32 - matmul_narrow);
     }
+}
+
+TEST_CASE("--no-quality: a narrow-weight run alone decodes what it decodes beside the fp32 model, measures no quality, "
+          "and needs no fp32 reference cache") {
+    ModelConfig cfg = test::tiny_config(Family::llama, 4, 2);
+    cfg.d_model = 64;
+    cfg.d_head = 16;
+    cfg.d_ff = 96;
+    const Weights w = random_weights(cfg, 3);
+    SimulateOptions o;
+    o.mode = SimMode::cached;
+    o.n_prompt = 5;
+    o.n_steps = 12;
+    o.weight_dtype = DType::q8_0;
+    const SimulationResult with = run_simulation(cfg, w, o);
+    o.quality = false;
+    const SimulationResult alone = run_simulation(cfg, w, o);
+    CHECK(with.kv_quality.has_value());
+    CHECK_FALSE(alone.kv_quality.has_value());
+    CHECK(alone.generated == with.generated);  // the fp32 model beside it never chooses a token
+    // the estimate drops the fp32 reference cache: 2 (K, V) x 2 layers x 32 (Hkv*D) x 4 B = 512 B per position,
+    // over 5 + 12 - 1 = 16 positions = 8192 B, and the reference model's activations (more than 0)
+    o.quality = true;
+    const MemoryEstimate e_with = estimate_simulation_memory(cfg, o);
+    o.quality = false;
+    const MemoryEstimate e_alone = estimate_simulation_memory(cfg, o);
+    CHECK(e_with.kv_cache - e_alone.kv_cache > 8192);
+    CHECK(e_with.weights == e_alone.weights);
+    // a policy still refuses the uncached mode without its quality measure
+    o.mode = SimMode::both;
+    CHECK_THROWS_AS(run_simulation(cfg, w, o), UsageError);
 }

@@ -176,6 +176,10 @@ void setup_simulate(CLI::App& app) {
                     "How the matmuls read the weights: fp32, bf16, fp16, q8_0 (widened in the kernels); a comma list compares them "
                     "(speed, and quality against fp32 on the same tokens)")
         ->capture_default_str();
+    cmd->add_flag("--no-quality", o->no_quality,
+                  "Run a --kv-dtype, --weight-dtype, --window or --sink-tokens policy alone, without the fp32 model beside it on the "
+                  "same tokens: speed and memory only, no logit error")
+        ->excludes(eval);
     cmd->add_option("--window", o->window, "Every layer keeps only its last W positions (a ring), measured against the full cache");
     cmd->add_option("--sink-tokens", o->sink_tokens, "StreamingLLM: the window also keeps the first S positions (S < W)");
     add_units_option(cmd, o->units);

@@ -91,7 +91,7 @@ MemoryEstimate estimate_simulation_memory(const ModelConfig& cfg, const Simulate
     if (o.mode != SimMode::uncached) {
         const auto n = static_cast<std::uint64_t>(size.n_positions);
         e.kv_cache = kv_resident_bytes(cfg, o.kv_storage, n);
-        if (o.kv_storage.dtype != DType::fp32 || o.reference_config || narrow_weights) {
+        if (o.quality && (o.kv_storage.dtype != DType::fp32 || o.reference_config || narrow_weights)) {
             // the fp32 full reference cache beside it (and its model's activations)
             const ModelConfig& ref_cfg = o.reference_config ? *o.reference_config : cfg;
             auto fp32 = kv_bytes_sequence(ref_cfg, DType::fp32, n, WindowMode::cap).total();
@@ -173,9 +173,10 @@ SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, 
 
     // everything the loop touches is allocated here
     const bool narrow = o.kv_storage.dtype != DType::fp32;
-    const bool policy = narrow || o.reference_config.has_value() || o.weight_dtype != DType::fp32;  // measured against the fp32 model
-    if (policy && run_uncached)
+    const bool any_policy = narrow || o.reference_config.has_value() || o.weight_dtype != DType::fp32;
+    if (any_policy && run_uncached)
         throw UsageError("--kv-dtype, --window, --sink-tokens, --weight-dtype: policies are measured on the cached mode; expected --mode cached");
+    const bool policy = any_policy && o.quality;  // measured against the fp32 model, in lockstep
     std::optional<NarrowWeights> narrow_w;  // --weight-dtype: what the matmuls read instead of the fp32 weights
     if (o.weight_dtype != DType::fp32) narrow_w.emplace(narrow_weights(weights, o.weight_dtype));
     Transformer model(cfg, weights, size, narrow_w ? &*narrow_w : nullptr);

@@ -37,6 +37,8 @@ struct SimulateOptions {
                                             // and an fp32 cache runs beside it on the same tokens for the comparison
     DType weight_dtype = DType::fp32;       // how the matmuls read the weights (model/narrow_weights.hpp); narrow: cached
                                             // mode only, and the fp32 weights run beside it on the same tokens
+    bool quality = true;                    // false (--no-quality): a policy runs alone, without the fp32 model beside
+                                            // it (speed and memory only; kv_quality stays empty)
     // The model the run's cache policy is measured against when the policy changes the model's own
     // attention (--window, --sink-tokens): its full-attention config, run beside it in fp32 on the same tokens.
     std::optional<ModelConfig> reference_config;

@@ -51,6 +51,7 @@ struct SimulateRequest {
     std::int64_t window = 0;           // --window W: every layer keeps its last W positions (0: the model's own)
     std::int64_t sink_tokens = 0;      // --sink-tokens S: and its first S (StreamingLLM)
     std::string weight_dtype = "fp32"; // --weight-dtype: how the matmuls read the weights; a comma list compares them
+    bool no_quality = false;           // --no-quality: policies run without the fp32 model beside them
 };
 
 // Everything a run needs, checked: the config (its first --layers layers), the weights, the

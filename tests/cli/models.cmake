@@ -44,6 +44,12 @@ kvlab_expect(RC 0 ARGS simulate --model tiny-llama --prompt "Once upon a time" -
 kvlab_expect(RC 0 ARGS simulate --model tiny-llama --prompt "Once upon a time" -n 16 -q --threads 1 --weight-dtype fp32,bf16,q8_0
              OUT "^Once upon a time" "Weight storage on tiny-llama" "fp32 +fp32 .* 4\\.69 MiB .* reference" "fp32 +bf16 .* 2\\.35 MiB .*100\\.0%"
                  "fp32 +q8_0 .* 1\\.25 MiB ")
+# --no-quality: the same list run alone (the bytes as above, by hand), no quality columns filled, a note saying so;
+# --eval measures nothing else, so it refuses the flag
+kvlab_expect(RC 0 ARGS simulate --model tiny-llama --prompt "Once upon a time" -n 16 -q --threads 1 --weight-dtype fp32,q8_0 --no-quality
+             OUT "^Once upon a time" "fp32 +fp32 .* 4\\.69 MiB .* not measured" "fp32 +q8_0 .* 1\\.25 MiB .* not measured"
+                 "--no-quality: each format ran alone")
+kvlab_expect(RC 2 ARGS simulate --model tiny-llama --eval ${MODELS}/heldout.txt --no-quality ERR "--eval excludes --no-quality")
 # and their perplexity beside the fp32 model's (1.1918, the PyTorch value above)
 kvlab_expect(RC 0 ARGS simulate --model tiny-llama --eval ${MODELS}/heldout.txt --weight-dtype bf16
              OUT "fp32 weights, fp32 full cache \\(reference\\) +255 +1 +254 .* 1\\.1917[89][0-9]" "fp32, bf16 weights +255 +1 +254 ")
