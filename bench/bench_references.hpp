@@ -1,6 +1,8 @@
 // The references every bench speed is divided by, measured in the same run with the same threads: a
 // STREAM-style read bandwidth (the best of several patterns over a buffer far larger than the LLC) and
-// Eigen GEMM FLOP/s (the best of a few sizes). docs/performance.md explains why each is a ceiling.
+// FLOP/s (the best of Eigen GEMMs at a few sizes, shared or one per thread, and the FMA peak). The
+// cached decode's own ceiling, its replay, is in decode_replay.hpp. docs/performance.md explains why
+// each is a ceiling and how a run checks that it was one.
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -75,8 +77,9 @@ double sum_streams(const float* x, std::int64_t n, int streams) {
 // summing its static share of a buffer far larger than the last-level cache (first touched by the same
 // thread): 1, 2, 4 or 8 sub-ranges read side by side (a core keeps more misses in flight over several
 // streams on some parts, fewer on others), with and without software prefetch. Every pattern is
-// measured at the start; the best one is then sampled before each measurement. GEMM is the best of
-// Eigen's (n, n) @ (n, n) at a few sizes, with Eigen's own threads (the same number).
+// measured at the start; the best one is then sampled before each measurement. FLOP/s is the best of
+// Eigen's (n, n) @ (n, n) at a few sizes (one product on Eigen's threads, or one per thread at once) and
+// the FMA units' own rate in registers, where the build has vector FMA.
 struct ReadPattern {
     int streams;
     bool prefetch;
@@ -115,8 +118,10 @@ public:
                 std::vector<Gemm>& set = gemms_.emplace_back(per_thread ? n_threads : 1);
                 for (Gemm& m : set) m = {MatrixRM::Random(g, g), MatrixRM::Random(g, g), MatrixRM(g, g)};
             }
-        gemm_cases.push_back({0, true});  // the FMA peak
-        gemms_.emplace_back();
+        if (has_fma_peak()) {
+            gemm_cases.push_back({0, true});  // the FMA peak
+            gemms_.emplace_back();
+        }
         for (std::size_t i = 0; i < gemm_cases.size(); ++i) {
             gemm_once(i);
             std::vector<double> v;
@@ -193,20 +198,30 @@ private:
         return n_set * 2.0 * n * n * n / s;
     }
 
-    // FLOP/s of every thread running kFmaChains independent chains of fused multiply-adds on the widest
-    // vectors this build has, in registers only, until 50 ms have gone by: no GEMM, whatever its blocking,
-    // can do more multiply-adds per second than the units that execute them. (A chain needs one FMA
-    // latency per link; 16 chains cover the 2 pipes x 4-5 cycles of current x86 cores.)
+    // Whether this build has fused multiply-adds on vectors (the FMA peak is measured only then).
+    static constexpr bool has_fma_peak() {
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+        return true;
+#else
+        return false;
+#endif
+    }
+    // FLOP/s of every thread running independent chains of fused multiply-adds on the widest vectors this
+    // build has, in registers only, until 50 ms have gone by: a GEMM, whatever its blocking, does its
+    // multiply-adds on the same units. (A chain needs one FMA latency per link; 2 pipes x 4-5 cycles on
+    // current x86 cores need 8-10 chains. AVX-512 has 32 vector registers, so 16 chains; AVX2 has 16, so
+    // 12, leaving room for the two constants: more would spill chains to the stack and halve the rate.)
     static double fma_peak_rate() {
-        constexpr int kFmaChains = 16;
         constexpr std::int64_t kRounds = 1 << 16;  // between clock reads
 #if defined(__AVX512F__)
+        constexpr int kFmaChains = 16;
         using Vec = __m512;
         constexpr int kLanes = 16;
         auto fma = [](Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); };
         auto set1 = [](float x) { return _mm512_set1_ps(x); };
         auto lane_sum = [](Vec a) { return static_cast<double>(_mm512_reduce_add_ps(a)); };
 #elif defined(__AVX2__) && defined(__FMA__)
+        constexpr int kFmaChains = 12;
         using Vec = __m256;
         constexpr int kLanes = 8;
         auto fma = [](Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); };
@@ -219,18 +234,18 @@ private:
             return s;
         };
 #else
-        using Vec = float;
-        constexpr int kLanes = 1;
-        auto fma = [](Vec a, Vec b, Vec c) { return std::fma(a, b, c); };
-        auto set1 = [](float x) { return x; };
-        auto lane_sum = [](Vec a) { return static_cast<double>(a); };
+        return 0.0;  // never called: has_fma_peak() is false
 #endif
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
         const auto t0 = clock_type::now();
         std::int64_t rounds = 0;
+        int team = 0;
         double sum = 0.0;
         do {
-#pragma omp parallel reduction(+ : sum)
+            team = 0;
+#pragma omp parallel reduction(+ : sum, team)
             {
+                team += 1;  // the threads that really ran (a dynamic team may be smaller than asked)
                 // x <- x * 0.999999 + 1e-7 stays near its start: no overflow, no denormals
                 const Vec m = set1(0.999999f), c = set1(1e-7f);
                 Vec acc[kFmaChains];
@@ -243,7 +258,8 @@ private:
         } while (seconds_since(t0) < 0.05);
         const double s = seconds_since(t0);
         if (!std::isfinite(sum)) throw Error("FMA peak: the sum is not finite");  // keeps the chains live
-        return 2.0 * static_cast<double>(rounds) * kRounds * kFmaChains * kLanes * omp_get_max_threads() / s;
+        return 2.0 * static_cast<double>(rounds) * kRounds * kFmaChains * kLanes * team / s;
+#endif
     }
 
     // bytes/s of every thread summing its static share of the first n floats with pattern p (the whole

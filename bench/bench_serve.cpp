@@ -197,9 +197,13 @@ int main(int argc, char** argv) {
             t2.notes.push_back(fmt::format("target: tok/s at 16 sequences >= 6x at 1: {:.2f}x, {}", at16->tok_s / one->tok_s,
                                            at16->tok_s / one->tok_s >= 6 ? "met" : "NOT met"));
         const auto best = std::max_element(rows.begin(), rows.end(), [](const BatchRow& a, const BatchRow& b) { return a.flop_s / a.gemm_ref < b.flop_s / b.gemm_ref; });
+        // as in every bench: a workload beats its reference when its median passes the reference's best sample
+        const bool beaten = std::any_of(rows.begin(), rows.end(), [&](const BatchRow& r) {
+            return r.flop_s > *std::max_element(refs.gemm_samples.begin(), refs.gemm_samples.end());
+        });
         t2.notes.push_back(fmt::format("target: a batched step >= 50% of the GEMM reference's FLOP/s: {:.0f}% at {} sequences, {}",
                                        100 * best->flop_s / best->gemm_ref, best->batch,
-                                       best->flop_s > best->gemm_ref ? "n/a (the reference is beaten)"
+                                       beaten ? "n/a (the reference is beaten)"
                                        : best->flop_s / best->gemm_ref >= 0.5 ? "met" : "NOT met"));
         // roofline: a step reads the P weights once (W = 4P bytes of fp32 at bandwidth BW) and does 2 FLOPs per
         // weight per sequence (at F FLOP/s): time = max(W / BW, B x 2P / F). The two meet at B* = F x W / (BW x 2P)
@@ -213,7 +217,7 @@ int main(int argc, char** argv) {
             const BatchRow& big = rows.back();
             const double b_meas = one->step_ms / (big.step_ms / static_cast<double>(big.batch));
             t2.notes.push_back(fmt::format("bandwidth-bound -> compute-bound at about {:.1f} sequences measured (batch-1 step time / per-sequence "
-                                           "time at {}); roofline estimate 2 F / BW = {:.1f} (F: GEMM {:.1f} GFLOP/s; BW: read {:.1f} GB/s over "
+                                           "time at {}); roofline estimate 2 F / BW = {:.1f} (F: the GEMM reference, {:.1f} GFLOP/s; BW: read {:.1f} GB/s over "
                                            "a working set of the weights' size; 2 FLOPs per 4-byte weight per sequence)",
                                            b_meas, big.batch, b_roof, gemm_ref * 1e-9, bw * 1e-9));
         }
@@ -227,8 +231,8 @@ int main(int argc, char** argv) {
                                        "GFLOP/s ({}), so the best batched step is {:.2f}x of it",
                                        fmt::join(o.gemm_sizes, ", "), References::gemm_name(refs.gemm_cases[refs.best_gemm]),
                                        eigen_best * 1e-9, References::gemm_name(refs.gemm_cases[eigen_case]), best->flop_s / eigen_best));
-        if (best->flop_s > best->gemm_ref)
-            t2.notes.push_back("NOT VALID: a batched step beat the GEMM reference, which is therefore not a ceiling here");
+        if (beaten)
+            t2.notes.push_back("NOT VALID: a batched step beat the GEMM reference's best sample, so the reference is not a ceiling here");
         report.tables.push_back(std::move(t2));
         emit_report(report, format, o.json);
     } catch (const Error& e) {

@@ -348,6 +348,7 @@ Report make_report(const BenchOptions& o, int n_threads, const References& ref, 
     };
     for (const ModelResult& m : models) {
         check(m.name + " cached decode", m.decode_tok.median, m.replay_tok, "its replay");
+        check(m.name + " cached decode (counting off)", m.decode_tok_nocount.median, m.replay_tok, "its replay");
         check(m.name + " uncached", m.uncached_flops.median, gemm, "the FLOP/s reference");
         check(m.name + " prefill", m.prefill_flops.median, gemm, "the FLOP/s reference");
     }

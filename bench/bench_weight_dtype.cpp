@@ -72,7 +72,7 @@ std::vector<Table> peer_tables(const ModelConfig& cfg, const Weights& w, int n_t
     Table t;
     t.title = fmt::format("q8_0 vs llama2.c runq.c (int8, its own groups of {} with fp32 scales): {}, {} steps from BOS, {} thread{}",
                           llama2c_v2_group_size(cfg), cfg.display_name, steps, n_threads, n_threads == 1 ? "" : "s");
-    t.columns = {{"program", "program", false}, {"tokens_per_s", "decode tok/s"}, {"vs_runq", "vs runq.c"}, {"cores", "cores"},
+    t.columns = {{"program", "program", false}, {"tokens_per_s", "decode tok/s"}, {"vs_runq", "vs runq.c"}, {"threads", "threads (kvlab) / cores (runq)"},
                  {"met", "kvlab >= runq.c", false}};
     const char* runq = std::getenv("KVLAB_PEER_RUNQ");
     if (!runq || !*runq) {
@@ -100,7 +100,7 @@ std::vector<Table> peer_tables(const ModelConfig& cfg, const Weights& w, int n_t
         SimulateOptions o;
         o.mode = SimMode::cached;
         o.prompt_ids = {1};      // BOS, as runq's empty prompt
-        o.n_steps = steps - 1;   // positions 0..steps-2, the forwards runq runs for -n steps
+        o.n_steps = steps;       // positions 0..steps-1, the forwards runq runs for -n steps
         o.weight_dtype = DType::q8_0;
         o.quality = false;       // alone, as runq runs
         ours.push_back(decode_rate(run_simulation(cfg, w, o)).tokens_per_s);

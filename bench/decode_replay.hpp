@@ -19,10 +19,10 @@ namespace kvlab::bench {
 // replay reads those very matrices (the model's own memory) and a KV cache of the model's shape, for
 // the same positions as the measured decode. Each thread sums its static share of every span with the
 // best read pattern (found on the first sample) and never waits for the other threads; a real decode
-// must wait after every matrix for the vector the next one multiplies. So no program that reads these
-// bytes in this order can finish sooner on this host: the replay's steps per second are the decode's
-// ceiling, with the caches' help (the KV rows re-read each step, what the last-level cache keeps of the
-// weights) measured rather than assumed. Norm vectors and biases (< 0.1 % of the bytes) are left out.
+// must wait after every matrix for the vector the next one multiplies. So the replay's steps per second
+// are a measured ceiling for the decode, with the caches' help (the KV rows re-read each step, what the
+// last-level cache keeps of the weights) measured rather than assumed; each run checks that no decode
+// beat it. Left out (< 0.1 % of the bytes): the KV rows written, the embedding row, norms and biases.
 class DecodeReplay {
 public:
     // Positions first_pos .. first_pos + n_steps - 1, one decode step each.

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <iterator>
 #include <numeric>
@@ -95,7 +96,8 @@ TEST_CASE("q8_0 rounds halves away from zero and just-below-halves toward it, as
     x[0] = 127.0f;
     const float below_half = std::nextafter(0.5f, 0.0f), below_1_5 = std::nextafter(1.5f, 0.0f);
     const std::pair<float, int> cases[] = {{0.5f, 1},  {-0.5f, -1},   {2.5f, 3},   {-2.5f, -3},     {below_half, 0}, {-below_half, 0},
-                                           {126.5f, 127}, {-126.5f, -127}, {below_1_5, 1}, {-below_1_5, -1}, {1.5f, 2}, {-0.0f, 0}};
+                                           {126.5f, 127}, {-126.5f, -127}, {below_1_5, 1}, {-below_1_5, -1}, {1.5f, 2}, {-0.0f, 0},
+                                           {std::nextafter(126.5f, 0.0f), 126}};
     for (std::size_t i = 0; i < std::size(cases); ++i) x[i + 1] = cases[i].first;
     const BlockQ8_0 b = quantize_q8_0(x);
     CHECK(b.d == fp16_encode(1.0f));
@@ -104,6 +106,32 @@ TEST_CASE("q8_0 rounds halves away from zero and just-below-halves toward it, as
         CAPTURE(cases[i].first);
         CHECK(b.qs[i + 1] == cases[i].second);
     }
+}
+
+TEST_CASE("q8_0 codes equal libm's roundf across the range a code can take") {
+    // d = 1 again (x[0] = 127), and 31 values per block from a stride through the bit patterns of the
+    // floats in [0, 127], both signs: every code must be (int) roundf(x), the C library's own rounding
+    std::uint32_t top = 0;
+    const float limit = 127.0f;
+    std::memcpy(&top, &limit, 4);
+    std::array<float, 32> x{};
+    x[0] = 127.0f;
+    std::size_t k = 1;
+    std::int64_t checked = 0, wrong = 0;
+    auto flush = [&] {
+        const BlockQ8_0 b = quantize_q8_0(x);
+        for (std::size_t j = 1; j < k; ++j, ++checked) wrong += b.qs[j] != static_cast<std::int8_t>(std::roundf(x[j]));
+        k = 1;
+    };
+    for (std::uint32_t u = 0; u <= top; u += 997) {  // ~1.07 M patterns
+        float v = 0.0f;
+        std::memcpy(&v, &u, 4);
+        x[k++] = (u / 997) % 2 ? -v : v;
+        if (k == 32) flush();
+    }
+    flush();
+    CHECK(checked > 1000000);
+    CHECK(wrong == 0);
 }
 
 TEST_CASE("q4_0: the largest-magnitude value maps to -8, nibbles pair j with j + 16, an opposite-sign peak clamps to 7/8") {

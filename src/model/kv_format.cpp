@@ -107,7 +107,9 @@ BlockQ8_0 quantize_q8_0(std::span<const float, 32> x) {
     b.d = fp16_encode(d);
     // roundf (half away from zero, as ggml's reference) as a conversion that vectorizes: add the largest
     // float below 0.5 with the value's sign, then truncate. Equal to roundf for every float in [-128, 128]
-    // (checked exhaustively; |v| <= 127 here), tested at the halves in tests/test_kv_format.cpp.
+    // (checked exhaustively; |v| is 127 plus a few ulps at most here), tested in tests/test_kv_format.cpp.
+    // It relies on v being rounded to float before the add (a tie then rounds to even, up to the next
+    // integer): a fused multiply-add of x * id and the half would not be the same.
     for (int j = 0; j < kv_block_values; ++j) {
         const float v = x[static_cast<std::size_t>(j)] * id;
         b.qs[j] = static_cast<std::int8_t>(static_cast<int>(v + std::copysign(0.49999997f, v)));

@@ -177,12 +177,13 @@ Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& r
         k.notes.push_back("the same tokens through the model's fp32 weights and fp32 full cache, teacher-forced: the largest logit difference, "
                           "KL(p_fp32 || p) of the next-token distributions in nats, and the steps whose argmax agrees (docs/cli-simulate.md)");
         report.tables.push_back(std::move(k));
-    } else if (!inputs.value("quality", true)) {
-        const bool policy = inputs.value("kv_dtype", std::string("fp32")) != "fp32" || inputs.value("weight_dtype", std::string("fp32")) != "fp32" ||
-                            inputs.value("window", 0) > 0 || inputs.value("sink_tokens", 0) > 0;
-        if (policy)
-            report.notes.push_back("--no-quality: the run's cache policy or weight storage ran alone, without the fp32 model beside it: "
-                                   "no logit error was measured");
+    } else if (auto flag = [&](const char* key, bool absent) {  // a trace read back may hold anything: booleans only
+                   const auto it = inputs.find(key);
+                   return it != inputs.end() && it->is_boolean() ? it->get<bool>() : absent;
+               };
+               flag("policy", false) && !flag("quality", true)) {
+        report.notes.push_back("--no-quality: the run's cache policy or weight storage ran alone, without the fp32 model beside it: "
+                               "no logit error was measured");
     }
     return report;
 }

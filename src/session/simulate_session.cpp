@@ -124,6 +124,9 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
                                                               : std::string(o.window > 0 ? "--window" : "--sink-tokens")));
         sim.mode = o.mode = SimMode::cached;
     }
+    if (o.no_quality && !any_narrow && !attention_policy && !any_narrow_weights)
+        throw UsageError("--no-quality: there is no policy to run alone; it applies with --kv-dtype or --weight-dtype other than fp32, "
+                         "--window or --sink-tokens");
     if (p.policies.size() > 1 && !o.trace.empty())
         throw UsageError(fmt::format("--trace: one run per trace, and {} lists {} formats; trace each one alone",
                                      kv_list.size() > 1 ? fmt::format("--kv-dtype {}", o.kv_dtype) : fmt::format("--weight-dtype {}", o.weight_dtype),
@@ -214,6 +217,8 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
         {"sink_tokens", cfg.sink_tokens},
         {"kv_scale", std::string(choice_name(kv_scale_choices, o.kv_scale))},
         {"weight_dtype", o.weight_dtype},
+        {"policy", !p.policies.empty() && (p.policies.size() > 1 || p.policies.front().kv.dtype != DType::fp32 ||
+                                          p.policies.front().weights != DType::fp32 || o.window > 0 || o.sink_tokens > 0)},
         {"quality", !o.no_quality},
     };
 
@@ -355,7 +360,7 @@ Table policy_table(const std::string& title) {
 }
 
 void add_quality_row(Table& t, const ModelConfig& cfg, const PreparedSimulation::Policy& policy, const SimulationResult& r, double first_rate,
-                     UnitSystem units, bool measured) {
+                     UnitSystem units, bool measured, bool attention_policy) {
     const DecodeRates d = decode_rates(r);
     std::vector<Cell> row{text_cell(kv_policy_name(policy.kv)), text_cell(std::string(dtype_name(policy.weights))),
                           bytes_cell(kv_stored_token_bytes(policy.kv, cfg), units), bytes_cell(r.kv_cache_bytes, units),
@@ -366,7 +371,8 @@ void add_quality_row(Table& t, const ModelConfig& cfg, const PreparedSimulation:
         row.insert(row.end(), {real_cell(q->max_abs_dlogit, 5), {fmt::format("{:.3g}", q->mean_kl), q->mean_kl},
                                {fmt::format("{:.3g}", q->max_kl), q->max_kl}, {fmt::format("{:.1f}%", agree), agree}});
     } else {  // the fp32 weights and full cache themselves, or --no-quality
-        row.insert(row.end(), {text_cell(measured ? "reference" : "not measured"), text_cell("-"), text_cell("-"), text_cell("-")});
+        const bool is_reference = policy.kv.dtype == DType::fp32 && policy.weights == DType::fp32 && !attention_policy;
+        row.insert(row.end(), {text_cell(measured ? "reference" : is_reference ? "-" : "not measured"), text_cell("-"), text_cell("-"), text_cell("-")});
     }
     t.rows.push_back(std::move(row));
 }
@@ -386,7 +392,8 @@ Report kv_policy_report(const PreparedSimulation& p, const std::vector<Simulatio
     Table t = policy_table(fmt::format("{} on {}{}: {} prompt tokens, {} steps", weights_listed ? "Weight storage" : "KV cache storage",
                                        p.config.display_name, attention_policy_name(p), p.sim.prompt_ids.size(), p.sim.n_steps));
     const double first_rate = runs.empty() ? 0.0 : decode_rates(runs.front()).tokens_per_s;
-    for (std::size_t i = 0; i < runs.size(); ++i) add_quality_row(t, p.config, p.policies[i], runs[i], first_rate, p.request.units, p.sim.quality);
+    for (std::size_t i = 0; i < runs.size(); ++i) add_quality_row(t, p.config, p.policies[i], runs[i], first_rate, p.request.units, p.sim.quality,
+                                                         p.sim.reference_config.has_value());
     t.notes.push_back(p.sim.quality ? quality_note
                                     : "--no-quality: each format ran alone, without the fp32 model beside it on the same tokens, so "
                                       "no logit error, KL or argmax agreement was measured; KV and weights read/step and tok/s as without it");

@@ -192,14 +192,25 @@ Report trace_compare_report(const StepTrace& a, const StepTrace& b, const std::s
     if (a.run.kv_quality || b.run.kv_quality) {
         // cache policies: how far each moved the logits from the fp32 full cache (a plain fp32 run: 0)
         const KvQuality qa = a.run.kv_quality.value_or(KvQuality{}), qb = b.run.kv_quality.value_or(KvQuality{});
+        // a policy run with --no-quality measured nothing: not a 0
+        auto measured = [](const StepTrace& t) {
+            const auto it = t.inputs.find("quality");
+            const bool off = it != t.inputs.end() && ((it->is_boolean() && !it->get<bool>()) || (it->is_string() && it->get<std::string>() == "false"));
+            return t.run.kv_quality.has_value() || !off;
+        };
+        const bool ma = measured(a), mb = measured(b);
         auto add_real = [&](const char* metric, double va, double vb) {
-            tot.rows.push_back({text_cell("cached"), text_cell(metric), {fmt::format("{:.3g}", va), va}, {fmt::format("{:.3g}", vb), vb},
-                                {fmt::format("{:+.3g}", vb - va), vb - va}, va > 0 ? ratio_of(vb, va) : Cell{"-", nullptr}});
+            const Cell ca = ma ? Cell{fmt::format("{:.3g}", va), va} : text_cell("not measured");
+            const Cell cb = mb ? Cell{fmt::format("{:.3g}", vb), vb} : text_cell("not measured");
+            const bool both = ma && mb;
+            tot.rows.push_back({text_cell("cached"), text_cell(metric), ca, cb, both ? Cell{fmt::format("{:+.3g}", vb - va), vb - va} : text_cell("-"),
+                                both && va > 0 ? ratio_of(vb, va) : Cell{"-", nullptr}});
         };
         add_real("kv_max_abs_dlogit", qa.max_abs_dlogit, qb.max_abs_dlogit);
         add_real("kv_mean_kl", qa.mean_kl, qb.mean_kl);
         add_real("kv_max_kl", qa.max_kl, qb.max_kl);
-        tot.notes.push_back("kv_*: the run's policy (KV storage, window, narrow weights) against the fp32 weights and fp32 full cache on the same tokens (0 for a run without one)");
+        tot.notes.push_back("kv_*: the run's policy (KV storage, window, narrow weights) against the fp32 weights and fp32 full cache on the same tokens (0 for a run without one; "
+                            "not measured for a policy run with --no-quality)");
     }
     tot.notes.push_back(fmt::format("A: {}", source_note(a)));
     tot.notes.push_back(fmt::format("B: {}", source_note(b)));

@@ -47,7 +47,7 @@ kvlab_expect(RC 0 ARGS simulate --model tiny-llama --prompt "Once upon a time" -
 # --no-quality: the same list run alone (the bytes as above, by hand), no quality columns filled, a note saying so;
 # --eval measures nothing else, so it refuses the flag
 kvlab_expect(RC 0 ARGS simulate --model tiny-llama --prompt "Once upon a time" -n 16 -q --threads 1 --weight-dtype fp32,q8_0 --no-quality
-             OUT "^Once upon a time" "fp32 +fp32 .* 4\\.69 MiB .* not measured" "fp32 +q8_0 .* 1\\.25 MiB .* not measured"
+             OUT "^Once upon a time" "fp32 +fp32 .* 4\\.69 MiB +[0-9.]+ +1\\.00x +- " "fp32 +q8_0 .* 1\\.25 MiB .* not measured"
                  "--no-quality: each format ran alone")
 kvlab_expect(RC 2 ARGS simulate --model tiny-llama --eval ${MODELS}/heldout.txt --no-quality ERR "--eval excludes --no-quality")
 # and their perplexity beside the fp32 model's (1.1918, the PyTorch value above)
