@@ -35,7 +35,7 @@ NarrowMatrix::NarrowMatrix(const WeightMatrix& w, DType dtype, const char* name)
     if (dtype == DType::q8_0 && cols_ % kv_block_values != 0)
         throw UsageError(fmt::format("--weight-dtype q8_0: {} has rows of {} weights, which do not split into blocks of 32", name, cols_));
     data_.resize(checked_mul(row_bytes_, static_cast<std::uint64_t>(rows_), "narrow weight bytes"));
-    // rows are independent: every thread rounds its share (a load-time cost, 0.5 s for stories110M on one core)
+    // rows are independent: every thread rounds its share (a load-time cost that grows with the model)
 #pragma omp parallel for schedule(static)
     for (std::int64_t r = 0; r < rows_; ++r) {
         std::uint8_t* out = data_.data() + static_cast<std::size_t>(r) * row_bytes_;
