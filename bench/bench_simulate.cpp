@@ -381,7 +381,7 @@ Report make_report(const BenchOptions& o, int n_threads, const References& ref, 
                          text_cell("GFLOP/s"), real_cell(spread_percent(gemm), 1)});
     refs.notes.push_back("decode replay: the step's own reads (each layer's wq, wk, wv, its cached keys and values, wo, w1, w3, "
                          "w2; then the classifier) for the same positions, read in that order with the best pattern, no "
-                         "arithmetic and no waiting between matrices: no decode of these bytes can be faster");
+                         "arithmetic and no waiting between matrices: a measured ceiling for a decode of these bytes (checked below)");
     refs.notes.push_back(fmt::format("each reference is a ceiling only if no workload below beats it; {}",
                                      refs_valid ? "none does" : "NOT VALID here, nothing is judged: " + fmt::format("{}", fmt::join(beaten, "; "))));
     report.tables.push_back(std::move(refs));
