@@ -149,10 +149,8 @@ public:
             for (std::size_t p = 0; p < kNumPatterns; ++p)
                 if (const double r = read_rate(p, n); r > best) best = r, it->second = p;
         }
-        set_samples[n].push_back(read_rate(it->second, n));
-        return set_samples[n].back();
+        return read_rate(it->second, n);
     }
-    std::map<std::int64_t, std::vector<double>> set_samples;  // floats of the working set -> samples
     double gemm_rate() {
         gemm_samples.push_back(gemm_once(best_gemm));
         return gemm_samples.back();

@@ -216,23 +216,13 @@ struct PeerResult {
 };
 
 std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
-    const char* runc = std::getenv("KVLAB_PEER_RUNC");
-    if (!runc || !*runc) {
+    const PeerProgram runc = find_peer("KVLAB_PEER_RUNC", "run.c");
+    if (!runc.skipped.empty()) {
         PeerResult p;
-        p.skipped = "llama2.c comparison skipped: set KVLAB_PEER_RUNC to a run.c binary (built -Ofast -march=native "
-                    "-fopenmp) to compare";
+        p.skipped = "llama2.c comparison skipped: " + runc.skipped;
         return {p};
     }
-    const std::filesystem::path run_path(runc);
-    const char* tok_env = std::getenv("KVLAB_PEER_TOKENIZER");
-    const std::filesystem::path tokenizer = tok_env && *tok_env ? std::filesystem::path(tok_env)
-                                                                 : run_path.parent_path() / "tokenizer.bin";
-    if (!std::filesystem::exists(run_path) || !std::filesystem::exists(tokenizer)) {
-        PeerResult p;
-        p.skipped = fmt::format("llama2.c comparison skipped: {} or {} does not exist (KVLAB_PEER_RUNC, "
-                                "KVLAB_PEER_TOKENIZER)", run_path.string(), tokenizer.string());
-        return {p};
-    }
+    const std::filesystem::path &run_path = runc.binary, &tokenizer = runc.tokenizer;
     std::vector<PeerResult> out;
     for (const std::string& shape : o.peer_models) {
         PeerResult p;
@@ -278,11 +268,7 @@ std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
             rss_ours.push_back(static_cast<double>(k.peak_rss));
 
             const ChildRun c = run_child(peer_args, {omp_env(n_threads)});
-            const auto at = c.err.find("achieved tok/s:");
-            if (at == std::string::npos)
-                throw IoError(fmt::format("KVLAB_PEER_RUNC: '{}' printed no 'achieved tok/s' ({})", p.command_peer,
-                                          c.err.substr(0, 200)));
-            theirs.push_back(std::strtod(c.err.c_str() + at + 15, nullptr));
+            theirs.push_back(peer_tokens_per_s(c, p.command_peer));
             rss_theirs.push_back(static_cast<double>(c.peak_rss));
         }
         p.kvlab_tok = stat_of(ours);

@@ -56,14 +56,6 @@ DecodeRate decode_rate(const SimulationResult& r) {
     return {static_cast<double>(n) / (static_cast<double>(ns) * 1e-9), static_cast<double>(bytes) / static_cast<double>(n)};
 }
 
-// runq's decode speed: it prints "achieved tok/s: X" on stderr (its forwards after the first).
-double runq_tokens_per_s(const bench::ChildRun& run, const std::string& command) {
-    const auto at = run.err.find("achieved tok/s:");
-    if (at == std::string::npos)
-        throw IoError(fmt::format("KVLAB_PEER_RUNQ: '{}' printed no 'achieved tok/s': {}", command, run.err.substr(0, 200)));
-    return std::strtod(run.err.c_str() + at + 15, nullptr);
-}
-
 // kvlab's q8_0 beside runq.c on the same weights, greedy from BOS over the same positions, two ways:
 // decode tok/s (each program's own timing of its forwards; kvlab in this process, runq as a child, in
 // turn) at the bench's thread count, and the whole process (kvlab's CLI loading the fp32 checkpoint and
@@ -74,18 +66,12 @@ std::vector<Table> peer_tables(const ModelConfig& cfg, const Weights& w, int n_t
                           llama2c_v2_group_size(cfg), cfg.display_name, steps, n_threads, n_threads == 1 ? "" : "s");
     t.columns = {{"program", "program", false}, {"tokens_per_s", "decode tok/s"}, {"vs_runq", "vs runq.c"}, {"threads", "threads (kvlab) / cores (runq)"},
                  {"met", "kvlab >= runq.c", false}};
-    const char* runq = std::getenv("KVLAB_PEER_RUNQ");
-    if (!runq || !*runq) {
-        t.notes.push_back("skipped: set KVLAB_PEER_RUNQ to a runq.c binary (and KVLAB_PEER_TOKENIZER, default tokenizer.bin beside it)");
+    const bench::PeerProgram runq = bench::find_peer("KVLAB_PEER_RUNQ", "runq.c");
+    if (!runq.skipped.empty()) {
+        t.notes.push_back("skipped: " + runq.skipped);
         return {t};
     }
-    const std::filesystem::path runq_path(runq);
-    const char* tok_env = std::getenv("KVLAB_PEER_TOKENIZER");
-    const std::filesystem::path tokenizer = tok_env && *tok_env ? std::filesystem::path(tok_env) : runq_path.parent_path() / "tokenizer.bin";
-    if (!std::filesystem::exists(runq_path) || !std::filesystem::exists(tokenizer)) {
-        t.notes.push_back(fmt::format("skipped: {} or {} does not exist", runq_path.string(), tokenizer.string()));
-        return {t};
-    }
+    const std::filesystem::path &runq_path = runq.binary, &tokenizer = runq.tokenizer;
     const bench::TempDir dir;  // unique: two benches on one machine do not collide
     const std::filesystem::path ckpt = dir.path() / "model_q80.bin", fp32_ckpt = dir.path() / "model.bin";
     save_llama2c_v2(ckpt, cfg, w);
@@ -105,7 +91,7 @@ std::vector<Table> peer_tables(const ModelConfig& cfg, const Weights& w, int n_t
         o.quality = false;       // alone, as runq runs
         ours.push_back(decode_rate(run_simulation(cfg, w, o)).tokens_per_s);
         const bench::ChildRun c = bench::run_child(runq_args, omp_env(n_threads));
-        theirs.push_back(runq_tokens_per_s(c, command));
+        theirs.push_back(bench::peer_tokens_per_s(c, command));
         their_cores.push_back(c.cpu_s / c.wall_s);
     }
     const double a = median(ours), b = median(theirs), cores = median(their_cores);

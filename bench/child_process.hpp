@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -86,6 +88,39 @@ inline ChildRun run_child(const std::vector<std::string>& args, const std::vecto
     auto secs = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + 1e-6 * static_cast<double>(tv.tv_usec); };
     run.cpu_s = secs(usage.ru_utime) + secs(usage.ru_stime);
     return run;
+}
+
+// A llama2.c peer program (run.c, runq.c) named by an environment variable, and the tokenizer it reads
+// (KVLAB_PEER_TOKENIZER, by default tokenizer.bin beside the binary). `skipped` says why there is none.
+struct PeerProgram {
+    std::filesystem::path binary, tokenizer;
+    std::string skipped;  // empty when both exist
+};
+
+inline PeerProgram find_peer(const char* env_name, const char* what) {
+    PeerProgram p;
+    const char* bin = std::getenv(env_name);
+    if (!bin || !*bin) {
+        p.skipped = fmt::format("set {} to a {} binary (built -Ofast -march=native -fopenmp; KVLAB_PEER_TOKENIZER, default "
+                                "tokenizer.bin beside it) to compare",
+                                env_name, what);
+        return p;
+    }
+    p.binary = bin;
+    const char* tok = std::getenv("KVLAB_PEER_TOKENIZER");
+    p.tokenizer = tok && *tok ? std::filesystem::path(tok) : p.binary.parent_path() / "tokenizer.bin";
+    if (!std::filesystem::exists(p.binary) || !std::filesystem::exists(p.tokenizer))
+        p.skipped = fmt::format("{} or {} does not exist ({}, KVLAB_PEER_TOKENIZER)", p.binary.string(), p.tokenizer.string(), env_name);
+    return p;
+}
+
+// A llama2.c program's decode speed as it prints it on stderr ("achieved tok/s: X", its forwards after
+// the first). Throws IoError naming the command when the line is missing.
+inline double peer_tokens_per_s(const ChildRun& run, const std::string& command) {
+    const auto at = run.err.find("achieved tok/s:");
+    if (at == std::string::npos)
+        throw IoError(fmt::format("'{}' printed no 'achieved tok/s': {}", command, run.err.substr(0, 200)));
+    return std::strtod(run.err.c_str() + at + 15, nullptr);
 }
 
 // Whole-process wall time of the same generation by kvlab and a peer (start, load, decode, exit), run in
