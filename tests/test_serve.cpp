@@ -111,6 +111,35 @@ TEST_CASE("Prefix cache: full blocks shared by reference count, copy-on-write be
     CHECK(a.rows_in_use() == 0);
 }
 
+TEST_CASE("Prefix cache: a block rewritten in place with the same tokens keeps the blocks cached after it reachable") {
+    KvAllocator a({KvLayout::paged, 64, 4, true});  // 16 blocks of 4 rows
+    std::vector<TokenId> prefix(12);
+    for (int i = 0; i < 12; ++i) prefix[static_cast<std::size_t>(i)] = 100 + i;  // 3 full blocks
+    std::vector<TokenId> first = prefix;
+    first.push_back(7);  // + one generated token
+    REQUIRE(a.reserve(0, 13));
+    a.make_writable(0, 0, 12);
+    a.commit(0, first, 12);
+    a.make_writable(0, 12, 1);
+    a.commit(0, first, 13);
+    a.release(0);  // 3 keyed blocks stay cached
+    CHECK(a.match_prefix(1, prefix) == 12);
+    a.release(1);
+    // a prompt of exactly the first 8 tokens: found whole (8), and its last token recomputed for the logits,
+    // as the scheduler does, rewriting row 7 of the second block in place (held by this sequence alone)
+    const std::vector<TokenId> eight(prefix.begin(), prefix.begin() + 8);
+    CHECK(a.match_prefix(2, eight) == 8);
+    REQUIRE(a.reserve(2, 8));
+    const auto copies = a.make_writable(2, 7, 1);
+    REQUIRE(copies);
+    CHECK(copies->empty());  // written in place, not copied
+    a.commit(2, eight, 8);
+    a.release(2);
+    // the third block was keyed with the second's prefix id as its parent: still reachable, 12 tokens found
+    CHECK(a.match_prefix(3, prefix) == 12);
+    a.release(3);
+}
+
 TEST_CASE("Contiguous KV pool: one range per sequence, first fit, free ranges merge") {
     KvAllocator a({KvLayout::contiguous, 100, 0, false});
     CHECK(a.reserve(0, 40));  // [0, 40)

@@ -46,6 +46,7 @@ std::optional<std::int64_t> KvAllocator::take_block() {
     Block& blk = blocks_[static_cast<std::size_t>(b)];
     blk.refs = 1;
     blk.fill = 0;
+    blk.rekey.reset();
     rows_in_use_ += o_.block_size;
     return b;
 }
@@ -141,9 +142,14 @@ std::optional<std::vector<RowCopy>> KvAllocator::make_writable(SeqId seq, std::i
         const std::int64_t b = row / B;
         Block& blk = blocks_[static_cast<std::size_t>(b)];
         if (blk.refs == 1) {
-            // held by this sequence alone: written in place, and no longer what its key says; it (and the
-            // blocks after it) are keyed again when full
-            uncache(b);
+            // held by this sequence alone: written in place, and out of the cache until it is full again; it
+            // (and the blocks after it) are keyed again then. A full hit's last token, recomputed for its
+            // logits, writes the same K and V: keyed the same, the block keeps its id (commit)
+            if (blk.key) {
+                cache_.erase(*blk.key);
+                blk.rekey = std::move(blk.key);
+                blk.key.reset();
+            }
             s.chain.resize(std::min(s.chain.size(), static_cast<std::size_t>(i)));
             continue;
         }
@@ -182,9 +188,11 @@ void KvAllocator::commit(SeqId seq, std::span<const TokenId> tokens, std::int64_
         Key key{i == 0 ? 0 : s.chain[i - 1], std::vector<TokenId>(tokens.begin() + (end - B), tokens.begin() + end)};
         if (const auto it = cache_.find(key); it != cache_.end()) {  // computed by another sequence too: not de-duplicated
             s.chain.push_back(blocks_[static_cast<std::size_t>(it->second)].id);
+            blk.rekey.reset();
             continue;
         }
-        blk.id = next_id_++;
+        if (!(blk.rekey && *blk.rekey == key)) blk.id = next_id_++;  // the same key as before: the same prefix id
+        blk.rekey.reset();
         blk.key = key;
         cache_.emplace(std::move(key), b);
         s.chain.push_back(blk.id);

@@ -111,6 +111,8 @@ private:
         std::int32_t refs = 0;
         std::int32_t fill = 0;                 // rows holding a token's K and V
         std::optional<Key> key;                // in the prefix cache
+        std::optional<Key> rekey;              // out of the cache while written in place: its key before, so that
+                                               // keyed again the same it keeps its id (and its children stay reachable)
         std::uint64_t id = 0;                  // keyed: the id of the prefix up to this block's end
         std::list<std::int64_t>::iterator lru; // position in cached_ while refs == 0 and keyed
     };
