@@ -90,11 +90,8 @@ void plot_kv_memory(const KvcalcRequest& r, const std::filesystem::path& output)
         throw UsageError(fmt::format("--plot: {} lines (models x attention layouts x dtypes x batches{}); at most {} on one chart",
                                      series.size(), r.gpu ? ", and budgets" : "", max_kv_plot_series));
 
-    // one binary unit for the axis, from the largest value
-    static const char* units[] = {"bytes", "KiB (2^{10} B)", "MiB (2^{20} B)", "GiB (2^{30} B)", "TiB (2^{40} B)"};
-    int k = 0;
-    while (k < 4 && y_max >= std::ldexp(1.0, 10 * (k + 1))) ++k;
-    const double scale = std::ldexp(1.0, 10 * k);
+    const ByteAxis axis = byte_axis(y_max);  // one binary unit for the axis, from the largest value
+    const double scale = axis.scale;
 
     std::ostringstream data;
     for (std::size_t i = 0; i < series.size(); ++i) {
@@ -107,7 +104,7 @@ void plot_kv_memory(const KvcalcRequest& r, const std::filesystem::path& output)
        << "set grid\nset key top left opaque noenhanced\n"
        << "set xlabel 'context (tokens)'\nset format x '%.0f'\nset format y '%g'\n"
        << fmt::format("set xrange [0:{}]\nset yrange [0:*]\n", t_max)
-       << "set ylabel " << gp_quote(units[k]) << "\n"
+       << "set ylabel " << gp_quote(axis.label) << "\n"
        << "set title ARG2 noenhanced\n"
        << "plot ";
     for (std::size_t i = 0; i < series.size(); ++i) {
