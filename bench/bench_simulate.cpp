@@ -213,6 +213,8 @@ struct PeerResult {
     ReadPattern ceiling_pattern{};
     std::vector<WholeProcess> whole;
     std::string command_kvlab, command_peer;
+    std::shared_ptr<const bench::TempDir> dir;  // holds the checkpoint until the ceiling replay has read it
+    std::filesystem::path checkpoint;
 };
 
 std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
@@ -229,8 +231,9 @@ std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
         const ModelConfig cfg = simulation_config(load_model(shape), std::nullopt);
         p.preset = shape;
         p.shape = cfg.display_name;
-        const bench::TempDir dir;  // unique names: two benches on one machine do not collide
-        const std::filesystem::path ckpt = dir.path() / (shape + ".bin"), trace = dir.path() / (shape + ".csv");
+        p.dir = std::make_shared<const bench::TempDir>();  // unique names: two benches on one machine do not collide
+        const std::filesystem::path ckpt = p.dir->path() / (shape + ".bin"), trace = p.dir->path() / (shape + ".csv");
+        p.checkpoint = ckpt;
         save_llama2c_v0(ckpt, cfg, random_weights(cfg, 42));  // the weights are freed before any child forks
         p.model_bytes = weights_bytes(cfg) +
                         kv_bytes_sequence(cfg, DType::fp32, static_cast<std::uint64_t>(o.peer_steps - 1), WindowMode::cap).total() +
@@ -558,16 +561,17 @@ int main(int argc, char** argv) {
         References refs(o.stream_mib, o.gemm_sizes);
         std::vector<ModelResult> models;
         for (const auto& name : o.models) models.push_back(bench_model(name, o, refs));
-        // each peer shape's ceiling: the replay of the timed positions (1 .. peer_steps - 1) over the same
-        // random weights, in this process
+        // each peer shape's ceiling: the replay of the timed positions (1 .. peer_steps - 1) over the very
+        // checkpoint both programs read, mapped here: the same page-cache pages, whose physical layout
+        // (large folios or not) moves read speed as much as huge pages do (docs/performance.md)
         for (PeerResult& p : peers)
             if (p.ran) {
-                const ModelConfig cfg = simulation_config(load_model(p.preset), std::nullopt);
-                const Weights weights = random_weights(cfg, 42);
-                DecodeReplay replay(cfg, weights, 1, o.peer_steps - 1);
+                const LoadedModel model = load_llama2c_checkpoint(p.checkpoint);
+                DecodeReplay replay(model.config, model.weights, 1, o.peer_steps - 1);
                 for (int r = 0; r < o.repeats; ++r) replay.steps_per_s();
                 p.ceiling_tok = stat_of(replay.samples);
                 p.ceiling_pattern = replay.pattern();
+                p.dir.reset();
             }
         const Report report = make_report(o, n_threads, refs, models, rss, rss_floor, peers);
         bench::emit_report(report, format, o.json);

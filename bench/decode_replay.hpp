@@ -31,8 +31,10 @@ public:
         if (n_steps < 1 || first_pos < 0) throw Error("decode replay: needs at least one step at a position >= 0");
         const std::int64_t n_keys_max = first_pos + n_steps;
         const std::int64_t row = cfg.d_kv();
-        kv_.resize(static_cast<std::size_t>(2 * cfg.n_layer));
-        for (auto& k : kv_) k.assign(static_cast<std::size_t>(n_keys_max * row), 1.0f);
+        for (std::int64_t i = 0; i < 2 * cfg.n_layer; ++i) {
+            kv_.push_back(large_matrix(n_keys_max, row));  // allocated as kvlab's caches are (model/weights.hpp)
+            kv_.back().setOnes();
+        }
         for (std::int64_t pos = first_pos; pos < first_pos + n_steps; ++pos) {
             for (std::int64_t l = 0; l < cfg.n_layer; ++l) {
                 const LayerWeights& lw = w.layers[static_cast<std::size_t>(l)];
@@ -98,7 +100,7 @@ private:
     }
 
     std::int64_t n_steps_;
-    std::vector<std::vector<float>> kv_;  // 2L buffers: layer l's keys (2l) and values (2l + 1), ones
+    std::vector<MatrixRM> kv_;  // 2L buffers (T, Hkv*D): layer l's keys (2l) and values (2l + 1), ones
     std::vector<Span> spans_;            // every step's reads, in order
     std::uint64_t bytes_ = 0;
     std::size_t pattern_ = 0;

@@ -54,7 +54,9 @@ TEST_CASE("Narrow weight kernels equal a double-precision product over the store
     const MatrixRM x = random_matrix(5, 1056, 4);  // 5 tokens
     for (const DType dtype : {DType::bf16, DType::fp16, DType::q8_0}) {
         CAPTURE(dtype_name(dtype));
-        const NarrowMatrix nm(w, dtype, "w");
+        HugeArena arena(HugeArena::footprint(NarrowMatrix::bytes(dtype, 150, 1056)));
+        const NarrowMatrix nm(w, dtype, "w", arena);
+        CHECK(arena.used() == arena.footprint(nm.bytes()));
         const MatrixRM wide = widened_by_codec(w, dtype);
         std::vector<float> row(1056);
         for (std::int64_t r = 0; r < 150; ++r) {
@@ -77,7 +79,9 @@ TEST_CASE("Narrow weight kernels equal a double-precision product over the store
                 CHECK(std::fabs(out(t, i) - ref) < 1e-4 * (1.0 + std::fabs(ref)) * 10);
             }
     }
-    CHECK_THROWS_AS(NarrowMatrix(random_matrix(2, 48, 5), DType::q8_0, "w"), UsageError);  // 48 is not a multiple of 32
+    HugeArena arena(4096);
+    CHECK_THROWS_AS(NarrowMatrix(random_matrix(2, 48, 5), DType::q8_0, "w", arena), UsageError);  // 48 is not a multiple of 32
+    CHECK(arena.used() == 0);  // refused before taking any bytes
     CHECK_THROWS_AS(check_weight_dtype(DType::q4_0), UsageError);
 }
 

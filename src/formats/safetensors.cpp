@@ -140,7 +140,7 @@ const float* SafetensorsFile::f32_view(const std::string& name, std::int64_t row
 
 MatrixRM SafetensorsFile::read_matrix(const std::string& name, std::int64_t rows, std::int64_t cols) const {
     const SafetensorsTensor& t = require(name, {rows, cols});
-    MatrixRM m(rows, cols);
+    MatrixRM m = large_matrix(rows, cols);
     read_f32(t, m.data());
     return m;
 }

@@ -188,8 +188,8 @@ KvCache::KvCache(const ModelConfig& cfg, std::int64_t n_tokens_max, const KvStor
             k_store_.emplace_back(storage, rows, cfg.n_head_kv, cfg.d_head);
             v_store_.emplace_back(storage, rows, cfg.n_head_kv, cfg.d_head);
         } else {
-            k_.emplace_back(MatrixRM::Zero(rows, cfg.d_kv()));
-            v_.emplace_back(MatrixRM::Zero(rows, cfg.d_kv()));
+            k_.emplace_back(large_zero_matrix(rows, cfg.d_kv()));
+            v_.emplace_back(large_zero_matrix(rows, cfg.d_kv()));
         }
     }
 }

@@ -264,8 +264,8 @@ std::int64_t KvAllocator::largest_free_range() const {
 
 KvPool::KvPool(const ModelConfig& cfg, std::int64_t n_rows) {
     for (std::int64_t l = 0; l < cfg.n_layer; ++l) {
-        k_.emplace_back(MatrixRM::Zero(n_rows, cfg.d_kv()));
-        v_.emplace_back(MatrixRM::Zero(n_rows, cfg.d_kv()));
+        k_.emplace_back(large_zero_matrix(n_rows, cfg.d_kv()));
+        v_.emplace_back(large_zero_matrix(n_rows, cfg.d_kv()));
     }
 }
 

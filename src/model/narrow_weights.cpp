@@ -28,17 +28,22 @@ void check_weight_shapes(const ModelConfig& cfg, DType dtype) {
                                          cfg.name, name, width));
 }
 
-NarrowMatrix::NarrowMatrix(const WeightMatrix& w, DType dtype, const char* name)
+std::uint64_t NarrowMatrix::bytes(DType dtype, std::int64_t rows, std::int64_t cols) {
+    return checked_mul(static_cast<std::uint64_t>(rows), row_bytes(dtype, static_cast<std::uint64_t>(cols)), "narrow weight bytes");
+}
+
+NarrowMatrix::NarrowMatrix(const WeightMatrix& w, DType dtype, const char* name, HugeArena& arena)
     : dtype_(dtype), rows_(w.rows()), cols_(w.cols()), row_bytes_(row_bytes(dtype, static_cast<std::uint64_t>(w.cols()))) {
     if (dtype != DType::bf16 && dtype != DType::fp16 && dtype != DType::q8_0)
         throw UsageError(fmt::format("--weight-dtype {}: a narrow copy is bf16, fp16 or q8_0", dtype_name(dtype)));
     if (dtype == DType::q8_0 && cols_ % kv_block_values != 0)
         throw UsageError(fmt::format("--weight-dtype q8_0: {} has rows of {} weights, which do not split into blocks of 32", name, cols_));
-    data_.resize(checked_mul(row_bytes_, static_cast<std::uint64_t>(rows_), "narrow weight bytes"));
+    n_bytes_ = bytes(dtype, rows_, cols_);
+    data_ = static_cast<std::uint8_t*>(arena.take(static_cast<std::size_t>(n_bytes_)));  // every byte is written below
     // rows are independent: every thread rounds its share (a load-time cost that grows with the model)
 #pragma omp parallel for schedule(static)
     for (std::int64_t r = 0; r < rows_; ++r) {
-        std::uint8_t* out = data_.data() + static_cast<std::size_t>(r) * row_bytes_;
+        std::uint8_t* out = data_ + static_cast<std::size_t>(r) * row_bytes_;
         const float* x = w.row(r).data();
         if (dtype == DType::q8_0) {
             for (std::int64_t b = 0; b < cols_ / kv_block_values; ++b) {
@@ -55,7 +60,7 @@ NarrowMatrix::NarrowMatrix(const WeightMatrix& w, DType dtype, const char* name)
 }
 
 void NarrowMatrix::decode(std::int64_t r, std::int64_t c0, std::int64_t n, float* out) const {
-    const std::uint8_t* row = data_.data() + static_cast<std::size_t>(r) * row_bytes_;
+    const std::uint8_t* row = data_ + static_cast<std::size_t>(r) * row_bytes_;
     switch (dtype_) {
     case DType::bf16: bf16_decode_n(reinterpret_cast<const std::uint16_t*>(row) + c0, out, n); return;
     case DType::fp16: fp16_decode_n(reinterpret_cast<const std::uint16_t*>(row) + c0, out, n); return;
@@ -182,29 +187,44 @@ std::uint64_t NarrowWeights::bytes() const {
     return sum;
 }
 
+namespace {
+
+// A layer's matmul weights, in forward order, and where each one's narrow copy goes.
+struct LayerMatrix {
+    WeightMatrix LayerWeights::*fp32;
+    NarrowMatrix NarrowLayer::*narrow;
+    const char* name;
+};
+constexpr LayerMatrix layer_matrices[] = {{&LayerWeights::wq, &NarrowLayer::wq, "wq"}, {&LayerWeights::wk, &NarrowLayer::wk, "wk"},
+                                          {&LayerWeights::wv, &NarrowLayer::wv, "wv"}, {&LayerWeights::wo, &NarrowLayer::wo, "wo"},
+                                          {&LayerWeights::w1, &NarrowLayer::w1, "w1"}, {&LayerWeights::w3, &NarrowLayer::w3, "w3"},
+                                          {&LayerWeights::w2, &NarrowLayer::w2, "w2"}};
+
+}  // namespace
+
 NarrowWeights narrow_weights(const Weights& w, DType dtype) {
     check_weight_dtype(dtype);
     NarrowWeights nw;
     nw.dtype = dtype;
+    // one arena holds every narrow matrix, back to back in forward order (w3 is empty for gpt2)
+    std::uint64_t arena_bytes = HugeArena::footprint(NarrowMatrix::bytes(dtype, w.classifier().rows(), w.classifier().cols()));
+    for (const LayerWeights& lw : w.layers)
+        for (const LayerMatrix& m : layer_matrices)
+            arena_bytes = checked_add(arena_bytes, HugeArena::footprint(NarrowMatrix::bytes(dtype, (lw.*m.fp32).rows(), (lw.*m.fp32).cols())),
+                                      "narrow weight bytes");
+    nw.arena = std::make_shared<HugeArena>(static_cast<std::size_t>(arena_bytes));
     for (const LayerWeights& lw : w.layers) {
         NarrowLayer& l = nw.layers.emplace_back();
-        l.wq = NarrowMatrix(lw.wq, dtype, "wq");
-        l.wk = NarrowMatrix(lw.wk, dtype, "wk");
-        l.wv = NarrowMatrix(lw.wv, dtype, "wv");
-        l.wo = NarrowMatrix(lw.wo, dtype, "wo");
-        l.w1 = NarrowMatrix(lw.w1, dtype, "w1");
-        if (lw.w3.size()) l.w3 = NarrowMatrix(lw.w3, dtype, "w3");
-        l.w2 = NarrowMatrix(lw.w2, dtype, "w2");
+        for (const LayerMatrix& m : layer_matrices)
+            if ((lw.*m.fp32).size()) l.*m.narrow = NarrowMatrix(lw.*m.fp32, dtype, m.name, *nw.arena);
     }
-    nw.classifier = NarrowMatrix(w.classifier(), dtype, "the classifier");
+    nw.classifier = NarrowMatrix(w.classifier(), dtype, "the classifier", *nw.arena);
     return nw;
 }
 
 std::uint64_t narrow_weights_bytes(const ModelConfig& cfg, DType dtype) {
     // one matrix: rows x row_bytes(cols)
-    const auto matrix = [&](std::int64_t rows, std::int64_t cols) {
-        return checked_mul(static_cast<std::uint64_t>(rows), row_bytes(dtype, static_cast<std::uint64_t>(cols)), "narrow weight bytes");
-    };
+    const auto matrix = [&](std::int64_t rows, std::int64_t cols) { return NarrowMatrix::bytes(dtype, rows, cols); };
     const std::int64_t d = cfg.d_model, f = cfg.d_ff;
     std::uint64_t layer = 0;
     for (const std::uint64_t m : {matrix(cfg.d_q(), d), matrix(cfg.d_kv(), d), matrix(cfg.d_kv(), d), matrix(d, cfg.d_q()), matrix(f, d),

@@ -6,9 +6,11 @@
 // (model/kv_format.hpp), 32 consecutive weights of a row per block. docs/performance.md.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "core/huge_pages.hpp"
 #include "model/weights.hpp"
 
 namespace kvlab {
@@ -24,21 +26,23 @@ void check_weight_shapes(const ModelConfig& cfg, DType dtype);
 class NarrowMatrix {
 public:
     NarrowMatrix() = default;
-    // Encodes w. Throws UsageError when q8_0 is asked of a row that does not split into blocks of 32.
-    NarrowMatrix(const WeightMatrix& w, DType dtype, const char* name);
+    // Encodes w into bytes(dtype, w's shape) taken from `arena`, which must outlive it. Throws UsageError
+    // when q8_0 is asked of a row that does not split into blocks of 32 (before taking anything).
+    NarrowMatrix(const WeightMatrix& w, DType dtype, const char* name, HugeArena& arena);
+    static std::uint64_t bytes(DType dtype, std::int64_t rows, std::int64_t cols);
     std::int64_t rows() const { return rows_; }
     std::int64_t cols() const { return cols_; }
     DType dtype() const { return dtype_; }
-    std::uint64_t bytes() const { return data_.size(); }
-    const std::uint8_t* row_data(std::int64_t r) const { return data_.data() + static_cast<std::size_t>(r) * row_bytes_; }
+    std::uint64_t bytes() const { return n_bytes_; }
+    const std::uint8_t* row_data(std::int64_t r) const { return data_ + static_cast<std::size_t>(r) * row_bytes_; }
     // Columns c0..c0+n-1 of row r widened into out (n floats); for q8_0, c0 and n are multiples of 32.
     void decode(std::int64_t r, std::int64_t c0, std::int64_t n, float* out) const;
 
 private:
     DType dtype_ = DType::fp32;
     std::int64_t rows_ = 0, cols_ = 0;
-    std::uint64_t row_bytes_ = 0;
-    std::vector<std::uint8_t> data_;
+    std::uint64_t row_bytes_ = 0, n_bytes_ = 0;
+    std::uint8_t* data_ = nullptr;  // rows x row_bytes_, in the arena
 };
 
 struct NarrowLayer {
@@ -47,6 +51,7 @@ struct NarrowLayer {
 
 struct NarrowWeights {
     DType dtype = DType::fp32;
+    std::shared_ptr<HugeArena> arena;  // every matrix's bytes, back to back in forward order
     std::vector<NarrowLayer> layers;
     NarrowMatrix classifier;  // lm_head, or the tied token embedding
     std::uint64_t bytes() const;

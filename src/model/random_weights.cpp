@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/checked.hpp"
+#include "core/huge_pages.hpp"
 
 namespace kvlab {
 
@@ -50,15 +51,31 @@ Weights random_weights(const ModelConfig& cfg, std::uint64_t seed, float sigma) 
     Weights w;
     w.rope_pairing = RopePairing::neighbours;  // as llama2.c, the reference for random-init runs
     w.layers.resize(static_cast<std::size_t>(cfg.n_layer));
+    // the matrices back to back in forward order, in one arena of huge pages (core/huge_pages.hpp): the
+    // views below point into it and Weights::backing keeps it; the vectors have their own storage
+    std::uint64_t arena_bytes = 0;
+    for_each_tensor(specs, w.layers.size(), [&](const TensorSpec& s, std::size_t) {
+        if (s.is_matrix())
+            arena_bytes = checked_add(arena_bytes, HugeArena::footprint(checked_mul(s.n_values(), sizeof(float), "weight bytes")),
+                                      "weight bytes");
+    });
+    auto arena = std::make_shared<HugeArena>(static_cast<std::size_t>(arena_bytes));
     std::uint64_t n_drawn = 0;  // matrices drawn so far: each draws from its own key, in forward order
     for_each_tensor(specs, w.layers.size(), [&](const TensorSpec& s, std::size_t layer) {
-        allocate_tensor(w, s, layer);
-        const std::span<float> data = tensor_data(w, s, layer);
+        std::span<float> data;
+        if (s.is_matrix()) {
+            data = {static_cast<float*>(arena->take(s.n_values() * sizeof(float))), static_cast<std::size_t>(s.n_values())};
+            matrix_of(w, s, layer) = WeightMatrix::view(data.data(), s.rows, s.cols);
+        } else {
+            allocate_tensor(w, s, layer);
+            data = tensor_data(w, s, layer);
+        }
         if (s.init == TensorInit::normal)
             fill_normal(data.data(), static_cast<std::int64_t>(data.size()), mix64(seed ^ mix64(++n_drawn)), sigma);
         else
             std::fill(data.begin(), data.end(), s.init == TensorInit::ones ? 1.0f : 0.0f);
     });
+    w.backing = std::move(arena);
     return w;
 }
 

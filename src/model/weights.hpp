@@ -8,11 +8,25 @@
 #include <Eigen/Core>
 
 #include "calc/model_config.hpp"
+#include "core/huge_pages.hpp"
 
 namespace kvlab {
 
 using MatrixRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using VectorF = Eigen::VectorXf;
+
+// A matrix the forward pass streams through (weights, KV caches), uninitialised: its storage's whole
+// 2 MiB pages advised huge before anything touches them (core/huge_pages.hpp says why).
+inline MatrixRM large_matrix(Eigen::Index rows, Eigen::Index cols) {
+    MatrixRM m(rows, cols);
+    advise_huge_pages(m.data(), static_cast<std::size_t>(m.size()) * sizeof(float));
+    return m;
+}
+inline MatrixRM large_zero_matrix(Eigen::Index rows, Eigen::Index cols) {
+    MatrixRM m = large_matrix(rows, cols);
+    m.setZero();
+    return m;
+}
 
 // A weight matrix (rows, cols), row-major fp32: its own values, or a read-only view of values another
 // owner holds (a checkpoint's mapped pages used in place; Weights::backing keeps them alive). The
@@ -42,20 +56,24 @@ public:
     // Its own values, to fill or change: a view is copied first (and no longer a view).
     MatrixRM& owned() {
         if (view_) {
-            own_ = map();
+            MatrixRM copy = large_matrix(rows_, cols_);
+            copy = map();
+            own_ = std::move(copy);
             view_ = nullptr;
         }
         return own_;
     }
     template <typename Derived>
     WeightMatrix& operator=(const Eigen::MatrixBase<Derived>& values) {  // its own values from any expression
+        MatrixRM m = large_matrix(values.rows(), values.cols());  // a fresh buffer: `values` may read own_
+        m = values;
+        own_ = std::move(m);
         view_ = nullptr;
-        own_ = values;
         return *this;
     }
-    void resize(Index rows, Index cols) {
+    void resize(Index rows, Index cols) {  // uninitialised (large_matrix)
         view_ = nullptr;
-        own_.resize(rows, cols);
+        if (own_.rows() != rows || own_.cols() != cols) own_ = large_matrix(rows, cols);
     }
 
 private:
@@ -93,7 +111,7 @@ struct Weights {
     VectorF final_norm_bias;  // (d) gpt2 only
     WeightMatrix lm_head;     // (V, d); empty when tied: the classifier is tok_embed
     RopePairing rope_pairing = RopePairing::neighbours;
-    std::shared_ptr<const void> backing;  // what views among the matrices point into (a mapped checkpoint), or null
+    std::shared_ptr<const void> backing;  // what views among the matrices point into (a mapped checkpoint, an arena), or null
 
     const WeightMatrix& classifier() const { return lm_head.size() ? lm_head : tok_embed; }
 };

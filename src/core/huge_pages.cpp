@@ -1,0 +1,54 @@
+#include "core/huge_pages.hpp"
+
+#include <cstdint>
+#include <new>
+
+#include <fmt/format.h>
+#include <sys/mman.h>
+
+#include "core/error.hpp"
+
+namespace kvlab {
+
+std::size_t advise_huge_pages(void* data, std::size_t bytes) noexcept {
+    constexpr std::uintptr_t huge = huge_page_bytes;
+    const auto begin = reinterpret_cast<std::uintptr_t>(data);
+    if (data == nullptr || bytes < huge || begin > UINTPTR_MAX - bytes) return 0;
+    const std::uintptr_t first = (begin + huge - 1) & ~(huge - 1), last = (begin + bytes) & ~(huge - 1);
+    if (last <= first) return 0;
+    // EINVAL where the kernel has no THP: the advice is dropped, the memory works the same
+    if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE) != 0) return 0;
+    return last - first;
+}
+
+HugeArena::HugeArena(std::size_t capacity) : capacity_(capacity) {
+    if (capacity == 0) return;
+    if (capacity > SIZE_MAX - huge_page_bytes) throw std::bad_alloc();
+    mapped_ = capacity + huge_page_bytes;  // room to start on a huge-page boundary
+    mapping_ = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapping_ == MAP_FAILED) {
+        mapping_ = nullptr;
+        throw std::bad_alloc();
+    }
+    const auto at = reinterpret_cast<std::uintptr_t>(mapping_);
+    base_ = reinterpret_cast<std::byte*>((at + huge_page_bytes - 1) & ~(std::uintptr_t{huge_page_bytes} - 1));
+    // whole huge pages of the capacity only: a partial last one stays in 4 KiB pages, so touching the
+    // end of the last piece does not make up to 2 MiB resident that nothing uses
+    advise_huge_pages(base_, capacity);
+}
+
+HugeArena::~HugeArena() {
+    if (mapping_ != nullptr) ::munmap(mapping_, mapped_);
+}
+
+void* HugeArena::take(std::size_t bytes) {
+    const std::size_t n = footprint(bytes);
+    if (n < bytes || n > capacity_ - used_)
+        throw Error(fmt::format("huge-page arena: {} bytes asked with {} of {} left; its owner sized it too small", bytes,
+                                capacity_ - used_, capacity_));
+    void* out = base_ + used_;
+    used_ += n;
+    return out;
+}
+
+}  // namespace kvlab

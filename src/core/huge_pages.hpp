@@ -1,0 +1,41 @@
+// Transparent huge pages for kvlab's large arrays (weights, their narrow copies, KV caches): advice that
+// the kernel may back whole 2 MiB pages of them with huge pages. Where the host's THP mode is "madvise",
+// memory not advised stays in 4 KiB pages, and a decode reading its weights from them ran up to 1.4x
+// slower (docs/performance.md, "Huge pages"). Advice only: nothing changes where THP is off.
+#pragma once
+#include <cstddef>
+
+namespace kvlab {
+
+inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;  // x86-64's PMD page
+
+// The whole huge pages inside [data, data + bytes), advised MADV_HUGEPAGE. Call it before the first write:
+// a page touched before the advice stays small until the kernel's background collapse reaches it.
+// Returns the bytes advised (0 when the range holds no whole huge page or the kernel refuses); never throws.
+std::size_t advise_huge_pages(void* data, std::size_t bytes) noexcept;
+
+// Memory for many arrays that one pass streams through (a model's weight matrices, or their narrow
+// copies): one anonymous mapping, huge-page aligned and advised, handed out back to back in 64-byte
+// aligned pieces, so matrices smaller than a huge page share huge pages instead of each lying in 4 KiB
+// ones. Sized once by its owner; pieces live as long as the arena. Untouched capacity costs no memory.
+class HugeArena {
+public:
+    explicit HugeArena(std::size_t capacity);  // throws std::bad_alloc when the mapping fails
+    ~HugeArena();
+    HugeArena(const HugeArena&) = delete;
+    HugeArena& operator=(const HugeArena&) = delete;
+
+    // The next `bytes` (uninitialised, 64-byte aligned). Throws Error past the capacity: the owner sized
+    // the arena with footprint() for every piece it takes.
+    void* take(std::size_t bytes);
+    static constexpr std::size_t footprint(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
+    std::size_t used() const { return used_; }
+
+private:
+    void* mapping_ = nullptr;
+    std::size_t mapped_ = 0;
+    std::byte* base_ = nullptr;  // the first huge-page boundary inside the mapping
+    std::size_t capacity_ = 0, used_ = 0;
+};
+
+}  // namespace kvlab
