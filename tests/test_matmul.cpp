@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/error.hpp"
 #include "model/matmul.hpp"
 #include "model/weights.hpp"
 
@@ -15,16 +16,17 @@ namespace {
 // y = W x through gemv_rows over a (rows, ld) buffer whose first `cols` columns are W (exactly sized,
 // so an ASan build catches a read past it); checked against a double-precision dot per row, within
 // fp32 rounding of the row's sum of |w_j x_j|. y's three sentinels after `rows` must stay untouched.
-void check_gemv(std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+void check_gemv(std::int64_t rows, std::int64_t cols, std::int64_t ld, int streams) {
     CAPTURE(rows);
     CAPTURE(cols);
     CAPTURE(ld);
+    CAPTURE(streams);
     std::srand(static_cast<unsigned>(rows * 1000 + cols));
     const MatrixRM w = MatrixRM::Random(rows, ld);  // (rows, ld)
     const VectorF x = VectorF::Random(cols);             // (cols)
     const float sentinel = 12345.0f;
     std::vector<float> y(static_cast<std::size_t>(rows + 3), sentinel);  // (rows) + 3 sentinels
-    gemv_rows(w.data(), ld, rows, cols, x.data(), y.data());
+    gemv_rows(w.data(), ld, rows, cols, x.data(), y.data(), streams);
     for (std::int64_t i = 0; i < rows; ++i) {
         double exact = 0.0, magnitude = 0.0;
         for (std::int64_t j = 0; j < cols; ++j) {
@@ -40,17 +42,32 @@ void check_gemv(std::int64_t rows, std::int64_t cols, std::int64_t ld) {
 }  // namespace
 
 TEST_CASE("gemv_rows: every row's dot product, for row counts around the stream count and tails of the SIMD width") {
-    // rows below, at and above kGemvStreams (= 8) and its multiples; cols 1, a packet (16 floats on
-    // AVX-512, 8 on AVX), a packet plus a tail, and the model widths of stories15M (288, 768)
-    for (const std::int64_t rows : {1, 7, 8, 9, 16, 23, 100})
-        for (const std::int64_t cols : {1, 5, 8, 16, 17, 33, 288, 768}) {
-            check_gemv(rows, cols, cols);
-            check_gemv(rows, cols, cols + 3);  // a row stride wider than the row (a block of a wider matrix)
-        }
+    // rows below, at and above either stream count (4, 8) and their multiples; cols 1, a packet (16
+    // floats on AVX-512, 8 on AVX), a packet plus a tail, and the model widths of stories15M (288, 768)
+    for (const int streams : gemv_stream_choices)
+        for (const std::int64_t rows : {1, 3, 4, 5, 7, 8, 9, 16, 23, 100})
+            for (const std::int64_t cols : {1, 5, 8, 16, 17, 33, 288, 768}) {
+                check_gemv(rows, cols, cols, streams);
+                check_gemv(rows, cols, cols + 3, streams);  // a row stride wider than the row (a block of a wider matrix)
+            }
 }
 
 TEST_CASE("gemv_rows: with zero rows writes nothing") {
-    check_gemv(0, 16, 16);
+    for (const int streams : gemv_stream_choices) check_gemv(0, 16, 16, streams);
+}
+
+TEST_CASE("gemv_rows: the stream count changes the speed only, never a bit of the result") {
+    // each row is summed in the same order whichever rows run beside it, so the CPU's choice
+    // (gemv_streams) cannot make two hosts' runs differ
+    std::srand(11);
+    const MatrixRM w = MatrixRM::Random(203, 288);  // 203 = 25 * 8 + 3 = 50 * 4 + 3: tails for both
+    const VectorF x = VectorF::Random(288);
+    VectorF y4(203), y8(203);
+    gemv_rows(w.data(), w.cols(), w.rows(), w.cols(), x.data(), y4.data(), 4);
+    gemv_rows(w.data(), w.cols(), w.rows(), w.cols(), x.data(), y8.data(), 8);
+    CHECK(y4 == y8);
+    CHECK((gemv_streams() == 4 || gemv_streams() == 8));
+    CHECK_THROWS_AS(gemv_rows(w.data(), w.cols(), w.rows(), w.cols(), x.data(), y4.data(), 6), Error);
 }
 
 TEST_CASE("gemv_rows: agrees with Eigen's matrix-vector product on a classifier-shaped block") {

@@ -26,7 +26,8 @@ constexpr std::int64_t kPanelBytes = 256 * 1024;       // weight rows kept in L2
 // out[s][t * ldo] = row[s] . x_t for S rows read side by side and N tokens (x_t at x + t * ldx): S x N
 // independent accumulators, so S streams of weights are in flight, the FMA chains do not wait on each
 // other, and each weight packet is loaded once for all N tokens. A (row, token) sum runs in the same
-// order whatever N is, so a token's outputs in a small batch are bitwise those of a one-token call.
+// order whatever N and S are, so a token's outputs in a small batch are bitwise those of a one-token call.
+// One token reads gemv_streams() rows side by side; 2..4 tokens as many as the registers hold, up to 8.
 constexpr int streams_for(int N) { return std::clamp((kRegisters - N - 1) / N, 1, 8); }
 // Tokens gemm_rows runs this way. Up to 4, each token's weights come once from memory for all of them;
 // at 5..8 on AVX-512 (2 rows in flight) the packed tiles measured as fast or faster (docs/serving.md)
@@ -55,10 +56,9 @@ void dot_rows_n(const float* const (&row)[S], std::int64_t cols, const float* x,
 }
 
 // gemv_rows for N tokens: rows in S sequential sub-blocks read side by side, then the rest one by one.
-template <int N>
+template <int N, int S = streams_for(N)>
 void gemv_rows_n(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, std::int64_t ldx, float* y,
                  std::int64_t ldo) {
-    constexpr int S = streams_for(N);
     const std::int64_t per = rows / S;
     for (std::int64_t i = 0; i < per; ++i) {
         const float* row[S];
@@ -136,9 +136,25 @@ void pack_tile(const float* x, std::int64_t ldx, std::int64_t n_tok, std::int64_
 
 }  // namespace
 
-void gemv_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, float* y) {
-    static_assert(streams_for(1) == kGemvStreams, "one token reads kGemvStreams rows side by side");
-    gemv_rows_n<1>(w, ldw, rows, cols, x, 0, y, 0);
+int gemv_streams() {
+#if defined(__x86_64__) || defined(__i386__)
+    static const int streams = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_is("amd") ? 4 : 8;
+    }();
+    return streams;
+#else
+    return 8;
+#endif
+}
+
+void gemv_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, float* y, int streams) {
+    static_assert(streams_for(1) >= 8, "one token has registers for 8 streams");
+    switch (streams) {
+        case 4: gemv_rows_n<1, 4>(w, ldw, rows, cols, x, 0, y, 0); return;
+        case 8: gemv_rows_n<1, 8>(w, ldw, rows, cols, x, 0, y, 0); return;
+        default: throw Error(fmt::format("gemv_rows: {} streams; expected 4 or 8", streams));
+    }
 }
 
 std::int64_t gemm_tile_tokens() { return kTileTokens; }
@@ -156,7 +172,7 @@ void gemm_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t
     // a few tokens: GEMV-style streams, each weight loaded once for all of them (no packing, no padding
     // to a whole register of tokens)
     if (n <= kGemvMaxTokens) switch (n) {
-            case 1: gemv_rows_n<1>(w, ldw, rows, cols, x, ldx, out, ldo); return;
+            case 1: gemv_rows(w, ldw, rows, cols, x, out); return;
             case 2: gemv_rows_n<2>(w, ldw, rows, cols, x, ldx, out, ldo); return;
             case 3: gemv_rows_n<3>(w, ldw, rows, cols, x, ldx, out, ldo); return;
             case 4: gemv_rows_n<4>(w, ldw, rows, cols, x, ldx, out, ldo); return;

@@ -7,13 +7,19 @@
 
 namespace kvlab {
 
-// Row streams gemv_rows reads side by side: a core keeps more cache misses in flight over several
-// sequential streams than over one.
-inline constexpr int kGemvStreams = 8;
+// Row streams gemv_rows reads side by side per thread. A core keeps more cache misses in flight over
+// several sequential streams than over one, but how many pays differs by part: 8 on the Intel Xeon
+// measured, 4 on AMD (Zen 4 measured; on Zen 3 one stream out-read eight), docs/performance.md, "The
+// decode GEMV". gemv_streams() is this CPU's, picked once by vendor; the stream count never changes a
+// result (each row's sum runs in the same order), only the speed.
+inline constexpr int gemv_stream_choices[] = {4, 8};
+int gemv_streams();
 
 // y[i] = sum_j w[i*ldw + j] * x[j] for rows i in [0, rows): w (rows, cols) row-major with row stride
 // ldw, x (cols), y (rows). fp32 sums, one accumulator per row, in SIMD-width chunks of x then the tail.
-void gemv_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, float* y);
+// `streams`: one of gemv_stream_choices (else Error).
+void gemv_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, float* y,
+               int streams = gemv_streams());
 
 // Tokens per tile of gemm_rows: four SIMD registers of tokens (64 with AVX-512, 32 with AVX).
 std::int64_t gemm_tile_tokens();

@@ -74,7 +74,7 @@ void NarrowMatrix::decode(std::int64_t r, std::int64_t c0, std::int64_t n, float
 
 namespace {
 
-constexpr std::int64_t kGemvRows = 8;      // rows widened side by side (as gemv_rows' streams)
+constexpr std::int64_t kGemvRows = 8;      // rows widened side by side (gemv_rows reads 4 or 8 streams; narrow rows were measured at 8 only)
 constexpr std::int64_t kGemvCols = 512;    // columns per pass: 8 x 512 floats = 16 KiB, in L1
 constexpr std::int64_t kPanelFloats = 64 * 1024;  // a gemm panel of rows: 256 KiB, in L2
 constexpr std::int64_t kPrefetchBytes = 512;      // how far ahead in each row the fused GEMV asks for lines
