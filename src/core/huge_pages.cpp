@@ -5,6 +5,16 @@
 
 #include <fmt/format.h>
 #include <sys/mman.h>
+#if defined(__SANITIZE_ADDRESS__)
+#define KVLAB_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KVLAB_ASAN 1
+#endif
+#endif
+#ifdef KVLAB_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
 
 #include "core/error.hpp"
 
@@ -35,10 +45,17 @@ HugeArena::HugeArena(std::size_t capacity) : capacity_(capacity) {
     // whole huge pages of the capacity only: a partial last one stays in 4 KiB pages, so touching the
     // end of the last piece does not make up to 2 MiB resident that nothing uses
     advise_huge_pages(base_, capacity);
+#ifdef KVLAB_ASAN
+    ASAN_POISON_MEMORY_REGION(mapping_, mapped_);
+#endif
 }
 
 HugeArena::~HugeArena() {
-    if (mapping_ != nullptr) ::munmap(mapping_, mapped_);
+    if (mapping_ == nullptr) return;
+#ifdef KVLAB_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(mapping_, mapped_);  // the addresses may be mapped again for anything
+#endif
+    ::munmap(mapping_, mapped_);
 }
 
 void* HugeArena::take(std::size_t bytes) {
@@ -48,6 +65,9 @@ void* HugeArena::take(std::size_t bytes) {
                                 capacity_ - used_, capacity_));
     void* out = base_ + used_;
     used_ += n;
+#ifdef KVLAB_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(out, bytes);
+#endif
     return out;
 }
 

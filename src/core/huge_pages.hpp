@@ -26,12 +26,25 @@ public:
     HugeArena& operator=(const HugeArena&) = delete;
 
     // The next `bytes` (uninitialised, 64-byte aligned). Throws Error past the capacity: the owner sized
-    // the arena with footprint() for every piece it takes.
+    // the arena with footprint() for every piece it takes. Under AddressSanitizer everything but the
+    // pieces taken stays poisoned, and each piece is followed by a poisoned line, so a read past a
+    // matrix's end is still caught as it was when every matrix had its own heap block.
     void* take(std::size_t bytes);
-    static constexpr std::size_t footprint(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
+    static constexpr std::size_t footprint(std::size_t bytes) { return (bytes + 63) / 64 * 64 + guard_bytes; }
     std::size_t used() const { return used_; }
 
 private:
+#if defined(__SANITIZE_ADDRESS__)
+    static constexpr std::size_t guard_bytes = 64;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    static constexpr std::size_t guard_bytes = 64;
+#else
+    static constexpr std::size_t guard_bytes = 0;
+#endif
+#else
+    static constexpr std::size_t guard_bytes = 0;
+#endif
     void* mapping_ = nullptr;
     std::size_t mapped_ = 0;
     std::byte* base_ = nullptr;  // the first huge-page boundary inside the mapping
