@@ -37,6 +37,7 @@
 #include "formats/llama2c_checkpoint.hpp"
 #include "calc/presets.hpp"
 #include "core/printer.hpp"
+#include "model/matmul.hpp"
 #include "model/random_weights.hpp"
 #include "report/simulation_report.hpp"
 #include "model/simulator.hpp"
@@ -287,7 +288,8 @@ std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
     return out;
 }
 
-// The host, for the JSON report: the CPU's model and the vector ISA flags that matter to these kernels.
+// The host, for the JSON report: the CPU's model, the vector ISA flags that matter to these kernels, the
+// huge-page mode and the decode GEMV's stream count on this CPU.
 nlohmann::json host_info() {
     std::ifstream in("/proc/cpuinfo");
     std::string line, flags;
@@ -299,7 +301,14 @@ nlohmann::json host_info() {
     std::vector<std::string> isa;
     for (const char* f : {"sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16", "amx_bf16"})
         if ((" " + flags + " ").find(std::string(" ") + f + " ") != std::string::npos) isa.emplace_back(f);
-    return {{"cores", omp_get_num_procs()}, {"isa", isa}};
+    // the kernel's transparent-huge-page mode, the bracketed word of "always [madvise] never": where it
+    // is madvise, only advised memory (kvlab's weights and caches, the references' buffers) gets them
+    std::string thp;
+    if (std::ifstream mode("/sys/kernel/mm/transparent_hugepage/enabled"); std::getline(mode, line))
+        if (const auto open = line.find('['), close = line.find(']'); open != std::string::npos && close > open)
+            thp = line.substr(open + 1, close - open - 1);
+    return {{"cores", omp_get_num_procs()}, {"isa", isa}, {"transparent_hugepages", thp.empty() ? "unknown" : thp},
+            {"gemv_streams", gemv_streams()}};
 }
 
 std::string cpu_model() {
