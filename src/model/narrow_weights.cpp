@@ -98,7 +98,7 @@ void gemv_buffered(const NarrowMatrix& w, std::int64_t r0, std::int64_t nr, cons
 }
 
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
-// 8 rows side by side, as gemv_rows reads fp32 (8 streams in flight), each 8 weights widened in a
+// 8 rows side by side (8 streams in flight, gemv_rows' count on Intel), each 8 weights widened in a
 // register and multiplied into the row's accumulator; one tree sums the 8 accumulators at the end.
 // bf16: a 16-bit shift into the top of an fp32; fp16: F16C; q8_0: per block of 32, the codes' dot
 // product with x, times the block's scale d.
