@@ -26,9 +26,13 @@ std::size_t advise_huge_pages(void* data, std::size_t bytes) noexcept {
     if (data == nullptr || bytes < huge || begin > UINTPTR_MAX - bytes) return 0;
     const std::uintptr_t first = (begin + huge - 1) & ~(huge - 1), last = (begin + bytes) & ~(huge - 1);
     if (last <= first) return 0;
+#ifdef MADV_HUGEPAGE
     // EINVAL where the kernel has no THP: the advice is dropped, the memory works the same
     if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE) != 0) return 0;
     return last - first;
+#else
+    return 0;  // a system without transparent huge pages
+#endif
 }
 
 HugeArena::HugeArena(std::size_t capacity) : capacity_(capacity) {
@@ -40,10 +44,17 @@ HugeArena::HugeArena(std::size_t capacity) : capacity_(capacity) {
         mapping_ = nullptr;
         throw std::bad_alloc();
     }
+    // keep [base_, base_ + capacity rounded up to 4 KiB pages) and give the slack on both sides back: no
+    // whole 2 MiB block lies past the capacity, so in THP mode "always" too the last partial huge page
+    // stays in 4 KiB pages and touching the end of the last piece makes nothing resident that it does not use
     const auto at = reinterpret_cast<std::uintptr_t>(mapping_);
     base_ = reinterpret_cast<std::byte*>((at + huge_page_bytes - 1) & ~(std::uintptr_t{huge_page_bytes} - 1));
-    // whole huge pages of the capacity only: a partial last one stays in 4 KiB pages, so touching the
-    // end of the last piece does not make up to 2 MiB resident that nothing uses
+    const std::size_t page = 4096, kept = (capacity + page - 1) / page * page;
+    auto* first = static_cast<std::byte*>(mapping_);
+    if (base_ > first) ::munmap(first, static_cast<std::size_t>(base_ - first));
+    if (first + mapped_ > base_ + kept) ::munmap(base_ + kept, static_cast<std::size_t>(first + mapped_ - (base_ + kept)));
+    mapping_ = base_;
+    mapped_ = kept;
     advise_huge_pages(base_, capacity);
 #ifdef KVLAB_ASAN
     ASAN_POISON_MEMORY_REGION(mapping_, mapped_);
