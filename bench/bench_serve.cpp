@@ -139,10 +139,14 @@ int main(int argc, char** argv) {
     try {
         const Format format = parse_choice(format_choices, o.format, "--format");
         if (!o.json.empty()) check_output_path(o.json, "--json");
-        if (o.threads > 0) {
-            omp_set_num_threads(o.threads);
-            Eigen::setNbThreads(o.threads);
-        }
+        // every core, or --threads, and a fixed team: with libgomp's dynamic teams (what serve's --threads 0
+        // asks for) a busy host shrinks a team to one thread by its load average, and the FMA peak and the
+        // batched steps were then measured on one core while the table said two
+        const int n_threads = o.threads > 0 ? o.threads : omp_get_num_procs();
+        o.threads = n_threads;  // the pool runs through serve's session, which keeps a given count fixed
+        omp_set_dynamic(0);
+        omp_set_num_threads(n_threads);
+        Eigen::setNbThreads(n_threads);
         Report report;
         report.inputs = {{"pool_model", o.pool_model}, {"decode_model", o.decode_model}, {"prompt_len", o.prompt_len},
                          {"steps", o.steps},           {"repeats", o.repeats},          {"threads", omp_get_max_threads()}};
