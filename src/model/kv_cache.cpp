@@ -10,6 +10,7 @@
 
 #include "calc/kv_memory.hpp"
 #include "core/checked.hpp"
+#include "core/huge_pages.hpp"
 #include "core/error.hpp"
 #include "model/kv_format.hpp"
 
@@ -59,7 +60,10 @@ std::uint64_t kv_resident_bytes(const ModelConfig& cfg, const KvStorage& storage
 KvRowStore::KvRowStore(const KvStorage& storage, std::int64_t n_rows, std::int64_t n_head_kv, std::int64_t d_head)
     : storage_(storage), n_head_kv_(n_head_kv), d_head_(d_head), width_(n_head_kv * d_head),
       row_bytes_(row_bytes(storage.dtype, static_cast<std::uint64_t>(n_head_kv * d_head))) {
-    data_.assign(checked_mul(row_bytes_, static_cast<std::uint64_t>(n_rows), "KV cache bytes"), 0);
+    n_data_ = checked_mul(row_bytes_, static_cast<std::uint64_t>(n_rows), "KV cache bytes");
+    data_.reset(new std::uint8_t[n_data_]);  // advised before the zeroing touches it
+    advise_huge_pages(data_.get(), n_data_);
+    std::memset(data_.get(), 0, n_data_);
     if (storage_.scaled() && storage_.scale == KvScale::token_head) head_scales_.assign(static_cast<std::size_t>(n_rows * n_head_kv), 1.0f);
 }
 
@@ -70,7 +74,7 @@ void KvRowStore::calibrate(const MatrixRM& x, std::int64_t n) {
 }
 
 void KvRowStore::write(std::int64_t row, const float* x) {
-    std::uint8_t* out = data_.data() + static_cast<std::size_t>(row) * row_bytes_;
+    std::uint8_t* out = data_.get() + static_cast<std::size_t>(row) * row_bytes_;
     switch (storage_.dtype) {
     case DType::fp16:
     case DType::bf16:
@@ -127,7 +131,7 @@ void KvRowStore::read_head(std::int64_t row0, std::int64_t n, std::int64_t h, fl
     // compiler vectorizes or a decoder of kv_format (F16C)
     const std::int64_t D = d_head_, first = h * D;  // this head's values: first .. first+D-1 of the row
     const bool row_scales = !head_scales_.empty();
-    const std::uint8_t* data = data_.data();
+    const std::uint8_t* data = data_.get();
     const float* scales = head_scales_.data();
     const std::uint64_t row_bytes = row_bytes_;
     const std::int64_t n_head_kv = n_head_kv_;
@@ -170,7 +174,7 @@ void KvRowStore::read_head(std::int64_t row0, std::int64_t n, std::int64_t h, fl
 
 std::uint64_t KvRowStore::bytes() const {
     const std::uint64_t tensor = storage_.scaled() && storage_.scale == KvScale::tensor ? sizeof(float) : 0;
-    return data_.size() + sizeof(float) * head_scales_.size() + tensor;
+    return n_data_ + sizeof(float) * head_scales_.size() + tensor;
 }
 
 KvCache::KvCache(const ModelConfig& cfg, std::int64_t n_tokens_max, const KvStorage& storage)

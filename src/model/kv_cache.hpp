@@ -7,6 +7,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "calc/model_config.hpp"
@@ -59,7 +60,8 @@ private:
     KvStorage storage_;
     std::int64_t n_head_kv_, d_head_, width_;
     std::uint64_t row_bytes_;            // encoded values of one row (no per-row scales)
-    std::vector<std::uint8_t> data_;     // n_rows x row_bytes_
+    std::uint64_t n_data_ = 0;
+    std::unique_ptr<std::uint8_t[]> data_;  // n_rows x row_bytes_, zeroed; huge pages advised (as fp32 caches get)
     std::vector<float> head_scales_;     // token-head: n_rows x Hkv
     float tensor_scale_ = 1.0f;
     bool calibrated_ = false;
