@@ -140,8 +140,9 @@ int main(int argc, char** argv) {
         const Format format = parse_choice(format_choices, o.format, "--format");
         if (!o.json.empty()) check_output_path(o.json, "--json");
         // every core, or --threads, and a fixed team: with libgomp's dynamic teams (what serve's --threads 0
-        // asks for) a busy host shrinks a team to one thread by its load average, and the FMA peak and the
-        // batched steps were then measured on one core while the table said two
+        // asks for) a busy host shrinks every team to one thread by its load average; a run measured so
+        // showed an FMA peak of one core and batched steps to match, while the table said two threads
+        if (o.threads < 0) throw UsageError(fmt::format("--threads: {}; expected 0 (every core) or more", o.threads));
         const int n_threads = o.threads > 0 ? o.threads : omp_get_num_procs();
         o.threads = n_threads;  // the pool runs through serve's session, which keeps a given count fixed
         omp_set_dynamic(0);

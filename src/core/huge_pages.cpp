@@ -45,16 +45,19 @@ HugeArena::HugeArena(std::size_t capacity) : capacity_(capacity) {
         throw std::bad_alloc();
     }
     // keep [base_, base_ + capacity rounded up to 4 KiB pages) and give the slack on both sides back: no
-    // whole 2 MiB block lies past the capacity, so in THP mode "always" too the last partial huge page
-    // stays in 4 KiB pages and touching the end of the last piece makes nothing resident that it does not use
+    // whole 2 MiB block of this mapping lies past the capacity, so in THP mode "always" too the last
+    // partial huge page stays in 4 KiB pages and touching the end of the last piece makes nothing
+    // resident that it does not use. A trim the kernel refuses leaves that slack mapped (and unmapped
+    // with the rest at the end).
     const auto at = reinterpret_cast<std::uintptr_t>(mapping_);
     base_ = reinterpret_cast<std::byte*>((at + huge_page_bytes - 1) & ~(std::uintptr_t{huge_page_bytes} - 1));
     const std::size_t page = 4096, kept = (capacity + page - 1) / page * page;
-    auto* first = static_cast<std::byte*>(mapping_);
-    if (base_ > first) ::munmap(first, static_cast<std::size_t>(base_ - first));
-    if (first + mapped_ > base_ + kept) ::munmap(base_ + kept, static_cast<std::size_t>(first + mapped_ - (base_ + kept)));
-    mapping_ = base_;
-    mapped_ = kept;
+    std::byte* begin = static_cast<std::byte*>(mapping_);
+    std::byte* end = begin + mapped_;
+    if (base_ > begin && ::munmap(begin, static_cast<std::size_t>(base_ - begin)) == 0) begin = base_;
+    if (end > base_ + kept && ::munmap(base_ + kept, static_cast<std::size_t>(end - (base_ + kept))) == 0) end = base_ + kept;
+    mapping_ = begin;
+    mapped_ = static_cast<std::size_t>(end - begin);
     advise_huge_pages(base_, capacity);
 #ifdef KVLAB_ASAN
     ASAN_POISON_MEMORY_REGION(mapping_, mapped_);

@@ -149,6 +149,7 @@ int gemv_streams() {
 }
 
 void gemv_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, float* y, int streams) {
+    static_assert(kRegisters >= 10, "8 streams of one token hold 8 accumulators, x and a weight in registers");
     switch (streams) {
         case 4: gemv_rows_n<1, 4>(w, ldw, rows, cols, x, 0, y, 0); return;
         case 8: gemv_rows_n<1, 8>(w, ldw, rows, cols, x, 0, y, 0); return;
