@@ -1,5 +1,5 @@
-// What the benches share: the median of repeats, a temporary directory for the files a peer program
-// reads, and the report printed (and written as JSON with --json, atomically: a failed write leaves
+// What the benches share: the median of repeats, a fixed thread team, a temporary directory for the
+// files a peer program reads, and the report printed (and written as JSON with --json, atomically: a failed write leaves
 // no half-written file).
 #pragma once
 #include <algorithm>
@@ -12,7 +12,9 @@
 #include <stdlib.h>
 
 #include <CLI/CLI.hpp>
+#include <Eigen/Core>
 #include <fmt/format.h>
+#include <omp.h>
 
 #include "core/error.hpp"
 
@@ -25,6 +27,18 @@ namespace kvlab::bench {
 inline double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
+}
+
+// The team a bench measures with: --threads, or every core for 0, and fixed. Under libgomp's dynamic
+// teams (what kvlab's own --threads 0 asks for) a loaded machine runs every region on one core while
+// the report says more (docs/performance.md, "Threads on a busy machine"). Returns the thread count.
+inline int fix_threads(int threads) {
+    if (threads < 0) throw UsageError(fmt::format("--threads: {}; expected 0 (every core) or more", threads));
+    const int n_threads = threads > 0 ? threads : omp_get_num_procs();
+    omp_set_dynamic(0);
+    omp_set_num_threads(n_threads);
+    Eigen::setNbThreads(n_threads);
+    return n_threads;
 }
 
 // A directory of its own under the system's temporary directory, removed with everything in it:

@@ -155,9 +155,7 @@ int main(int argc, char** argv) {
         const Format fmt_out = parse_choice(format_choices, format, "--format");
         if (!json.empty()) check_output_path(json, "--json");
         const KvScale scale = parse_choice(kv_scale_choices, scale_name, "--kv-scale");
-        const int n_threads = threads > 0 ? threads : omp_get_num_procs();
-        omp_set_dynamic(0);
-        omp_set_num_threads(n_threads);
+        const int n_threads = bench::fix_threads(threads);
         ModelConfig cfg = load_preset(model);
         cfg.sliding_window.reset();
         cfg.layer_windowed.assign(static_cast<std::size_t>(cfg.n_layer), false);

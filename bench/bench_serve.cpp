@@ -139,15 +139,9 @@ int main(int argc, char** argv) {
     try {
         const Format format = parse_choice(format_choices, o.format, "--format");
         if (!o.json.empty()) check_output_path(o.json, "--json");
-        // every core, or --threads, and a fixed team: with libgomp's dynamic teams (what serve's --threads 0
-        // asks for) a busy host shrinks every team to one thread by its load average; a run measured so
-        // showed an FMA peak of one core and batched steps to match, while the table said two threads
-        if (o.threads < 0) throw UsageError(fmt::format("--threads: {}; expected 0 (every core) or more", o.threads));
-        const int n_threads = o.threads > 0 ? o.threads : omp_get_num_procs();
-        o.threads = n_threads;  // the pool runs through serve's session, which keeps a given count fixed
-        omp_set_dynamic(0);
-        omp_set_num_threads(n_threads);
-        Eigen::setNbThreads(n_threads);
+        // the pool runs through serve's session, whose --threads 0 would turn dynamic teams back on: it gets
+        // the fixed count (a run before this measured an FMA peak of one core while the table said two)
+        o.threads = fix_threads(o.threads);
         Report report;
         report.inputs = {{"pool_model", o.pool_model}, {"decode_model", o.decode_model}, {"prompt_len", o.prompt_len},
                          {"steps", o.steps},           {"repeats", o.repeats},          {"threads", omp_get_max_threads()}};

@@ -553,11 +553,7 @@ int main(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
     try {
         const Format format = parse_choice(format_choices, o.format, "--format");
-        if (o.threads < 0) throw UsageError(fmt::format("--threads: {}; expected 0 (every core) or more", o.threads));
-        const int n_threads = o.threads > 0 ? o.threads : omp_get_num_procs();
-        omp_set_dynamic(0);
-        omp_set_num_threads(n_threads);
-        Eigen::setNbThreads(n_threads);
+        const int n_threads = fix_threads(o.threads);
         if (!o.json.empty()) check_output_path(o.json, "--json");  // before minutes of measuring
 
         // child processes first, while this process is small (a forked child's peak RSS counts the pages

@@ -149,9 +149,7 @@ int main(int argc, char** argv) {
     try {
         const Format fmt_out = parse_choice(format_choices, format, "--format");
         if (!json.empty()) check_output_path(json, "--json");
-        const int n_threads = threads > 0 ? threads : omp_get_num_procs();
-        omp_set_dynamic(0);
-        omp_set_num_threads(n_threads);
+        const int n_threads = bench::fix_threads(threads);
         const ModelConfig cfg = load_preset(model);
         std::vector<DType> list{DType::fp32};
         for (const auto& d : split_list(dtypes))
