@@ -122,7 +122,15 @@ TEST_CASE("Without CUDA in the build or a device, the device calls say which is 
     else
         CHECK(why.find("built without CUDA") != std::string::npos);
     CHECK_THROWS_AS(cuda_copy_time(1 << 20, 1, 1), UnavailableError);
+    CHECK_THROWS_AS(cuda_read_time(1 << 20, 1, 1), UnavailableError);
     CHECK_THROWS_AS(gpu_attention_time(llama3_8b_problem(), GpuAttentionPath::cached, 1, 1), UnavailableError);
+    // The check sets its own batch and context: a problem that gives only the shape reaches the device
+    // call (and says the device is missing), not a usage error about batch 0.
+    GpuAttentionProblem shape_only;
+    shape_only.shape = AttentionShape{8, 2, 128};
+    shape_only.d_model = 192;
+    shape_only.dtype = DType::fp16;
+    CHECK_THROWS_AS(gpu_attention_check(shape_only, 7), UnavailableError);
 }
 
 TEST_CASE("The CUDA kernels match the CPU reference on small problems") {
@@ -148,4 +156,17 @@ TEST_CASE("The CUDA kernels match the CPU reference on small problems") {
                 CHECK(c.passed);
             }
         }
+}
+
+TEST_CASE("The read bandwidth reference reads every byte and names its fastest pattern") {
+    std::string why;
+    if (!device_present(why)) {
+        MESSAGE("skipped: " << why);
+        return;
+    }
+    // 16 MiB plus 16 bytes: the grid-stride loops' remainder paths run too. The module throws if the
+    // XOR of what any pattern read differs from the XOR of the buffer computed on the host.
+    const GpuTiming t = cuda_read_time((16u << 20) + 16, 1, 3);
+    CHECK(t.median_ns > 0);
+    CHECK((t.loads_per_thread == 4 || t.loads_per_thread == 8 || t.loads_per_thread == 16));
 }

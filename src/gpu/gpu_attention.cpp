@@ -19,8 +19,9 @@ namespace kvlab {
 
 namespace {
 
-// Tokens one attention block scores at a time (src/gpu/cuda/decode_attention.cu kChunk); bounds the splits.
-constexpr std::uint64_t chunk_tokens = 256;
+// A split of T holds whole pieces of this many tokens (src/gpu/cuda/decode_attention.cu kSplitRows), so
+// ceil(T / 64) bounds the number of splits.
+constexpr std::uint64_t split_tokens = 64;
 
 // Round-to-nearest-even to a binary format with `n_mantissa` stored bits, smallest subnormal step
 // 2^min_ulp_exp and largest finite value `max_finite`, returned as float. Overflow becomes infinity
@@ -79,7 +80,7 @@ GpuAttentionCost gpu_attention_cost(const GpuAttentionProblem& p) {
                        attention_flops;
     // Split partials: per (sequence, query head, split) D fp32 sums plus a running max and sum.
     const std::uint64_t partial_bytes = checked_mul(
-        checked_mul(checked_mul(u64(p.n_batch), u64(p.shape.n_head), "partials"), ceil_div(u64(p.n_tokens), chunk_tokens),
+        checked_mul(checked_mul(u64(p.n_batch), u64(p.shape.n_head), "partials"), ceil_div(u64(p.n_tokens), split_tokens),
                     "partials"),
         (u64(p.shape.d_head) + 2) * 4, "partial bytes");
     c.cached_device_bytes = checked_add(c.cached_bytes, partial_bytes, "cached device bytes");
@@ -179,18 +180,24 @@ GpuAttentionCheck compare(GpuAttentionPath path, const GpuAttentionProblem& p, i
 }  // namespace
 
 std::vector<GpuAttentionCheck> gpu_attention_check(const GpuAttentionProblem& shape_of, std::uint64_t seed) {
-    validate_gpu_attention_problem(shape_of, "gpu attention check");
     std::mt19937_64 rng(seed);
     struct Case {
         std::int64_t n_batch;
         std::int64_t n_tokens;
         int n_split;  // 0: as timing picks it
     };
-    // T = 1: a single key; 300: one full 256-token chunk plus a partial one; 1300: several chunks,
-    // split across blocks and then forced into one block.
+    // T = 1: a single key; 300: several 64-token pieces and a partial one, fewer rows than a block's
+    // warps take in a step for some shapes; 1300: split across blocks, then forced into one block (each
+    // warp then folds several steps into its running max and sums).
     const Case cases[] = {{2, 1, 0}, {3, 300, 0}, {2, 1300, 0}, {2, 1300, 1}};
     std::vector<GpuAttentionCheck> checks;
     for (const Case& kase : cases) {
+        // The check's own batch and context, not the caller's (which may be unset): the first device run
+        // refused a shape-only problem here as "batch 0".
+        GpuAttentionProblem probe = shape_of;
+        probe.n_batch = kase.n_batch;
+        probe.n_tokens = kase.n_tokens;
+        validate_gpu_attention_problem(probe, "gpu attention check");
         const CheckInputs c = random_inputs(shape_of, kase.n_batch, kase.n_tokens, rng);
         const GpuAttentionProblem& p = c.problem;
         const GpuAttentionOutputs got = gpu_attention_run(p, c.in, kase.n_split);

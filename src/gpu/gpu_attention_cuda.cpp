@@ -127,4 +127,10 @@ GpuTiming cuda_copy_time(std::uint64_t bytes, int n_warmup, int n_repeat) {
     return t;
 }
 
+GpuTiming cuda_read_time(std::uint64_t bytes, int n_warmup, int n_repeat) {
+    GpuTiming t;
+    call(module().read_time, bytes, n_warmup, n_repeat, t);
+    return t;
+}
+
 }  // namespace kvlab

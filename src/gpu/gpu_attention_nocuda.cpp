@@ -21,5 +21,6 @@ GpuAttentionOutputs gpu_attention_run(const GpuAttentionProblem&, const GpuAtten
 GpuTiming gpu_attention_time(const GpuAttentionProblem&, GpuAttentionPath, int, int) { throw_no_cuda(); }
 
 GpuTiming cuda_copy_time(std::uint64_t, int, int) { throw_no_cuda(); }
+GpuTiming cuda_read_time(std::uint64_t, int, int) { throw_no_cuda(); }
 
 }  // namespace kvlab

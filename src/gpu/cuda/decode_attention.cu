@@ -16,8 +16,8 @@ namespace kvlab::cuda {
 namespace {
 
 constexpr int kThreads = 256;  // threads per attention block: 8 warps
-constexpr int kChunk = 256;    // tokens scored per pass; their scores stay in shared memory
-constexpr int kUnroll = 4;     // 16-byte loads each thread issues before using the first
+constexpr int kWarps = kThreads / 32;
+constexpr int kSplitRows = 64; // a split of T holds a whole number of 64-token pieces
 constexpr int kReduceThreads = 128;
 
 struct KernelParams {
@@ -25,20 +25,20 @@ struct KernelParams {
     const void* k;
     const void* v;
     void* out;
-    float* partials;          // (B, H, n_split, D+2): D unnormalised sums, running max, running sum
+    float* partials;          // (B, H, n_split, D+2): D unnormalised sums, their max, their sum of weights
     long long ld_kv;
     long long n_tokens;
+    long long split_rows;     // tokens per split (the last may hold fewer)
     int n_head;
     int n_head_kv;
     int d_head;
     int n_split;
-    int chunks_per_split;
     int n_gtile;              // tiles of GT query heads per KV head
     float scale_log2;         // log2(e) / sqrt(D)
 };
 
-__device__ inline void load8(const __half* p, float (&f)[8]) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+// 8 values from 16 bytes of storage.
+__device__ inline void unpack8(const uint4& raw, float (&f)[8], const __half*) {
     const __half2* h = reinterpret_cast<const __half2*>(&raw);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -48,8 +48,7 @@ __device__ inline void load8(const __half* p, float (&f)[8]) {
     }
 }
 
-__device__ inline void load8(const __nv_bfloat16* p, float (&f)[8]) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+__device__ inline void unpack8(const uint4& raw, float (&f)[8], const __nv_bfloat16*) {
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -59,25 +58,36 @@ __device__ inline void load8(const __nv_bfloat16* p, float (&f)[8]) {
     }
 }
 
-__device__ inline float to_float(__half x) { return __half2float(x); }
-__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+// 16 bytes through the read-only path; K and V are streamed once, so they are not kept in L1.
+template <typename T>
+__device__ inline uint4 load16(const T* p) {
+    return __ldcs(reinterpret_cast<const uint4*>(p));
+}
+
 __device__ inline void store(__half* p, float x) { *p = __float2half_rn(x); }
 __device__ inline void store(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
 
 // Block (gtile + n_gtile*split, KV head, sequence): GT query heads of one KV head over one split of T.
-// A group of LANES lanes reads one K or V row of the head (8 values per lane), so each row is read once
-// for all GT heads.
-template <typename T, int LANES, int GT>
-__global__ void __launch_bounds__(kThreads) decode_attention_kernel(const KernelParams p) {
-    static_assert(GT <= kThreads / 32, "the softmax gives each query head of a tile one warp");
-    constexpr int n_groups = kThreads / LANES;
+//
+// Every warp is an independent flash-decoding worker: it takes KROWS consecutive tokens at a time (warp w
+// the w-th, (w+8)-th, ... group of the split), loads their K and V rows together (a group of LANES lanes
+// reads one row of the head, 8 values per lane, so a warp reads 32/LANES rows per 16-byte load), and folds
+// them into its own running max, sum of weights and p.v sums for each of the GT query heads. Nothing
+// synchronises the warps until the split is done, so while one warp computes, the others' loads are in
+// flight. Each K and V row is read once for all GT heads (GQA/MQA-aware). At the end the 8 warps' states
+// are merged through shared memory, one head at a time.
+//
+// Tiles of up to 4 heads are held to 128 registers so that two blocks (16 warps) share a multiprocessor:
+// on an H200 that took GQA-8 at batch 64 from 56-62 % to 70-82 % of the copy bandwidth (a few bytes spill)
+// (docs/cuda-timing.md). 8-head tiles need their registers (capped, they spill), so one block per SM.
+template <typename T, int LANES, int GT, int U>
+__global__ void __launch_bounds__(kThreads, GT >= 8 ? 1 : 2) decode_attention_kernel(const KernelParams p) {
+    constexpr int kGroups = 32 / LANES;  // rows one 16-byte load of the warp covers
+    constexpr int kRows = kGroups * U;   // rows a warp takes per step
     constexpr int d_max = 8 * LANES;
-    __shared__ float q_s[GT][d_max];    // the tile's queries
-    __shared__ float p_s[GT][kChunk];   // scores, then probabilities, of the current chunk
-    __shared__ float acc_s[GT][d_max];  // the block's sum of p.v
-    __shared__ float m_s[GT];           // running max score (log2 units)
-    __shared__ float l_s[GT];           // running sum of exp2(score - max)
-    __shared__ float alpha_s[GT];       // rescale of earlier sums when the max grows
+    __shared__ float m_s[kWarps][GT];    // each warp's max score (log2 units), per head
+    __shared__ float l_s[kWarps][GT];    // each warp's sum of exp2(score - max), per head
+    __shared__ float acc_s[kWarps][d_max];  // each warp's p.v sums for the head being merged
 
     const int tile = blockIdx.x % p.n_gtile;
     const int split = blockIdx.x / p.n_gtile;
@@ -86,157 +96,156 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const Kernel
     const int n_group = p.n_head / p.n_head_kv;
     const int n_g = min(GT, n_group - tile * GT);
     const int h0 = kvh * n_group + tile * GT;
-    const int lane = threadIdx.x % LANES;
-    const int grp = threadIdx.x / LANES;
+    const int warp = threadIdx.x / 32;
+    const int warp_lane = threadIdx.x % 32;
+    const int lane = warp_lane % LANES;  // this lane holds values lane*8 .. lane*8+7 of a row
+    const int row = warp_lane / LANES;   // which of the kGroups rows of a load
     const bool lane_on = lane * 8 < p.d_head;
 
-    const T* q = static_cast<const T*>(p.q) + (static_cast<long long>(b) * p.n_head + h0) * p.d_head;
-    for (int i = threadIdx.x; i < GT * d_max; i += kThreads) {
-        const int g = i / d_max;
-        const int d = i % d_max;
-        q_s[g][d] = (g < n_g && d < p.d_head) ? to_float(q[g * p.d_head + d]) : 0.0f;
-        acc_s[g][d] = 0.0f;
+    // This lane's 8 query values of each head, scaled so that q.k comes out in log2 units.
+    float q[GT][8];
+    const T* q_b = static_cast<const T*>(p.q) + (static_cast<long long>(b) * p.n_head + h0) * p.d_head + lane * 8;
+#pragma unroll
+    for (int g = 0; g < GT; ++g) {
+        float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (g < n_g && lane_on) unpack8(load16(q_b + g * p.d_head), f, q_b);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) q[g][i] = f[i] * p.scale_log2;
     }
-    if (threadIdx.x < GT) {
-        m_s[threadIdx.x] = -INFINITY;
-        l_s[threadIdx.x] = 0.0f;
-        alpha_s[threadIdx.x] = 1.0f;
-    }
-    __syncthreads();
 
-    const long long t_begin = static_cast<long long>(split) * p.chunks_per_split * kChunk;
-    const long long t_end = min(p.n_tokens, t_begin + static_cast<long long>(p.chunks_per_split) * kChunk);
+    float acc[GT][8];  // sum over this lane's rows of p * v (its 8 columns)
+    float m[GT];       // running max score of the warp's rows (the same in every lane)
+    float l[GT];       // sum over this lane's rows of p = exp2(score - m)
+#pragma unroll
+    for (int g = 0; g < GT; ++g) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
+    }
+
+    const long long t_begin = static_cast<long long>(split) * p.split_rows;
+    const long long t_end = min(p.n_tokens, t_begin + p.split_rows);
     const long long col = static_cast<long long>(kvh) * p.d_head + lane * 8;
     const T* k_seq = static_cast<const T*>(p.k) + static_cast<long long>(b) * p.n_tokens * p.ld_kv + col;
     const T* v_seq = static_cast<const T*>(p.v) + static_cast<long long>(b) * p.n_tokens * p.ld_kv + col;
-    const int warp = threadIdx.x / 32;
-    const int warp_lane = threadIdx.x % 32;
 
-    float acc[GT][8];  // this thread's share of p.v: its 8 columns, its tokens
+    for (long long t0 = t_begin + warp * kRows; t0 < t_end; t0 += kWarps * kRows) {
+        // 1. all loads of the step first: U rows of K and of V per lane
+        uint4 k_raw[U];
+        uint4 v_raw[U];
 #pragma unroll
-    for (int g = 0; g < GT; ++g)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
-
-    for (long long c0 = t_begin; c0 < t_end; c0 += kChunk) {
-        const int n_c = static_cast<int>(min(static_cast<long long>(kChunk), t_end - c0));
-
-        // 1. scores: p_s[g][t] = q_g . k_t * log2(e)/sqrt(D); loop bounds are warp-uniform for the shuffles
-        for (int tb = 0; tb < n_c; tb += n_groups * kUnroll) {
-            float kf[kUnroll][8];
-#pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
-                const int t = tb + u * n_groups + grp;
-                if (lane_on && t < n_c) {
-                    load8(k_seq + (c0 + t) * p.ld_kv, kf[u]);
-                } else {
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) kf[u][i] = 0.0f;
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
-                const int t = tb + u * n_groups + grp;
-#pragma unroll
-                for (int g = 0; g < GT; ++g) {
-                    if (g < n_g) {
-                        float s = 0.0f;
-#pragma unroll
-                        for (int i = 0; i < 8; ++i) s += q_s[g][lane * 8 + i] * kf[u][i];
-#pragma unroll
-                        for (int off = LANES / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-                        if (lane == 0 && t < n_c) p_s[g][t] = s * p.scale_log2;
-                    }
-                }
+        for (int u = 0; u < U; ++u) {
+            const long long t = t0 + u * kGroups + row;
+            if (lane_on && t < t_end) {
+                k_raw[u] = load16(k_seq + t * p.ld_kv);
+                v_raw[u] = load16(v_seq + t * p.ld_kv);
+            } else {
+                k_raw[u] = make_uint4(0, 0, 0, 0);  // +0 in fp16 and bf16
+                v_raw[u] = make_uint4(0, 0, 0, 0);
             }
         }
-        __syncthreads();
-
-        // 2. online softmax, one warp per query head: new max, probabilities, rescale factor
-        if (warp < n_g) {
-            const float m_old = m_s[warp];
-            float c_max = -INFINITY;
-            for (int t = warp_lane; t < n_c; t += 32) c_max = fmaxf(c_max, p_s[warp][t]);
+        // 2. scores s = q.k in log2 units, summed over the LANES lanes of a row; -inf past the split
+        float s[GT][U];
 #pragma unroll
-            for (int off = 16; off > 0; off /= 2) c_max = fmaxf(c_max, __shfl_xor_sync(0xffffffffu, c_max, off));
-            const float m_new = fmaxf(m_old, c_max);
-            float sum = 0.0f;
-            for (int t = warp_lane; t < n_c; t += 32) {
-                const float e = exp2f(p_s[warp][t] - m_new);
-                p_s[warp][t] = e;
-                sum += e;
-            }
+        for (int u = 0; u < U; ++u) {
+            float kf[8];
+            unpack8(k_raw[u], kf, k_seq);
+            const bool valid = t0 + u * kGroups + row < t_end;
 #pragma unroll
-            for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-            if (warp_lane == 0) {
-                const float alpha = exp2f(m_old - m_new);  // 0 on the first chunk (m_old = -inf)
-                alpha_s[warp] = alpha;
-                l_s[warp] = l_s[warp] * alpha + sum;
-                m_s[warp] = m_new;
+            for (int g = 0; g < GT; ++g) {
+                float d = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) d += q[g][i] * kf[i];
+#pragma unroll
+                for (int off = LANES / 2; off > 0; off /= 2) d += __shfl_xor_sync(0xffffffffu, d, off);
+                s[g][u] = valid ? d : -INFINITY;
             }
         }
-        __syncthreads();
-
-        // 3. acc = acc * alpha + sum_t p[g][t] v_t
+        // 3. online softmax over the warp's kRows rows: new max (row t0 is valid, so it is finite),
+        //    weights, and the rescale of the earlier sums
 #pragma unroll
         for (int g = 0; g < GT; ++g) {
-            const float alpha = alpha_s[g];
+            float m_step = s[g][0];
+#pragma unroll
+            for (int u = 1; u < U; ++u) m_step = fmaxf(m_step, s[g][u]);
+#pragma unroll
+            for (int off = LANES; off < 32; off *= 2) m_step = fmaxf(m_step, __shfl_xor_sync(0xffffffffu, m_step, off));
+            const float m_new = fmaxf(m[g], m_step);
+            const float alpha = exp2f(m[g] - m_new);  // 0 on the first step (m = -inf)
+            m[g] = m_new;
+            float sum = 0.0f;
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                s[g][u] = exp2f(s[g][u] - m_new);
+                sum += s[g][u];
+            }
+            l[g] = l[g] * alpha + sum;
 #pragma unroll
             for (int i = 0; i < 8; ++i) acc[g][i] *= alpha;
         }
-        for (int tb = 0; tb < n_c; tb += n_groups * kUnroll) {
-            float vf[kUnroll][8];
+        // 4. acc += p * v
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
-                const int t = tb + u * n_groups + grp;
-                if (lane_on && t < n_c) {
-                    load8(v_seq + (c0 + t) * p.ld_kv, vf[u]);
-                } else {
+        for (int u = 0; u < U; ++u) {
+            float vf[8];
+            unpack8(v_raw[u], vf, v_seq);
 #pragma unroll
-                    for (int i = 0; i < 8; ++i) vf[u][i] = 0.0f;
-                }
-            }
+            for (int g = 0; g < GT; ++g)
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
-                const int t = tb + u * n_groups + grp;
-                if (t < n_c) {
-#pragma unroll
-                    for (int g = 0; g < GT; ++g) {
-                        if (g < n_g) {
-                            const float pg = p_s[g][t];
-#pragma unroll
-                            for (int i = 0; i < 8; ++i) acc[g][i] += pg * vf[u][i];
-                        }
-                    }
-                }
-            }
+                for (int i = 0; i < 8; ++i) acc[g][i] += s[g][u] * vf[i];
         }
-        __syncthreads();  // the next chunk overwrites p_s
     }
 
-    // Sum the token groups' shares, then write the output or this split's partial record.
-    if (lane_on) {
+    // The warp's state: sums over its kGroups row groups (m is already the warp's).
 #pragma unroll
-        for (int g = 0; g < GT; ++g)
-            if (g < n_g)
+    for (int g = 0; g < GT; ++g)
 #pragma unroll
-                for (int i = 0; i < 8; ++i) atomicAdd(&acc_s[g][lane * 8 + i], acc[g][i]);
-    }
-    __syncthreads();
-    if (p.n_split == 1) {
-        T* out = static_cast<T*>(p.out) + (static_cast<long long>(b) * p.n_head + h0) * p.d_head;
-        for (int i = threadIdx.x; i < n_g * p.d_head; i += kThreads) {
-            const int g = i / p.d_head;
-            store(out + i, acc_s[g][i % p.d_head] / l_s[g]);
+        for (int off = LANES; off < 32; off *= 2) {
+            l[g] += __shfl_xor_sync(0xffffffffu, l[g], off);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], off);
         }
-    } else {
-        const int n_rec = p.d_head + 2;
-        for (int i = threadIdx.x; i < n_g * n_rec; i += kThreads) {
-            const int g = i / n_rec;
-            const int d = i % n_rec;
-            const float value = d < p.d_head ? acc_s[g][d] : (d == p.d_head ? m_s[g] : l_s[g]);
-            p.partials[((static_cast<long long>(b) * p.n_head + h0 + g) * p.n_split + split) * n_rec + d] = value;
+    if (warp_lane == 0)
+#pragma unroll
+        for (int g = 0; g < GT; ++g) {
+            m_s[warp][g] = m[g];
+            l_s[warp][g] = l[g];
         }
+
+    // Merge the warps, one head at a time: weights exp2(m_w - M) with M the largest warp max (finite:
+    // warp 0 always has rows). A warp without rows has m = -inf, l = 0, sums 0 and weight 0.
+#pragma unroll
+    for (int g = 0; g < GT; ++g) {
+        if (g >= n_g) break;  // the same for the whole block
+        if (row == 0 && lane_on)
+#pragma unroll
+            for (int i = 0; i < 8; ++i) acc_s[warp][lane * 8 + i] = acc[g][i];
+        __syncthreads();
+        float m_all = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, m_s[w][g]);
+        const long long head = static_cast<long long>(b) * p.n_head + h0 + g;
+        for (int d = threadIdx.x; d < p.d_head; d += kThreads) {
+            float num = 0.0f;
+            float den = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kWarps; ++w) {
+                const float weight = exp2f(m_s[w][g] - m_all);
+                num += weight * acc_s[w][d];
+                den += weight * l_s[w][g];
+            }
+            if (p.n_split == 1) {
+                store(static_cast<T*>(p.out) + head * p.d_head + d, num / den);
+            } else {
+                float* rec = p.partials + (head * p.n_split + split) * (p.d_head + 2);
+                rec[d] = num;
+                if (d == 0) {
+                    rec[p.d_head] = m_all;
+                    rec[p.d_head + 1] = den;
+                }
+            }
+        }
+        __syncthreads();  // acc_s is rewritten for the next head
     }
 }
 
@@ -273,15 +282,23 @@ int gtile_for(std::int64_t n_group) {
     return g <= 1 ? 1 : (g <= 2 ? 2 : (g <= 4 ? 4 : 8));
 }
 
-long long n_chunks_for(std::int64_t n_tokens) { return (n_tokens + kChunk - 1) / kChunk; }
+long long n_pieces_for(std::int64_t n_tokens) { return (n_tokens + kSplitRows - 1) / kSplitRows; }
+
+// Rows per lane per step: 4 (8 loads of 16 bytes in flight per lane; 2 rows were slower and 8 rows do
+// not fit two blocks per SM); 2 for 8-head tiles, whose q and sums already take 128 registers.
+template <typename T, int LANES, int GT>
+void launch_tile(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
+    constexpr int kU = GT >= 8 ? 2 : 4;
+    decode_attention_kernel<T, LANES, GT, kU><<<grid, kThreads, 0, stream>>>(kp);
+}
 
 template <typename T, int LANES>
 void launch_lanes(const KernelParams& kp, dim3 grid, int gt, cudaStream_t stream) {
     switch (gt) {
-        case 1: decode_attention_kernel<T, LANES, 1><<<grid, kThreads, 0, stream>>>(kp); break;
-        case 2: decode_attention_kernel<T, LANES, 2><<<grid, kThreads, 0, stream>>>(kp); break;
-        case 4: decode_attention_kernel<T, LANES, 4><<<grid, kThreads, 0, stream>>>(kp); break;
-        default: decode_attention_kernel<T, LANES, 8><<<grid, kThreads, 0, stream>>>(kp); break;
+        case 1: launch_tile<T, LANES, 1>(kp, grid, stream); break;
+        case 2: launch_tile<T, LANES, 2>(kp, grid, stream); break;
+        case 4: launch_tile<T, LANES, 4>(kp, grid, stream); break;
+        default: launch_tile<T, LANES, 8>(kp, grid, stream); break;
     }
 }
 
@@ -303,7 +320,7 @@ void launch_typed(const DecodeAttentionArgs& a, const KernelParams& kp, dim3 gri
 
 int decode_attention_splits(const AttentionShape& shape, std::int64_t n_batch, std::int64_t n_tokens, int n_sm,
                             int wanted) {
-    const long long n_chunks = n_chunks_for(n_tokens);
+    const long long n_pieces = n_pieces_for(n_tokens);
     long long want = wanted;
     if (want <= 0) {
         // Enough blocks for about eight resident 256-thread blocks per multiprocessor.
@@ -313,9 +330,9 @@ int decode_attention_splits(const AttentionShape& shape, std::int64_t n_batch, s
         const long long target = 8LL * std::max(n_sm, 1);
         want = (target + base - 1) / base;
     }
-    want = std::clamp(want, 1LL, n_chunks);
-    const long long chunks_per_split = (n_chunks + want - 1) / want;
-    return static_cast<int>((n_chunks + chunks_per_split - 1) / chunks_per_split);  // no empty split
+    want = std::clamp(want, 1LL, n_pieces);
+    const long long pieces_per_split = (n_pieces + want - 1) / want;
+    return static_cast<int>((n_pieces + pieces_per_split - 1) / pieces_per_split);  // no empty split
 }
 
 std::uint64_t decode_attention_workspace_bytes(const AttentionShape& shape, std::int64_t n_batch, int n_split) {
@@ -325,9 +342,9 @@ std::uint64_t decode_attention_workspace_bytes(const AttentionShape& shape, std:
 }
 
 void decode_attention_launch(const DecodeAttentionArgs& a, cudaStream_t stream) {
-    const long long n_chunks = n_chunks_for(a.n_tokens);
-    const long long chunks_per_split = (n_chunks + a.n_split - 1) / a.n_split;
-    if (a.n_split < 1 || (a.n_split - 1) * chunks_per_split >= n_chunks)
+    const long long n_pieces = n_pieces_for(a.n_tokens);
+    const long long pieces_per_split = a.n_split < 1 ? 0 : (n_pieces + a.n_split - 1) / a.n_split;
+    if (a.n_split < 1 || (a.n_split - 1) * pieces_per_split >= n_pieces)
         throw IoError("decode attention: split count " + std::to_string(a.n_split) + " leaves a split of " +
                       std::to_string(a.n_tokens) + " tokens empty; use decode_attention_splits");
     const long long n_group = a.shape.n_head / a.shape.n_head_kv;
@@ -344,7 +361,7 @@ void decode_attention_launch(const DecodeAttentionArgs& a, cudaStream_t stream) 
     kp.n_head_kv = static_cast<int>(a.shape.n_head_kv);
     kp.d_head = static_cast<int>(a.shape.d_head);
     kp.n_split = a.n_split;
-    kp.chunks_per_split = static_cast<int>(chunks_per_split);
+    kp.split_rows = pieces_per_split * kSplitRows;
     kp.n_gtile = static_cast<int>((n_group + gt - 1) / gt);
     kp.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(a.shape.d_head)));
     const dim3 grid(static_cast<unsigned>(kp.n_gtile) * static_cast<unsigned>(a.n_split),

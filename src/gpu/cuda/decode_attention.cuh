@@ -26,7 +26,7 @@ struct DecodeAttentionArgs {
 };
 
 // How many pieces to split T into: `wanted` (0: enough blocks to fill `n_sm` multiprocessors a few
-// times over), rounded so that every piece holds whole 256-token chunks and none is empty.
+// times over), rounded so that every piece holds whole 64-token pieces and none is empty.
 int decode_attention_splits(const AttentionShape& shape, std::int64_t n_batch, std::int64_t n_tokens, int n_sm,
                             int wanted);
 // Bytes of the workspace `partials` needs.

@@ -375,6 +375,77 @@ GpuTiming copy_time(std::uint64_t bytes, int n_warmup, int n_repeat) {
         [](int) {});
 }
 
+// Reads x (n 16-byte words) with U independent loads in flight per thread, grid-stride; each warp writes
+// the XOR of every word it read to sink[warp], so no load can be dropped and the host can check that
+// every byte was read.
+template <int U>
+__global__ void read_kernel(const uint4* x, long long n, unsigned* sink) {
+    const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+    long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+    unsigned acc = 0;
+    for (; i + (U - 1) * stride < n; i += U * stride) {
+        uint4 w[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) w[u] = __ldcs(x + i + u * stride);
+#pragma unroll
+        for (int u = 0; u < U; ++u) acc ^= w[u].x ^ w[u].y ^ w[u].z ^ w[u].w;
+    }
+    for (; i < n; i += stride) {
+        const uint4 w = __ldcs(x + i);
+        acc ^= w.x ^ w.y ^ w.z ^ w.w;
+    }
+    acc = __reduce_xor_sync(0xffffffffu, acc);
+    if (threadIdx.x % 32 == 0) sink[(blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x) / 32] = acc;
+}
+
+// The fastest of three read patterns (4, 8, 16 loads in flight per thread), 8 blocks of 256 threads per
+// multiprocessor (a full one on every GPU since Volta). Each pattern's sink must XOR to the XOR of the
+// buffer's words, computed on the host from a copy.
+GpuTiming read_time(std::uint64_t bytes, int n_warmup, int n_repeat) {
+    const CudaDevice dev = device_info();
+    const std::uint64_t n_words = bytes / 16;
+    if (n_words == 0) throw UsageError("the read reference needs at least 16 bytes");
+    DeviceBuffer src(n_words * 16, "the read source");
+    const unsigned n_blocks = 8u * static_cast<unsigned>(std::max(dev.n_sm, 1));
+    const std::uint64_t n_warps = static_cast<std::uint64_t>(n_blocks) * (256 / 32);
+    DeviceBuffer sink(n_warps * sizeof(unsigned), "the read sink");
+    fill_random(src.get(), n_words * 8, DType::fp16, 6, 1.0f);
+    check_cuda(cudaDeviceSynchronize(), "random fill");
+    unsigned expect = 0;  // XOR of the buffer's words, on the host, 64 MiB at a time
+    std::vector<unsigned> host(std::min<std::uint64_t>(n_words, 1 << 22) * 4);
+    for (std::uint64_t w0 = 0; w0 < n_words; w0 += host.size() / 4) {
+        const std::uint64_t n_piece = std::min<std::uint64_t>(host.size() / 4, n_words - w0);
+        check_cuda(cudaMemcpy(host.data(), static_cast<const char*>(src.get()) + w0 * 16, n_piece * 16,
+                              cudaMemcpyDeviceToHost),
+                   "cudaMemcpy read source");
+        for (std::uint64_t i = 0; i < n_piece * 4; ++i) expect ^= host[i];
+    }
+    host = {};
+    const auto* x = static_cast<const uint4*>(src.get());
+    auto* out = static_cast<unsigned*>(sink.get());
+    const long long n = static_cast<long long>(n_words);
+    GpuTiming best;
+    for (const int u : {4, 8, 16}) {
+        const auto launch = [&] {
+            if (u == 4) read_kernel<4><<<n_blocks, 256>>>(x, n, out);
+            else if (u == 8) read_kernel<8><<<n_blocks, 256>>>(x, n, out);
+            else read_kernel<16><<<n_blocks, 256>>>(x, n, out);
+            check_cuda(cudaGetLastError(), "read kernel launch");
+        };
+        check_cuda(cudaMemset(sink.get(), 0, sink.bytes()), "cudaMemset");
+        GpuTiming t = time_events(n_warmup, n_repeat, launch, [](int) {});
+        std::vector<unsigned> got(n_warps);
+        check_cuda(cudaMemcpy(got.data(), sink.get(), sink.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy read sink");
+        unsigned sum = 0;
+        for (const unsigned w : got) sum ^= w;
+        if (sum != expect)
+            throw IoError("the read reference with " + std::to_string(u) + " loads per thread did not read every byte");
+        t.loads_per_thread = u;
+        if (best.n_repeat == 0 || t.median_ns < best.median_ns) best = t;
+    }
+    return best;
+}
+
 // Runs `f`, handing what it throws back as a Status (module_api.hpp: no exception leaves the module).
 template <typename F>
 void guarded(cuda::Status& status, F&& f) noexcept {
@@ -410,6 +481,9 @@ extern "C" __attribute__((visibility("default"))) const kvlab::cuda::ModuleApi* 
         },
         [](Status& s, std::uint64_t bytes, int n_warmup, int n_repeat, GpuTiming& out) {
             guarded(s, [&] { out = copy_time(bytes, n_warmup, n_repeat); });
+        },
+        [](Status& s, std::uint64_t bytes, int n_warmup, int n_repeat, GpuTiming& out) {
+            guarded(s, [&] { out = read_time(bytes, n_warmup, n_repeat); });
         },
     };
     return &api;

@@ -13,7 +13,7 @@
 
 namespace kvlab::cuda {
 
-inline constexpr int module_version = 2;                 // bump when ModuleApi or a type it passes changes
+inline constexpr int module_version = 3;                 // bump when ModuleApi or a type it passes changes
 inline constexpr const char* module_entry = "kvlab_cuda_module";  // extern "C" () -> const ModuleApi*
 
 enum class ErrorKind { none, usage, io, unavailable };   // UsageError, IoError, UnavailableError
@@ -35,6 +35,7 @@ struct ModuleApi {
     void (*attention_time)(Status& status, const GpuAttentionProblem& problem, GpuAttentionPath path, int n_sm,
                            std::uint64_t flush_bytes, int n_warmup, int n_repeat, GpuTiming& out) = nullptr;
     void (*copy_time)(Status& status, std::uint64_t bytes, int n_warmup, int n_repeat, GpuTiming& out) = nullptr;
+    void (*read_time)(Status& status, std::uint64_t bytes, int n_warmup, int n_repeat, GpuTiming& out) = nullptr;
 };
 
 using ModuleEntry = const ModuleApi* (*)();
