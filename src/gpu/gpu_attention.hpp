@@ -104,7 +104,7 @@ struct GpuTiming {
     double min_ns = 0;
     int n_repeat = 0;
     int n_split = 0;        // attention splits used (0 for a copy or a read)
-    int loads_per_thread = 0;  // read reference: independent 16-byte loads per thread of the fastest pattern
+    int unroll = 0;         // read reference: 16-byte loads per thread per loop step of the fastest pattern
 };
 
 bool cuda_built();
@@ -118,7 +118,7 @@ GpuTiming gpu_attention_time(const GpuAttentionProblem& problem, GpuAttentionPat
                              int n_repeat);
 // Times a device-to-device copy of `bytes` (the bandwidth reference: 2*bytes moved per copy).
 GpuTiming cuda_copy_time(std::uint64_t bytes, int n_warmup, int n_repeat);
-// Times a kernel that only reads `bytes` (4, 8 and 16 independent 16-byte loads per thread; the fastest
+// Times a kernel that only reads `bytes` (its grid-stride loop unrolled 4, 8 and 16 times; the fastest
 // pattern is returned): the reference for kernels that read far more than they write, which a copy,
 // writing as much as it reads, understates. Checks that every byte was read.
 GpuTiming cuda_read_time(std::uint64_t bytes, int n_warmup, int n_repeat);

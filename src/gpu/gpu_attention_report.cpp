@@ -132,7 +132,7 @@ GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& o) {
 
     // 5. The bandwidth references: a device-to-device copy, read + write counted, and a kernel that only
     //    reads (the fastest of three load patterns), as the cached step nearly does.
-    // 4 GiB where memory allows: the 1 GiB first used left a read ~1 % short of the largest cached steps
+    // 4 GiB where memory allows: the 1 GiB first used left a read 0.6 % short of the largest cached step
     // (32 GiB), the launch and the last wave weighing more in a shorter run.
     const std::uint64_t copy_bytes = std::min<std::uint64_t>(4ull << 30, dev.memory_free_bytes / 8) & ~std::uint64_t{255};
     const GpuTiming copy = cuda_copy_time(copy_bytes, o.n_warmup, o.n_repeat);
@@ -145,17 +145,17 @@ GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& o) {
     device.columns = {{"name", "GPU", false}, {"compute_capability", "CC", false}, {"n_sm", "SMs"},
                       {"l2_bytes", "L2"},      {"memory_bytes", "memory"},         {"copy_bytes", "copy size"},
                       {"copy_gb_per_s", "D2D copy GB/s"}, {"read_gb_per_s", "read GB/s"},
-                      {"read_loads_per_thread", "read loads/thread"}};
+                      {"read_unroll", "read unroll"}};
     device.rows.push_back({text_cell(dev.name), text_cell(fmt::format("{}.{}", dev.cc_major, dev.cc_minor)),
                            int_cell(dev.n_sm), bytes_cell(dev.l2_bytes, UnitSystem::iec),
                            bytes_cell(dev.memory_bytes, UnitSystem::iec), bytes_cell(copy_bytes, UnitSystem::iec),
-                           real_cell(copy_gb_s, 1), real_cell(read_gb_s, 1), int_cell(read.loads_per_thread)});
+                           real_cell(copy_gb_s, 1), real_cell(read_gb_s, 1), int_cell(read.unroll)});
     device.notes.push_back("copy GB/s = 2 x copy size / median time of cudaMemcpyAsync device-to-device "
                            "(bytes read + bytes written)");
     device.notes.push_back("read GB/s = copy size / median time of a kernel that only reads it (16-byte loads, "
-                           "8 blocks of 256 threads per SM; the fastest of 4, 8 and 16 loads in flight per thread, "
-                           "checked to read every byte): the ceiling for the cached step, which reads K and V and "
-                           "writes almost nothing");
+                           "a grid of 8 blocks of 256 threads per SM, the loop unrolled 4, 8 or 16 times, the fastest kept, "
+                           "checked to read every byte): the measured ceiling for the cached step, which reads K and V "
+                           "and writes almost nothing");
 
     // 6. The timing grid.
     Table timing;

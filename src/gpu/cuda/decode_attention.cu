@@ -58,7 +58,8 @@ __device__ inline void unpack8(const uint4& raw, float (&f)[8], const __nv_bfloa
     }
 }
 
-// 16 bytes through the read-only path; K and V are streamed once, so they are not kept in L1.
+// 16 bytes with the cache-streaming hint (__ldcs): K and V are read once per step, so they should not
+// push other lines out of L1 and L2.
 template <typename T>
 __device__ inline uint4 load16(const T* p) {
     return __ldcs(reinterpret_cast<const uint4*>(p));
@@ -69,7 +70,7 @@ __device__ inline void store(__nv_bfloat16* p, float x) { *p = __float2bfloat16_
 
 // Block (gtile + n_gtile*split, KV head, sequence): GT query heads of one KV head over one split of T.
 //
-// Every warp is an independent flash-decoding worker: it takes KROWS consecutive tokens at a time (warp w
+// Every warp is an independent flash-decoding worker: it takes kRows consecutive tokens at a time (warp w
 // the w-th, (w+8)-th, ... group of the split), loads their K and V rows together (a group of LANES lanes
 // reads one row of the head, 8 values per lane, so a warp reads 32/LANES rows per 16-byte load), and folds
 // them into its own running max, sum of weights and p.v sums for each of the GT query heads. Nothing
@@ -258,12 +259,12 @@ __global__ void __launch_bounds__(kReduceThreads)
     const int n_rec = d_head + 2;
     const float* rec = partials + (static_cast<long long>(b) * n_head + h) * n_split * n_rec;
     float m = -INFINITY;
-    for (int s = 0; s < n_split; ++s) m = fmaxf(m, rec[s * n_rec + d_head]);
+    for (int s = 0; s < n_split; ++s) m = fmaxf(m, rec[static_cast<long long>(s) * n_rec + d_head]);
     for (int d = threadIdx.x; d < d_head; d += kReduceThreads) {
         float num = 0.0f;
         float den = 0.0f;
         for (int s = 0; s < n_split; ++s) {
-            const float* r = rec + s * n_rec;
+            const float* r = rec + static_cast<long long>(s) * n_rec;
             const float w = exp2f(r[d_head] - m);
             num += w * r[d];
             den += w * r[d_head + 1];
@@ -320,6 +321,9 @@ void launch_typed(const DecodeAttentionArgs& a, const KernelParams& kp, dim3 gri
 
 int decode_attention_splits(const AttentionShape& shape, std::int64_t n_batch, std::int64_t n_tokens, int n_sm,
                             int wanted) {
+    if (n_tokens < 1 || n_batch < 1 || shape.n_head_kv < 1 || shape.n_head < shape.n_head_kv)
+        throw IoError("decode attention: context " + std::to_string(n_tokens) + ", batch " + std::to_string(n_batch) +
+                      ": expected at least one token, one sequence and a KV head per query group");
     const long long n_pieces = n_pieces_for(n_tokens);
     long long want = wanted;
     if (want <= 0) {
@@ -347,8 +351,17 @@ void decode_attention_launch(const DecodeAttentionArgs& a, cudaStream_t stream) 
     if (a.n_split < 1 || (a.n_split - 1) * pieces_per_split >= n_pieces)
         throw IoError("decode attention: split count " + std::to_string(a.n_split) + " leaves a split of " +
                       std::to_string(a.n_tokens) + " tokens empty; use decode_attention_splits");
+    // The kernel reads 16 bytes (8 values) at a time: every row and head must start on a 16-byte boundary.
+    const auto aligned = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
+    if (!aligned(a.q) || !aligned(a.k) || !aligned(a.v) || !aligned(a.out) || a.ld_kv % 8 != 0 || a.shape.d_head % 8 != 0)
+        throw IoError("decode attention: q, K, V and out must be 16-byte aligned, with row strides and the head dim "
+                      "multiples of 8 values");
     const long long n_group = a.shape.n_head / a.shape.n_head_kv;
     const int gt = gtile_for(n_group);
+    const long long n_gtile = (n_group + gt - 1) / gt;
+    if (n_gtile * a.n_split > 0x7fffffffLL)
+        throw IoError("decode attention: " + std::to_string(n_gtile) + " head tiles x " + std::to_string(a.n_split) +
+                      " splits exceed the grid's 2^31-1 blocks");
     KernelParams kp{};
     kp.q = a.q;
     kp.k = a.k;
@@ -362,7 +375,7 @@ void decode_attention_launch(const DecodeAttentionArgs& a, cudaStream_t stream) 
     kp.d_head = static_cast<int>(a.shape.d_head);
     kp.n_split = a.n_split;
     kp.split_rows = pieces_per_split * kSplitRows;
-    kp.n_gtile = static_cast<int>((n_group + gt - 1) / gt);
+    kp.n_gtile = static_cast<int>(n_gtile);
     kp.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(a.shape.d_head)));
     const dim3 grid(static_cast<unsigned>(kp.n_gtile) * static_cast<unsigned>(a.n_split),
                     static_cast<unsigned>(a.shape.n_head_kv), static_cast<unsigned>(a.n_batch));
