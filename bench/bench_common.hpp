@@ -12,7 +12,6 @@
 #include <stdlib.h>
 
 #include <CLI/CLI.hpp>
-#include <Eigen/Core>
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -20,6 +19,7 @@
 
 #include "core/atomic_write.hpp"
 #include "core/printer.hpp"
+#include "session/model_source.hpp"
 
 namespace kvlab::bench {
 
@@ -33,11 +33,8 @@ inline double median(std::vector<double> v) {
 // teams (what kvlab's own --threads 0 asks for) a loaded machine runs every region on one core while
 // the report says more (docs/performance.md, "Threads on a busy machine"). Returns the thread count.
 inline int fix_threads(int threads) {
-    if (threads < 0) throw UsageError(fmt::format("--threads: {}; expected 0 (every core) or more", threads));
-    const int n_threads = threads > 0 ? threads : omp_get_num_procs();
-    omp_set_dynamic(0);
-    omp_set_num_threads(n_threads);
-    Eigen::setNbThreads(n_threads);
+    const int n_threads = threads == 0 ? omp_get_num_procs() : threads;
+    set_thread_count(n_threads, true);  // refuses a negative count; a fixed team, never sized by the load
     return n_threads;
 }
 

@@ -42,11 +42,12 @@ void set_thread_count(int threads, bool deterministic) {
     if (threads > 0) {
         omp_set_num_threads(threads);
         Eigen::setNbThreads(threads);
-    } else if (!deterministic) {
-        // all cores, but fewer when the machine is busy: libgomp then sizes teams by the load average,
-        // which avoids the many-fold slowdown of spinning threads on an oversubscribed machine
-        omp_set_dynamic(1);
     }
+    // --threads 0 (not deterministic): all cores, but fewer when the machine is busy: libgomp then sizes
+    // teams by the load average, which avoids the many-fold slowdown of spinning threads on an
+    // oversubscribed machine. Set either way, so that a process running several sessions (the benches)
+    // does not keep an earlier one's dynamic teams.
+    omp_set_dynamic(threads == 0 && !deterministic ? 1 : 0);
 }
 
 }  // namespace kvlab

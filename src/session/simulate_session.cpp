@@ -228,7 +228,8 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     if (!o.save_checkpoint.empty()) inputs["save_checkpoint"] = o.save_checkpoint;
 
 #if defined(__GLIBC__)
-    // The weights and the KV cache are allocated once and live for the whole run. glibc gives each block
+    // The KV cache and weights converted at load are allocated once and live for the whole run (random
+    // weights and narrow copies come from huge-page arenas instead: core/huge_pages.hpp). glibc gives each block
     // over 128 KiB a mapping of its own, whole pages, the chunk header and Eigen's alignment pushing the
     // data onto one page more: ~4 KiB resident per matrix. From the heap they pack end to end. (32 MiB is
     // mallopt's ceiling; the embedding table, larger, keeps a mapping.) docs/performance.md, peak RSS.
