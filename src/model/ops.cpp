@@ -129,21 +129,18 @@ OpCost matmul_cost(std::int64_t n, const WeightRef& w, const VectorF& bias) {
 
 // out (d) = x (d) / sqrt(mean(x^2) + eps) * w (d)
 void rmsnorm_row(float* out, const float* x, const float* w, std::int64_t d, float eps) {
-    float ss = 0.0f;
-    for (std::int64_t i = 0; i < d; ++i) ss += x[i] * x[i];
-    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
-    for (std::int64_t i = 0; i < d; ++i) out[i] = x[i] * inv * w[i];
+    const Eigen::Map<const VectorF> xv(x, d), wv(w, d);
+    const float inv = 1.0f / std::sqrt(xv.squaredNorm() / static_cast<float>(d) + eps);  // a vectorised sum
+    Eigen::Map<VectorF>(out, d) = (xv * inv).cwiseProduct(wv);
 }
 
 // out (d) = (x - mean) / sqrt(var + eps) * w + b
 void layernorm_row(float* out, const float* x, const float* w, const float* b, std::int64_t d, float eps) {
-    float mean = 0.0f;
-    for (std::int64_t i = 0; i < d; ++i) mean += x[i];
-    mean /= static_cast<float>(d);
-    float var = 0.0f;
-    for (std::int64_t i = 0; i < d; ++i) var += (x[i] - mean) * (x[i] - mean);
-    const float inv = 1.0f / std::sqrt(var / static_cast<float>(d) + eps);
-    for (std::int64_t i = 0; i < d; ++i) out[i] = (x[i] - mean) * inv * w[i] + b[i];
+    const Eigen::Map<const VectorF> xv(x, d), wv(w, d), bv(b, d);
+    const float mean = xv.mean();
+    const float var = (xv.array() - mean).square().sum() / static_cast<float>(d);
+    const float inv = 1.0f / std::sqrt(var + eps);
+    Eigen::Map<VectorF>(out, d) = ((xv.array() - mean) * inv * wv.array() + bv.array()).matrix();
 }
 
 // RoPE on one position: q (H*D) and k (Hkv*D) rotated in place by angle pos * inv_freq[i] on pair i of
