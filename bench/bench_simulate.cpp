@@ -127,6 +127,8 @@ struct ModelResult {
     Stat decode_tok_nocount, uncached_tok_nocount;
     Stat decode_overhead, uncached_overhead;  // per repeat: tok/s off / tok/s on - 1, the two runs adjacent
     Stat replay_tok;                                           // the decode replay's steps per second
+    Stat replay_waits_tok, waits_of_replay;                    // the same with the decode's waits (diagnostic)
+    std::int64_t waits_per_step = 0;
     Stat decode_of_replay, uncached_of_gemm, prefill_of_gemm;  // per repeat: rate / the reference sampled just before
 };
 
@@ -140,7 +142,7 @@ ModelResult bench_model(const std::string& model, const BenchOptions& o, Referen
     DecodeReplay replay(cfg, weights, o.prompt_len, o.steps - 1);
     m.replay_bytes_per_step = replay.bytes() / static_cast<std::uint64_t>(o.steps - 1);
     std::vector<double> decode_tok, decode_bytes, decode_tok_off, unc_tok, unc_flops, unc_tok_off, pre_tok, pre_flops;
-    std::vector<double> decode_of_replay, unc_of_gemm, pre_of_gemm, decode_overhead, unc_overhead;
+    std::vector<double> decode_of_replay, waits_of_replay, unc_of_gemm, pre_of_gemm, decode_overhead, unc_overhead;
     for (int r = 0; r < o.repeats; ++r) {
         // counting on and off run back to back, in alternating order, so a slow phase of a shared machine
         // hits both alike and drift within a repeat cancels over repeats
@@ -149,6 +151,7 @@ ModelResult bench_model(const std::string& model, const BenchOptions& o, Referen
             // cached: step 0 is the prefill of the prompt, steps 1.. decode one token each
             refs.read_bandwidth();  // the machine's DRAM figure, sampled alongside
             const double ceiling = count ? replay.steps_per_s() : 0.0;
+            if (count) waits_of_replay.push_back(replay.waits_steps_per_s() / ceiling);  // what waiting alone costs
             const auto cached = run_simulation(cfg, weights, sim_options(SimMode::cached, o.prompt_len, o.steps, count));
             const auto n_decode = static_cast<std::int64_t>(cached.records.size()) - 1;
             const RunRates dec = rates_of(cached.records, 1, n_decode);
@@ -188,6 +191,9 @@ ModelResult bench_model(const std::string& model, const BenchOptions& o, Referen
     m.prefill_flops = stat_of(pre_flops);
     m.decode_of_replay = stat_of(decode_of_replay);
     m.replay_tok = stat_of(replay.samples);
+    m.replay_waits_tok = stat_of(replay.wait_samples);
+    m.waits_of_replay = stat_of(waits_of_replay);
+    m.waits_per_step = replay.waits_per_step();
     m.replay_pattern = replay.pattern();
     m.uncached_of_gemm = stat_of(unc_of_gemm);
     m.prefill_of_gemm = stat_of(pre_of_gemm);
@@ -374,12 +380,18 @@ Report make_report(const BenchOptions& o, int n_threads, const References& ref, 
                              real_cell(bytes_per_s * 1e-9, 2), text_cell("GB/s"), real_cell(spread_percent(m.replay_tok), 1)});
         refs.rows.push_back({text_cell(fmt::format("  = {}'s decode ceiling", m.name)), real_cell(m.replay_tok.median, 1),
                              text_cell("tok/s"), real_cell(spread_percent(m.replay_tok), 1)});
+        refs.rows.push_back({text_cell(fmt::format("  (diagnostic) the same reads with the decode's {} waits per step: {:.3f} of the replay",
+                                                   m.waits_per_step, m.waits_of_replay.median)),
+                             real_cell(m.replay_waits_tok.median, 1), text_cell("tok/s"), real_cell(spread_percent(m.replay_waits_tok), 1)});
     }
     refs.rows.push_back({text_cell("FLOP/s reference (GEMM), best case: " + References::gemm_name(ref.gemm_cases[ref.best_gemm])), real_cell(gemm.median * 1e-9, 2),
                          text_cell("GFLOP/s"), real_cell(spread_percent(gemm), 1)});
     refs.notes.push_back("decode replay: the step's own reads (each layer's wq, wk, wv, its cached keys and values, wo, w1, w3, "
                          "w2; then the classifier) for the same positions, read in that order with the best pattern, no "
                          "arithmetic and no waiting between matrices: a measured ceiling for a decode of these bytes (checked below)");
+    refs.notes.push_back("(diagnostic) with the decode's waits: the same replay with a barrier wherever the decode's threads wait "
+                         "for each other (after q/k/v, the attention, wo, w1/w3 and w2 of each layer, and the classifier): how much "
+                         "of the gap between a decode and its replay waiting alone explains. Not a reference; nothing is judged by it");
     refs.notes.push_back(fmt::format("each reference is a ceiling only if no workload below beats it; {}",
                                      refs_valid ? "none does" : "NOT VALID here, nothing is judged: " + fmt::format("{}", fmt::join(beaten, "; "))));
     report.tables.push_back(std::move(refs));

@@ -39,12 +39,16 @@ public:
             for (std::int64_t l = 0; l < cfg.n_layer; ++l) {
                 const LayerWeights& lw = w.layers[static_cast<std::size_t>(l)];
                 const std::int64_t keys = cfg.keys_attended(l, pos);
-                add(lw.wq), add(lw.wk), add(lw.wv);
+                // the decode's threads wait for each other where a parallel region ends (model/ops.cpp):
+                // after the q, k, v projections, the attention, wo, the w1 and w3 pair, and w2
+                add(lw.wq), add(lw.wk), add(lw.wv), wait_here();
                 add(kv_[static_cast<std::size_t>(2 * l)].data(), keys * row);
-                add(kv_[static_cast<std::size_t>(2 * l + 1)].data(), keys * row);
-                add(lw.wo), add(lw.w1), add(lw.w3), add(lw.w2);
+                add(kv_[static_cast<std::size_t>(2 * l + 1)].data(), keys * row), wait_here();
+                add(lw.wo), wait_here();
+                add(lw.w1), add(lw.w3), wait_here();
+                add(lw.w2), wait_here();
             }
-            add(w.classifier());
+            add(w.classifier()), wait_here();
         }
     }
 
@@ -63,14 +67,26 @@ public:
         samples.push_back(static_cast<double>(n_steps_) / replay(pattern_, spans_.size()));
         return samples.back();
     }
+    // One sample of the same reads with the decode's waits: every thread stops at a barrier wherever the
+    // decode's threads wait for each other (5 per layer and one after the classifier), with the pattern the
+    // first steps_per_s() picked. Not a ceiling for the decode (its threads split the attention by heads,
+    // not by rows), but the part of the gap between the decode and its replay that waiting alone explains.
+    double waits_steps_per_s() {
+        if (!picked_) throw Error("decode replay: the read pattern is picked by the first steps_per_s()");
+        wait_samples.push_back(static_cast<double>(n_steps_) / replay(pattern_, spans_.size(), true));
+        return wait_samples.back();
+    }
     std::uint64_t bytes() const { return bytes_; }  // read by one replay of every step
+    std::int64_t waits_per_step() const { return n_waits_ / n_steps_; }
     ReadPattern pattern() const { return kReadPatterns[pattern_]; }
-    std::vector<double> samples;  // steps per second
+    std::vector<double> samples;       // steps per second
+    std::vector<double> wait_samples;  // steps per second, with the decode's waits
 
 private:
     struct Span {
         const float* data;
         std::int64_t n;  // floats
+        bool wait = false;  // the decode's threads wait for each other after this span
     };
     void add(const float* data, std::int64_t n) {
         if (n <= 0) return;
@@ -78,9 +94,13 @@ private:
         bytes_ += static_cast<std::uint64_t>(n) * sizeof(float);
     }
     void add(const WeightMatrix& m) { add(m.data(), m.size()); }
+    void wait_here() {
+        if (!spans_.empty() && !spans_.back().wait) spans_.back().wait = true, ++n_waits_;
+    }
 
-    // Seconds to read the first n spans with pattern p, each thread its share of each, no barrier between.
-    double replay(std::size_t p, std::size_t n) const {
+    // Seconds to read the first n spans with pattern p, each thread its share of each; no barrier between
+    // them, or (`waits`) a barrier after each span the decode waits after.
+    double replay(std::size_t p, std::size_t n, bool waits = false) const {
         const ReadPattern pattern = kReadPatterns[p];
         const auto t0 = clock_type::now();
         double sum = 0.0;
@@ -92,6 +112,9 @@ private:
                 const std::int64_t i0 = s.n * t / n_threads, i1 = s.n * (t + 1) / n_threads;
                 sum += pattern.prefetch ? sum_streams<true>(s.data + i0, i1 - i0, pattern.streams)
                                         : sum_streams<false>(s.data + i0, i1 - i0, pattern.streams);
+                if (waits && s.wait) {
+#pragma omp barrier
+                }
             }
         }
         const double seconds = seconds_since(t0);
@@ -103,6 +126,7 @@ private:
     std::vector<MatrixRM> kv_;  // 2L buffers (T, Hkv*D): layer l's keys (2l) and values (2l + 1), ones
     std::vector<Span> spans_;            // every step's reads, in order
     std::uint64_t bytes_ = 0;
+    std::int64_t n_waits_ = 0;  // spans marked wait, over every step
     std::size_t pattern_ = 0;
     bool picked_ = false;
 };
