@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "calc/kvcalc.hpp"
+#include "calc/param_count.hpp"
 #include "core/units.hpp"
 #include "test_support.hpp"
 
@@ -106,6 +107,34 @@ TEST_CASE("GPU fit subtracts the weights from usable memory and divides by bytes
     const auto& roof = table_named(report, "Decode roofline");
     // (weights + 8192 x 131072 B of KV) / 2e12 B/s
     CHECK(cell(roof, 0, "min_ms_per_step").get<double>() == doctest::Approx((weights + 8192.0 * 131072) / 2e12 * 1e3));
+}
+
+TEST_CASE("A MoE decode step reads the routed experts its whole batch uses, not one token's") {
+    // Mixtral-8x7B (d 4096, 32 layers, vocab 32000 untied, 32 heads, 8 KV heads of 128, expert FFN 14336, top-2 of 8):
+    //   embeddings 2 x 32000 x 4096 = 262,144,000; attention 32 x (2 x 4096^2 + 2 x 4096 x 1024) = 1,342,177,280;
+    //   norms 32 x 2 x 4096 + 4096 = 266,240; one expert 3 x 4096 x 14336 = 176,160,768; router 4096 x 8 = 32,768
+    //   one token: 262,144,000 + 1,342,177,280 + 266,240 + 32 x (2 x 176,160,768 + 32,768) = 12,879,925,248 parameters
+    const std::uint64_t one_token = 12879925248ull, expert = 176160768ull;
+    auto r = gpu_request("mixtral-8x7b", "test", 1ull << 40, 2000000000000ull);
+    r.batches = {1, 2, 64};
+    const auto report = run_kvcalc(r);
+    const auto& roof = table_named(report, "Decode roofline");
+    CHECK(cell(roof, 0, "bytes_weights_read") == one_token * 2);  // fp16
+    // B = 2: an expert is missed by both tokens with probability (6/8)^2 = 0.5625, so 8 x 0.4375 = 3.5 experts
+    // per layer are read: 1.5 more than one token's 2, on 32 layers
+    CHECK(cell(roof, 1, "bytes_weights_read") == (one_token + 48 * expert) * 2);
+    // B = 64: (6/8)^64 = 1.0e-8, so all 8 experts (every parameter: 46,702,792,704) but ~8e-8 of an expert per layer
+    const auto all = count_params(load_preset("mixtral-8x7b")).total() * 2;
+    CHECK(all == 46702792704ull * 2);
+    const auto b64 = cell(roof, 2, "bytes_weights_read").get<std::uint64_t>();
+    CHECK(b64 < all);
+    CHECK(b64 > all - 1000);  // 32 x 8e-8 x 176,160,768 parameters x 2 B = 902 B short of every expert
+    // a dense model reads the same weights at any batch
+    auto dense = gpu_request("llama-3-8b", "test", 80ull << 30, 2000000000000ull);
+    dense.batches = {1, 64};
+    const auto dense_report = run_kvcalc(dense);
+    const auto& droof = table_named(dense_report, "Decode roofline");
+    CHECK(cell(droof, 0, "bytes_weights_read") == cell(droof, 1, "bytes_weights_read"));
 }
 
 TEST_CASE("A model whose weights do not fit says so, with the smallest TP that would, and gets no batch, context or roofline rows") {

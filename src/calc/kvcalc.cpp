@@ -127,6 +127,14 @@ std::uint64_t model_weight_bytes(const ModelConfig& cfg, bool native_layout, con
     return checked_mul(active ? params.active_per_token : params.total(), w.block_bytes, "weights bytes") / w.block_values;
 }
 
+std::uint64_t decode_weight_bytes(const ModelConfig& cfg, bool native_layout, const KvcalcRequest& r, std::uint64_t batch) {
+    if (cfg.n_expert <= 1 || batch <= 1) return model_weight_bytes(cfg, native_layout, r, true);
+    const auto& w = dtype_info(r.weights_dtype);
+    const double bytes = decode_params_read(cfg, batch) * static_cast<double>(w.block_bytes) / static_cast<double>(w.block_values);
+    if (!(bytes < 0x1p64)) throw OverflowError(fmt::format("{}: weights read per decode step overflow 64-bit bytes", cfg.name));
+    return static_cast<std::uint64_t>(std::llround(bytes));
+}
+
 namespace {
 
 // The smallest tensor-parallel degree that per_gpu_config accepts (TP divides the query heads, and TP
@@ -330,10 +338,21 @@ Report run_kvcalc(const KvcalcRequest& r) {
                                                     {fmt::format("{}{}", c, c == limit ? " (model max)" : ""), c}});
                     }
                     if (r.gpu->bandwidth_bytes_per_s == 0) continue;  // --gpu-mem without --gpu-bandwidth: no roofline
-                    // Decode roofline: every step reads the active weights once and every resident KV byte once.
-                    const auto active_weights = ceil_div(model_weight_bytes(cfg, native, r, true), r.tp);
+                    // Decode roofline: every step reads the weights its batch uses once (a MoE's routed experts:
+                    // those some token of the batch is routed to) and every resident KV byte once.
+                    if (cfg.n_expert > 1 && std::any_of(r.batches.begin(), r.batches.end(), [](std::uint64_t b) { return b > 1; })) {
+                        std::string per_batch;
+                        for (const auto b : r.batches)
+                            per_batch += fmt::format("{}B={}: {:.2f}", per_batch.empty() ? "" : ", ", b, expected_experts_read(cfg.n_expert, cfg.n_expert_active, b));
+                        report.notes.push_back(fmt::format("{}: a MoE decode step at batch B reads every routed expert some token of the batch uses: "
+                                                           "{} x (1 - (1 - {}/{})^B) of the {} per MoE layer in expectation when each token picks its "
+                                                           "{} uniformly ({}); skewed routing reads fewer, down to {}",
+                                                           cfg.name, cfg.n_expert, cfg.n_expert_active, cfg.n_expert, cfg.n_expert,
+                                                           cfg.n_expert_active, per_batch, cfg.n_expert_active));
+                    }
                     for (const auto t : contexts)
                         for (const auto b : r.batches) {
+                            const auto active_weights = ceil_div(decode_weight_bytes(cfg, native, r, b), r.tp);
                             const auto kv_read = checked_mul(kv_bytes_sequence(gpu_cfg, dtype, t, r.window_mode).total(), b, "KV bytes read");
                             const auto total = checked_add(active_weights, kv_read, "bytes per step");
                             if (kv_read > kv_budget)

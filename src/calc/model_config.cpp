@@ -303,6 +303,11 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
         cfg.mla = MlaShape{*rank, *rope, f.optional({"q_lora_rank"}).value_or(0), f.optional({"qk_nope_head_dim"}).value_or(0),
                            f.optional({"v_head_dim"}).value_or(cfg.d_head)};
         cfg.kv_heads_rule = fmt::format("MLA: one latent of kv_lora_rank {} + qk_rope_head_dim {} per token per layer", *rank, *rope);
+        // the hidden_size / heads quotient is no width of an MLA head: name the real ones (the tables show the latent)
+        if (cfg.mla->qk_nope_head_dim > 0)
+            cfg.head_dim_rule = fmt::format("MLA heads: q and k {} wide (qk_nope_head_dim {} + qk_rope_head_dim {}), v {} wide (v_head_dim); "
+                                            "the tables' head dim is the cached latent's {}",
+                                            cfg.mla->qk_nope_head_dim + *rope, cfg.mla->qk_nope_head_dim, *rope, cfg.mla->v_head_dim, *rank + *rope);
     }
 
     cfg.n_expert = f.optional({"num_local_experts", "n_routed_experts", "num_experts"}).value_or(1);

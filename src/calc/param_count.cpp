@@ -1,5 +1,7 @@
 #include "calc/param_count.hpp"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "core/checked.hpp"
@@ -73,9 +75,23 @@ ParamCount count_params(const ModelConfig& c) {
         p.mlp = add(mul(n_dense_layer, dense_expert), mul(n_moe_layer, moe_layer));
         active_mlp = add(mul(n_dense_layer, dense_expert), mul(n_moe_layer, moe_layer_active));
         p.norms = add(mul(L, mul(2, d)), d);  // two RMSNorms per layer + final
+        if (n_moe_layer > 0) p.routed_expert = moe_expert, p.n_moe_layer = n_moe_layer;
     }
     p.active_per_token = add(add(add(add(p.embedding, p.attention), active_mlp), p.norms), p.lm_head);
     return p;
+}
+
+double expected_experts_read(std::int64_t n_expert, std::int64_t n_active, std::uint64_t batch) {
+    const double e = static_cast<double>(n_expert), k = static_cast<double>(n_active);
+    return e * (1.0 - std::pow(1.0 - k / e, static_cast<double>(batch)));
+}
+
+double decode_params_read(const ModelConfig& cfg, std::uint64_t batch) {
+    const ParamCount p = count_params(cfg);
+    const double active = static_cast<double>(p.active_per_token);
+    if (p.n_moe_layer == 0 || batch <= 1) return active;
+    const double extra = expected_experts_read(cfg.n_expert, cfg.n_expert_active, batch) - static_cast<double>(cfg.n_expert_active);
+    return active + static_cast<double>(p.n_moe_layer) * extra * static_cast<double>(p.routed_expert);
 }
 
 Cell params_cell(std::uint64_t count) {

@@ -18,7 +18,9 @@ Report model_presets_report(bool with_sources) {
     for (const auto& name : preset_names()) {
         const auto cfg = load_preset(name);
         std::vector<Cell> row{text_cell(name), text_cell(cfg.preset_family), int_cell(cfg.n_layer), int_cell(cfg.n_head),
-                              int_cell(cfg.n_head_kv), int_cell(cfg.d_head), text_cell(cfg.attention_kind()), int_cell(cfg.n_ctx_max),
+                              // MLA: one latent per token, shown as kvcalc's tables show it (1 KV head, the latent's width)
+                              int_cell(cfg.mla ? 1 : cfg.n_head_kv), int_cell(cfg.mla ? cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim : cfg.d_head),
+                              text_cell(cfg.attention_kind()), int_cell(cfg.n_ctx_max),
                               params_cell(count_params(cfg).total()), text_cell(cfg.display_name)};
         if (with_sources) row.push_back(text_cell(cfg.source));
         t.rows.push_back(std::move(row));
