@@ -70,6 +70,19 @@ void read_numbers_strictly(CLI::App& app) {
     for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) read_numbers_strictly(*sub);
 }
 
+// An empty text value is refused too: every text option's default is "not given", so `--checkpoint ""`
+// (an unset shell variable) would otherwise run on random weights and `--trace ""` write nothing, both
+// with success. Only --prompt takes empty text: a prompt of no text is the BOS token alone.
+void refuse_empty_text(CLI::App& app) {
+    for (CLI::Option* opt : app.get_options()) {
+        std::string type = opt->get_type_name();
+        type = type.substr(0, type.find(':'));
+        if (type != "TEXT" || opt->get_lnames() == std::vector<std::string>{"prompt"}) continue;
+        opt->check(CLI::Validator([](std::string& text) -> std::string { return text.empty() ? "empty value; expected a non-empty one (an option left out takes its default)" : ""; }, ""));
+    }
+    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_empty_text(*sub);
+}
+
 // "kvlab kvcalcc", "kvlab trace sumary x": CLI11 alone says "A subcommand is required". Walks the
 // leading words of the command line down the subcommand tree; a word that names no subcommand where
 // one is required is refused with the nearest name, or the list.
@@ -154,6 +167,7 @@ int main(int argc, char** argv) {
     kvlab::cli::setup_trace(app);
     kvlab::cli::setup_completion(app);
     read_numbers_strictly(app);
+    refuse_empty_text(app);
     add_version_flags(app);
     kvlab::install_interrupt_handlers();
     try {

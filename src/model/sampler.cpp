@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -13,6 +14,11 @@ namespace kvlab {
 void validate_sampler_options(const SamplerOptions& o) {
     if (!(o.temperature >= 0.0) || !std::isfinite(o.temperature))
         throw UsageError(fmt::format("--temperature: {}; expected a finite number >= 0 (0 = greedy)", o.temperature));
+    // the logits are scaled by 1 / T in float: below 1 / FLT_MAX (2.9e-39) that is infinite, and
+    // 0 x inf for the largest logit would make every probability NaN
+    constexpr double min_temperature = 1.0 / static_cast<double>(std::numeric_limits<float>::max());
+    if (o.temperature > 0.0 && o.temperature < min_temperature)
+        throw UsageError(fmt::format("--temperature: {}; expected 0 (greedy) or at least {:.3g} (1 / the largest float)", o.temperature, min_temperature));
     if (o.top_k < 0) throw UsageError(fmt::format("--top-k: {}; expected >= 0 (0 = off)", o.top_k));
     if (!(o.top_p > 0.0 && o.top_p <= 1.0))
         throw UsageError(fmt::format("--top-p: {}; expected a value in (0, 1] (1 = off)", o.top_p));

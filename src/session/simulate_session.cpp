@@ -161,9 +161,11 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     if (!o.trace.empty()) check_trace_writable(o.trace);
     if (!o.save_checkpoint.empty()) check_save_path(o.save_checkpoint, cfg);
     if (!o.trace.empty() && !o.save_checkpoint.empty()) {
+        // made absolute first: weakly_canonical leaves a relative path whose first part does not exist
+        // yet as it is, so "same.csv" and "./same.csv" would differ
         std::error_code ec;
-        const auto a = std::filesystem::weakly_canonical(o.trace, ec), b = std::filesystem::weakly_canonical(o.save_checkpoint, ec);
-        if (a == b)
+        auto resolved = [&](const std::string& path) { return std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec); };
+        if (resolved(o.trace) == resolved(o.save_checkpoint))
             throw UsageError(fmt::format("--trace and --save-checkpoint: both name {}; give two different files", quote(o.trace)));
     }
     const std::uint64_t max_memory =

@@ -96,6 +96,10 @@ kvlab_expect(RC 2 ARGS simulate --seed 18446744073709551616 ERR "--seed: '184467
 kvlab_expect(RC 2 ARGS simulate --seed -1 ERR "--seed: '-1' is not a non-negative decimal integer")
 kvlab_expect(RC 2 ARGS simulate -n 0x10 ERR "--steps: '0x10' is not a decimal integer")
 kvlab_expect(RC 2 ARGS simulate --temperature nan ERR "--temperature: 'nan' is not a finite decimal number")
+# 1 / T is applied in float: a T whose inverse is no finite float (1e-39 < 1 / 3.4e38) made every
+# probability NaN and picked the last token every step
+kvlab_expect(RC 2 ARGS simulate --model stories260k -n 2 --prompt-ids 1 --temperature 1e-39 ERR "--temperature: 1e-39; expected 0 \\(greedy\\) or at least 2.94e-39")
+kvlab_expect(RC 0 ARGS simulate --model stories260k -n 2 --prompt-ids 1 -q --temperature 3e-39)
 kvlab_expect(RC 2 ARGS kvcalc --kv-budget -1 ERR "--kv-budget: '-1' is negative; expected a positive size")
 # 010 is ten (decimal), not eight (C's octal): 2 prompt + 10 steps
 kvlab_expect(RC 0 ARGS simulate -p 2 -n 010 --mode cached --quiet -f csv OUT "\nsteps,10\n")
@@ -126,6 +130,15 @@ kvlab_expect(RC 2 ARGS simulate --checkpoint "${WORK}/fx/tiny.bin" --tokenizer "
 kvlab_expect(RC 2 ARGS kvcalc --config "${WORK}/missing.json" ERR "cannot open the config file")
 kvlab_expect(RC 2 ARGS simulate --model stories260k -p 2 -n 2 --trace "${WORK}/same.json" --save-checkpoint "${WORK}/./same.json"
              ERR "--trace and --save-checkpoint: both name")
+# the same file named two ways while it does not exist yet: relative and ./, relative and absolute
+file(REMOVE "${WORK}/same2.csv")
+kvlab_expect(RC 2 ARGS simulate --model stories260k -p 2 -n 2 --trace ./same2.csv --save-checkpoint same2.csv
+             ERR "--trace and --save-checkpoint: both name")
+kvlab_expect(RC 2 ARGS simulate --model stories260k -p 2 -n 2 --trace same2.csv --save-checkpoint "${WORK}/same2.csv"
+             ERR "--trace and --save-checkpoint: both name")
+if(EXISTS "${WORK}/same2.csv")
+  message(SEND_ERROR "a refused run left same2.csv behind")
+endif()
 
 # 12. GGUF headers (kvcalc --gguf): the metadata read as llama.cpp writes it, every length checked first.
 # Llama-3-8B: 2 x 32 layers x 8 KV heads x 128 (4096 / 32) x 2 B = 131072 B/token; x 8192 = 1 GiB.

@@ -118,4 +118,27 @@ compgen -G ".chart2.svg.tmp-*" > /dev/null && fail "Ctrl-C during trace plot lef
 rc=$?
 [ $rc -eq 2 ] || fail "simulate -n '': exit $rc, expected 2"
 grep -q -- "--steps: empty value" err.txt || fail "simulate -n '': $(cat err.txt)"
+# 10. An empty text value (an unset shell variable) is refused too, not read as "not given": no
+# random-weight run in place of a checkpoint, no run that "succeeds" without writing its trace.
+empty_refused() {  # option, then the command
+    local opt=$1
+    shift
+    "$KVLAB" "$@" > out.txt 2> err.txt
+    rc=$?
+    [ $rc -eq 2 ] || fail "$* (empty $opt): exit $rc, expected 2"
+    grep -q -- "$opt: empty value; expected a non-empty one" err.txt || fail "$* (empty $opt): $(cat err.txt)"
+    [ -s out.txt ] && fail "$* (empty $opt) wrote to stdout"
+    return 0
+}
+empty_refused --checkpoint simulate -q -n 2 --checkpoint ""
+empty_refused --trace simulate --model stories260k -q -n 2 --trace ""
+empty_refused --save-checkpoint simulate --model stories260k -q -n 2 --save-checkpoint ""
+empty_refused --prompt-ids simulate --model stories260k -q -n 2 --prompt-ids ""
+empty_refused --context kvcalc -m llama-3-8b --context ""
+empty_refused --gpu kvcalc -m llama-3-8b --gpu ""
+empty_refused --checkpoint serve -q --requests 2 --checkpoint ""
+empty_refused file trace summary ""
+# an empty prompt is a prompt: the BOS token alone
+"$KVLAB" simulate --model tiny-llama -n 2 --prompt "" > out.txt 2> err.txt || fail "simulate --prompt '': $(cat err.txt)"
+grep -q "prompt 1 tokens" out.txt || fail "simulate --prompt '' did not run on the BOS token alone"
 echo "interrupt tests passed"
