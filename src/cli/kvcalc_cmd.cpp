@@ -151,7 +151,8 @@ void setup_kvcalc(CLI::App& app) {
     cmd->add_option("--weights-dtype", o->weights_dtype, "dtype of the weights for the GPU fit")->capture_default_str();
     cmd->add_option("--mem-util", o->mem_util, "Fraction of GPU memory the engine may use (vLLM gpu_memory_utilization)")->capture_default_str();
     cmd->add_option("--kv-budget", o->kv_budget, "KV budget an engine reported, per GPU, e.g. 3.8125GiB (or one per rank, comma-separated: the smallest counts): gives blocks, tokens, concurrency");
-    cmd->add_option("--window", o->window, "Every layer keeps only its last W positions (the cache policy of simulate --window)");
+    cmd->add_option("--window", o->window, "Every layer keeps only its last W positions (the cache policy of simulate --window)")
+        ->check(given_nonzero("expected a positive number of positions"));
     cmd->add_option("--sink-tokens", o->sink_tokens, "StreamingLLM sinks: the window also keeps the first S positions (S < W; same bytes)");
     add_choice(cmd, "--engine", o->engine, engine_choices,
                "Also what this engine allocates and the lines it prints (pinned releases: vLLM v0.10.2, llama.cpp b8668, SGLang v0.5.2, "

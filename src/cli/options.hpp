@@ -32,4 +32,17 @@ inline CLI::Option* add_units_option(CLI::App* cmd, UnitSystem& target) {
     return add_choice(cmd, "--units", target, unit_system_choices, "Byte units: iec (KiB/MiB/GiB = 2^10..) or si (KB/MB/GB = 10^3..)");
 }
 
+// For an integer option whose default 0 means "not given" (--window, --kv-blocks): 0 given on the
+// command line is refused, not read as the default. It runs before main's strict decimal reading, so
+// it looks only at plain decimal text ("0", "000", "-0") and leaves anything else to that check.
+inline CLI::Validator given_nonzero(std::string expected) {
+    return CLI::Validator(
+        [expected](std::string& text) -> std::string {
+            const std::string_view digits = std::string_view(text).substr(!text.empty() && text[0] == '-' ? 1 : 0);
+            const bool zero = !digits.empty() && digits.find_first_not_of('0') == std::string_view::npos;
+            return zero ? text + "; " + expected : "";
+        },
+        "");
+}
+
 }  // namespace kvlab::cli

@@ -78,7 +78,9 @@ void setup_serve(CLI::App& app) {
     cmd->add_option("-s,--seed", o->seed, "Seed for the synthetic workload and random weights")->capture_default_str();
     // pool
     auto* budget = cmd->add_option("--kv-budget", o->kv_budget, "KV pool size in bytes, e.g. 2MiB (default: room for 4 sequences of --max-model-len)");
-    cmd->add_option("--kv-blocks", o->kv_blocks, "KV pool size in blocks of --block-size tokens (instead of --kv-budget)")->excludes(budget);
+    cmd->add_option("--kv-blocks", o->kv_blocks, "KV pool size in blocks of --block-size tokens (instead of --kv-budget)")
+        ->excludes(budget)
+        ->check(given_nonzero("expected at least 1"));
     add_choice(cmd, "--kv-layout", o->layout, layout_choices, "paged (blocks on demand), contiguous (reserved up front) or both, side by side");
     cmd->add_option("--block-size", o->block_size, "Tokens per paged block")->capture_default_str();
     add_choice(cmd, "--reserve", o->reserve, reserve_rule_choices,

@@ -180,7 +180,8 @@ void setup_simulate(CLI::App& app) {
                   "Run a --kv-dtype, --weight-dtype, --window or --sink-tokens policy alone, without the fp32 model beside it on the "
                   "same tokens: speed and memory only, no logit error")
         ->excludes(eval);
-    cmd->add_option("--window", o->window, "Every layer keeps only its last W positions (a ring), measured against the full cache");
+    cmd->add_option("--window", o->window, "Every layer keeps only its last W positions (a ring), measured against the full cache")
+        ->check(given_nonzero("expected a positive number of positions"));
     cmd->add_option("--sink-tokens", o->sink_tokens, "StreamingLLM: the window also keeps the first S positions (S < W)");
     add_units_option(cmd, o->units);
     add_format_option(cmd, o->format);

@@ -57,7 +57,7 @@ void print_table(std::ostream& out, const Table& t) {
     std::vector<std::size_t> width(t.columns.size());
     for (std::size_t c = 0; c < t.columns.size(); ++c) {
         width[c] = display_width(t.columns[c].header);
-        for (const auto& row : t.rows) width[c] = std::max(width[c], display_width(row[c].text));
+        for (const auto& row : t.rows) width[c] = std::max(width[c], display_width(printable(row[c].text)));
     }
     std::string line;
     for (std::size_t c = 0; c < t.columns.size(); ++c) line += (c ? "  " : "") + pad(t.columns[c].header, width[c], t.columns[c].align_right);
@@ -67,7 +67,8 @@ void print_table(std::ostream& out, const Table& t) {
     out << line << "\n";
     for (const auto& row : t.rows) {
         line.clear();
-        for (std::size_t c = 0; c < t.columns.size(); ++c) line += (c ? "  " : "") + pad(row[c].text, width[c], t.columns[c].align_right);
+        // cells may hold names from files (a config's _name_or_path): control bytes escaped
+        for (std::size_t c = 0; c < t.columns.size(); ++c) line += (c ? "  " : "") + pad(printable(row[c].text), width[c], t.columns[c].align_right);
         out << line << "\n";
     }
     for (const auto& n : t.notes) out << "  " << printable(n) << "\n";  // notes may quote names from files
@@ -82,7 +83,7 @@ void print_markdown(std::ostream& out, const Table& t) {
     out << "\n";
     for (const auto& row : t.rows) {
         out << "|";
-        for (const auto& cell : row) out << " " << md_escape(cell.text) << " |";
+        for (const auto& cell : row) out << " " << md_escape(printable(cell.text)) << " |";
         out << "\n";
     }
     if (!t.notes.empty()) {

@@ -96,6 +96,10 @@ kvlab_expect(RC 2 ARGS simulate --seed 18446744073709551616 ERR "--seed: '184467
 kvlab_expect(RC 2 ARGS simulate --seed -1 ERR "--seed: '-1' is not a non-negative decimal integer")
 kvlab_expect(RC 2 ARGS simulate -n 0x10 ERR "--steps: '0x10' is not a decimal integer")
 kvlab_expect(RC 2 ARGS simulate --temperature nan ERR "--temperature: 'nan' is not a finite decimal number")
+# 0 given for an option whose default 0 means "not given" is refused like -1, not read as the default
+kvlab_expect(RC 2 ARGS kvcalc -m llama-3-8b --window 0 ERR "--window: 0; expected a positive number of positions")
+kvlab_expect(RC 2 ARGS simulate --model stories260k -n 2 --window 0 ERR "--window: 0; expected a positive number of positions")
+kvlab_expect(RC 2 ARGS serve --model stories260k --requests 2 --kv-blocks 0 ERR "--kv-blocks: 0; expected at least 1")
 # 1 / T is applied in float: a T whose inverse is no finite float (1e-39 < 1 / 3.4e38) made every
 # probability NaN and picked the last token every step
 kvlab_expect(RC 2 ARGS simulate --model stories260k -n 2 --prompt-ids 1 --temperature 1e-39 ERR "--temperature: 1e-39; expected 0 \\(greedy\\) or at least 2.94e-39")
@@ -112,6 +116,17 @@ kvlab_expect(RC 2 ARGS trace summary "${WORK}/wide.csv" ERR "trace format '42949
 file(WRITE "${WORK}/name.json" "{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":1,
 \"num_attention_heads\":4,\"vocab_size\":32,\"max_position_embeddings\":64,\"_kvlab\":{\"display_name\":5}}")
 kvlab_expect(RC 2 ARGS kvcalc --config "${WORK}/name.json" ERR "name.json \\(_kvlab\\): display_name = 5; expected a string")
+# a name with an escape sequence and a newline: shown escaped in table cells (and markdown rows), not
+# sent raw to the terminal
+file(WRITE "${WORK}/ctl.json" "{\"_name_or_path\":\"evil\\u001b[31mred\\nline\",\"model_type\":\"llama\",\"hidden_size\":64,
+\"intermediate_size\":128,\"num_hidden_layers\":1,\"num_attention_heads\":4,\"vocab_size\":100,\"max_position_embeddings\":128}")
+string(ASCII 27 esc)
+foreach(fmt table markdown)
+  kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/ctl.json" -d fp16 --context 128 -f ${fmt} OUT "evil.x1B\\[31mred.nline +MHA|evil.x1B\\[31mred.nline \\| MHA")
+  if(KVLAB_OUT MATCHES "${esc}")
+    message(SEND_ERROR "kvcalc -f ${fmt} printed a raw escape byte from a config's name")
+  endif()
+endforeach()
 string(ASCII 255 254 bad_utf8)
 string(REPLACE "# run.mode=" "# note=${bad_utf8}\n# run.mode=" bad_csv "${csv}")
 file(WRITE "${WORK}/utf8.csv" "${bad_csv}")
