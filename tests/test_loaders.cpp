@@ -412,8 +412,11 @@ TEST_CASE("llama2.c headers with absurd dimensions are FormatErrors, not allocat
     t.vocab = std::numeric_limits<std::int32_t>::min();
     CHECK(contains(header_error(t, true), path.string()));
     t = TinyDims{};
-    t.dim = 1 << 30, t.hidden = 1 << 30, t.layers = 1 << 30;  // 2^30 layers x 3 x 2^60 floats overflows 2^64
+    t.dim = 1 << 30, t.hidden = 1 << 30, t.layers = 1 << 16;  // 2^16 layers x 3 x 2^60 floats overflows 2^64
     CHECK(contains(header_error(t, true), "larger than 2^64 bytes"));
+    t = TinyDims{};
+    t.layers = std::numeric_limits<std::int32_t>::max();  // refused before a per-layer table of 2^31 entries is sized
+    CHECK(contains(header_error(t, true), "n_layers is 2147483647; kvlab reads at most 65536 layers"));
     t = TinyDims{};
     t.hidden = 1 << 20;  // plausible dims, but the file is far too small
     CHECK(contains(header_error(t, true), "implies"));
@@ -573,6 +576,14 @@ TEST_CASE("Broken tokenizer files are FormatErrors naming the file and the offse
     std::memcpy(zero_len.data() + 4 + 4, &zero, 4);  // token 0's length field
     write_file(path, zero_len);
     CHECK(contains(format_error([&] { Tokenizer::load(path, n); }), "token 0 at offset 8 has length 0"));
+
+    // max_token_length is an int: -1 was read as 2^32 - 1 (every length passed) and 0 gave "expected 1..0"
+    for (const std::int32_t bad : {-1, 0}) {
+        std::string header = good;
+        std::memcpy(header.data(), &bad, 4);
+        write_file(path, header);
+        CHECK(contains(format_error([&] { Tokenizer::load(path, n); }), fmt::format("max_token_length at offset 0 is {}; expected a positive", bad)));
+    }
 
     write_file(path, good);  // a model with a smaller vocabulary than the file
     CHECK(contains(format_error([&] { Tokenizer::load(path, n - 1); }), "more tokens than the model's vocabulary (271)"));

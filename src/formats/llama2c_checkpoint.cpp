@@ -70,6 +70,8 @@ ModelConfig config_from_header(const Llama2cHeader& h, std::int32_t vocab, bool 
                                                                             {"seq_len", h.seq_len}}};
     for (const auto& [name, value] : positives)
         if (value <= 0) throw fail(fmt::format("{} is {}; expected a positive number", name, value));
+    // before any per-layer table is sized from it (a config.json meets the same bound)
+    if (h.n_layers > max_layers) throw fail(fmt::format("n_layers is {}; kvlab reads at most {} layers", h.n_layers, max_layers));
     if (h.dim % h.n_heads != 0) throw fail(fmt::format("n_heads ({}) does not divide dim ({})", h.n_heads, h.dim));
     if (h.n_kv_heads > h.n_heads || h.n_heads % h.n_kv_heads != 0)
         throw fail(fmt::format("n_kv_heads ({}) does not divide n_heads ({})", h.n_kv_heads, h.n_heads));

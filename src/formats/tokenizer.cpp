@@ -53,8 +53,10 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path, std::int64_t n_voca
     const std::byte* data = file.bytes().data();
     const std::uint64_t size = file.size_bytes();
     if (size < 4) throw FormatError(fmt::format("{}: truncated at offset 0: {} bytes, the 4-byte max_token_length header is missing", where, size));
-    std::uint32_t max_token_length = 0;
+    std::int32_t max_token_length = 0;  // an int in llama2.c's tokenizer.bin, as every field
     std::memcpy(&max_token_length, data, 4);
+    if (max_token_length <= 0)
+        throw FormatError(fmt::format("{}: max_token_length at offset 0 is {}; expected a positive token length", where, max_token_length));
 
     std::vector<std::string> pieces(static_cast<std::size_t>(n_vocab));
     std::vector<float> scores(static_cast<std::size_t>(n_vocab));
@@ -66,7 +68,7 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path, std::int64_t n_voca
         std::int32_t len = 0;
         std::memcpy(&scores[static_cast<std::size_t>(i)], data + offset, 4);
         std::memcpy(&len, data + offset + 4, 4);
-        if (len <= 0 || static_cast<std::uint32_t>(len) > max_token_length)
+        if (len <= 0 || len > max_token_length)
             throw FormatError(fmt::format("{}: token {} at offset {} has length {}; expected 1..{} (max_token_length)",
                                           where, i, offset + 4, len, max_token_length));
         offset += 8;

@@ -194,14 +194,24 @@ public:
         else if (mode == "cached") run.mode = SimMode::cached;
         else if (mode == "uncached") run.mode = SimMode::uncached;
         else fail(line, fmt::format("run summary: mode {}; expected cached, uncached or both", quote(mode, 20)));
-        run.n_prompt = need("prompt_tokens", &json::is_number_integer, "an integer").get<std::int64_t>();
-        run.n_steps = need("steps_requested", &json::is_number_integer, "an integer").get<std::int64_t>();
-        run.n_steps_done = need("steps_done", &json::is_number_integer, "an integer").get<std::int64_t>();
+        // counts: integers 0..2^40, as config fields are bounded, so that sums of them (prompt + steps
+        // positions) cannot overflow and 2^64 - 1 is not read back as -1
+        auto count = [&](const char* key) -> std::int64_t {
+            const json& v = need(key, &json::is_number_integer, "an integer");
+            constexpr std::int64_t max_count = std::int64_t{1} << 40;
+            if (v.is_number_unsigned() ? v.get<std::uint64_t>() > static_cast<std::uint64_t>(max_count)
+                                       : (v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > max_count))
+                fail(line, fmt::format("run summary: '{}' is {}; expected a count from 0 to 2^40", key, json_excerpt(v)));
+            return v.get<std::int64_t>();
+        };
+        run.n_prompt = count("prompt_tokens");
+        run.n_steps = count("steps_requested");
+        run.n_steps_done = count("steps_done");
         run.interrupted = need("interrupted", &json::is_boolean, "a boolean").get<bool>();
         run.counted = need("counted", &json::is_boolean, "a boolean").get<bool>();
         run.kv_cache_bytes = need("kv_cache_bytes", &json::is_number_unsigned, "a non-negative integer").get<std::uint64_t>();
         run.max_abs_dlogit = need("max_abs_dlogit", &json::is_number, "a number").get<double>();
-        run.n_argmax_flips = need("argmax_flips", &json::is_number_integer, "an integer").get<std::int64_t>();
+        run.n_argmax_flips = count("argmax_flips");
         if (!j.contains("first_divergent_step") ||
             !(j.at("first_divergent_step").is_null() || j.at("first_divergent_step").is_number_integer()))
             fail(line, "run summary: 'first_divergent_step' is missing; expected an integer or null");
