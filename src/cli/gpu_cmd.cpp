@@ -30,11 +30,11 @@ void setup_gpu(CLI::App& app) {
     CLI::App* cmd = gpu->add_subcommand(
         "attention", "Time a decode attention step: cached (read K,V) vs uncached (recompute K,V), MHA/GQA/MQA");
     CLI::Option* model = cmd->add_option("--model", o->model, "Model preset or config.json for heads, KV heads, head dim, hidden");
-    cmd->add_option("--heads", o->n_head, "Query heads H (instead of --model)")->check(CLI::PositiveNumber)->excludes(model);
-    cmd->add_option("--kv-heads", o->n_head_kv, "KV heads Hkv (default: --heads)")->check(CLI::PositiveNumber)->excludes(model);
-    cmd->add_option("--head-dim", o->d_head, "Head dim D, a multiple of 8 up to 256")->check(CLI::PositiveNumber)->excludes(model);
+    cmd->add_option("--heads", o->n_head, "Query heads H (instead of --model)")->check(at_least(1))->excludes(model);
+    cmd->add_option("--kv-heads", o->n_head_kv, "KV heads Hkv (default: --heads)")->check(at_least(1))->excludes(model);
+    cmd->add_option("--head-dim", o->d_head, "Head dim D, a multiple of 8 up to 256")->check(at_least(1))->excludes(model);
     cmd->add_option("--hidden", o->d_model, "Hidden size d for the uncached K,V GEMM (default: H*D)")
-        ->check(CLI::PositiveNumber)
+        ->check(at_least(1))
         ->excludes(model);
     cmd->add_option("--batch", o->batch, "Batch sizes B, comma-separated")->capture_default_str();
     cmd->add_option("--context", o->context, "Context lengths T (cached tokens), comma-separated, e.g. 1k,8k")
@@ -42,8 +42,8 @@ void setup_gpu(CLI::App& app) {
     cmd->add_option("--dtype", o->dtype, "Storage types: fp16, bf16 (comma-separated)")->capture_default_str();
     cmd->add_option("--attention", o->attention, "Variants side by side: native, mha, mqa, gqa:N (N KV heads)")
         ->capture_default_str();
-    cmd->add_option("--warmup", o->n_warmup, "Untimed runs before timing")->check(CLI::NonNegativeNumber)->capture_default_str();
-    cmd->add_option("--repeats", o->n_repeat, "Timed runs; the median is reported")->check(CLI::PositiveNumber)->capture_default_str();
+    cmd->add_option("--warmup", o->n_warmup, "Untimed runs before timing")->check(at_least(0))->capture_default_str();
+    cmd->add_option("--repeats", o->n_repeat, "Timed runs; the median is reported")->check(at_least(1))->capture_default_str();
     cmd->add_option("--seed", o->seed, "Seed of the correctness check's random inputs")->capture_default_str();
     add_format_option(cmd, opts->format);
     cmd->footer("Example:\n  kvlab gpu attention --model llama-3-8b --context 1k,8k --attention mha,gqa:8,mqa");

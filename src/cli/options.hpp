@@ -6,6 +6,7 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "core/choice.hpp"
 #include "core/printer.hpp"
@@ -41,6 +42,17 @@ inline CLI::Validator given_nonzero(std::string expected) {
             const std::string_view digits = std::string_view(text).substr(!text.empty() && text[0] == '-' ? 1 : 0);
             const bool zero = !digits.empty() && digits.find_first_not_of('0') == std::string_view::npos;
             return zero ? text + "; " + expected : "";
+        },
+        "");
+}
+
+// A short message in place of CLI11's PositiveNumber / NonNegativeNumber ("Value 0 not in range
+// 0.000000 to 1797...", 400 bytes): the text is main's canonical decimal by the time it runs.
+inline CLI::Validator at_least(int least) {
+    return CLI::Validator(
+        [least](std::string& text) -> std::string {
+            const bool below = !text.empty() && (text[0] == '-' || (least > 0 && text == "0"));
+            return below ? fmt::format("{}; expected an integer >= {}", text, least) : "";
         },
         "");
 }

@@ -97,7 +97,7 @@ void check_serve_workload(const ModelConfig& cfg, std::span<const ServeRequest> 
         const std::int64_t rows = paged ? kv_seq_rows(cfg, request_positions(r)) : reservation_rows(cfg, r, o);
         const std::int64_t whole = paged ? (rows + o.pool.block_size - 1) / o.pool.block_size * o.pool.block_size : rows;
         if (whole > o.pool.n_rows)
-            throw UsageError(fmt::format("--kv-budget: the pool holds {} token rows; request {} alone needs {} ({} layout{}), so it could "
+            throw UsageError(fmt::format("--kv-budget/--kv-blocks: the pool holds {} token rows; request {} alone needs {} ({} layout{}), so it could "
                                          "never run; expected a larger budget or shorter requests",
                                          o.pool.n_rows, i, whole, paged ? "paged" : "contiguous",
                                          paged ? "" : o.reserve == ReserveRule::max_len ? ", --reserve max-len" : ", --reserve request"));

@@ -55,7 +55,7 @@ std::string gp_quote(const std::string& s) {
 fs::path find_gnuplot() {
     if (const char* env = std::getenv("KVLAB_GNUPLOT"); env && *env) {
         if (::access(env, X_OK) == 0) return env;
-        throw UnavailableError(fmt::format("KVLAB_GNUPLOT={} is not an executable; kvlab trace plot needs gnuplot "
+        throw UnavailableError(fmt::format("KVLAB_GNUPLOT={} is not an executable; kvlab draws charts with gnuplot "
                                            "(Debian/Ubuntu: apt install gnuplot-nox)", quote(env)));
     }
     const char* path = std::getenv("PATH");
@@ -65,7 +65,7 @@ fs::path find_gnuplot() {
         const fs::path candidate = fs::path(dir.empty() ? "." : dir) / "gnuplot";
         if (::access(candidate.c_str(), X_OK) == 0) return candidate;
     }
-    throw UnavailableError("gnuplot not found on PATH; kvlab trace plot draws with gnuplot: install the gnuplot-nox "
+    throw UnavailableError("gnuplot not found on PATH; kvlab draws charts with gnuplot: install the gnuplot-nox "
                            "package (Debian/Ubuntu: apt install gnuplot-nox), or set KVLAB_GNUPLOT to its path");
 }
 

@@ -50,7 +50,7 @@ kvlab_expect(RC 2 ARGS serve --workload ok.jsonl --requests 3 ERR "--requests ex
 
 # impossible budgets and bad flags: one line, exit 2
 kvlab_expect(RC 2 ARGS serve --kv-budget 10KiB ERR "^kvlab: error: --kv-budget: 10KiB holds no block of 16 tokens \\(2.00 KiB per token")
-kvlab_expect(RC 2 ARGS serve --kv-blocks 4 --kv-layout contiguous ERR "--kv-budget: the pool holds 64 token rows; request 0 alone needs 256 \\(contiguous layout, --reserve max-len\\)")
+kvlab_expect(RC 2 ARGS serve --kv-blocks 4 --kv-layout contiguous ERR "--kv-budget/--kv-blocks: the pool holds 64 token rows; request 0 alone needs 256 \\(contiguous layout, --reserve max-len\\)")
 kvlab_expect(RC 2 ARGS serve --kv-blocks 4 --kv-layout paged ERR "request [0-9]+ alone needs [0-9]+ \\(paged layout\\), so it could never run")
 kvlab_expect(RC 2 ARGS serve --prompt-len 5..3 ERR "--prompt-len: '5..3' is not a length range")
 kvlab_expect(RC 2 ARGS serve --output-len 0 ERR "--output-len: '0' is not a length range")
