@@ -27,6 +27,14 @@ KvBytes kv_bytes_per_token(const ModelConfig& cfg, DType dtype);
 std::uint64_t kv_tokens_held(const ModelConfig& cfg, std::int64_t layer, std::uint64_t n_tokens, WindowMode mode);
 // One sequence of T tokens, all layers, windows applied per `mode`.
 KvBytes kv_bytes_sequence(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, WindowMode mode);
+// Token slots layer `layer` holds after T positions in blocks of `block_size` tokens (0: no paging,
+// = kv_tokens_held), blocks aligned to positions (block i holds positions i*N .. i*N + N - 1): a full
+// layer ceil(T / N) blocks; a windowed layer the blocks its held positions touch (the last W, or the
+// first S sinks and the last W - S), which a window that is not a multiple of N can make one more
+// than ceil(W / N).
+std::uint64_t kv_slots_held(const ModelConfig& cfg, std::int64_t layer, std::uint64_t n_tokens, WindowMode mode, std::uint64_t block_size);
+// One sequence in blocks: kv_bytes_sequence with kv_slots_held per layer.
+KvBytes kv_bytes_sequence_paged(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, WindowMode mode, std::uint64_t block_size);
 
 // A what-if copy of `cfg` with `n_head_kv` KV heads (MHA = n_head, MQA = 1). Drops MLA.
 // Throws UsageError when n_head is not a multiple of n_head_kv.

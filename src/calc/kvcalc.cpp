@@ -33,7 +33,7 @@ std::uint64_t allocated_tokens(std::uint64_t n_tokens, std::uint64_t block_size)
 }
 
 std::uint64_t sequence_bytes(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, const KvcalcRequest& r) {
-    return kv_bytes_sequence(cfg, dtype, allocated_tokens(n_tokens, r.block_size), r.window_mode).total();
+    return kv_bytes_sequence_paged(cfg, dtype, n_tokens, r.window_mode, r.block_size).total();
 }
 
 // floor(memory x util) in exact integer arithmetic: util is taken to 6 decimals (0.9 -> 900000 / 10^6).
@@ -90,8 +90,18 @@ std::string window_formula(const ModelConfig& cfg, std::uint64_t n_tokens, const
     const std::string paged = r.block_size ? fmt::format(" (T = ceil({} / {}) x {} = {} paged tokens)", n_tokens, r.block_size, r.block_size, t) : "";
     if (!cfg.sliding_window || r.window_mode == WindowMode::ignore) return fmt::format("{} tokens x {} B/token{}", t, token_bytes, paged);
     const auto n_win = static_cast<std::uint64_t>(std::count(cfg.layer_windowed.begin(), cfg.layer_windowed.end(), true));
-    const auto held = std::min<std::uint64_t>(t, static_cast<std::uint64_t>(*cfg.sliding_window));
-    return fmt::format("({} windowed layers x min(W={}, T={}) = {} + {} global layers x {}) tokens x {} B/token/layer{}", n_win, *cfg.sliding_window, t, held,
+    const auto W = static_cast<std::uint64_t>(*cfg.sliding_window);
+    if (r.block_size && W < n_tokens) {
+        // a windowed layer holds the blocks its last W positions touch, not ceil(T / N) of them
+        const auto first = static_cast<std::int64_t>(std::find(cfg.layer_windowed.begin(), cfg.layer_windowed.end(), true) - cfg.layer_windowed.begin());
+        const auto slots = kv_slots_held(cfg, first, n_tokens, r.window_mode, r.block_size);
+        return fmt::format("({} windowed layers x {} (the {} blocks of {} that positions {}..{} touch{}) + {} global layers x {}) tokens x {} B/token/layer{}",
+                           n_win, slots, slots / r.block_size, r.block_size, n_tokens - (W - u(cfg.sink_tokens)), n_tokens - 1,
+                           cfg.sink_tokens ? fmt::format(", and sinks 0..{}", cfg.sink_tokens - 1) : "", u(cfg.n_layer) - n_win, t,
+                           layer_bytes, paged);
+    }
+    const auto held = std::min<std::uint64_t>(t, W);
+    return fmt::format("({} windowed layers x min(W={}, T={}) = {} + {} global layers x {}) tokens x {} B/token/layer{}", n_win, W, t, held,
                        u(cfg.n_layer) - n_win, t, layer_bytes, paged);
 }
 
@@ -276,10 +286,14 @@ Report run_kvcalc(const KvcalcRequest& r) {
                         std::vector<Cell> row{text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(t), uint_cell(b), uint_cell(held),
                                               bytes_cell(seq, U), bytes_cell(batch, U)};
                         if (any_window && r.window_mode == WindowMode::cap)
-                            row.push_back(bytes_cell(checked_mul(kv_bytes_sequence(cfg, dtype, allocated_tokens(t, r.block_size), WindowMode::ignore).total(), b,
+                            row.push_back(bytes_cell(checked_mul(kv_bytes_sequence_paged(cfg, dtype, t, WindowMode::ignore, r.block_size).total(), b,
                                                                  "KV bytes per batch"), U));
                         if (r.block_size) {
-                            row.push_back(uint_cell(ceil_div(t, r.block_size)));
+                            // the blocks of the layer that holds the most (a full layer's ceil(T / N), unless every layer is windowed)
+                            std::uint64_t blocks = 0;
+                            for (std::int64_t l = 0; l < cfg.n_layer; ++l)
+                                blocks = std::max(blocks, kv_slots_held(cfg, l, t, r.window_mode, r.block_size) / r.block_size);
+                            row.push_back(uint_cell(blocks));
                             row.push_back(bytes_cell(checked_mul(seq - exact_seq, b, "paging waste"), U));
                         }
                         if (r.tp > 1) {
