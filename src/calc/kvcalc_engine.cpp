@@ -40,8 +40,9 @@ void append_engine_tables(Report& report, const KvcalcRequest& r) {
                 const char* fraction = r.engine == Engine::vllm ? "gpu_memory_utilization" : r.engine == Engine::sglang ? "mem_fraction_static"
                                        : trt ? "free_gpu_memory_fraction" : "--mem-util";
                 report.notes.push_back(fmt::format(
-                    "{}: {} KV budget estimated as {} = {} per GPU ({} = --mem-util {}); the engine also keeps activations and graphs, so give "
-                    "--kv-budget with its own figure for its exact numbers",
+                    "{}: {} KV budget estimated as {} = {} per GPU ({} = --mem-util {}), an upper bound: the engine also keeps activations and "
+                    "graphs, and sizes from the memory CUDA reports, below nvidia-smi's total (an H100 80GB: 79.11 GiB, not 79.65); give --kv-budget "
+                    "with its own figure for its exact numbers",
                     cfg.name, release,
                     trt ? fmt::format("({} - {} weights) x {}", format_bytes(memory, U), format_bytes(weights, U), r.mem_util)
                         : fmt::format("{} x {} - {} weights", format_bytes(memory, U), r.mem_util, format_bytes(weights, U)),
