@@ -95,3 +95,9 @@ kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen3-14b.json --engine vllm --tp 2
 # a budget smaller than one token slot: SGLang's init_memory_pool refuses to start (model_runner.py, v0.5.2)
 kvlab_expect_lines(ARGS kvcalc -m llama-3-8b --engine sglang --kv-budget 1KiB LINES
   "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.")
+
+# An MLA model under vLLM's default block size gets a note: vllm/platforms/cuda.py forces 64 (FlashMLA,
+# Hopper) or 128 (CUTLASS MLA, Blackwell); none once --block-size is given
+kvlab_expect(RC 0 ARGS kvcalc -m deepseek-v3 --engine vllm --kv-budget 20GiB --context 32k
+             OUT "deepseek-v3: MLA with the default --block-size 16; vLLM on CUDA forces 64 with FlashMLA")
+kvlab_expect(RC 0 ARGS kvcalc -m deepseek-v3 --engine vllm --kv-budget 20GiB --context 32k --block-size 64 NOT_OUT "forces 64 with FlashMLA")
