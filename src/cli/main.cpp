@@ -185,6 +185,14 @@ int main(int argc, char** argv) {
     } catch (const CLI::ExtrasError&) {
         std::cerr << "kvlab: error: " << unexpected_arguments(app, argc, argv) << " (see " << command_path(app) << " --help)\n";
         return 2;
+    } catch (const CLI::ConversionError& e) {
+        // a decimal integer that passed the 64-bit check but not the option's narrower type (--threads is
+        // an int): CLI11 says only "Could not convert: --threads = 3000000000"
+        std::string what = e.what();
+        if (const auto at = what.find(" = "); what.rfind("Could not convert: ", 0) == 0 && at != std::string::npos)
+            what = fmt::format("{}: {} is out of range for this option", what.substr(19, at - 19), what.substr(at + 3));
+        std::cerr << "kvlab: error: " << what << " (see " << command_path(app) << " --help)\n";
+        return 2;
     } catch (const CLI::ParseError& e) {
         std::cerr << "kvlab: error: " << e.what() << " (see " << command_path(app) << " --help)\n";
         return 2;
