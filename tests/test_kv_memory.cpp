@@ -63,29 +63,29 @@ TEST_CASE("Sliding-window layers hold min(W, T) tokens in cap mode and T in igno
     CHECK(kv_bytes_sequence(cfg, DType::fp16, 1000, WindowMode::cap).total() == per_token * 1000);
 }
 
-TEST_CASE("In blocks, a windowed layer holds the blocks its window's positions touch") {
-    // blocks of 16 aligned to positions: block i holds positions 16i .. 16i + 15
+TEST_CASE("In blocks, every layer's tokens are rounded up to whole blocks, a windowed layer's window too") {
     const auto phi = load_preset("phi-3-mini-4k");  // W = 2047 on all 32 layers
-    // T = 3000: positions 953..2999 are held, blocks 953/16 = 59 .. 2999/16 = 187: 129 blocks (not ceil(2047/16) = 128)
-    CHECK(kv_slots_held(phi, 0, 3000, WindowMode::cap, 16) == 129 * 16);
-    // T = 2000 <= W: every position, ceil(2000/16) = 125 blocks
-    CHECK(kv_slots_held(phi, 0, 2000, WindowMode::cap, 16) == 125 * 16);
-    CHECK(kv_slots_held(phi, 0, 3000, WindowMode::ignore, 16) == 188 * 16);  // ceil(3000/16) = 188
+    // T = 3000: the window's 2047 tokens in a ring of ceil(2047 / 16) = 128 blocks = 2048 slots
+    CHECK(kv_slots_held(phi, 0, 3000, WindowMode::cap, 16) == 128 * 16);
+    // T = 2040 <= W: ceil(2040 / 16) = 128 blocks as well
+    CHECK(kv_slots_held(phi, 0, 2040, WindowMode::cap, 16) == 128 * 16);
+    CHECK(kv_slots_held(phi, 0, 3000, WindowMode::ignore, 16) == 188 * 16);  // ceil(3000 / 16) = 188
     CHECK(kv_slots_held(phi, 0, 3000, WindowMode::cap, 0) == 2047);          // no paging: min(W, T)
     const auto row = kv_bytes_per_token_layer(phi, DType::bf16).total();     // 2 x 32 heads x 96 x 2 B = 12288
     CHECK(row == 12288);
-    CHECK(kv_bytes_sequence_paged(phi, DType::bf16, 3000, WindowMode::cap, 16).total() == 32ull * 2064 * 12288);  // 774.00 MiB
-    // a window that is a multiple of the block size still touches one block more unless T is too:
-    // Mistral W = 4096 at T = 5000 holds positions 904..4999, blocks 56..312 = 257; at T = 5008, 57..312 = 256
-    const auto mistral = load_preset("mistral-7b-v0.1");
-    CHECK(kv_slots_held(mistral, 0, 5000, WindowMode::cap, 16) == 257 * 16);
-    CHECK(kv_slots_held(mistral, 0, 5008, WindowMode::cap, 16) == 256 * 16);
-    // StreamingLLM: W = 64 with 4 sinks at T = 100 holds positions 0..3 and 40..99: block 0, and blocks 2..6
-    auto sinks = mistral;
+    // 32 x 2048 x 12288 = 805,306,368 B = 768.00 MiB: one slot a layer (384 KiB) more than the 2047 tokens
+    CHECK(kv_bytes_sequence_paged(phi, DType::bf16, 3000, WindowMode::cap, 16).total() == 32ull * 2048 * 12288);
+    // the count never falls as T grows (the fit tables search on it)
+    std::uint64_t last = 0;
+    for (std::uint64_t t = 1; t <= 4096; ++t) {
+        const auto slots = kv_slots_held(phi, 0, t, WindowMode::cap, 16);
+        REQUIRE(slots >= last);
+        last = slots;
+    }
+    // StreamingLLM: sinks share the window's rows, so W = 64 with 4 sinks is still ceil(64 / 16) = 4 blocks
+    auto sinks = load_preset("mistral-7b-v0.1");
     apply_window_policy(sinks, 64, 4);
-    CHECK(kv_slots_held(sinks, 0, 100, WindowMode::cap, 16) == 6 * 16);
-    // at T = 70 the recent positions 10..69 start in block 0, which the sinks share: blocks 0..4
-    CHECK(kv_slots_held(sinks, 0, 70, WindowMode::cap, 16) == 5 * 16);
+    CHECK(kv_slots_held(sinks, 0, 100, WindowMode::cap, 16) == 4 * 16);
 }
 
 TEST_CASE("Gemma-2-style alternation windows only the even layers") {

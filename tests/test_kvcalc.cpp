@@ -128,7 +128,18 @@ TEST_CASE("A MoE decode step reads the routed experts its whole batch uses, not 
     CHECK(all == 46702792704ull * 2);
     const auto b64 = cell(roof, 2, "bytes_weights_read").get<std::uint64_t>();
     CHECK(b64 < all);
-    CHECK(b64 > all - 1000);  // 32 x 8e-8 x 176,160,768 parameters x 2 B = 902 B short of every expert
+    CHECK(b64 > all - 1000);  // 32 layers x 8 x 0.75^64 x 176,160,768 parameters = 455, x 2 B = 910 B short of every expert
+    // with the checkpoint's stored bytes (1 B a parameter, as an fp8 checkpoint), the read is that share
+    // of them, and never more than the weights held
+    auto fp8 = gpu_request("mixtral-8x7b", "test", 1ull << 40, 2000000000000ull);
+    fp8.models[0].stored_weight_bytes = 46702792704ull;
+    fp8.batches = {1, 64};
+    const auto fp8_report = run_kvcalc(fp8);
+    const auto& froof = table_named(fp8_report, "Decode roofline");
+    CHECK(cell(froof, 0, "bytes_weights_read").get<double>() == doctest::Approx(12879925248.0).epsilon(1e-12));  // one token's parameters x 1 B
+    CHECK(cell(froof, 1, "bytes_weights_read").get<std::uint64_t>() <= 46702792704ull);
+    CHECK(cell(froof, 1, "bytes_weights_read").get<std::uint64_t>() > 46702792704ull - 1000);
+    CHECK(cell(table_named(fp8_report, "Does it fit on"), 0, "bytes_weights_per_gpu") == 46702792704ull);
     // a dense model reads the same weights at any batch
     auto dense = gpu_request("llama-3-8b", "test", 80ull << 30, 2000000000000ull);
     dense.batches = {1, 64};

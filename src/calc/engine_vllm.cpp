@@ -65,11 +65,11 @@ EngineAnswer vllm_answer(const EngineCase& c, const EngineSettings& s) {
                              c.tp > 1 ? fmt::format(" -tp {}", c.tp) : "", window ? fmt::format(" --max-num-batched-tokens {}", batched) : "");
     // vllm/platforms/cuda.py (check_and_update_config) raises an MLA model's block size on its own: to 64 when
     // the FlashMLA backend runs it (Hopper), to 128 for CUTLASS MLA (Blackwell)
-    if (cfg.mla && !s.block_size)
-        a.notes.push_back(fmt::format("{}: MLA with the default --block-size 16; vLLM on CUDA forces 64 with FlashMLA (Hopper) and 128 with "
+    if (cfg.mla && bs % 64 != 0)
+        a.notes.push_back(fmt::format("{}: MLA with --block-size {}; vLLM on CUDA forces 64 with FlashMLA (Hopper) and 128 with "
                                       "CUTLASS MLA (Blackwell), logging \"Forcing kv cache block size to 64 for FlashMLA backend\": give "
                                       "--block-size 64 or 128 to match",
-                                      cfg.name));
+                                      cfg.name, bs));
     if (lay.hybrid()) {
         const std::uint64_t padding = groups * lay.group_size - lay.full_layers - lay.sliding_layers;
         if (padding > 0) {

@@ -45,24 +45,8 @@ KvBytes kv_bytes_sequence(const ModelConfig& cfg, DType dtype, std::uint64_t n_t
 
 std::uint64_t kv_slots_held(const ModelConfig& cfg, std::int64_t layer, std::uint64_t n_tokens, WindowMode mode, std::uint64_t block_size) {
     const std::uint64_t held = kv_tokens_held(cfg, layer, n_tokens, mode);
-    if (block_size == 0 || n_tokens == 0) return held;
-    const std::uint64_t N = block_size;
-    std::uint64_t blocks = 0;
-    if (held == n_tokens) {
-        blocks = (n_tokens - 1) / N + 1;  // every position: ceil(T / N)
-    } else {
-        // positions [0, S) and [T - (W - S), T), S = sinks; the blocks each span touches, less the overlap
-        const auto sinks = static_cast<std::uint64_t>(cfg.sink_tokens);
-        const std::uint64_t recent_first = n_tokens - (held - sinks), last = n_tokens - 1;
-        const std::uint64_t b0 = recent_first / N, b1 = last / N;
-        blocks = b1 - b0 + 1;
-        if (sinks > 0) {
-            const std::uint64_t s1 = (sinks - 1) / N;  // sink blocks 0..s1
-            blocks += s1 + 1;
-            if (s1 >= b0) blocks -= s1 - b0 + 1;
-        }
-    }
-    return checked_mul(blocks, N, "paged tokens");
+    if (block_size == 0) return held;
+    return checked_mul(ceil_div(held, block_size), block_size, "paged tokens");  // whole blocks
 }
 
 KvBytes kv_bytes_sequence_paged(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, WindowMode mode, std::uint64_t block_size) {

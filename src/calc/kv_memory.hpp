@@ -28,10 +28,8 @@ std::uint64_t kv_tokens_held(const ModelConfig& cfg, std::int64_t layer, std::ui
 // One sequence of T tokens, all layers, windows applied per `mode`.
 KvBytes kv_bytes_sequence(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, WindowMode mode);
 // Token slots layer `layer` holds after T positions in blocks of `block_size` tokens (0: no paging,
-// = kv_tokens_held), blocks aligned to positions (block i holds positions i*N .. i*N + N - 1): a full
-// layer ceil(T / N) blocks; a windowed layer the blocks its held positions touch (the last W, or the
-// first S sinks and the last W - S), which a window that is not a multiple of N can make one more
-// than ceil(W / N).
+// = kv_tokens_held): its held tokens rounded up to whole blocks, a full layer ceil(T / N) blocks and a
+// windowed one ceil(min(W, T) / N), kept as a ring of blocks (as kvlab serve keeps it).
 std::uint64_t kv_slots_held(const ModelConfig& cfg, std::int64_t layer, std::uint64_t n_tokens, WindowMode mode, std::uint64_t block_size);
 // One sequence in blocks: kv_bytes_sequence with kv_slots_held per layer.
 KvBytes kv_bytes_sequence_paged(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, WindowMode mode, std::uint64_t block_size);

@@ -88,21 +88,16 @@ std::uint64_t mha_equivalent_bytes_per_token(const ModelConfig& cfg, DType dtype
 std::string window_formula(const ModelConfig& cfg, std::uint64_t n_tokens, const KvcalcRequest& r, std::uint64_t layer_bytes, std::uint64_t token_bytes) {
     const auto t = allocated_tokens(n_tokens, r.block_size);
     const std::string paged = r.block_size ? fmt::format(" (T = ceil({} / {}) x {} = {} paged tokens)", n_tokens, r.block_size, r.block_size, t) : "";
-    if (!cfg.sliding_window || r.window_mode == WindowMode::ignore) return fmt::format("{} tokens x {} B/token{}", t, token_bytes, paged);
     const auto n_win = static_cast<std::uint64_t>(std::count(cfg.layer_windowed.begin(), cfg.layer_windowed.end(), true));
+    if (!cfg.sliding_window || r.window_mode == WindowMode::ignore || n_win == 0)
+        return fmt::format("{} tokens x {} B/token{}", t, token_bytes, paged);
     const auto W = static_cast<std::uint64_t>(*cfg.sliding_window);
-    if (r.block_size && W < n_tokens) {
-        // a windowed layer holds the blocks its last W positions touch, not ceil(T / N) of them
-        const auto first = static_cast<std::int64_t>(std::find(cfg.layer_windowed.begin(), cfg.layer_windowed.end(), true) - cfg.layer_windowed.begin());
-        const auto slots = kv_slots_held(cfg, first, n_tokens, r.window_mode, r.block_size);
-        return fmt::format("({} windowed layers x {} (the {} blocks of {} that positions {}..{} touch{}) + {} global layers x {}) tokens x {} B/token/layer{}",
-                           n_win, slots, slots / r.block_size, r.block_size, n_tokens - (W - u(cfg.sink_tokens)), n_tokens - 1,
-                           cfg.sink_tokens ? fmt::format(", and sinks 0..{}", cfg.sink_tokens - 1) : "", u(cfg.n_layer) - n_win, t,
-                           layer_bytes, paged);
-    }
-    const auto held = std::min<std::uint64_t>(t, W);
-    return fmt::format("({} windowed layers x min(W={}, T={}) = {} + {} global layers x {}) tokens x {} B/token/layer{}", n_win, W, t, held,
-                       u(cfg.n_layer) - n_win, t, layer_bytes, paged);
+    const auto held = std::min<std::uint64_t>(n_tokens, W);
+    if (r.block_size)  // a windowed layer's tokens in whole blocks too, a ring of them
+        return fmt::format("({} windowed layers x ceil(min(W={}, T={}) / {}) x {} = {} + {} global layers x {}) tokens x {} B/token/layer{}", n_win, W,
+                           n_tokens, r.block_size, r.block_size, allocated_tokens(held, r.block_size), u(cfg.n_layer) - n_win, t, layer_bytes, paged);
+    return fmt::format("({} windowed layers x min(W={}, T={}) = {} + {} global layers x {}) tokens x {} B/token/layer", n_win, W, n_tokens, held,
+                       u(cfg.n_layer) - n_win, n_tokens, layer_bytes);
 }
 
 }  // namespace
@@ -138,10 +133,16 @@ std::uint64_t model_weight_bytes(const ModelConfig& cfg, bool native_layout, con
 }
 
 std::uint64_t decode_weight_bytes(const ModelConfig& cfg, bool native_layout, const KvcalcRequest& r, std::uint64_t batch) {
-    if (cfg.n_expert <= 1 || batch <= 1) return model_weight_bytes(cfg, native_layout, r, true);
+    if (cfg.n_expert <= 1) return model_weight_bytes(cfg, native_layout, r, true);
+    const bool stored = cfg.stored_weight_bytes && native_layout;
+    if (batch <= 1 && !stored) return model_weight_bytes(cfg, native_layout, r, true);  // exact: one token's parameters
+    // weights as stored (a checkpoint's own dtypes): the step's share of the parameters, in proportion, so
+    // that the read never exceeds the weights held; else parameters x --weights-dtype
     const auto& w = dtype_info(r.weights_dtype);
-    const double bytes = decode_params_read(cfg, batch) * static_cast<double>(w.block_bytes) / static_cast<double>(w.block_values);
-    if (!(bytes < 0x1p64)) throw OverflowError(fmt::format("{}: weights read per decode step overflow 64-bit bytes", cfg.name));
+    const double params = decode_params_read(cfg, batch);
+    const double bytes = stored ? static_cast<double>(*cfg.stored_weight_bytes) * params / static_cast<double>(count_params(cfg).total())
+                                : params * static_cast<double>(w.block_bytes) / static_cast<double>(w.block_values);
+    if (!(bytes < 0x1p63)) throw OverflowError(fmt::format("{}: weights read per decode step overflow 63-bit bytes", cfg.name));
     return static_cast<std::uint64_t>(std::llround(bytes));
 }
 

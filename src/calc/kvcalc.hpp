@@ -54,9 +54,10 @@ std::uint64_t usable_bytes(std::uint64_t memory, double util);
 // (the native layout only: a what-if attention layout has other K and V widths), else parameters x
 // --weights-dtype. `active`: only what one token reads (a MoE's routed experts), always estimated for MoE.
 std::uint64_t model_weight_bytes(const ModelConfig& cfg, bool native_layout, const KvcalcRequest& request, bool active = false);
-// Bytes of weights one decode step at batch B reads (all GPUs together): the active weights of one token
-// for a dense model or at B = 1; for a MoE at B > 1, every routed expert some token of the batch uses,
-// in expectation under uniform routing (decode_params_read), rounded to the nearest byte.
+// Bytes of weights one decode step at batch B reads (all GPUs together): every weight of a dense model
+// (as model_weight_bytes); for a MoE, the routed experts some token of the batch uses, in expectation
+// under uniform routing (decode_params_read), at --weights-dtype or, with the checkpoint's stored bytes,
+// that share of them; rounded to the nearest byte.
 std::uint64_t decode_weight_bytes(const ModelConfig& cfg, bool native_layout, const KvcalcRequest& request, std::uint64_t batch);
 
 // Per-GPU view of a model under tensor parallelism: KV heads per GPU = max(Hkv / TP, 1).

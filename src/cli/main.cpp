@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
         // an int): CLI11 says only "Could not convert: --threads = 3000000000"
         std::string what = e.what();
         if (const auto at = what.find(" = "); what.rfind("Could not convert: ", 0) == 0 && at != std::string::npos)
-            what = fmt::format("{}: {} is out of range for this option", what.substr(19, at - 19), what.substr(at + 3));
+            what = fmt::format("{}: {} is out of range for this option; expected a smaller number", what.substr(19, at - 19), what.substr(at + 3));
         std::cerr << "kvlab: error: " << what << " (see " << command_path(app) << " --help)\n";
         return 2;
     } catch (const CLI::ParseError& e) {

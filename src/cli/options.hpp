@@ -3,6 +3,8 @@
 // The two every report-printing subcommand shares, --format and --units, are added by one line each.
 #pragma once
 #include <array>
+#include <charconv>
+#include <cstdint>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -34,8 +36,8 @@ inline CLI::Option* add_units_option(CLI::App* cmd, UnitSystem& target) {
 }
 
 // For an integer option whose default 0 means "not given" (--window, --kv-blocks): 0 given on the
-// command line is refused, not read as the default. It runs before main's strict decimal reading, so
-// it looks only at plain decimal text ("0", "000", "-0") and leaves anything else to that check.
+// command line is refused, not read as the default. main's strict decimal reading (a transform, which
+// CLI11 runs before checks) has already made the text canonical ("000" -> "0").
 inline CLI::Validator given_nonzero(std::string expected) {
     return CLI::Validator(
         [expected](std::string& text) -> std::string {
@@ -48,10 +50,12 @@ inline CLI::Validator given_nonzero(std::string expected) {
 
 // A short message in place of CLI11's PositiveNumber / NonNegativeNumber ("Value 0 not in range
 // 0.000000 to 1797...", 400 bytes): the text is main's canonical decimal by the time it runs.
-inline CLI::Validator at_least(int least) {
+inline CLI::Validator at_least(std::int64_t least) {
     return CLI::Validator(
         [least](std::string& text) -> std::string {
-            const bool below = !text.empty() && (text[0] == '-' || (least > 0 && text == "0"));
+            std::int64_t v = 0;
+            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+            const bool below = ec == std::errc() && end == text.data() + text.size() && v < least;
             return below ? fmt::format("{}; expected an integer >= {}", text, least) : "";
         },
         "");

@@ -163,8 +163,12 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     if (!o.trace.empty() && !o.save_checkpoint.empty()) {
         // made absolute first: weakly_canonical leaves a relative path whose first part does not exist
         // yet as it is, so "same.csv" and "./same.csv" would differ
-        std::error_code ec;
-        auto resolved = [&](const std::string& path) { return std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec); };
+        auto resolved = [](const std::string& path) {
+            std::error_code ec;
+            const auto absolute = std::filesystem::absolute(path, ec).lexically_normal();
+            const auto canonical = std::filesystem::weakly_canonical(absolute, ec);
+            return ec ? absolute : canonical;  // what could not be resolved, compared as written
+        };
         if (resolved(o.trace) == resolved(o.save_checkpoint))
             throw UsageError(fmt::format("--trace and --save-checkpoint: both name {}; give two different files", quote(o.trace)));
     }

@@ -97,7 +97,7 @@ kvlab_expect_lines(ARGS kvcalc -m llama-3-8b --engine sglang --kv-budget 1KiB LI
   "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.")
 
 # An MLA model under vLLM's default block size gets a note: vllm/platforms/cuda.py forces 64 (FlashMLA,
-# Hopper) or 128 (CUTLASS MLA, Blackwell); none once --block-size is given
+# Hopper) or 128 (CUTLASS MLA, Blackwell); none once --block-size is a multiple of 64
 kvlab_expect(RC 0 ARGS kvcalc -m deepseek-v3 --engine vllm --kv-budget 20GiB --context 32k
-             OUT "deepseek-v3: MLA with the default --block-size 16; vLLM on CUDA forces 64 with FlashMLA")
+             OUT "deepseek-v3: MLA with --block-size 16; vLLM on CUDA forces 64 with FlashMLA")
 kvlab_expect(RC 0 ARGS kvcalc -m deepseek-v3 --engine vllm --kv-budget 20GiB --context 32k --block-size 64 NOT_OUT "forces 64 with FlashMLA")

@@ -118,6 +118,12 @@ kvlab_expect(RC 2 ARGS trace summary "${WORK}/wide.csv" ERR "trace format '42949
 file(WRITE "${WORK}/name.json" "{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":1,
 \"num_attention_heads\":4,\"vocab_size\":32,\"max_position_embeddings\":64,\"_kvlab\":{\"display_name\":5}}")
 kvlab_expect(RC 2 ARGS kvcalc --config "${WORK}/name.json" ERR "name.json \\(_kvlab\\): display_name = 5; expected a string")
+# a sliding_window that no layer uses (layer_types all full): --block-size --explain used to look up a
+# windowed layer past the end (internal error, exit 1)
+file(WRITE "${WORK}/nowin.json" "{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,
+\"num_attention_heads\":4,\"vocab_size\":100,\"max_position_embeddings\":8192,\"sliding_window\":1000,\"layer_types\":[\"full_attention\",\"full_attention\"]}")
+kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/nowin.json" -d fp16 --block-size 16 --context 4096 --explain
+             OUT "KV/sequence at T=4096 = 4096 tokens x 512 B/token")
 # a name with an escape sequence and a newline: shown escaped in table cells (and markdown rows), not
 # sent raw to the terminal
 file(WRITE "${WORK}/ctl.json" "{\"_name_or_path\":\"evil\\u001b[31mred\\nline\",\"model_type\":\"llama\",\"hidden_size\":64,
