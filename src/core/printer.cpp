@@ -13,7 +13,7 @@ namespace kvlab {
 namespace {
 
 std::string csv_field(const std::string& s) {
-    if (s.find_first_of(",\"\n") == std::string::npos) return s;
+    if (s.find_first_of(",\"\n\r") == std::string::npos) return s;  // RFC 4180: a CR is quoted too
     std::string out = "\"";
     for (char c : s) {
         if (c == '"') out += '"';

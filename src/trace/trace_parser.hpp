@@ -215,7 +215,7 @@ public:
         if (!j.contains("first_divergent_step") ||
             !(j.at("first_divergent_step").is_null() || j.at("first_divergent_step").is_number_integer()))
             fail(line, "run summary: 'first_divergent_step' is missing; expected an integer or null");
-        if (!j.at("first_divergent_step").is_null()) run.first_divergent_step = j.at("first_divergent_step").get<std::int64_t>();
+        if (!j.at("first_divergent_step").is_null()) run.first_divergent_step = count("first_divergent_step");
         run.divergent_dlogit = need("divergent_dlogit", &json::is_number, "a number").get<double>();
         run.divergent_tolerance = need("divergent_tolerance", &json::is_number, "a number").get<double>();
         // a cache policy's quality against fp32 (traces before it have no such key)
@@ -231,8 +231,19 @@ public:
             kq.max_abs_dlogit = num("max_abs_dlogit").get<double>();
             kq.mean_kl = num("mean_kl").get<double>();
             kq.max_kl = num("max_kl").get<double>();
-            kq.n_agree = num("argmax_agree").get<std::int64_t>();
-            kq.n_steps = num("steps").get<std::int64_t>();
+            // counts as above (a float such as 1e300 is no count), agreeing steps at most the steps
+            auto q_count = [&](const char* key) {
+                const json& v = num(key);
+                constexpr std::int64_t max_count = std::int64_t{1} << 40;
+                if (!v.is_number_integer() || (v.is_number_unsigned() ? v.get<std::uint64_t>() > static_cast<std::uint64_t>(max_count)
+                                                                      : (v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > max_count)))
+                    fail(line, fmt::format("run summary: kv_quality '{}' is {}; expected a count from 0 to 2^40", key, json_excerpt(v)));
+                return v.get<std::int64_t>();
+            };
+            kq.n_agree = q_count("argmax_agree");
+            kq.n_steps = q_count("steps");
+            if (kq.n_agree > kq.n_steps)
+                fail(line, fmt::format("run summary: kv_quality 'argmax_agree' is {}; expected at most its 'steps' ({})", kq.n_agree, kq.n_steps));
             run.kv_quality = kq;
         }
         run.has_wall_time = !deterministic_;
