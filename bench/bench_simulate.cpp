@@ -151,7 +151,6 @@ ModelResult bench_model(const std::string& model, const BenchOptions& o, Referen
             // cached: step 0 is the prefill of the prompt, steps 1.. decode one token each
             refs.read_bandwidth();  // the machine's DRAM figure, sampled alongside
             const double ceiling = count ? replay.steps_per_s() : 0.0;
-            if (count) waits_of_replay.push_back(replay.waits_steps_per_s() / ceiling);  // what waiting alone costs
             const auto cached = run_simulation(cfg, weights, sim_options(SimMode::cached, o.prompt_len, o.steps, count));
             const auto n_decode = static_cast<std::int64_t>(cached.records.size()) - 1;
             const RunRates dec = rates_of(cached.records, 1, n_decode);
@@ -173,6 +172,10 @@ ModelResult bench_model(const std::string& model, const BenchOptions& o, Referen
         }
         decode_overhead.push_back(decode_tok_off.back() / decode_tok.back() - 1.0);
         unc_overhead.push_back(unc_tok_off.back() / unc_tok.back() - 1.0);
+        // what waiting alone costs: the replay with the decode's waits beside a replay sample of its own,
+        // after the counted pair, so that both runs of the pair follow the same reads
+        const double replay_now = replay.steps_per_s();
+        waits_of_replay.push_back(replay.waits_steps_per_s() / replay_now);
         // prefill: one batched forward over a longer prompt
         const double gemm = refs.gemm_rate();
         const auto pre = run_simulation(cfg, weights, sim_options(SimMode::cached, o.prefill_len, 1, true));
