@@ -15,7 +15,7 @@ Percentiles percentiles(std::vector<double> v) {
         const auto k = static_cast<std::size_t>(std::ceil(p * static_cast<double>(v.size())));
         return v[std::max<std::size_t>(k, 1) - 1];
     };
-    return {rank(0.5), rank(0.9), v.back()};
+    return {rank(0.5), rank(0.9), v.back(), v.size()};
 }
 
 ServeSummary summarize_serving(const ServeResult& r, KvLayout layout) {
@@ -111,10 +111,12 @@ std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
         return bytes_cell(static_cast<std::uint64_t>(std::llround(rows * static_cast<double>(token_bytes))), units);
     };
     auto stats = [](const char* key, const char* name, Percentiles ServeSummary::* field, int decimals) {
+        // no values (TPOT when every request generated one token): undefined, "-" (null in JSON), not 0
+        auto cell = [=](const Percentiles& p, double v) { return p.n == 0 ? Cell{"-", nullptr} : real_cell(v, decimals); };
         return std::vector<Metric>{
-            {fmt::format("{}_median", key), fmt::format("{} median", name), [=](const ServeSummary& s) { return real_cell((s.*field).median, decimals); }, true},
-            {fmt::format("{}_p90", key), fmt::format("{} p90", name), [=](const ServeSummary& s) { return real_cell((s.*field).p90, decimals); }, true},
-            {fmt::format("{}_max", key), fmt::format("{} max", name), [=](const ServeSummary& s) { return real_cell((s.*field).max, decimals); }, true},
+            {fmt::format("{}_median", key), fmt::format("{} median", name), [=](const ServeSummary& s) { return cell(s.*field, (s.*field).median); }, true},
+            {fmt::format("{}_p90", key), fmt::format("{} p90", name), [=](const ServeSummary& s) { return cell(s.*field, (s.*field).p90); }, true},
+            {fmt::format("{}_max", key), fmt::format("{} max", name), [=](const ServeSummary& s) { return cell(s.*field, (s.*field).max); }, true},
         };
     };
     std::vector<Metric> m = {
@@ -226,12 +228,13 @@ Report serve_report(const std::vector<ServeSummary>& summaries, const std::vecto
                          {"prefix_hit_tokens", "prefix hits"}};
             for (std::size_t i = 0; i < results[k].requests.size(); ++i) {
                 const ServeRequestResult& r = results[k].requests[i];
-                const double tpot = r.generated.size() > 1 ? static_cast<double>(r.finish_ns - r.first_token_ns) * 1e-6 /
-                                                                 static_cast<double>(r.generated.size() - 1)
-                                                           : 0.0;
+                // one token generated: no time per output token after the first ("-", null in JSON)
+                const Cell tpot = r.generated.size() > 1 ? real_cell(static_cast<double>(r.finish_ns - r.first_token_ns) * 1e-6 /
+                                                                         static_cast<double>(r.generated.size() - 1), 4)
+                                                         : Cell{"-", nullptr};
                 q.rows.push_back({int_cell(static_cast<std::int64_t>(i)), int_cell(r.arrival_step), int_cell(r.prompt_len), int_cell(r.max_tokens),
                                   int_cell(std::ssize(r.generated)), int_cell(r.first_token_step), int_cell(r.finish_step),
-                                  real_cell(static_cast<double>(r.first_token_ns - r.arrival_ns) * 1e-6, 3), real_cell(tpot, 4),
+                                  real_cell(static_cast<double>(r.first_token_ns - r.arrival_ns) * 1e-6, 3), tpot,
                                   int_cell(r.preemptions), int_cell(r.prefix_hit_tokens)});
             }
             report.tables.push_back(std::move(q));

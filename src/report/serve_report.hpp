@@ -2,6 +2,7 @@
 // pool's use per step, preemptions, prefix sharing, counted cost; one summary per layout, and the
 // report that puts the layouts side by side.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@ namespace kvlab {
 // Nearest-rank percentiles of a sample (all 0 for an empty one): p-th = the ceil(p/100 * n)-th smallest.
 struct Percentiles {
     double median = 0.0, p90 = 0.0, max = 0.0;
+    std::size_t n = 0;  // values; none: undefined (TPOT when no request generated two tokens)
 };
 Percentiles percentiles(std::vector<double> values);
 

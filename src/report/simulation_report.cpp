@@ -131,14 +131,20 @@ Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& r
         const StepRecord* final = find_record(records, modes[0], last);
         growth += fmt::format(" (keys attended {} -> {})", first->n_keys, final->n_keys);
         t.notes.push_back(growth);
-        t.notes.push_back("uncached work per step grows with T (every K and V is recomputed), so its total grows with T^2; "
-                          "cached work per step is flat apart from attention over the cache");
+        if (std::find(modes.begin(), modes.end(), StepMode::uncached) != modes.end())
+            t.notes.push_back("uncached work per step grows with T (every K and V is recomputed), so its total grows with T^2; "
+                              "cached work per step is flat apart from attention over the cache");
     }
-    if (run.kv_cache_bytes > 0)
-        t.notes.push_back(fmt::format("KV cache allocated: {} for {} positions ({}, K and V, all layers; = kvcalc's figure{})",
+    if (run.kv_cache_bytes > 0) {
+        // --layers N runs the first N layers: kvcalc's figure is the whole model's
+        const auto layers = inputs.value("layers", std::int64_t{0}), in_model = inputs.value("layers_in_model", std::int64_t{0});
+        const std::string which = layers > 0 && in_model > layers ? fmt::format("the {} layers run, of {}; kvcalc's figure is for all {}", layers, in_model, in_model)
+                                                                  : "all layers; = kvcalc's figure";
+        t.notes.push_back(fmt::format("KV cache allocated: {} for {} positions ({}, K and V, {}{})",
                                       format_bytes(run.kv_cache_bytes, units), run.n_prompt + run.n_steps - 1,  // the last token is not fed back
-                                      inputs.value("kv_dtype", std::string("fp32")),
+                                      inputs.value("kv_dtype", std::string("fp32")), which,
                                       inputs.value("kv_dtype", std::string("fp32")) == "fp32" ? "" : " for the dtype, plus the scales"));
+    }
     if (both) {
         t.notes.push_back(fmt::format("logits: max |cached - uncached| = {:.3g} over {} steps (tolerance 1e-3 * max(1, max |logit|)); "
                                       "argmax flips on near-ties: {}",

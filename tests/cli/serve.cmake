@@ -114,3 +114,9 @@ kvlab_expect(RC 2 ARGS trace summary edited.csv ERR "^kvlab: error: edited.csv:[
 string(REGEX REPLACE "(\npaged,1024,[^\n]*\n)paged,1024," "\\1paged,2048," edited "${a}")
 file(WRITE "${WORK}/edited2.csv" "${edited}")
 kvlab_expect(RC 2 ARGS trace summary edited2.csv ERR "^kvlab: error: edited2.csv:[0-9]+: pool_rows 2048 in a paged layout whose pool has 1024; one pool per layout\n$")
+
+# TPOT is (finish - first token) / (generated - 1): undefined when no request generated two tokens, so
+# "-" (empty in CSV, null in JSON), not 0; one request is "1 request"
+file(WRITE "${WORK}/one.jsonl" "{\"prompt_ids\": [1, 2, 3, 4], \"max_tokens\": 1}\n")
+kvlab_expect(RC 0 ARGS serve --workload "${WORK}/one.jsonl" OUT "kvlab serve: 1 request on" "TPOT \\(ms\\) median +- +-")
+kvlab_expect(RC 0 ARGS serve --workload "${WORK}/one.jsonl" -f json OUT "\"tpot_ms\": null")
