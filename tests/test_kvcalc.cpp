@@ -202,3 +202,21 @@ TEST_CASE("Every output format carries the exact byte counts") {
     CHECK(table.str().find("2.00 GiB") != std::string::npos);
     CHECK(table.str().find(" GB") == std::string::npos);  // IEC output never says GB
 }
+
+TEST_CASE("A name from a file is escaped in table and markdown cells, and quoted in CSV when it holds a CR") {
+    KvcalcRequest r;
+    r.models = {load_preset("llama-2-7b")};
+    r.models[0].name = "evil\x1b[31m\rname";  // as a config's _name_or_path may carry
+    r.dtypes = {DType::fp16};
+    r.contexts = {4096};
+    const auto report = run_kvcalc(r);
+    std::ostringstream csv, md, table;
+    print_report(csv, report, Format::csv);
+    print_report(md, report, Format::markdown);
+    print_report(table, report, Format::table);
+    CHECK(table.str().find('\x1b') == std::string::npos);
+    CHECK(md.str().find('\x1b') == std::string::npos);
+    CHECK(table.str().find("evil\\x1B[31m\\rname") != std::string::npos);
+    // CSV keeps the exact bytes, as data, in quotes: RFC 4180 quotes a field with a CR
+    CHECK(csv.str().find("\"evil\x1b[31m\rname\"") != std::string::npos);
+}
