@@ -96,6 +96,8 @@ kvlab_expect(RC 2 ARGS simulate --seed 18446744073709551616 ERR "--seed: '184467
 kvlab_expect(RC 2 ARGS simulate --seed -1 ERR "--seed: '-1' is not a non-negative decimal integer")
 kvlab_expect(RC 2 ARGS simulate -n 0x10 ERR "--steps: '0x10' is not a decimal integer")
 kvlab_expect(RC 2 ARGS simulate --temperature nan ERR "--temperature: 'nan' is not a finite decimal number")
+# a count below its floor: one short line, not CLI11's 400-byte range
+kvlab_expect(RC 2 ARGS gpu attention --heads 0 --head-dim 64 ERR "--heads: 0; expected an integer >= 1")
 # a 64-bit decimal too large for the option's own type (--threads is an int)
 kvlab_expect(RC 2 ARGS simulate --threads 3000000000 ERR "--threads: 3000000000 is out of range for this option")
 # 0 given for an option whose default 0 means "not given" is refused like -1, not read as the default
