@@ -41,9 +41,7 @@ inline CLI::Option* add_units_option(CLI::App* cmd, UnitSystem& target) {
 inline CLI::Validator given_nonzero(std::string expected) {
     return CLI::Validator(
         [expected](std::string& text) -> std::string {
-            const std::string_view digits = std::string_view(text).substr(!text.empty() && text[0] == '-' ? 1 : 0);
-            const bool zero = !digits.empty() && digits.find_first_not_of('0') == std::string_view::npos;
-            return zero ? text + "; " + expected : "";
+            return text == "0" ? text + "; " + expected : "";
         },
         "");
 }

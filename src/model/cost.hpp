@@ -1,6 +1,7 @@
 // Cost model: FLOPs, transcendentals and bytes per op, one closed-form function per op formula.
 // The forward pass calls them with the shapes it processed; closed_form_step_cost calls them with
-// shapes derived from the config alone. Conventions and formulas: docs/cost-model.md. Activations fp32; weights and KV bytes at their stored width.
+// shapes derived from the config alone. Conventions and formulas: docs/cost-model.md. Activations are
+// fp32; weights and KV bytes are counted at their stored width.
 #pragma once
 #include <array>
 #include <cstdint>

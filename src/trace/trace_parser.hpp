@@ -180,6 +180,16 @@ public:
         }
     }
 
+    // A count in a run summary: an integer 0..2^40, as config fields are bounded, so that sums of them
+    // (prompt + steps positions) cannot overflow and 2^64 - 1 is not read back as -1.
+    std::int64_t count_value(std::size_t line, const json& v, const std::string& what) const {
+        constexpr std::int64_t max_count = std::int64_t{1} << 40;
+        if (!v.is_number_integer() || (v.is_number_unsigned() ? v.get<std::uint64_t>() > static_cast<std::uint64_t>(max_count)
+                                                              : (v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > max_count)))
+            fail(line, fmt::format("run summary: {} is {}; expected a count from 0 to 2^40", what, json_excerpt(v)));
+        return v.get<std::int64_t>();
+    }
+
     RunSummary run_from_json(std::size_t line, const json& j) const {
         if (!j.is_object()) fail(line, "the run summary is not a JSON object");
         auto need = [&](const char* key, bool (json::*is)() const noexcept, const char* what) -> const json& {
@@ -194,16 +204,7 @@ public:
         else if (mode == "cached") run.mode = SimMode::cached;
         else if (mode == "uncached") run.mode = SimMode::uncached;
         else fail(line, fmt::format("run summary: mode {}; expected cached, uncached or both", quote(mode, 20)));
-        // counts: integers 0..2^40, as config fields are bounded, so that sums of them (prompt + steps
-        // positions) cannot overflow and 2^64 - 1 is not read back as -1
-        auto count = [&](const char* key) -> std::int64_t {
-            const json& v = need(key, &json::is_number_integer, "an integer");
-            constexpr std::int64_t max_count = std::int64_t{1} << 40;
-            if (v.is_number_unsigned() ? v.get<std::uint64_t>() > static_cast<std::uint64_t>(max_count)
-                                       : (v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > max_count))
-                fail(line, fmt::format("run summary: '{}' is {}; expected a count from 0 to 2^40", key, json_excerpt(v)));
-            return v.get<std::int64_t>();
-        };
+        auto count = [&](const char* key) { return count_value(line, need(key, &json::is_number_integer, "an integer"), fmt::format("'{}'", key)); };
         run.n_prompt = count("prompt_tokens");
         run.n_steps = count("steps_requested");
         run.n_steps_done = count("steps_done");
@@ -232,16 +233,8 @@ public:
             kq.mean_kl = num("mean_kl").get<double>();
             kq.max_kl = num("max_kl").get<double>();
             // counts as above (a float such as 1e300 is no count), agreeing steps at most the steps
-            auto q_count = [&](const char* key) {
-                const json& v = num(key);
-                constexpr std::int64_t max_count = std::int64_t{1} << 40;
-                if (!v.is_number_integer() || (v.is_number_unsigned() ? v.get<std::uint64_t>() > static_cast<std::uint64_t>(max_count)
-                                                                      : (v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > max_count)))
-                    fail(line, fmt::format("run summary: kv_quality '{}' is {}; expected a count from 0 to 2^40", key, json_excerpt(v)));
-                return v.get<std::int64_t>();
-            };
-            kq.n_agree = q_count("argmax_agree");
-            kq.n_steps = q_count("steps");
+            kq.n_agree = count_value(line, num("argmax_agree"), "kv_quality 'argmax_agree'");
+            kq.n_steps = count_value(line, num("steps"), "kv_quality 'steps'");
             if (kq.n_agree > kq.n_steps)
                 fail(line, fmt::format("run summary: kv_quality 'argmax_agree' is {}; expected at most its 'steps' ({})", kq.n_agree, kq.n_steps));
             run.kv_quality = kq;
