@@ -43,10 +43,13 @@ KvBytes kv_bytes_sequence(const ModelConfig& cfg, DType dtype, std::uint64_t n_t
     return sum;
 }
 
+std::uint64_t allocated_tokens(std::uint64_t n_tokens, std::uint64_t block_size) {
+    if (block_size == 0) return n_tokens;
+    return checked_mul(ceil_div(n_tokens, block_size), block_size, "paged tokens");
+}
+
 std::uint64_t kv_slots_held(const ModelConfig& cfg, std::int64_t layer, std::uint64_t n_tokens, WindowMode mode, std::uint64_t block_size) {
-    const std::uint64_t held = kv_tokens_held(cfg, layer, n_tokens, mode);
-    if (block_size == 0) return held;
-    return checked_mul(ceil_div(held, block_size), block_size, "paged tokens");  // whole blocks
+    return allocated_tokens(kv_tokens_held(cfg, layer, n_tokens, mode), block_size);
 }
 
 KvBytes kv_bytes_sequence_paged(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, WindowMode mode, std::uint64_t block_size) {

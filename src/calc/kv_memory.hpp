@@ -27,6 +27,8 @@ KvBytes kv_bytes_per_token(const ModelConfig& cfg, DType dtype);
 std::uint64_t kv_tokens_held(const ModelConfig& cfg, std::int64_t layer, std::uint64_t n_tokens, WindowMode mode);
 // One sequence of T tokens, all layers, windows applied per `mode`.
 KvBytes kv_bytes_sequence(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, WindowMode mode);
+// Tokens rounded up to whole blocks of `block_size` (0: no paging, T itself).
+std::uint64_t allocated_tokens(std::uint64_t n_tokens, std::uint64_t block_size);
 // Token slots layer `layer` holds after T positions in blocks of `block_size` tokens (0: no paging,
 // = kv_tokens_held): its held tokens rounded up to whole blocks, a full layer ceil(T / N) blocks and a
 // windowed one ceil(min(W, T) / N), kept as a ring of blocks (as kvlab serve keeps it).

@@ -27,11 +27,6 @@ ModelConfig apply_variant(const ModelConfig& cfg, const AttentionVariant& v) {
     return with_kv_heads(cfg, v.n_head_kv < 0 ? cfg.n_head : v.n_head_kv);
 }
 
-std::uint64_t allocated_tokens(std::uint64_t n_tokens, std::uint64_t block_size) {
-    if (block_size == 0) return n_tokens;
-    return checked_mul(ceil_div(n_tokens, block_size), block_size, "paged tokens");
-}
-
 std::uint64_t sequence_bytes(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, const KvcalcRequest& r) {
     return kv_bytes_sequence_paged(cfg, dtype, n_tokens, r.window_mode, r.block_size).total();
 }

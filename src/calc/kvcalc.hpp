@@ -44,8 +44,6 @@ void append_engine_tables(Report& report, const KvcalcRequest& request);
 // The pieces run_kvcalc is made of, for other views of the same request (kvcalc --plot):
 // the model with a variant's KV heads (UsageError for what-if heads on MLA);
 ModelConfig apply_variant(const ModelConfig& cfg, const AttentionVariant& variant);
-// tokens a sequence of T tokens occupies once rounded up to whole blocks (block_size 0: T);
-std::uint64_t allocated_tokens(std::uint64_t n_tokens, std::uint64_t block_size);
 // bytes one sequence of T tokens holds (windows per the request's mode, paging per its block size);
 std::uint64_t sequence_bytes(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, const KvcalcRequest& request);
 // floor(memory x util) in exact integer arithmetic (util to 6 decimals).
