@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "gpu/gpu_attention.hpp"
+#include "gpu/gpu_attention_report.hpp"
 
 using namespace kvlab;
 
@@ -108,6 +109,15 @@ TEST_CASE("The check tolerance is two fp16 or bf16 ulps at the output's magnitud
     CHECK(gpu_attention_tolerance(DType::fp16, 0.5) == std::ldexp(1.0, -9));   // 2 * 2^-10, floor at 1
     CHECK(gpu_attention_tolerance(DType::bf16, 0.5) == std::ldexp(1.0, -6));   // 2 * 2^-7
     CHECK(gpu_attention_tolerance(DType::fp16, 4.0) == std::ldexp(1.0, -7));   // 4 * 2 * 2^-10
+}
+
+TEST_CASE("The timing table says when a cached step beat the read reference, and only then") {
+    // The H100 run of docs/cuda-timing.md: MHA at B 64 read 100.6 % and 101.0 % of the reference.
+    const std::string note = read_reference_note({60.2, 100.6, 95.0, 101.0});
+    CHECK(note.find("2 of 4 cached steps") != std::string::npos);
+    CHECK(note.find("up to 101.0 %") != std::string::npos);
+    CHECK(read_reference_note({96.2, 100.0}).empty());  // equal to the reference is not above it
+    CHECK(read_reference_note({}).empty());
 }
 
 TEST_CASE("Without CUDA in the build or a device, the device calls say which is missing") {

@@ -41,7 +41,7 @@ void append_engine_tables(Report& report, const KvcalcRequest& r) {
                                        : trt ? "free_gpu_memory_fraction" : "--mem-util";
                 report.notes.push_back(fmt::format(
                     "{}: {} KV budget estimated as {} = {} per GPU ({} = --mem-util {}), an upper bound: the engine also keeps activations and "
-                    "graphs, and sizes from the memory CUDA reports, below nvidia-smi's total (an H100 80GB: 79.11 GiB, not 79.65); give --kv-budget "
+                    "graphs, and sizes from the memory CUDA reports, below nvidia-smi's total (an H100 80GB: 79.11-79.18 GiB, not 79.65); give --kv-budget "
                     "with its own figure for its exact numbers",
                     cfg.name, release,
                     trt ? fmt::format("({} - {} weights) x {}", format_bytes(memory, U), format_bytes(weights, U), r.mem_util)

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/printer.hpp"
 
@@ -31,5 +32,9 @@ struct GpuAttentionRun {
     std::string failure;
 };
 GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& request);
+
+// The timing table's note when cached steps moved more bytes per second than the read reference (their
+// "% of read" above 100): on that device the reference is then no ceiling. Empty when none did.
+std::string read_reference_note(const std::vector<double>& read_percent);
 
 }  // namespace kvlab
