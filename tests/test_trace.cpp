@@ -253,6 +253,33 @@ TEST_CASE("Bad trace files are refused with the file and line named") {
         bad.insert(at, "1");
         refused("edited.jsonl", bad, "line 2: flops is 1");
     }
+    // Perfetto: what the timeline draws must agree with the args the numbers are read from
+    {
+        // the first op slice: its line (one event per line, "," after all but the last) and its event
+        const auto start = perfetto.find("\"cat\":\"op\"");
+        REQUIRE(start != std::string::npos);
+        const auto begin = perfetto.rfind('\n', start) + 1, end = perfetto.find(",\n", start);
+        const std::string op_line = perfetto.substr(begin, end - begin);
+        const nlohmann::json op = nlohmann::json::parse(op_line);
+        const std::string name = op.at("name").get<std::string>();
+        auto with_op = [&](const nlohmann::json& edited) {
+            return perfetto.substr(0, begin) + edited.dump() + perfetto.substr(end);
+        };
+        refused("twice.json", perfetto.substr(0, end) + ",\n" + op_line + perfetto.substr(end),
+                fmt::format("a second '{}' slice in step 0", name));
+        nlohmann::json late = op;
+        late["ts"] = op.at("ts").get<double>() + 1e6;  // a second later: past the end of step 0
+        refused("late.json", with_op(late), fmt::format("op slice '{}' ends at", name));
+        nlohmann::json early = op;
+        early["ts"] = op.at("ts").get<double>() - 1.0;  // the first op starts with its step; 1 us before it
+        refused("early.json", with_op(early), "before its step");
+        nlohmann::json longer = op;
+        longer["dur"] = op.at("dur").get<double>() + 0.5;  // 500 ns more than its wall_ns
+        refused("longer.json", with_op(longer), "on the timeline and wall_ns");
+        nlohmann::json no_ts = op;
+        no_ts.erase("ts");
+        refused("no-ts.json", with_op(no_ts), "a slice without a numeric 'ts'");
+    }
     refused("not-a-trace.json", "{\"a\": 1}\n", "without a 'traceEvents' array");
     refused("text.csv", "hello,world\n1,2\n", "line 1: 'hello,world' is not a kvlab trace header");
     CHECK_THROWS_AS(read_step_trace(dir / "missing.csv"), InputError);  // a missing input file: exit code 2

@@ -1,6 +1,10 @@
 // Reading a Perfetto (Chrome trace-event JSON) trace kvlab wrote: step slices carry the step columns,
 // op slices the per-op ones (perfetto_trace.cpp writes them).
 #include "trace/perfetto_trace.hpp"
+
+#include <cmath>
+#include <set>
+
 #include "trace/trace_parser.hpp"
 
 namespace kvlab {
@@ -41,7 +45,25 @@ void TraceParser::read_perfetto(StepTrace& trace) {
 
     const auto op_fields = trace_op_fields(deterministic_);
     std::vector<std::pair<std::size_t, json>> rows;  // (line, row)
-    std::map<int, std::size_t> open_step;            // pid -> index in rows of its latest step
+    struct OpenStep {
+        std::size_t row;                 // index in rows
+        double ts_us, end_us;            // the step slice on the timeline
+        std::set<std::string> ops_seen;  // each op has one slice per step
+    };
+    std::map<int, OpenStep> open_step;  // pid -> its latest step
+    // A slice's place on the timeline, which the Perfetto UI draws: numbers, the duration not negative.
+    auto span_of = [&](std::size_t line, const json& ev) {
+        for (const char* key : {"ts", "dur"})
+            if (!ev.contains(key) || !ev.at(key).is_number())
+                fail(line, fmt::format("a slice without a numeric '{}'", key));
+        const double ts = ev.at("ts").get<double>(), dur = ev.at("dur").get<double>();
+        if (!std::isfinite(ts) || !std::isfinite(dur) || dur < 0)
+            fail(line, fmt::format("slice ts {} dur {}; expected finite microseconds, dur 0 or more", json_excerpt(ev.at("ts")),
+                                   json_excerpt(ev.at("dur"))));
+        return std::pair{ts, ts + dur};
+    };
+    // The writer converts whole nanoseconds to microseconds; compare to within a nanosecond.
+    auto close = [](double a_us, double b_us) { return std::abs(a_us - b_us) <= 1e-3 + 1e-12 * std::abs(b_us); };
     const json& events = doc.at("traceEvents");
     for (std::size_t e = 0; e < events.size(); ++e) {
         const std::size_t line = e + 2;
@@ -79,11 +101,13 @@ void TraceParser::read_perfetto(StepTrace& trace) {
             const std::string expected_mode(step_mode_name(pid == 1 ? StepMode::cached : StepMode::uncached));
             if (row.at("mode") != expected_mode)
                 fail(line, fmt::format("mode {} in pid {}; expected '{}'", quote(row.at("mode").get<std::string>(), 20), pid, expected_mode));
-            open_step[pid] = rows.size();
+            const auto [ts, end] = span_of(line, ev);
+            open_step[pid] = OpenStep{rows.size(), ts, end, {}};
             rows.emplace_back(line, std::move(row));
         } else if (cat == "op") {
             if (!open_step.count(pid)) fail(line, "an op slice before any step slice of its process");
-            json& row = rows[open_step[pid]].second;
+            OpenStep& step = open_step[pid];
+            json& row = rows[step.row].second;
             const std::string name = ev.contains("name") && ev.at("name").is_string() ? ev.at("name").get<std::string>() : "";
             bool known = false;
             for (int i = 0; i < n_ops; ++i) known = known || op_name(static_cast<Op>(i)) == name;
@@ -91,12 +115,28 @@ void TraceParser::read_perfetto(StepTrace& trace) {
             if (!args.contains("step") || args.at("step") != row.at("step"))
                 fail(line, fmt::format("op slice '{}' of step {} inside step {}", name,
                                        args.contains("step") ? json_excerpt(args.at("step")) : "?", json_excerpt(row.at("step"))));
+            if (!step.ops_seen.insert(name).second)
+                fail(line, fmt::format("a second '{}' slice in step {}; each op has one", name, json_excerpt(row.at("step"))));
             for (const auto& f : op_fields) {
                 const std::string c = name + "." + f;
                 if (!args.contains(f)) fail(line, fmt::format("op slice '{}' without '{}' in its args", name, f));
                 check_value_type(line, c, args.at(f));
                 row[c] = args.at(f);
             }
+            // What the UI draws must be what the args say: the op's time, inside its step.
+            const auto [ts, end] = span_of(line, ev);
+            const char* time_key = deterministic_ ? "modelled_ns" : "wall_ns";
+            if (!args.contains(time_key) || !args.at(time_key).is_number())
+                fail(line, fmt::format("op slice '{}' without a numeric '{}' in its args", name, time_key));
+            const double op_us = args.at(time_key).get<double>() / 1000.0;
+            if (!close(end - ts, op_us))
+                fail(line, fmt::format("op slice '{}' lasts {} us on the timeline and {} {} in its args", name,
+                                       json_excerpt(ev.at("dur")), time_key, json_excerpt(args.at(time_key))));
+            if (ts < step.ts_us && !close(ts, step.ts_us))
+                fail(line, fmt::format("op slice '{}' starts at {} us, before its step ({} us)", name, json_excerpt(ev.at("ts")),
+                                       step.ts_us));
+            if (end > step.end_us && !close(end, step.end_us))
+                fail(line, fmt::format("op slice '{}' ends at {} us, after its step ({} us)", name, end, step.end_us));
         } else {
             fail(line, fmt::format("slice category {}; expected step or op", quote(cat, 40)));
         }
