@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/core_use.hpp"
 #include "core/error.hpp"
 #include "calc/kv_memory.hpp"
 #include "model/matmul.hpp"
@@ -250,4 +251,28 @@ TEST_CASE("The report shows cached and uncached side by side with their ratio") 
     bool growth = false;
     for (const auto& n : t.notes) growth = growth || n.find("step 1 -> step 8") != std::string::npos;
     CHECK(growth);
+}
+
+TEST_CASE("A fixed team that ran on far fewer cores than its threads is named in a note, and only then") {
+    // The clock against the OS's own: 50 ms of arithmetic on this one thread is about 50 ms of CPU time,
+    // and a single thread cannot use more CPU than wall time.
+    const CoreUseClock clock;
+    volatile double x = 1.0;
+    CoreUse use;
+    while ((use = clock.elapsed()).cpu_ns < 50'000'000) x = x * 1.0000001 + 1e-9;
+    CHECK(use.wall_ns >= use.cpu_ns - 1'000'000);  // the two clocks tick differently: 1 ms of slack
+    CHECK(use.cores() <= 1.05);
+
+    const std::int64_t second = 1'000'000'000;
+    // 2 threads on 0.97 cores (what a busy 2-core machine gave with spinning waits): 0.97 < 0.75 * 2
+    const std::string busy = core_use_note({second, 970'000'000}, 2, false, true, 2);
+    CHECK(busy.find("2 threads ran on 0.97 cores") != std::string::npos);
+    CHECK(busy.find("other programs") != std::string::npos);
+    const std::string more_threads = core_use_note({second, 2 * second}, 4, false, true, 2);  // 2.0 < 0.75 * 4
+    CHECK(more_threads.find("may run on 2 CPUs") != std::string::npos);
+    CHECK(core_use_note({second, 1'500'000'000}, 2, false, true, 2).empty());   // exactly 3/4 of the team: fine
+    CHECK(core_use_note({second, 970'000'000}, 2, true, true, 2).empty());      // --threads 0: OpenMP sized the team
+    CHECK(core_use_note({second, 970'000'000}, 2, false, false, 2).empty());    // passive waits sleep: CPU time falls short
+    CHECK(core_use_note({second, 500'000'000}, 1, false, true, 2).empty());     // one thread waits for nobody
+    CHECK(core_use_note({99'000'000, 10'000'000}, 2, false, true, 2).empty());  // under 100 ms: start-up weighs too much
 }

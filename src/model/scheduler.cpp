@@ -174,6 +174,7 @@ ServeResult run_serving(const ModelConfig& cfg, const Weights& weights, std::spa
         waiting.push_front(id);
     };
 
+    const CoreUseClock core_clock;
     for (std::int64_t step = 0; n_finished < requests.size(); ++step) {
         if (o.stop && o.stop->load()) {
             result.interrupted = true;
@@ -309,6 +310,7 @@ ServeResult run_serving(const ModelConfig& cfg, const Weights& weights, std::spa
         rec.n_waiting = std::ssize(waiting);
         result.steps.push_back(rec);
     }
+    result.core_use = core_clock.elapsed();
     result.counters = alloc.counters();
     result.rows_left_in_use = alloc.rows_in_use();
     return result;

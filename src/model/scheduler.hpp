@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "calc/model_config.hpp"
+#include "core/core_use.hpp"
 #include "model/cost.hpp"
 #include "model/kv_pool.hpp"
 #include "model/weights.hpp"
@@ -101,6 +102,7 @@ struct ServeResult {
     std::int64_t preemptions = 0;
     std::int64_t rows_left_in_use = 0;   // after the run: 0, or a leak
     bool interrupted = false;
+    CoreUse core_use;  // over the steps: how many cores the threads had
 };
 
 // Most steps a workload may wait before a request arrives (2^40): the step counter never overflows.

@@ -204,6 +204,7 @@ SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, 
     VectorF logits_cached;  // (V) both modes: the cached logits, kept while the uncached forward reuses the buffers
     if (run_cached && run_uncached) logits_cached.resize(cfg.n_vocab);
 
+    const CoreUseClock core_clock;
     for (std::int64_t step = 0; step < o.n_steps; ++step) {
         if (o.stop && o.stop->load()) {
             r.interrupted = true;
@@ -290,6 +291,7 @@ SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, 
         if (o.on_token) o.on_token(next);
         if (o.on_step) o.on_step(step + 1, o.n_steps);
     }
+    r.core_use = core_clock.elapsed();
     if (r.kv_quality && r.kv_quality->n_steps > 0) r.kv_quality->mean_kl /= static_cast<double>(r.kv_quality->n_steps);
     return r;
 }

@@ -11,6 +11,7 @@
 
 #include "core/checked.hpp"
 #include "core/choice.hpp"
+#include "core/core_use.hpp"
 #include "model/cost.hpp"
 #include "model/kv_cache.hpp"
 #include "calc/model_config.hpp"
@@ -86,6 +87,7 @@ struct SimulationResult {
     double divergent_dlogit = 0.0;
     double divergent_tolerance = 0.0;
     std::optional<KvQuality> kv_quality;  // a policy: against the fp32 weights and full cache
+    CoreUse core_use;                     // over the steps: how many cores the threads had
 };
 
 // KL(p || q) of the softmax distributions of two logit vectors, in nats (double precision).

@@ -1,5 +1,7 @@
 #include "session/model_source.hpp"
 
+#include <cstdlib>
+#include <strings.h>  // strcasecmp
 #include <unistd.h>
 
 #include <Eigen/Core>
@@ -48,6 +50,13 @@ void set_thread_count(int threads, bool deterministic) {
     // oversubscribed machine. Set either way, so that a process running several sessions (the benches)
     // does not keep an earlier one's dynamic teams.
     omp_set_dynamic(threads == 0 && !deterministic ? 1 : 0);
+}
+
+std::string thread_use_note(const CoreUse& use) {
+    // libgomp spins unless told to sleep (OMP_WAIT_POLICY=passive) or given its own spin count
+    const char* policy = std::getenv("OMP_WAIT_POLICY");
+    const bool waits_spin = !(policy && strcasecmp(policy, "passive") == 0) && !std::getenv("GOMP_SPINCOUNT");
+    return core_use_note(use, omp_get_max_threads(), omp_get_dynamic() != 0, waits_spin, omp_get_num_procs());
 }
 
 }  // namespace kvlab

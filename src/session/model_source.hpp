@@ -5,6 +5,7 @@
 #include <string>
 
 #include "calc/model_config.hpp"
+#include "core/core_use.hpp"
 #include "model/weights.hpp"
 
 namespace kvlab {
@@ -30,5 +31,9 @@ std::uint64_t default_max_memory();
 // `deterministic`, where GEMM blocking and so float rounding could depend on the team size).
 // Throws UsageError for a negative count.
 void set_thread_count(int threads, bool deterministic);
+
+// The report's note when the team set by set_thread_count ran on far fewer cores than its threads
+// (core_use_note); empty otherwise.
+std::string thread_use_note(const CoreUse& use);
 
 }  // namespace kvlab

@@ -263,7 +263,13 @@ Report serve_outcome(const PreparedServe& p, const std::vector<ServeResult>& res
                                           format_bytes(static_cast<std::uint64_t>(p.runs.front().pool.n_rows) * p.token_bytes, p.command.units),
                                           p.runs.front().pool.n_rows,
                                           p.command.layout == LayoutChoice::contiguous ? "" : fmt::format(", blocks of {}", p.command.block_size));
-    return serve_report(summaries, results, p.inputs, title, p.token_bytes, p.command.units, p.command.format);
+    Report report = serve_report(summaries, results, p.inputs, title, p.token_bytes, p.command.units, p.command.format);
+    for (const ServeResult& r : results)
+        if (const std::string note = thread_use_note(r.core_use); !note.empty()) {
+            report.notes.push_back(note);  // once: the first layout it held for
+            break;
+        }
+    return report;
 }
 
 void check_serve_outcome(const PreparedServe& p, const std::vector<ServeResult>& results) {

@@ -407,6 +407,11 @@ Report kv_policy_report(const PreparedSimulation& p, const std::vector<Simulatio
     if (weights_listed)
         t.notes.push_back("narrow weights: the matmuls read bf16 / fp16 / q8_0 rows and widen them in the kernels, so a decode step reads fewer "
                           "weight bytes; where reading the weights bounds the step, tokens/s rises as the bytes fall (docs/performance.md)");
+    for (const SimulationResult& r : runs)
+        if (const std::string note = thread_use_note(r.core_use); !note.empty()) {
+            t.notes.push_back(note);  // once: the first run it held for
+            break;
+        }
     if (p.request.checkpoint.empty() && p.sim.quality)
         t.notes.push_back("random weights: the logit error and KL are real, but the text means nothing; a trained model (--model tiny-llama) and "
                           "--eval give a perplexity that does");
@@ -423,6 +428,7 @@ Report simulation_outcome(const PreparedSimulation& p, const SimulationResult& r
                                       o.trace.empty() ? "" : fmt::format(", {} not written", quote(o.trace))));
     if (!o.trace.empty()) write_step_trace(o.trace, summary, result.records, p.inputs, o.deterministic);
     Report report = simulation_report(summary, result.records, p.inputs, p.request.units);
+    if (const std::string note = thread_use_note(result.core_use); !note.empty()) report.notes.push_back(note);
     if (!o.save_checkpoint.empty())
         report.notes.push_back(fmt::format("saved the model run as llama2.c v0: {} ({} bytes)", o.save_checkpoint,
                                            llama2c_file_bytes(cfg, Llama2cVersion::v0)));
