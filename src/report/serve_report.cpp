@@ -104,6 +104,7 @@ struct Metric {
     std::string key, name;
     std::function<Cell(const ServeSummary&)> cell;
     bool per_request = false;  // from the requests' records, which a trace does not keep
+    bool timed = false;        // from the steps' wall time, which a --deterministic trace does not keep
 };
 
 std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
@@ -124,8 +125,8 @@ std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
         {"steps", "steps (forward calls)", [](const ServeSummary& s) { return int_cell(s.n_steps); }},
         {"generated_tokens", "tokens generated", [](const ServeSummary& s) { return int_cell(s.n_generated); }},
         {"computed_tokens", "tokens run through the model", [](const ServeSummary& s) { return int_cell(s.n_computed_tokens); }},
-        {"seconds", "time in steps (s)", [](const ServeSummary& s) { return real_cell(s.seconds, 3); }},
-        {"tokens_per_s", "throughput (generated tok/s)", [](const ServeSummary& s) { return real_cell(s.tokens_per_s, 1); }},
+        {"seconds", "time in steps (s)", [](const ServeSummary& s) { return real_cell(s.seconds, 3); }, false, true},
+        {"tokens_per_s", "throughput (generated tok/s)", [](const ServeSummary& s) { return real_cell(s.tokens_per_s, 1); }, false, true},
     };
     for (auto&& v : {stats("ttft_steps", "TTFT (steps)", &ServeSummary::ttft_steps, 0), stats("ttft_ms", "TTFT (ms)", &ServeSummary::ttft_ms, 2),
                      stats("tpot_steps", "TPOT (steps)", &ServeSummary::tpot_steps, 2), stats("tpot_ms", "TPOT (ms)", &ServeSummary::tpot_ms, 3)})
@@ -153,7 +154,7 @@ std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
          [=](const ServeSummary& s) { return bytes_cell(static_cast<std::uint64_t>(std::llround(s.weight_bytes_per_token)), units); }},
         {"kv_bytes_per_token", "KV bytes read per generated token",
          [=](const ServeSummary& s) { return bytes_cell(static_cast<std::uint64_t>(std::llround(s.kv_read_bytes_per_token)), units); }},
-        {"schedule_share", "scheduler bookkeeping / step time", [](const ServeSummary& s) { return pct_cell(s.schedule_share); }},
+        {"schedule_share", "scheduler bookkeeping / step time", [](const ServeSummary& s) { return pct_cell(s.schedule_share); }, false, true},
         {"rows_left_in_use", "KV rows still held at the end", [](const ServeSummary& s) { return int_cell(s.rows_left_in_use); }, true},
     };
     m.insert(m.end(), rest.begin(), rest.end());
@@ -174,8 +175,9 @@ Report serve_report(const std::vector<ServeSummary>& summaries, const std::vecto
         t.columns.push_back({name, name});
     }
     const bool from_trace = results.empty();
+    const bool timed = std::all_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.has_wall_time; });
     for (const Metric& m : metrics(token_bytes, units)) {
-        if (from_trace && m.per_request) continue;
+        if ((from_trace && m.per_request) || (!timed && m.timed)) continue;
         std::vector<Cell> row{{m.name, m.key}};
         for (const ServeSummary& s : summaries) row.push_back(m.cell(s));
         t.rows.push_back(std::move(row));
@@ -199,6 +201,9 @@ Report serve_report(const std::vector<ServeSummary>& summaries, const std::vecto
                                                                        "a batched step and a solo call)"
                                                                      : ""));
     }
+    if (!timed)
+        t.notes.push_back("no wall time: the trace was written with --deterministic, so time, throughput and the scheduler's share are "
+                          "left out (kvlab trace plot draws its modelled time)");
     if (from_trace)
         t.notes.push_back("from a serve trace: the per-step numbers; per-request ones (latency, preemption and prefix counts) are in "
                           "kvlab serve's report and the Perfetto form");

@@ -47,6 +47,7 @@ struct ServeSummary {
     double weight_bytes_per_token = 0.0; // weight bytes read / generated tokens
     double kv_read_bytes_per_token = 0.0;
     double schedule_share = 0.0;         // bookkeeping time / step time
+    bool has_wall_time = true;           // false: from a --deterministic trace, whose steps carry no time
     std::int64_t rows_left_in_use = 0;
     // --check
     std::int64_t n_checked = 0, n_tokens_checked = 0, n_tokens_agree = 0;

@@ -389,6 +389,7 @@ Report serve_trace_summary(const ServeTrace& t, UnitSystem units, Format format)
         r.pool_rows = t.pool_rows[k];
         r.pool_bytes = static_cast<std::uint64_t>(r.pool_rows) * token_bytes;
         summaries.push_back(summarize_serving(r, t.layouts[k]));
+        summaries.back().has_wall_time = t.has_wall_time;
     }
     return serve_report(summaries, {}, t.inputs, fmt::format("kvlab trace summary: serve trace of {} ({} requests)",
                                                              input_text(t, "model"), input_text(t, "requests")),

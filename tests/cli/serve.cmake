@@ -102,8 +102,9 @@ foreach(want "\"name\":\"request 5 \\(" "\"name\":\"prefill\"" "\"name\":\"decod
   endif()
 endforeach()
 # kvlab trace reads serve traces back: the per-step table; steps/compare say what reads them
-kvlab_expect(RC 0 ARGS trace summary a.csv OUT "serve trace of tiny-llama \\(6 requests\\)" "KV utilization, mean" "sequences per step, max")
-kvlab_expect(RC 0 ARGS trace summary t.jsonl OUT "metric +paged\n")
+kvlab_expect(RC 0 ARGS trace summary a.csv OUT "serve trace of tiny-llama \\(6 requests\\)" "KV utilization, mean" "sequences per step, max"
+             "no wall time: the trace was written with --deterministic" NOT_OUT "time in steps" "throughput \\(generated" "scheduler bookkeeping")
+kvlab_expect(RC 0 ARGS trace summary t.jsonl OUT "metric +paged\n" "time in steps \\(s\\) +[0-9]" NOT_OUT "no wall time")
 kvlab_expect(RC 2 ARGS trace steps a.csv ERR "trace steps: a.csv is a kvlab serve trace")
 kvlab_expect(RC 2 ARGS trace summary t.json ERR "a Perfetto serve timeline")
 file(READ "${WORK}/a.csv" a)
