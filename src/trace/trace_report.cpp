@@ -28,7 +28,13 @@ Cell delta_cell(std::uint64_t a, std::uint64_t b, bool bytes, UnitSystem units) 
 }
 
 double ratio(double num, double den) { return den > 0.0 ? num / den : 0.0; }
-Cell ratio_of(double b, double a) { return ratio_cell(ratio(b, a)); }
+// B / A: "-" (null in JSON) where A's value is 0; three significant digits below 0.1, where "0.00x" would
+// read as zero (a 15M model against a 110M one: 0.00262x)
+Cell ratio_of(double b, double a) {
+    if (!(a > 0.0)) return {"-", nullptr};
+    const double r = b / a;
+    return r > 0.0 && r < 0.1 ? Cell{fmt::format("{:.3g}x", r), r} : ratio_cell(r);
+}
 Cell us_cell(std::int64_t ns) { return real_cell(static_cast<double>(ns) * 1e-3, 1); }
 
 std::vector<StepMode> modes_of(const StepTrace& t) {
@@ -266,7 +272,7 @@ Report trace_compare_report(const StepTrace& a, const StepTrace& b, const std::s
             }
             ps.rows.push_back(std::move(row));
         }
-    ps.notes.push_back("ratios of 0.00x: A's value is 0 (e.g. KV read in the uncached mode)");
+    ps.notes.push_back("a ratio of -: A's value is 0 (e.g. KV read in the uncached mode)");
     if (every > 1) ps.notes.push_back(fmt::format("every {} steps and the last (--every)", every));
     report.tables.push_back(std::move(ps));
     return report;
