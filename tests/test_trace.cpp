@@ -305,6 +305,35 @@ TEST_CASE("The steps table shows every K-th step and the last, with an optional 
     fs::remove_all(dir);
 }
 
+TEST_CASE("A comparison's small ratios keep three significant digits, and a ratio over A = 0 is '-'") {
+    const Run mha = simulate(tiny_config(Family::llama, 12, 12));
+    const Run mqa = simulate(tiny_config(Family::llama, 12, 1));
+    const fs::path dir = temp_dir();
+    write_step_trace(dir / "mha.csv", mha.summary, mha.result.records, mha.inputs, true);
+    write_step_trace(dir / "mqa.csv", mqa.summary, mqa.result.records, mqa.inputs, true);
+    const Report report =
+        trace_compare_report(read_step_trace(dir / "mha.csv"), read_step_trace(dir / "mqa.csv"), "mha", "mqa", 1, UnitSystem::iec);
+    const auto j = nlohmann::json::parse(as_json(report));
+    const auto& totals = report.tables.at(0);
+    int seen = 0;
+    for (std::size_t i = 0; i < totals.rows.size(); ++i) {
+        const auto& row = j["tables"][0]["rows"][i];
+        const std::string ratio_text = totals.rows[i].back().text;
+        if (row["mode"] == "cached" && row["metric"] == "kv_bytes_resident") {
+            ++seen;  // 1 KV head of 12: 1/12 = 0.0833, which two decimals would print as 0.08x
+            CHECK(ratio_text == "0.0833x");
+            CHECK(row["ratio"].get<double>() == doctest::Approx(1.0 / 12));
+        }
+        if (row["mode"] == "uncached" && row["metric"] == "bytes_kv_read") {
+            ++seen;  // the uncached mode reads no cache: 0 / 0 has no ratio
+            CHECK(ratio_text == "-");
+            CHECK(row["ratio"].is_null());
+        }
+    }
+    CHECK(seen == 2);
+    fs::remove_all(dir);
+}
+
 TEST_CASE("Comparing MHA with GQA traces shows KV bytes falling by the head ratio") {
     const Run mha = simulate(tiny_config(Family::llama, 4, 4));
     const Run gqa = simulate(tiny_config(Family::llama, 4, 1));
