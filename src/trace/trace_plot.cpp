@@ -148,7 +148,13 @@ void plot_traces(const std::vector<PlotInput>& traces, const fs::path& output, P
           : any_wall ? "time per step (measured; modelled for --deterministic traces)"
                      : "modelled time per step (roofline; --deterministic trace)",
           ms, series(6, 7, ms));
-    panel("KV-cache bytes resident (cached mode): grows by one token per step", bytes_axis(8, 8), series(8, 8, bytes_axis(8, 8), true));
+    const bool any_cached = std::any_of(traces.begin(), traces.end(), [](const auto& t) { return t.trace->run.mode != SimMode::uncached; });
+    if (any_cached) {
+        panel("KV-cache bytes resident (cached mode): one token more per step, up to any window", bytes_axis(8, 8), series(8, 8, bytes_axis(8, 8), true));
+    } else {  // uncached runs keep no cache: a zero line over their steps (a log axis has no 0)
+        gp << "unset logscale y\nset yrange [0:1]\nset ylabel 'bytes'\nset title 'KV-cache bytes resident: the uncached mode keeps no cache'\n"
+           << "plot " << d << " index 0 using 1:(0) with lines ls 20 title 'uncached: 0 B'\nset yrange [*:*]\n";
+    }
     panel("FLOPs so far: cached grows linearly, uncached quadratically", flop_axis(9, 10), series(9, 10, flop_axis(9, 10)));
     panel("bytes moved so far", bytes_axis(11, 12), series(11, 12, bytes_axis(11, 12)));
     gp << "unset multiplot\nset output\n";

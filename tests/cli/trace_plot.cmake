@@ -27,6 +27,16 @@ file(READ "${WORK}/chart.png" png LIMIT 4 HEX)
 if(NOT png STREQUAL "89504e47")
   message(FATAL_ERROR "chart.png does not start with the PNG signature: ${png}")
 endif()
+# An uncached-only run keeps no cache: its KV panel is a zero line, on a log axis too (gnuplot refused
+# the empty panel: "all points y value undefined")
+run_kvlab(0 "" simulate --prompt-len 8 --steps 6 --threads 1 --quiet --mode uncached --trace "${WORK}/uncached.jsonl")
+foreach(scale --linear --log)
+  run_kvlab(0 "wrote .*uncached.svg" trace plot "${WORK}/uncached.jsonl" -o "${WORK}/uncached.svg" ${scale})
+  file(READ "${WORK}/uncached.svg" svg)
+  if(NOT svg MATCHES "the uncached mode keeps no cache")
+    message(SEND_ERROR "uncached.svg (${scale}) has no KV panel saying the uncached mode keeps no cache")
+  endif()
+endforeach()
 # The MHA vs GQA vs MQA lesson on one shape (simulate --attention, random weights), overlaid on one chart:
 # every series carries its file's name.
 foreach(att mha gqa:2 mqa)
