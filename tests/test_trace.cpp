@@ -280,6 +280,17 @@ TEST_CASE("Bad trace files are refused with the file and line named") {
         no_ts.erase("ts");
         refused("no-ts.json", with_op(no_ts), "a slice without a numeric 'ts'");
     }
+    // inputs the reports read must have their types (they crashed the summary as internal errors)
+    {
+        const auto second = csv.find('\n') + 1;
+        refused("layers.csv", csv.substr(0, second) + "# layers=abc\n" + csv.substr(second), "line 2: input 'layers' is \"abc\"; expected an integer");
+        std::string bad = jsonl;
+        bad.replace(bad.find("\"inputs\":{"), 10, "\"inputs\":{\"kv_dtype\":8,");
+        refused("kv_dtype.jsonl", bad, "line 1: input 'kv_dtype' is 8; expected a string");
+        bad = perfetto;
+        bad.replace(bad.find("\"inputs\":{"), 10, "\"inputs\":{\"window\":-1,");
+        refused("window.json", bad, "input 'window' is -1; expected an integer, 0 or more");
+    }
     refused("not-a-trace.json", "{\"a\": 1}\n", "without a 'traceEvents' array");
     refused("text.csv", "hello,world\n1,2\n", "line 1: 'hello,world' is not a kvlab trace header");
     CHECK_THROWS_AS(read_step_trace(dir / "missing.csv"), InputError);  // a missing input file: exit code 2

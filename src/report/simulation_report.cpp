@@ -138,10 +138,17 @@ Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& r
     if (run.kv_cache_bytes > 0) {
         // --layers N runs the first N layers: kvcalc's figure is the whole model's
         const auto layers = inputs.value("layers", std::int64_t{0}), in_model = inputs.value("layers_in_model", std::int64_t{0});
-        const std::string which = layers > 0 && in_model > layers ? fmt::format("the {} layers run, of {}; kvcalc's figure is for all {}", layers, in_model, in_model)
+        const std::string which = layers > 0 && in_model > layers ? fmt::format("the {} layer{} run, of {}; kvcalc's figure is for all {}", layers, layers == 1 ? "" : "s", in_model, in_model)
                                                                   : "all layers; = kvcalc's figure";
-        t.notes.push_back(fmt::format("KV cache allocated: {} for {} positions ({}, K and V, {}{})",
-                                      format_bytes(run.kv_cache_bytes, units), run.n_prompt + run.n_steps - 1,  // the last token is not fed back
+        // a windowed layer keeps W rows, not all positions: the last W (or S sinks and the last W - S)
+        const std::int64_t positions = run.n_prompt + run.n_steps - 1;  // the last token is not fed back
+        const auto window = inputs.value("window", std::int64_t{0}), sinks = inputs.value("sink_tokens", std::int64_t{0});
+        const std::string held = window > 0 && window < positions
+                                     ? fmt::format(", a windowed layer holding {} of them{}", window,
+                                                   sinks > 0 ? fmt::format(" ({} sinks and the last {})", sinks, window - sinks) : "")
+                                     : "";
+        t.notes.push_back(fmt::format("KV cache allocated: {} for {} positions{} ({}, K and V, {}{})",
+                                      format_bytes(run.kv_cache_bytes, units), positions, held,
                                       inputs.value("kv_dtype", std::string("fp32")), which,
                                       inputs.value("kv_dtype", std::string("fp32")) == "fp32" ? "" : " for the dtype, plus the scales"));
     }

@@ -40,6 +40,7 @@ void TraceParser::read_perfetto(StepTrace& trace) {
     set_columns(other.at("time") == "modelled");
     if (!other.contains("inputs") || !other.at("inputs").is_object()) fail(other_line, "otherData has no 'inputs' object");
     trace.inputs = other.at("inputs");
+    check_inputs(other_line, trace.inputs);
     if (!other.contains("run")) fail(other_line, "otherData has no 'run' object (the run summary)");
     trace.run = run_from_json(other_line, other.at("run"));
 

@@ -65,6 +65,21 @@ public:
     void read_perfetto(StepTrace& trace);
     std::size_t line_of_offset(std::size_t offset) const;
 
+    // The inputs the reports read (simulation_report.cpp) must have their types: a count is an integer
+    // of 0 or more, a dtype a string. The rest of the inputs are only printed.
+    void check_input(std::size_t line, const std::string& key, const json& value) const {
+        static const char* counts[] = {"layers", "layers_in_model", "window", "sink_tokens"};
+        static const char* texts[] = {"kv_dtype", "kv_scale", "weight_dtype"};
+        for (const char* k : counts)
+            if (key == k && !(value.is_number_integer() && value.get<std::int64_t>() >= 0))
+                fail(line, fmt::format("input '{}' is {}; expected an integer, 0 or more", key, json_excerpt(value)));
+        for (const char* k : texts)
+            if (key == k && !value.is_string()) fail(line, fmt::format("input '{}' is {}; expected a string", key, json_excerpt(value)));
+    }
+    void check_inputs(std::size_t line, const json& inputs) const {
+        for (const auto& [key, value] : inputs.items()) check_input(line, key, value);
+    }
+
     [[noreturn]] void fail(std::size_t line, const std::string& what) const {
         throw FormatError(fmt::format("{}: line {}: {}", path_.string(), line, what));
     }

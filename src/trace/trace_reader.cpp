@@ -38,6 +38,7 @@ void TraceParser::read_csv(StepTrace& trace) {
             run[key.substr(4)] = value;
             run_line = i + 1;
         } else {
+            check_input(i + 1, key, value);
             trace.inputs[key] = value;
         }
     }
@@ -90,6 +91,7 @@ void TraceParser::read_jsonl(StepTrace& trace) {
     check_header_columns(1, got);
     if (!header.contains("inputs") || !header.at("inputs").is_object()) fail(1, "the header has no 'inputs' object");
     trace.inputs = header.at("inputs");
+    check_inputs(1, trace.inputs);
     if (!header.contains("run")) fail(1, "the header has no 'run' object (the run summary)");
     trace.run = run_from_json(1, header.at("run"));
     for (std::size_t i = 1; i < all.size(); ++i) {

@@ -87,7 +87,7 @@ endif()
 # --attention: the same shape with other KV heads on random weights. stories15m: 6 layers, 6 heads of 48;
 # 4 + 4 - 1 = 7 positions of fp32 K and V: MHA 2 x 6 x 6 x 48 x 4 B x 7 = 96768 B = 94.50 KiB; GQA-2 (1/3) 31.50 KiB;
 # MQA (1/6) 15.75 KiB.
-kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --attention mha OUT "MHA what-if" "KV cache allocated: 94.50 KiB for 7 positions")
+kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --attention mha OUT "MHA what-if" "KV cache allocated: 94.50 KiB for 7 positions \\(fp32, K and V, all layers")
 kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --attention gqa:2 OUT "GQA-2 what-if" "KV cache allocated: 31.50 KiB for 7 positions")
 kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --attention mqa OUT "MQA what-if" "KV cache allocated: 15.75 KiB for 7 positions")
 kvlab_expect(RC 2 ARGS simulate -m stories15m --attention gqa:4 ERR "--attention: 'gqa:4' needs a KV head count that divides the 6 query heads: gqa:1, gqa:2, gqa:3, gqa:6")
@@ -110,7 +110,7 @@ kvlab_expect(RC 2 ARGS simulate -p 4 -n 4 --kv-dtype fp16,q8_0 --trace "${WORK}/
 # --window / --sink-tokens: a ring of W rows per layer, the first S positions kept in it; the same bytes kvcalc
 # gives for the same flags: stories15m 6 layers x 2 x 288 x 4 B x 16 rows = 221184 B = 216 KiB
 kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 60 --window 16 --sink-tokens 4 -q --threads 1
-             OUT "KV cache allocated: 216\\.00 KiB for 63 positions" "KV cache fp32, window 16 \\+ 4 sinks against the fp32 full cache")
+             OUT "KV cache allocated: 216\\.00 KiB for 63 positions, a windowed layer holding 16 of them \\(4 sinks and the last 12\\)" "KV cache fp32, window 16 \\+ 4 sinks against the fp32 full cache")
 kvlab_expect(RC 0 ARGS kvcalc -m stories15m -d fp32 --context 63 --window 16 --sink-tokens 4
              OUT "stories15m +MHA \\(native\\) +fp32 +63 +1 +16 +216\\.00 KiB" "the first 4 positions kept as sinks")
 kvlab_expect(RC 2 ARGS simulate -m stories15m -p 4 -n 4 --sink-tokens 4 ERR "--sink-tokens 4: stories15m has no sliding window for the sinks to stay in; give --window W")
