@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -279,6 +281,30 @@ TEST_CASE("Bad trace files are refused with the file and line named") {
         nlohmann::json no_ts = op;
         no_ts.erase("ts");
         refused("no-ts.json", with_op(no_ts), "a slice without a numeric 'ts'");
+    }
+    // a record's shape and times against the run (line 4: the header, cached step 0, uncached step 0, then cached step 1)
+    {
+        auto with_record = [&](const std::function<void(nlohmann::json&)>& edit) {
+            std::vector<std::string> lines;
+            std::istringstream in(jsonl);
+            for (std::string l; std::getline(in, l);) lines.push_back(l);
+            nlohmann::json rec = nlohmann::json::parse(lines.at(3));
+            REQUIRE(rec.at("step") == 1);
+            REQUIRE(rec.at("mode") == "cached");
+            edit(rec);
+            lines[3] = rec.dump();
+            std::string out;
+            for (const auto& l : lines) out += l + "\n";
+            return out;
+        };
+        // cached step 1 runs one token at position P = 5 (a 5-token prompt), attending at most 6 keys
+        refused("tokens.jsonl", with_record([](nlohmann::json& r) { r["n_tokens"] = -5; }), "line 4: cached step 1 ran -5 tokens; a prompt of 5 tokens gives 1");
+        refused("position.jsonl", with_record([](nlohmann::json& r) { r["position"] = 2; }), "at position 2; a prompt of 5 tokens puts it at 5");
+        refused("keys.jsonl", with_record([](nlohmann::json& r) { r["n_keys"] = 7; }), "attends 7 keys; expected 1..6");
+        refused("op-wall.jsonl", with_record([](nlohmann::json& r) { r["q_proj.wall_ns"] = -1; }), "q_proj.wall_ns -1; expected 0 or more");
+        // two steps of 2^63 - 1 ns each: their sum does not fit (it printed a negative wall time)
+        std::string huge = with_record([](nlohmann::json& r) { r["wall_ns"] = std::numeric_limits<std::int64_t>::max(); });
+        refused("wall.jsonl", huge, "add up past what 64 bits hold by step 1");
     }
     // inputs the reports read must have their types (they crashed the summary as internal errors)
     {

@@ -259,10 +259,49 @@ public:
     }
 
     // Each mode's steps 0, 1, 2, ... in order, as many as the run summary says, modes as it says.
+    // What a step of a P-token prompt ran: cached, the prompt at step 0 and then one token; uncached, all
+    // P + step tokens. Its newest token sits at P + step - 1 and attends at most that many keys plus one.
+    void check_step_shape(std::size_t line, std::int64_t n_prompt, const StepRecord& r) const {
+        const std::string mode(step_mode_name(r.mode));
+        const std::int64_t tokens = r.mode == StepMode::cached ? (r.step == 0 ? n_prompt : 1) : n_prompt + r.step;
+        if (r.n_tokens != tokens)
+            fail(line, fmt::format("{} step {} ran {} tokens; a prompt of {} tokens gives {}", mode, r.step, r.n_tokens, n_prompt, tokens));
+        if (r.position != n_prompt + r.step - 1)
+            fail(line, fmt::format("{} step {} at position {}; a prompt of {} tokens puts it at {}", mode, r.step, r.position, n_prompt,
+                                   n_prompt + r.step - 1));
+        if (r.n_keys < 1 || r.n_keys > r.position + 1)
+            fail(line, fmt::format("{} step {} attends {} keys; expected 1..{} at position {}", mode, r.step, r.n_keys, r.position + 1,
+                                   r.position));
+        for (int op = 0; op < n_ops; ++op)
+            if (r.cost.wall_ns[static_cast<std::size_t>(op)] < 0)
+                fail(line, fmt::format("{}.wall_ns {}; expected 0 or more", op_name(static_cast<Op>(op)),
+                                       r.cost.wall_ns[static_cast<std::size_t>(op)]));
+    }
+
+    // The reports add up each mode's steps: the sums must fit their types (an edited file could wrap them).
+    struct Totals {
+        std::uint64_t counts[8] = {};  // the OpCost fields, then their bytes together
+        std::int64_t wall_ns = 0, n_tokens = 0;
+    };
+    void add_to_totals(std::size_t line, const StepRecord& r, Totals& t) const {
+        const OpCost c = r.cost.total();
+        const std::uint64_t values[8] = {c.flops, c.transcendentals, c.bytes_weights_read, c.bytes_act_read, c.bytes_act_written,
+                                         c.bytes_kv_read, c.bytes_kv_written, 0};
+        std::uint64_t bytes = 0;
+        bool wrapped = false;
+        for (int k = 2; k < 7; ++k) wrapped = __builtin_add_overflow(bytes, values[k], &bytes) || wrapped;
+        for (int k = 0; k < 8; ++k) wrapped = __builtin_add_overflow(t.counts[k], k == 7 ? bytes : values[k], &t.counts[k]) || wrapped;
+        wrapped = __builtin_add_overflow(t.wall_ns, r.wall_ns, &t.wall_ns) || __builtin_add_overflow(t.n_tokens, r.n_tokens, &t.n_tokens) || wrapped;
+        if (wrapped)
+            fail(line, fmt::format("the {} steps' counts or times add up past what 64 bits hold by step {}; the file was edited or "
+                                   "corrupted", step_mode_name(r.mode), r.step));
+    }
+
     void check_sequence(const StepTrace& trace) const {
         const std::size_t end_line = record_lines_.empty() ? 1 : record_lines_.back();
         if (trace.records.empty()) fail(end_line, "no records; expected at least one step");
         std::map<StepMode, std::int64_t> next;
+        std::map<StepMode, Totals> sums;
         for (std::size_t i = 0; i < trace.records.size(); ++i) {
             const StepRecord& r = trace.records[i];
             const bool allowed = trace.run.mode == SimMode::both ||
@@ -274,6 +313,8 @@ public:
                 fail(record_lines_[i], fmt::format("{} step {}; expected step {} (steps in order, each once)",
                                                    step_mode_name(r.mode), r.step, next[r.mode]));
             ++next[r.mode];
+            check_step_shape(record_lines_[i], trace.run.n_prompt, r);
+            add_to_totals(record_lines_[i], r, sums[r.mode]);
         }
         for (const StepMode m : {StepMode::cached, StepMode::uncached}) {
             const bool expected = trace.run.mode == SimMode::both || (trace.run.mode == SimMode::cached) == (m == StepMode::cached);
