@@ -210,7 +210,10 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
     std::vector<std::string> lines;
     {
         std::istringstream in{std::string(text)};
-        for (std::string l; std::getline(in, l);) lines.push_back(l);
+        for (std::string l; std::getline(in, l);) {
+            if (!l.empty() && l.back() == '\r') l.pop_back();  // a file saved with CRLF line ends reads as it was written
+            lines.push_back(l);
+        }
     }
     auto fail = [&](std::size_t line, const std::string& what) { return FormatError(fmt::format("{}:{}: {}", where, line, what)); };
     if (lines.empty()) throw FormatError(fmt::format("{}: empty file; expected a kvlab serve trace", where));
@@ -246,10 +249,19 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
         }
         if (header.contains("inputs") && header.at("inputs").is_object()) t.inputs = header.at("inputs");
     }
+    // one token's K and V bytes: every byte figure of the summary and the chart is rows x this
+    const auto token_bytes = t.inputs.find("token_bytes");
+    if (token_bytes == t.inputs.end() || !token_bytes->is_number_unsigned() || token_bytes->get<std::uint64_t>() == 0)
+        throw fail(1, fmt::format("input token_bytes is {}; expected one token's K and V bytes, 1 or more, as kvlab serve writes",
+                                  token_bytes == t.inputs.end() ? std::string("missing") : json_excerpt(*token_bytes)));
     t.has_wall_time = std::find(columns.begin(), columns.end(), "forward_ns") != columns.end();
     if (columns != serve_trace_columns(!t.has_wall_time))
         throw fail(csv ? i : 1, fmt::format("the columns are not those of serve trace format {} ({} columns, expected {})", serve_trace_format_version,
                                             columns.size(), serve_trace_columns(!t.has_wall_time).size()));
+    struct {
+        std::int64_t ns = 0, counts = 0;  // times; every count field together (a bound on each one's sum)
+        std::uint64_t bytes = 0;          // every op count together, likewise
+    } sums;
     for (; i < lines.size(); ++i) {
         const std::size_t line = i + 1;
         if (lines[i].empty()) throw fail(line, "empty line inside the records");
@@ -305,9 +317,9 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
             }
         }
         if (s.rows_tokens > s.rows_in_use || s.rows_in_use > pool || s.rows_cached > pool - s.rows_in_use || s.n_decode > s.n_seqs ||
-            s.n_seqs > s.n_tokens)
-            throw fail(line, "inconsistent counts (rows holding tokens > rows in use, rows in use + cached > pool, or decodes > sequences > "
-                             "tokens); the file was edited or corrupted");
+            s.n_seqs > s.n_tokens || s.n_generated > s.n_seqs)
+            throw fail(line, "inconsistent counts (rows holding tokens > rows in use, rows in use + cached > pool, decodes > sequences > "
+                             "tokens, or tokens generated > sequences); the file was edited or corrupted");
         auto it = std::find(t.layouts.begin(), t.layouts.end(), layout);
         if (it == t.layouts.end()) {
             t.layouts.push_back(layout);
@@ -322,6 +334,17 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
         }
         std::vector<ServeStep>& steps = t.steps[static_cast<std::size_t>(it - t.layouts.begin())];
         if (!steps.empty() && s.step <= steps.back().step) throw fail(line, fmt::format("step {} after step {}; expected increasing steps", s.step, steps.back().step));
+        // the summary adds up each layout's steps: the sums must fit (an edited file could wrap them)
+        if (steps.empty()) sums = {};
+        bool wrapped = __builtin_add_overflow(sums.ns, s.forward_ns, &sums.ns) || __builtin_add_overflow(sums.ns, s.schedule_ns, &sums.ns);
+        for (const ServeField& f : serve_fields) wrapped = __builtin_add_overflow(sums.counts, s.*f.member, &sums.counts) || wrapped;
+        const OpCost c = s.cost.total();
+        for (const std::uint64_t v : {c.flops, c.transcendentals, c.bytes_weights_read, c.bytes_act_read, c.bytes_act_written,
+                                      c.bytes_kv_read, c.bytes_kv_written})
+            wrapped = __builtin_add_overflow(sums.bytes, v, &sums.bytes) || wrapped;
+        if (wrapped)
+            throw fail(line, fmt::format("the {} layout's counts or times add up past what 64 bits hold by step {}; the file was edited "
+                                         "or corrupted", choice_name(kv_layout_choices, layout), s.step));
         steps.push_back(s);
     }
     if (t.layouts.empty()) throw FormatError(fmt::format("{}: a serve trace with no step records", where));
