@@ -302,9 +302,27 @@ TEST_CASE("Bad trace files are refused with the file and line named") {
         refused("position.jsonl", with_record([](nlohmann::json& r) { r["position"] = 2; }), "at position 2; a prompt of 5 tokens puts it at 5");
         refused("keys.jsonl", with_record([](nlohmann::json& r) { r["n_keys"] = 7; }), "attends 7 keys; expected 1..6");
         refused("op-wall.jsonl", with_record([](nlohmann::json& r) { r["q_proj.wall_ns"] = -1; }), "q_proj.wall_ns -1; expected 0 or more");
+        refused("resident.jsonl", with_record([](nlohmann::json& r) { r["kv_bytes_resident"] = std::uint64_t{1} << 40; }),
+                "more than the");  // more than the cache the run allocated
         // two steps of 2^63 - 1 ns each: their sum does not fit (it printed a negative wall time)
         std::string huge = with_record([](nlohmann::json& r) { r["wall_ns"] = std::numeric_limits<std::int64_t>::max(); });
         refused("wall.jsonl", huge, "add up past what 64 bits hold by step 1");
+    }
+    // a run summary that contradicts itself or its records (each was printed as it stood)
+    {
+        auto with_run = [&](const std::string& from, const std::string& to) {
+            std::string bad = csv;
+            const auto at = bad.find(from);
+            REQUIRE(at != std::string::npos);
+            return bad.replace(at, from.size(), to);
+        };
+        refused("flips.csv", with_run("# run.argmax_flips=0", "# run.argmax_flips=5"), "'argmax_flips' is 5, but 0 steps have argmax_flip set");
+        refused("interrupted.csv", with_run("# run.interrupted=false", "# run.interrupted=true"),
+                "9 of 9 steps done with 'interrupted' true");  // the run: 9 steps
+        refused("diverged.csv", with_run("# run.first_divergent_step=null", "# run.first_divergent_step=100"),
+                "'first_divergent_step' 100 in a run of 9 steps");
+        refused("counted.csv", with_run("# run.counted=true", "# run.counted=false"), "'counted' is false (counting off), but the steps hold");
+        refused("more.csv", with_run("# run.steps_done=9", "# run.steps_done=8"), "8 of 9 steps done with 'interrupted' false");
     }
     // inputs the reports read must have their types (they crashed the summary as internal errors)
     {

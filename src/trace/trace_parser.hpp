@@ -3,6 +3,7 @@
 // read() tells the layout apart by content and calls read_csv, read_jsonl or read_perfetto.
 #pragma once
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -252,8 +253,24 @@ public:
             kq.n_steps = count_value(line, num("steps"), "kv_quality 'steps'");
             if (kq.n_agree > kq.n_steps)
                 fail(line, fmt::format("run summary: kv_quality 'argmax_agree' is {}; expected at most its 'steps' ({})", kq.n_agree, kq.n_steps));
+            for (const auto& [key, v] : {std::pair{"max_abs_dlogit", kq.max_abs_dlogit}, {"mean_kl", kq.mean_kl}, {"max_kl", kq.max_kl}})
+                if (!std::isfinite(v) || v < 0) fail(line, fmt::format("run summary: kv_quality '{}' is {}; expected 0 or more", key, v));
+            if (kq.mean_kl > kq.max_kl)
+                fail(line, fmt::format("run summary: kv_quality 'mean_kl' {} is above its 'max_kl' {}", kq.mean_kl, kq.max_kl));
+            if (kq.n_steps > run.n_steps_done)
+                fail(line, fmt::format("run summary: kv_quality 'steps' is {}; expected at most the {} steps done", kq.n_steps, run.n_steps_done));
             run.kv_quality = kq;
         }
+        // what the summary says of the run must hang together
+        if (run.n_steps_done > run.n_steps || run.interrupted != (run.n_steps_done < run.n_steps))
+            fail(line, fmt::format("run summary: {} of {} steps done with 'interrupted' {}; expected all steps done, or fewer and "
+                                   "interrupted", run.n_steps_done, run.n_steps, run.interrupted));
+        if (run.first_divergent_step && *run.first_divergent_step >= run.n_steps_done)
+            fail(line, fmt::format("run summary: 'first_divergent_step' {} in a run of {} steps", *run.first_divergent_step, run.n_steps_done));
+        for (const auto& [key, v] : {std::pair{"max_abs_dlogit", run.max_abs_dlogit}, {"divergent_dlogit", run.divergent_dlogit},
+                                     {"divergent_tolerance", run.divergent_tolerance}})
+            if (!std::isfinite(v) || v < 0) fail(line, fmt::format("run summary: '{}' is {}; expected 0 or more", key, v));
+        run_line_ = line;
         run.has_wall_time = !deterministic_;
         return run;
     }
@@ -319,9 +336,28 @@ public:
         for (const StepMode m : {StepMode::cached, StepMode::uncached}) {
             const bool expected = trace.run.mode == SimMode::both || (trace.run.mode == SimMode::cached) == (m == StepMode::cached);
             if (expected && next[m] != trace.run.n_steps_done)
-                fail(end_line, fmt::format("{} {} steps; the run summary says {} were done: the file is truncated",
-                                           next[m], step_mode_name(m), trace.run.n_steps_done));
+                fail(next[m] < trace.run.n_steps_done ? end_line : run_line_,
+                     fmt::format("{} {} steps; the run summary says {} were done: {}", next[m], step_mode_name(m), trace.run.n_steps_done,
+                                 next[m] < trace.run.n_steps_done ? "the file is truncated" : "the file has more steps than its run"));
         }
+        // the summary's counts against the records
+        std::int64_t flips = 0;
+        bool any_cost = false;
+        for (std::size_t i = 0; i < trace.records.size(); ++i) {
+            const StepRecord& r = trace.records[i];
+            flips += r.argmax_flip ? 1 : 0;
+            any_cost = any_cost || !(r.cost.total() == OpCost{});
+            if (r.mode == StepMode::uncached && r.kv_bytes_resident != 0)
+                fail(record_lines_[i], fmt::format("uncached step {} holds {} bytes of KV cache; the uncached mode keeps none", r.step,
+                                                   r.kv_bytes_resident));
+            if (r.mode == StepMode::cached && r.kv_bytes_resident > trace.run.kv_cache_bytes)
+                fail(record_lines_[i], fmt::format("cached step {} holds {} bytes of KV cache, more than the {} the run allocated", r.step,
+                                                   r.kv_bytes_resident, trace.run.kv_cache_bytes));
+        }
+        if (flips != trace.run.n_argmax_flips)
+            fail(run_line_, fmt::format("run summary: 'argmax_flips' is {}, but {} steps have argmax_flip set", trace.run.n_argmax_flips, flips));
+        if (!trace.run.counted && any_cost)
+            fail(run_line_, "run summary: 'counted' is false (counting off), but the steps hold FLOP and byte counts");
     }
 
     fs::path path_;
@@ -330,6 +366,7 @@ public:
     std::vector<std::string> columns_;
     std::set<std::string> column_set_;
     std::vector<std::size_t> record_lines_;
+    mutable std::size_t run_line_ = 1;  // where the run summary was read (set by run_from_json)
 };
 
 }  // namespace kvlab
