@@ -282,6 +282,21 @@ TEST_CASE("Bad trace files are refused with the file and line named") {
         no_ts.erase("ts");
         refused("no-ts.json", with_op(no_ts), "a slice without a numeric 'ts'");
     }
+    {
+        // the first step slice and the first counter: one event per line, as above
+        auto edited = [&](const std::string& marker, const std::function<void(nlohmann::json&)>& edit) {
+            const auto at = perfetto.find(marker);
+            REQUIRE(at != std::string::npos);
+            const auto begin = perfetto.rfind('\n', at) + 1, end = perfetto.find(",\n", at);
+            nlohmann::json ev = nlohmann::json::parse(perfetto.substr(begin, end - begin));
+            edit(ev);
+            return perfetto.substr(0, begin) + ev.dump() + perfetto.substr(end);
+        };
+        refused("step-dur.json", edited("\"cat\":\"step\"", [](nlohmann::json& ev) { ev["dur"] = ev["dur"].get<double>() * 100; }),
+                "step slice lasts");
+        refused("counter.json", edited("\"name\":\"FLOPs per step\"", [](nlohmann::json& ev) { ev["args"]["flops"] = 1; }),
+                "counter 'FLOPs per step' is 1; its step's flops is");
+    }
     // a record's shape and times against the run (line 4: the header, cached step 0, uncached step 0, then cached step 1)
     {
         auto with_record = [&](const std::function<void(nlohmann::json&)>& edit) {

@@ -49,7 +49,9 @@ void TraceParser::read_perfetto(StepTrace& trace) {
     struct OpenStep {
         std::size_t row;                 // index in rows
         double ts_us, end_us;            // the step slice on the timeline
+        double time_us;                  // its args' time: wall_ns (modelled_ns) / 1000
         std::set<std::string> ops_seen;  // each op has one slice per step
+        double ops_us = 0;               // its op slices' durations, summed
     };
     std::map<int, OpenStep> open_step;  // pid -> its latest step
     // A slice's place on the timeline, which the Perfetto UI draws: numbers, the duration not negative.
@@ -65,6 +67,14 @@ void TraceParser::read_perfetto(StepTrace& trace) {
     };
     // The writer converts whole nanoseconds to microseconds; compare to within a nanosecond.
     auto close = [](double a_us, double b_us) { return std::abs(a_us - b_us) <= 1e-3 + 1e-12 * std::abs(b_us); };
+    // A step lasts its time or, measured, its ops' if they sum to more (perfetto_trace.cpp); checked
+    // once its ops are read, when the next step of its process starts or the events end.
+    auto check_step_span = [&](const OpenStep& step) {
+        const double expected = deterministic_ ? step.time_us : std::max(step.time_us, step.ops_us);
+        if (std::abs(step.end_us - step.ts_us - expected) > 1e-3 * (n_ops + 1) + 1e-12 * expected)
+            fail(rows[step.row].first, fmt::format("step slice lasts {:.3f} us on the timeline; its args and ops give {:.3f} us",
+                                                   step.end_us - step.ts_us, expected));
+    };
     const json& events = doc.at("traceEvents");
     for (std::size_t e = 0; e < events.size(); ++e) {
         const std::size_t line = e + 2;
@@ -84,6 +94,19 @@ void TraceParser::read_perfetto(StepTrace& trace) {
             for (const auto& [key, value] : args.items())
                 if (!value.is_number())
                     fail(line, fmt::format("counter value {} is {}; expected a number", quote(key, 40), json_excerpt(value)));
+            // the three counter tracks repeat a step's columns at its start
+            const std::string name = ev.contains("name") && ev.at("name").is_string() ? ev.at("name").get<std::string>() : "";
+            const std::pair<const char*, const char*> tracks[] = {
+                {"FLOPs per step", "flops"}, {"bytes per step", "bytes_total"}, {"KV cache resident", "kv_bytes_resident"}};
+            for (const auto& [track, column] : tracks) {
+                if (name != track) continue;
+                if (!open_step.count(pid)) fail(line, fmt::format("counter '{}' before any step slice of its process", name));
+                const json& row = rows[open_step[pid].row].second;
+                const char* key = std::string_view(column) == "flops" ? "flops" : "bytes";
+                if (!args.contains(key) || args.at(key) != row.at(column))
+                    fail(line, fmt::format("counter '{}' is {}; its step's {} is {}", name, args.contains(key) ? json_excerpt(args.at(key)) : "missing",
+                                           column, json_excerpt(row.at(column))));
+            }
             continue;
         }
         if (ph != "X") fail(line, fmt::format("phase {}; expected X, C or M", quote(ph, 20)));
@@ -103,7 +126,11 @@ void TraceParser::read_perfetto(StepTrace& trace) {
             if (row.at("mode") != expected_mode)
                 fail(line, fmt::format("mode {} in pid {}; expected '{}'", quote(row.at("mode").get<std::string>(), 20), pid, expected_mode));
             const auto [ts, end] = span_of(line, ev);
-            open_step[pid] = OpenStep{rows.size(), ts, end, {}};
+            const char* time_key = deterministic_ ? "modelled_ns" : "wall_ns";
+            if (!args.contains(time_key) || !args.at(time_key).is_number())
+                fail(line, fmt::format("step slice without a numeric '{}' in its args", time_key));
+            if (open_step.count(pid)) check_step_span(open_step[pid]);
+            open_step[pid] = OpenStep{rows.size(), ts, end, args.at(time_key).get<double>() / 1000.0, {}};
             rows.emplace_back(line, std::move(row));
         } else if (cat == "op") {
             if (!open_step.count(pid)) fail(line, "an op slice before any step slice of its process");
@@ -138,10 +165,12 @@ void TraceParser::read_perfetto(StepTrace& trace) {
                                        step.ts_us));
             if (end > step.end_us && !close(end, step.end_us))
                 fail(line, fmt::format("op slice '{}' ends at {} us, after its step ({} us)", name, end, step.end_us));
+            step.ops_us += end - ts;
         } else {
             fail(line, fmt::format("slice category {}; expected step or op", quote(cat, 40)));
         }
     }
+    for (const auto& [pid, step] : open_step) check_step_span(step);
     for (const auto& [line, row] : rows) {
         trace.records.push_back(record_from_row(line, row));
         record_lines_.push_back(line);
