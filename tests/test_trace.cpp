@@ -317,6 +317,12 @@ TEST_CASE("Bad trace files are refused with the file and line named") {
         refused("position.jsonl", with_record([](nlohmann::json& r) { r["position"] = 2; }), "at position 2; a prompt of 5 tokens puts it at 5");
         refused("keys.jsonl", with_record([](nlohmann::json& r) { r["n_keys"] = 7; }), "attends 7 keys; expected 1..6");
         refused("op-wall.jsonl", with_record([](nlohmann::json& r) { r["q_proj.wall_ns"] = -1; }), "q_proj.wall_ns -1; expected 0 or more");
+        {  // a key written twice: the last value would win silently
+            const auto line2_end = jsonl.find('\n', jsonl.find('\n') + 1);
+            std::string dup = jsonl;
+            dup.insert(line2_end - 1, ",\"n_tokens\":99");
+            refused("dup.jsonl", dup, "line 2: key 'n_tokens' appears twice in one object");
+        }
         refused("resident.jsonl", with_record([](nlohmann::json& r) { r["kv_bytes_resident"] = std::uint64_t{1} << 40; }),
                 "more than the");  // more than the cache the run allocated
         // two steps of 2^63 - 1 ns each: their sum does not fit (it printed a negative wall time)

@@ -1,6 +1,9 @@
 #include "core/json_input.hpp"
 
 #include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -23,11 +26,19 @@ std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size
 
 }  // namespace
 
-nlohmann::json parse_json(std::string_view text, std::string_view where) {
+nlohmann::json parse_json(std::string_view text, std::string_view where, Keys keys) {
     // depth is the number of containers open before the event: the 65th nested '[' or '{' arrives at 64
-    const auto cap = [](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+    std::vector<std::set<std::string>> open_objects;  // Keys::unique: the keys seen in each object being read
+    const auto cap = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
         using E = nlohmann::json::parse_event_t;
         if ((event == E::object_start || event == E::array_start) && depth >= max_json_depth) throw TooDeep{};
+        if (keys == Keys::unique) {
+            if (event == E::object_start) open_objects.emplace_back();
+            else if (event == E::object_end) open_objects.pop_back();
+            else if (event == E::key && !open_objects.back().insert(parsed.get<std::string>()).second)
+                throw FormatError(fmt::format("{}: key {} appears twice in one object; the file was edited", where,
+                                              quote(parsed.get<std::string>(), 60)));
+        }
         return true;
     };
     try {

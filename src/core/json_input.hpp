@@ -30,7 +30,10 @@ public:
 
 // Parses `text`. Throws JsonSyntaxError "WHERE: not valid JSON at line L, column C: reason", or a
 // FormatError when the document nests deeper than max_json_depth.
-nlohmann::json parse_json(std::string_view text, std::string_view where);
+// Keys: a repeated key in one object keeps the last value, as Python's json and transformers read a
+// config; `Keys::unique` refuses it instead (FormatError), for files kvlab writes, where a repeat means an edit.
+enum class Keys { last_wins, unique };
+nlohmann::json parse_json(std::string_view text, std::string_view where, Keys keys = Keys::last_wins);
 
 // A value as an error message shows it: compact JSON, escaped, cut after `max_bytes`.
 std::string json_excerpt(const nlohmann::json& value, std::size_t max_bytes = 60);

@@ -20,7 +20,7 @@ std::size_t TraceParser::line_of_offset(std::size_t offset) const {
 void TraceParser::read_perfetto(StepTrace& trace) {
     json doc;
     try {
-        doc = parse_json(text_, path_.string());
+        doc = parse_json(text_, path_.string(), Keys::unique);
     } catch (const JsonSyntaxError& e) {
         fail(line_of_offset(e.byte),
              e.at_end ? "the JSON ends early: the file is truncated"

@@ -239,7 +239,7 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
         for (std::string c; std::getline(cells, c, ',');) columns.push_back(c);
         ++i;
     } else {
-        const json header = parse_json(lines[0], fmt::format("{}:1", where));
+        const json header = parse_json(lines[0], fmt::format("{}:1", where), Keys::unique);
         if (!header.is_object() || !header.contains("kvlab_serve_trace")) throw fail(1, "not a kvlab serve trace header");
         check_version(header.at("kvlab_serve_trace"));
         if (!header.contains("columns") || !header.at("columns").is_array()) throw fail(1, "the header has no 'columns' array");
@@ -281,7 +281,7 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
                 row[columns[c]] = v;
             }
         } else {
-            row = parse_json(lines[i], fmt::format("{}:{}", where, line));
+            row = parse_json(lines[i], fmt::format("{}:{}", where, line), Keys::unique);
             if (!row.is_object() || row.size() != columns.size()) throw fail(line, fmt::format("expected an object of the {} columns", columns.size()));
         }
         ServeStep s;

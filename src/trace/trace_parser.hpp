@@ -86,7 +86,7 @@ public:
     }
 
     json parse(std::size_t line, std::string_view text) const {
-        return parse_json(text, fmt::format("{}: line {}", path_.string(), line));
+        return parse_json(text, fmt::format("{}: line {}", path_.string(), line), Keys::unique);
     }
 
     // Text for a JSON document: UTF-8 (nlohmann_json would refuse to print it later), no NUL bytes.
