@@ -2,6 +2,7 @@
 
 #include "core/text.hpp"
 #include "core/error.hpp"
+#include "core/printer.hpp"
 #include "core/units.hpp"
 
 using namespace kvlab;
@@ -11,6 +12,13 @@ TEST_CASE("Bytes print with IEC units for 2^10 steps and SI units for 10^3 steps
     CHECK(format_bytes(2147483648ull, UnitSystem::iec) == "2.00 GiB");
     CHECK(format_bytes(2147483648ull, UnitSystem::si) == "2.15 GB");  // 2^31 / 10^9
     CHECK(format_bytes(40, UnitSystem::iec) == "40 B");
+    // a value that would round up to the base is printed in the next unit
+    CHECK(format_bytes(1048575, UnitSystem::iec) == "1.00 MiB");       // 1023.999 KiB
+    CHECK(format_bytes(1048570, UnitSystem::iec) == "1023.99 KiB");    // 1048570 / 1024 = 1023.994: stays
+    CHECK(format_bytes(999999, UnitSystem::si) == "1.00 MB");
+    CHECK(count_cell(999999999, "FLOP").text == "1.00 GFLOP");
+    CHECK(count_cell(999994999, "FLOP").text == "999.99 MFLOP");
+    CHECK(count_cell(999, "FLOP").text == "999 FLOP");
 }
 
 TEST_CASE("Sizes parse with explicit binary or decimal units") {

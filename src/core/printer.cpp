@@ -115,7 +115,7 @@ Cell count_cell(std::uint64_t value, const char* unit) {
     static const char* prefixes[] = {"", "k", "M", "G", "T", "P", "E"};
     double v = static_cast<double>(value);
     int i = 0;
-    while (v >= 1000.0 && i < 6) {
+    while (v >= 999.995 && i < 6) {  // as format_bytes: 999,999,999 is 1.00 G, not 1000.00 M
         v /= 1000.0;
         ++i;
     }

@@ -72,7 +72,8 @@ std::string format_bytes(std::uint64_t bytes, UnitSystem units) {
     if (bytes < base) return fmt::format("{} B", bytes);
     long double v = static_cast<long double>(bytes);
     int i = 0;
-    while (v >= base && i < 6) {
+    // a value that rounds up to the base prints in the next unit: 1048575 B is 1.00 MiB, not 1024.00 KiB
+    while (v >= base - 0.005L && i < 6) {
         v /= base;
         ++i;
     }
