@@ -69,8 +69,8 @@ Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& r
     Report report;
     report.inputs = inputs;
     Table t;
-    t.title = fmt::format("kvlab simulate: {}, prompt {} tokens, {} steps", run.display_name, run.n_prompt,
-                          run.n_steps_done);
+    t.title = fmt::format("kvlab simulate: {}, prompt {} token{}, {} step{}", run.display_name, run.n_prompt,
+                          run.n_prompt == 1 ? "" : "s", run.n_steps_done, run.n_steps_done == 1 ? "" : "s");
     t.columns.push_back({"metric", "", false});
     for (const StepMode m : modes) t.columns.push_back({std::string(step_mode_name(m)), std::string(step_mode_name(m))});
     if (both) t.columns.push_back({"uncached_over_cached", "uncached / cached"});

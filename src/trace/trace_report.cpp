@@ -51,8 +51,9 @@ const StepRecord* find_record(const StepTrace& t, StepMode mode, std::int64_t st
 }
 
 std::string source_note(const StepTrace& t) {
-    return fmt::format("{}, prompt {} tokens, {} steps ({} trace{})", t.run.display_name, t.run.n_prompt,
-                       t.run.n_steps_done, trace_format_name(t.format), t.run.has_wall_time ? "" : ", --deterministic");
+    return fmt::format("{}, prompt {} token{}, {} step{} ({} trace{})", t.run.display_name, t.run.n_prompt, t.run.n_prompt == 1 ? "" : "s",
+                       t.run.n_steps_done, t.run.n_steps_done == 1 ? "" : "s", trace_format_name(t.format),
+                       t.run.has_wall_time ? "" : ", --deterministic");
 }
 
 }  // namespace
@@ -221,8 +222,8 @@ Report trace_compare_report(const StepTrace& a, const StepTrace& b, const std::s
     tot.notes.push_back(fmt::format("A: {}", source_note(a)));
     tot.notes.push_back(fmt::format("B: {}", source_note(b)));
     if (a.run.n_steps_done != b.run.n_steps_done)
-        tot.notes.push_back(fmt::format("A has {} steps, B has {}: steps 0..{} compared", a.run.n_steps_done,
-                                        b.run.n_steps_done, n_common - 1));
+        tot.notes.push_back(fmt::format("A has {} step{}, B has {}: steps 0..{} compared", a.run.n_steps_done,
+                                        a.run.n_steps_done == 1 ? "" : "s", b.run.n_steps_done, n_common - 1));
     std::vector<std::string> differ;
     for (const auto& [key, value] : a.inputs.items())
         if (b.inputs.contains(key) && b.inputs.at(key) != value && key != "memory_estimate_bytes")
