@@ -410,6 +410,24 @@ TEST_CASE("A comparison's small ratios keep three significant digits, and a rati
     fs::remove_all(dir);
 }
 
+TEST_CASE("A comparison names the mode and the inputs only one trace has") {
+    Run both = simulate(tiny_config(Family::llama, 4, 4));
+    const Run cached = simulate(tiny_config(Family::llama, 4, 4), SimMode::cached);
+    both.inputs["weight_dtype"] = "bf16";  // as a newer trace records it; the other has no such key
+    const fs::path dir = temp_dir();
+    write_step_trace(dir / "both.csv", both.summary, both.result.records, both.inputs, true);
+    write_step_trace(dir / "cached.csv", cached.summary, cached.result.records, cached.inputs, true);
+    const Report report =
+        trace_compare_report(read_step_trace(dir / "both.csv"), read_step_trace(dir / "cached.csv"), "both", "cached", 1, UnitSystem::iec);
+    const auto& notes = report.tables.at(0).notes;
+    auto has = [&](const std::string& text) {
+        return std::any_of(notes.begin(), notes.end(), [&](const std::string& n) { return n.find(text) != std::string::npos; });
+    };
+    CHECK(has("the uncached mode is only in A: not compared"));
+    CHECK(has("weight_dtype \"bf16\" vs absent"));
+    fs::remove_all(dir);
+}
+
 TEST_CASE("Comparing MHA with GQA traces shows KV bytes falling by the head ratio") {
     const Run mha = simulate(tiny_config(Family::llama, 4, 4));
     const Run gqa = simulate(tiny_config(Family::llama, 4, 1));

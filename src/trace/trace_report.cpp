@@ -224,10 +224,17 @@ Report trace_compare_report(const StepTrace& a, const StepTrace& b, const std::s
     if (a.run.n_steps_done != b.run.n_steps_done)
         tot.notes.push_back(fmt::format("A has {} step{}, B has {}: steps 0..{} compared", a.run.n_steps_done,
                                         a.run.n_steps_done == 1 ? "" : "s", b.run.n_steps_done, n_common - 1));
+    for (const auto& [t, label] : {std::pair{&a, "A"}, std::pair{&b, "B"}})
+        for (const StepMode m : modes_of(*t))
+            if (std::find(modes.begin(), modes.end(), m) == modes.end())
+                tot.notes.push_back(fmt::format("the {} mode is only in {}: not compared", step_mode_name(m), label));
+    // inputs either trace has (one without a key ran its default: an older trace without weight_dtype ran fp32)
     std::vector<std::string> differ;
     for (const auto& [key, value] : a.inputs.items())
-        if (b.inputs.contains(key) && b.inputs.at(key) != value && key != "memory_estimate_bytes")
-            differ.push_back(fmt::format("{} {} vs {}", key, json_excerpt(value), json_excerpt(b.inputs.at(key))));
+        if (key != "memory_estimate_bytes" && (!b.inputs.contains(key) || b.inputs.at(key) != value))
+            differ.push_back(fmt::format("{} {} vs {}", key, json_excerpt(value), b.inputs.contains(key) ? json_excerpt(b.inputs.at(key)) : "absent"));
+    for (const auto& [key, value] : b.inputs.items())
+        if (key != "memory_estimate_bytes" && !a.inputs.contains(key)) differ.push_back(fmt::format("{} absent vs {}", key, json_excerpt(value)));
     if (!differ.empty()) {
         std::string line = "inputs that differ:";
         for (std::size_t i = 0; i < differ.size(); ++i) line += (i ? "; " : " ") + differ[i];
