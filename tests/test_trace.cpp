@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -323,11 +324,42 @@ TEST_CASE("Bad trace files are refused with the file and line named") {
             dup.insert(line2_end - 1, ",\"n_tokens\":99");
             refused("dup.jsonl", dup, "line 2: key 'n_tokens' appears twice in one object");
         }
+        refused("rate.jsonl", with_record([](nlohmann::json& r) { r["gflop_per_s"] = 999.0; }), "gflop_per_s is 999 but its counts give");
         refused("resident.jsonl", with_record([](nlohmann::json& r) { r["kv_bytes_resident"] = std::uint64_t{1} << 40; }),
                 "more than the");  // more than the cache the run allocated
         // two steps of 2^63 - 1 ns each: their sum does not fit (it printed a negative wall time)
-        std::string huge = with_record([](nlohmann::json& r) { r["wall_ns"] = std::numeric_limits<std::int64_t>::max(); });
+        std::string huge = with_record([](nlohmann::json& r) {
+            const double ns = static_cast<double>(std::numeric_limits<std::int64_t>::max());
+            r["wall_ns"] = std::numeric_limits<std::int64_t>::max();
+            r["gflop_per_s"] = r["flops"].get<double>() / ns;  // the rates edited to match, as a careful edit would
+            r["gb_per_s"] = r["bytes_total"].get<double>() / ns;
+        });
         refused("wall.jsonl", huge, "add up past what 64 bits hold by step 1");
+    }
+    // CSV reals: decimal and finite (strtod took "nan", "inf" and hex floats)
+    {
+        std::vector<std::string> lines;
+        std::istringstream in(csv);
+        for (std::string l; std::getline(in, l);) lines.push_back(l);
+        std::size_t header = 0;
+        while (lines[header].rfind('#', 0) == 0) ++header;
+        auto cells_of = [](const std::string& l) {
+            std::vector<std::string> cells;
+            std::istringstream c(l);
+            for (std::string cell; std::getline(c, cell, ',');) cells.push_back(cell);
+            return cells;
+        };
+        const auto names = cells_of(lines[header]);
+        const auto column = static_cast<std::size_t>(std::find(names.begin(), names.end(), "max_abs_dlogit") - names.begin());
+        REQUIRE(column < names.size());
+        for (const char* value : {"nan", "inf", "0x1p-3"}) {
+            auto cells = cells_of(lines[header + 1]);
+            cells[column] = value;
+            std::string row, out;
+            for (std::size_t i = 0; i < cells.size(); ++i) row += (i ? "," : "") + cells[i];
+            for (std::size_t i = 0; i < lines.size(); ++i) out += (i == header + 1 ? row : lines[i]) + "\n";
+            refused("real.csv", out, fmt::format("column 'max_abs_dlogit' is '{}'; expected a number or empty", value));
+        }
     }
     // a run summary that contradicts itself or its records (each was printed as it stood)
     {

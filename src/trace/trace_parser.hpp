@@ -153,9 +153,10 @@ public:
                 [[fallthrough]];
             case FieldType::real: {
                 if (text.empty()) return bad();
-                char* end = nullptr;
-                const double v = std::strtod(text.c_str(), &end);
-                if (end != text.c_str() + text.size()) return bad();
+                // decimal only (strtod also took hex floats), and finite: kvlab writes no nan or inf
+                double v = 0;
+                const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v, std::chars_format::general);
+                if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(v)) return bad();
                 return v;
             }
             case FieldType::integer: {
@@ -180,8 +181,8 @@ public:
         switch (t) {
             case FieldType::text: ok = v.is_string(); break;
             case FieldType::boolean: ok = v.is_boolean(); break;
-            case FieldType::real_or_null: ok = v.is_null() || v.is_number(); break;
-            case FieldType::real: ok = v.is_number(); break;
+            case FieldType::real_or_null: ok = v.is_null() || (v.is_number() && std::isfinite(v.get<double>())); break;
+            case FieldType::real: ok = v.is_number() && std::isfinite(v.get<double>()); break;
             case FieldType::integer: ok = v.is_number_integer(); break;
             case FieldType::count: ok = v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0); break;
         }

@@ -174,12 +174,19 @@ StepRecord record_from_row(const json& row, bool deterministic) {
         }
         r.cost.add(op, c);
     }
-    // the step's totals must be the sums of its ops: a hand-edited or corrupted file is caught here
+    // the step's totals must be the sums of its ops, and its rates what they give: a hand-edited or
+    // corrupted file is caught here
     for (const StepField& f : step_table) {
-        if (f.read || f.type != FieldType::count) continue;
-        const auto stored = row.at(std::string(f.name)).get<std::uint64_t>(), sum = f.write(r).get<std::uint64_t>();
-        if (stored != sum)
-            bad(fmt::format("{} is {} but its ops sum to {}; the file was edited or corrupted", f.name, stored, sum));
+        if (f.read || (deterministic && f.measured)) continue;
+        if (f.type == FieldType::count) {
+            const auto stored = row.at(std::string(f.name)).get<std::uint64_t>(), sum = f.write(r).get<std::uint64_t>();
+            if (stored != sum)
+                bad(fmt::format("{} is {} but its ops sum to {}; the file was edited or corrupted", f.name, stored, sum));
+        } else if (f.type == FieldType::real) {
+            const double stored = row.at(std::string(f.name)).get<double>(), derived = f.write(r).get<double>();
+            if (std::abs(stored - derived) > 1e-9 * std::max(1.0, std::abs(derived)))
+                bad(fmt::format("{} is {} but its counts give {}; the file was edited or corrupted", f.name, stored, derived));
+        }
     }
     return r;
 }
