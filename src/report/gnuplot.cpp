@@ -115,6 +115,9 @@ void draw_with_gnuplot(const fs::path& output, const std::string& data_text, con
     std::string message, line;
     while (std::getline(log_in, line))
         if (!line.empty() && line.find_first_not_of(" ^") != std::string::npos) message = line;  // gnuplot's last line says what
+    // it names the script by its temporary path, gone once this returns: name it for what it is
+    for (const std::string& path : {"\"" + script_path + "\"", script_path})
+        if (const auto at = message.find(path); at != std::string::npos) message.replace(at, path.size(), "the chart script");
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         throw IoError(fmt::format("{}: gnuplot failed drawing {}: {}", flag, quote(output.string()),
                                   message.empty() ? "no message" : quote(message, 200)));

@@ -11,6 +11,17 @@ if(NOT rc EQUAL 1 OR NOT err MATCHES "gnuplot-nox")
   message(FATAL_ERROR "missing gnuplot: exit ${rc}, stderr ${err}")
 endif()
 run_kvlab(2 "expected .svg or .png" trace plot "${WORK}/run.jsonl" -o "${WORK}/chart.pdf")
+# a gnuplot that fails names its script by a temporary path, gone by the time the user reads it: the
+# message calls it the chart script; no chart is left behind
+file(WRITE "${WORK}/failing-gnuplot" "#!/bin/sh\necho \"\\\"$2\\\" line 3: all points y value undefined!\" >&2\nexit 1\n")
+file(CHMOD "${WORK}/failing-gnuplot" PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
+execute_process(COMMAND ${CMAKE_COMMAND} -E env KVLAB_GNUPLOT=${WORK}/failing-gnuplot
+                        "${KVLAB}" trace plot "${WORK}/run.jsonl" -o "${WORK}/failed.svg"
+                RESULT_VARIABLE rc ERROR_VARIABLE err)
+if(NOT rc EQUAL 1 OR NOT err MATCHES "gnuplot failed drawing .*: 'the chart script line 3: all points" OR err MATCHES "\\.tmp"
+   OR EXISTS "${WORK}/failed.svg")
+  message(FATAL_ERROR "failing gnuplot: exit ${rc}, stderr ${err}")
+endif()
 
 find_program(GNUPLOT gnuplot)
 if(NOT GNUPLOT)
