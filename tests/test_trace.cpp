@@ -376,6 +376,9 @@ TEST_CASE("Bad trace files are refused with the file and line named") {
                 "'first_divergent_step' 100 in a run of 9 steps");
         refused("counted.csv", with_run("# run.counted=true", "# run.counted=false"), "'counted' is false (counting off), but the steps hold");
         refused("more.csv", with_run("# run.steps_done=9", "# run.steps_done=8"), "8 of 9 steps done with 'interrupted' false");
+        std::string fewer = with_run("# run.steps_done=9", "# run.steps_done=8");
+        fewer.replace(fewer.find("# run.steps_requested=9"), 23, "# run.steps_requested=8");
+        refused("fewer.csv", fewer, "9 cached steps; the run summary says 8 were done: the file has more steps than its run");
     }
     // inputs the reports read must have their types (they crashed the summary as internal errors)
     {
@@ -439,6 +442,34 @@ TEST_CASE("A comparison's small ratios keep three significant digits, and a rati
         }
     }
     CHECK(seen == 2);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("An argmax flip marks both records of its step and counts once in the run summary") {
+    // what simulate writes on a near-tie (simulator.cpp): step 0 of a --mode both trace, flipped
+    const Run r = simulate(tiny_config(Family::llama, 4, 2));
+    const fs::path dir = temp_dir();
+    write_step_trace(dir / "t.jsonl", r.summary, r.result.records, r.inputs, true);
+    std::vector<std::string> lines;
+    {
+        std::ifstream in(dir / "t.jsonl");
+        for (std::string l; std::getline(in, l);) lines.push_back(l);
+    }
+    nlohmann::json header = nlohmann::json::parse(lines[0]);
+    REQUIRE(header.at("run").at("argmax_flips") == 0);
+    header["run"]["argmax_flips"] = 1;
+    lines[0] = header.dump();
+    for (const std::size_t i : {1, 2}) {  // cached step 0, then uncached step 0
+        nlohmann::json rec = nlohmann::json::parse(lines[i]);
+        REQUIRE(rec.at("step") == 0);
+        rec["argmax_flip"] = true;
+        lines[i] = rec.dump();
+    }
+    std::ofstream out(dir / "flip.jsonl");
+    for (const auto& l : lines) out << l << "\n";
+    out.close();
+    const StepTrace t = read_step_trace(dir / "flip.jsonl");
+    CHECK(t.run.n_argmax_flips == 1);
     fs::remove_all(dir);
 }
 

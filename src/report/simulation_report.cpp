@@ -153,9 +153,9 @@ Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& r
                                       inputs.value("kv_dtype", std::string("fp32")) == "fp32" ? "" : " for the dtype, plus the scales"));
     }
     if (both) {
-        t.notes.push_back(fmt::format("logits: max |cached - uncached| = {:.3g} over {} steps (tolerance 1e-3 * max(1, max |logit|)); "
+        t.notes.push_back(fmt::format("logits: max |cached - uncached| = {:.3g} over {} step{} (tolerance 1e-3 * max(1, max |logit|)); "
                                       "argmax flips on near-ties: {}",
-                                      run.max_abs_dlogit, run.n_steps_done, run.n_argmax_flips));
+                                      run.max_abs_dlogit, run.n_steps_done, run.n_steps_done == 1 ? "" : "s", run.n_argmax_flips));
         if (run.first_divergent_step)
             t.notes.push_back(fmt::format("DIVERGED: at step {} max |delta logit| = {:.3g} > tolerance {:.3g}",
                                           *run.first_divergent_step, run.divergent_dlogit, run.divergent_tolerance));

@@ -53,9 +53,14 @@ void set_thread_count(int threads, bool deterministic) {
 }
 
 std::string thread_use_note(const CoreUse& use) {
-    // libgomp spins unless told to sleep (OMP_WAIT_POLICY=passive) or given its own spin count
+    // libgomp spins unless told to sleep (OMP_WAIT_POLICY=passive) or given a short spin count (a waiting
+    // thread then sleeps after a few µs, and its CPU time falls short of the wall time by design)
     const char* policy = std::getenv("OMP_WAIT_POLICY");
-    const bool waits_spin = !(policy && strcasecmp(policy, "passive") == 0) && !std::getenv("GOMP_SPINCOUNT");
+    const char* spin = std::getenv("GOMP_SPINCOUNT");
+    char* end = nullptr;
+    const unsigned long long count = spin ? std::strtoull(spin, &end, 10) : 0;
+    const bool short_spin = spin && end != spin && *end == '\0' && count < 100000;
+    const bool waits_spin = !(policy && strcasecmp(policy, "passive") == 0) && !short_spin;
     return core_use_note(use, omp_get_max_threads(), omp_get_dynamic() != 0, waits_spin, omp_get_num_procs());
 }
 

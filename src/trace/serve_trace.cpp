@@ -337,7 +337,9 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
         // the summary adds up each layout's steps: the sums must fit (an edited file could wrap them)
         if (steps.empty()) sums = {};
         bool wrapped = __builtin_add_overflow(sums.ns, s.forward_ns, &sums.ns) || __builtin_add_overflow(sums.ns, s.schedule_ns, &sums.ns);
-        for (const ServeField& f : serve_fields) wrapped = __builtin_add_overflow(sums.counts, s.*f.member, &sums.counts) || wrapped;
+        for (const ServeField& f : serve_fields)  // the summary adds counts and durations, not the clock or step numbers
+            if (std::string_view(f.name) != "step" && !f.measured)
+                wrapped = __builtin_add_overflow(sums.counts, s.*f.member, &sums.counts) || wrapped;
         const OpCost c = s.cost.total();
         for (const std::uint64_t v : {c.flops, c.transcendentals, c.bytes_weights_read, c.bytes_act_read, c.bytes_act_written,
                                       c.bytes_kv_read, c.bytes_kv_written})

@@ -1,6 +1,7 @@
 #include "trace/trace_report.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 
@@ -33,7 +34,9 @@ double ratio(double num, double den) { return den > 0.0 ? num / den : 0.0; }
 Cell ratio_of(double b, double a) {
     if (!(a > 0.0)) return {"-", nullptr};
     const double r = b / a;
-    return r > 0.0 && r < 0.1 ? Cell{fmt::format("{:.3g}x", r), r} : ratio_cell(r);
+    if (!(r > 0.0 && r < 0.1)) return ratio_cell(r);
+    const int decimals = std::min(12, 2 - static_cast<int>(std::floor(std::log10(r))));  // 3 significant digits, fixed
+    return Cell{fmt::format("{:.{}f}x", r, decimals), r};
 }
 Cell us_cell(std::int64_t ns) { return real_cell(static_cast<double>(ns) * 1e-3, 1); }
 
