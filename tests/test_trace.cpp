@@ -64,6 +64,18 @@ void spit(const fs::path& p, const std::string& text) {
     out << text;
 }
 
+// Two runs written as deterministic traces (the format from each file's extension) and compared as
+// `kvlab trace compare A B` does, labelled by the files' stems.
+Report compare_runs(const Run& a, const std::string& file_a, const Run& b, const std::string& file_b) {
+    const fs::path dir = temp_dir();
+    write_step_trace(dir / file_a, a.summary, a.result.records, a.inputs, true);
+    write_step_trace(dir / file_b, b.summary, b.result.records, b.inputs, true);
+    Report report = trace_compare_report(read_step_trace(dir / file_a), read_step_trace(dir / file_b), fs::path(file_a).stem().string(),
+                                         fs::path(file_b).stem().string(), 1, UnitSystem::iec);
+    fs::remove_all(dir);
+    return report;
+}
+
 std::string as_json(const Report& report) {
     std::ostringstream s;
     print_report(s, report, Format::json);
@@ -417,13 +429,8 @@ TEST_CASE("The steps table shows every K-th step and the last, with an optional 
 }
 
 TEST_CASE("A comparison's small ratios keep three significant digits, and a ratio over A = 0 is '-'") {
-    const Run mha = simulate(tiny_config(Family::llama, 12, 12));
-    const Run mqa = simulate(tiny_config(Family::llama, 12, 1));
-    const fs::path dir = temp_dir();
-    write_step_trace(dir / "mha.csv", mha.summary, mha.result.records, mha.inputs, true);
-    write_step_trace(dir / "mqa.csv", mqa.summary, mqa.result.records, mqa.inputs, true);
     const Report report =
-        trace_compare_report(read_step_trace(dir / "mha.csv"), read_step_trace(dir / "mqa.csv"), "mha", "mqa", 1, UnitSystem::iec);
+        compare_runs(simulate(tiny_config(Family::llama, 12, 12)), "mha.csv", simulate(tiny_config(Family::llama, 12, 1)), "mqa.csv");
     const auto j = nlohmann::json::parse(as_json(report));
     const auto& totals = report.tables.at(0);
     int seen = 0;
@@ -442,7 +449,6 @@ TEST_CASE("A comparison's small ratios keep three significant digits, and a rati
         }
     }
     CHECK(seen == 2);
-    fs::remove_all(dir);
 }
 
 TEST_CASE("An argmax flip marks both records of its step and counts once in the run summary") {
@@ -477,28 +483,18 @@ TEST_CASE("A comparison names the mode and the inputs only one trace has") {
     Run both = simulate(tiny_config(Family::llama, 4, 4));
     const Run cached = simulate(tiny_config(Family::llama, 4, 4), SimMode::cached);
     both.inputs["weight_dtype"] = "bf16";  // as a newer trace records it; the other has no such key
-    const fs::path dir = temp_dir();
-    write_step_trace(dir / "both.csv", both.summary, both.result.records, both.inputs, true);
-    write_step_trace(dir / "cached.csv", cached.summary, cached.result.records, cached.inputs, true);
-    const Report report =
-        trace_compare_report(read_step_trace(dir / "both.csv"), read_step_trace(dir / "cached.csv"), "both", "cached", 1, UnitSystem::iec);
+    const Report report = compare_runs(both, "both.csv", cached, "cached.csv");
     const auto& notes = report.tables.at(0).notes;
     auto has = [&](const std::string& text) {
         return std::any_of(notes.begin(), notes.end(), [&](const std::string& n) { return n.find(text) != std::string::npos; });
     };
     CHECK(has("the uncached mode is only in A: not compared"));
     CHECK(has("weight_dtype \"bf16\" vs absent"));
-    fs::remove_all(dir);
 }
 
 TEST_CASE("Comparing MHA with GQA traces shows KV bytes falling by the head ratio") {
-    const Run mha = simulate(tiny_config(Family::llama, 4, 4));
-    const Run gqa = simulate(tiny_config(Family::llama, 4, 1));
-    const fs::path dir = temp_dir();
-    write_step_trace(dir / "mha.csv", mha.summary, mha.result.records, mha.inputs, true);
-    write_step_trace(dir / "gqa.json", gqa.summary, gqa.result.records, gqa.inputs, true);
     const Report report =
-        trace_compare_report(read_step_trace(dir / "mha.csv"), read_step_trace(dir / "gqa.json"), "mha", "gqa", 1, UnitSystem::iec);
+        compare_runs(simulate(tiny_config(Family::llama, 4, 4)), "mha.csv", simulate(tiny_config(Family::llama, 4, 1)), "gqa.json");
     REQUIRE(report.tables.size() == 2);
     const auto j = nlohmann::json::parse(as_json(report));
     bool seen = false;
@@ -511,7 +507,6 @@ TEST_CASE("Comparing MHA with GQA traces shows KV bytes falling by the head rati
     CHECK(seen);
     CHECK(j["tables"][1]["rows"].size() == 9 * 2);
     CHECK(j["tables"][1]["rows"][2]["kv_read_ratio"].get<double>() == doctest::Approx(0.25));  // step 1, cached
-    fs::remove_all(dir);
 }
 
 TEST_CASE("Plots are drawn by gnuplot, and its absence names the package") {
