@@ -108,21 +108,22 @@ kvlab_expect(RC 0 ARGS trace summary t.jsonl OUT "metric +paged\n" "time in step
 kvlab_expect(RC 2 ARGS trace steps a.csv ERR "trace steps: a.csv is a kvlab serve trace")
 kvlab_expect(RC 2 ARGS trace summary t.json ERR "a Perfetto serve timeline")
 file(READ "${WORK}/a.csv" a)
-string(REPLACE "\npaged,1024," "\npaged,1024x," edited "${a}")
-file(WRITE "${WORK}/edited.csv" "${edited}")
-kvlab_expect(RC 2 ARGS trace summary edited.csv ERR "^kvlab: error: edited.csv:[0-9]+: pool_rows is '1024x'; expected an integer\n$")
+# trace_edit(FILE REGEX REPLACEMENT kvlab_expect-arguments...): a.csv edited, written as FILE, `trace summary FILE`
+function(trace_edit file regex replacement)
+  string(REGEX REPLACE "${regex}" "${replacement}" edited "${a}")
+  file(WRITE "${WORK}/${file}" "${edited}")
+  kvlab_expect(${ARGN} ARGS trace summary ${file})
+endfunction()
+trace_edit(edited.csv "\npaged,1024," "\npaged,1024x,"
+           RC 2 ERR "^kvlab: error: edited.csv:[0-9]+: pool_rows is '1024x'; expected an integer\n$")
 # a later record of the same layout with another pool
-string(REGEX REPLACE "(\npaged,1024,[^\n]*\n)paged,1024," "\\1paged,2048," edited "${a}")
-file(WRITE "${WORK}/edited2.csv" "${edited}")
-kvlab_expect(RC 2 ARGS trace summary edited2.csv ERR "^kvlab: error: edited2.csv:[0-9]+: pool_rows 2048 in a paged layout whose pool has 1024; one pool per layout\n$")
+trace_edit(edited2.csv "(\npaged,1024,[^\n]*\n)paged,1024," "\\1paged,2048,"
+           RC 2 ERR "^kvlab: error: edited2.csv:[0-9]+: pool_rows 2048 in a paged layout whose pool has 1024; one pool per layout\n$")
 # saved with CRLF line ends: read as written (the last column name kept its CR: "185 columns, expected 185")
-string(REPLACE "\n" "\r\n" crlf "${a}")
-file(WRITE "${WORK}/crlf.csv" "${crlf}")
-kvlab_expect(RC 0 ARGS trace summary crlf.csv OUT "serve trace of tiny-llama \\(6 requests\\)")
+trace_edit(crlf.csv "\n" "\r\n" RC 0 OUT "serve trace of tiny-llama \\(6 requests\\)")
 # without one token's bytes the byte figures cannot be made: the file named, the value shown
-string(REGEX REPLACE "\n# token_bytes=[0-9]+\n" "\n# token_bytes=0\n" edited "${a}")
-file(WRITE "${WORK}/edited3.csv" "${edited}")
-kvlab_expect(RC 2 ARGS trace summary edited3.csv ERR "^kvlab: error: edited3.csv:1: input token_bytes is 0; expected one token's K and V bytes")
+trace_edit(edited3.csv "\n# token_bytes=[0-9]+\n" "\n# token_bytes=0\n"
+           RC 2 ERR "^kvlab: error: edited3.csv:1: input token_bytes is 0; expected one token's K and V bytes")
 
 # TPOT is (finish - first token) / (generated - 1): undefined when no request generated two tokens, so
 # "-" (empty in CSV, null in JSON), not 0; one request is "1 request"
