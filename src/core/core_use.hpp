@@ -1,7 +1,7 @@
 // How many cores a run's threads really had: process CPU time against wall time over a span. A team of
 // OpenMP threads that waits for one another spins while it waits, so when other programs hold the
 // cores (or there are fewer cores than threads) each wait can last a scheduler time slice, and a run
-// slows many-fold (docs/performance.md, "A busy machine"). The reports say so instead of leaving the
+// slows many-fold (docs/performance.md, "Threads on a busy machine"). The reports say so instead of leaving the
 // times unexplained.
 #pragma once
 #include <cstdint>
