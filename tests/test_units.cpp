@@ -19,6 +19,9 @@ TEST_CASE("Bytes print with IEC units for 2^10 steps and SI units for 10^3 steps
     CHECK(count_cell(999999999, "FLOP").text == "1.00 GFLOP");
     CHECK(count_cell(999994999, "FLOP").text == "999.99 MFLOP");
     CHECK(count_cell(999, "FLOP").text == "999 FLOP");
+    CHECK(counted(1, "step") == "1 step");
+    CHECK(counted(0, "step") == "0 steps");
+    CHECK(counted(12, "token") == "12 tokens");
 }
 
 TEST_CASE("Sizes parse with explicit binary or decimal units") {

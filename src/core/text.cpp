@@ -122,4 +122,6 @@ std::vector<std::string> split_fields(std::string_view line, char sep) {
     }
 }
 
+std::string counted(long long n, std::string_view noun) { return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s"); }
+
 }  // namespace kvlab

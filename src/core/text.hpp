@@ -27,4 +27,8 @@ bool is_valid_utf8(std::string_view text);
 // CSV traces, whose values never hold the separator).
 std::vector<std::string> split_fields(std::string_view line, char sep);
 
+// A count and its noun, the noun plural unless the count is 1: counted(1, "step") == "1 step",
+// counted(3, "token") == "3 tokens" (English nouns that take an -s).
+std::string counted(long long n, std::string_view noun);
+
 }  // namespace kvlab

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/text.hpp"
+
 namespace kvlab {
 
 namespace {
@@ -69,8 +71,8 @@ Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& r
     Report report;
     report.inputs = inputs;
     Table t;
-    t.title = fmt::format("kvlab simulate: {}, prompt {} token{}, {} step{}", run.display_name, run.n_prompt,
-                          run.n_prompt == 1 ? "" : "s", run.n_steps_done, run.n_steps_done == 1 ? "" : "s");
+    t.title = fmt::format("kvlab simulate: {}, prompt {}, {}", run.display_name, counted(run.n_prompt, "token"),
+                          counted(run.n_steps_done, "step"));
     t.columns.push_back({"metric", "", false});
     for (const StepMode m : modes) t.columns.push_back({std::string(step_mode_name(m)), std::string(step_mode_name(m))});
     if (both) t.columns.push_back({"uncached_over_cached", "uncached / cached"});
@@ -138,7 +140,7 @@ Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& r
     if (run.kv_cache_bytes > 0) {
         // --layers N runs the first N layers: kvcalc's figure is the whole model's
         const auto layers = inputs.value("layers", std::int64_t{0}), in_model = inputs.value("layers_in_model", std::int64_t{0});
-        const std::string which = layers > 0 && in_model > layers ? fmt::format("the {} layer{} run, of {}; kvcalc's figure is for all {}", layers, layers == 1 ? "" : "s", in_model, in_model)
+        const std::string which = layers > 0 && in_model > layers ? fmt::format("the {} run, of {}; kvcalc's figure is for all {}", counted(layers, "layer"), in_model, in_model)
                                                                   : "all layers; = kvcalc's figure";
         // a windowed layer keeps W rows, not all positions: the last W (or S sinks and the last W - S)
         const std::int64_t positions = run.n_prompt + run.n_steps - 1;  // the last token is not fed back
@@ -153,9 +155,9 @@ Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& r
                                       inputs.value("kv_dtype", std::string("fp32")) == "fp32" ? "" : " for the dtype, plus the scales"));
     }
     if (both) {
-        t.notes.push_back(fmt::format("logits: max |cached - uncached| = {:.3g} over {} step{} (tolerance 1e-3 * max(1, max |logit|)); "
+        t.notes.push_back(fmt::format("logits: max |cached - uncached| = {:.3g} over {} (tolerance 1e-3 * max(1, max |logit|)); "
                                       "argmax flips on near-ties: {}",
-                                      run.max_abs_dlogit, run.n_steps_done, run.n_steps_done == 1 ? "" : "s", run.n_argmax_flips));
+                                      run.max_abs_dlogit, counted(run.n_steps_done, "step"), run.n_argmax_flips));
         if (run.first_divergent_step)
             t.notes.push_back(fmt::format("DIVERGED: at step {} max |delta logit| = {:.3g} > tolerance {:.3g}",
                                           *run.first_divergent_step, run.divergent_dlogit, run.divergent_tolerance));

@@ -259,7 +259,7 @@ Report serve_outcome(const PreparedServe& p, const std::vector<ServeResult>& res
     for (std::size_t i = 0; i < results.size(); ++i) summaries.push_back(summarize_serving(results[i], p.runs[i].pool.layout));
     const bool any_step = std::any_of(results.begin(), results.end(), [](const ServeResult& r) { return !r.steps.empty(); });
     if (!p.command.trace.empty() && any_step) write_serve_trace(p.command.trace, p.runs, results, p.inputs, p.command.deterministic);
-    const std::string title = fmt::format("kvlab serve: {} request{} on {}, KV pool {} ({} token rows{})", p.requests.size(), p.requests.size() == 1 ? "" : "s", p.config.display_name,
+    const std::string title = fmt::format("kvlab serve: {} on {}, KV pool {} ({} token rows{})", counted(std::ssize(p.requests), "request"), p.config.display_name,
                                           format_bytes(static_cast<std::uint64_t>(p.runs.front().pool.n_rows) * p.token_bytes, p.command.units),
                                           p.runs.front().pool.n_rows,
                                           p.command.layout == LayoutChoice::contiguous ? "" : fmt::format(", blocks of {}", p.command.block_size));

@@ -2,6 +2,7 @@
 // line, column and value checks against the schema, records and the run summary, the step sequence.
 // read() tells the layout apart by content and calls read_csv, read_jsonl or read_perfetto.
 #pragma once
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -279,8 +280,10 @@ public:
     // Each mode's steps 0, 1, 2, ... in order, as many as the run summary says, modes as it says.
     // What a step of a P-token prompt ran: cached, the prompt at step 0 and then one token; uncached, all
     // P + step tokens. Its newest token sits at P + step - 1 and attends at most that many keys plus one.
-    void check_step_shape(std::size_t line, std::int64_t n_prompt, const StepRecord& r) const {
+    // Only the cached mode keeps a cache, at most what the run allocated.
+    void check_step(std::size_t line, const RunSummary& run, const StepRecord& r) const {
         const std::string mode(step_mode_name(r.mode));
+        const std::int64_t n_prompt = run.n_prompt;
         const std::int64_t tokens = r.mode == StepMode::cached ? (r.step == 0 ? n_prompt : 1) : n_prompt + r.step;
         if (r.n_tokens != tokens)
             fail(line, fmt::format("{} step {} ran {} tokens; a prompt of {} tokens gives {}", mode, r.step, r.n_tokens, n_prompt, tokens));
@@ -294,22 +297,31 @@ public:
             if (r.cost.wall_ns[static_cast<std::size_t>(op)] < 0)
                 fail(line, fmt::format("{}.wall_ns {}; expected 0 or more", op_name(static_cast<Op>(op)),
                                        r.cost.wall_ns[static_cast<std::size_t>(op)]));
+        if (r.mode == StepMode::uncached && r.kv_bytes_resident != 0)
+            fail(line, fmt::format("uncached step {} holds {} bytes of KV cache; the uncached mode keeps none", r.step, r.kv_bytes_resident));
+        if (r.mode == StepMode::cached && r.kv_bytes_resident > run.kv_cache_bytes)
+            fail(line, fmt::format("cached step {} holds {} bytes of KV cache, more than the {} the run allocated", r.step,
+                                   r.kv_bytes_resident, run.kv_cache_bytes));
     }
 
     // The reports add up each mode's steps: the sums must fit their types (an edited file could wrap them).
     struct Totals {
-        std::uint64_t counts[8] = {};  // the OpCost fields, then their bytes together
+        OpCost cost;
         std::int64_t wall_ns = 0, n_tokens = 0;
     };
     void add_to_totals(std::size_t line, const StepRecord& r, Totals& t) const {
-        const OpCost c = r.cost.total();
-        const std::uint64_t values[8] = {c.flops, c.transcendentals, c.bytes_weights_read, c.bytes_act_read, c.bytes_act_written,
-                                         c.bytes_kv_read, c.bytes_kv_written, 0};
-        std::uint64_t bytes = 0;
         bool wrapped = false;
-        for (int k = 2; k < 7; ++k) wrapped = __builtin_add_overflow(bytes, values[k], &bytes) || wrapped;
-        for (int k = 0; k < 8; ++k) wrapped = __builtin_add_overflow(t.counts[k], k == 7 ? bytes : values[k], &t.counts[k]) || wrapped;
-        wrapped = __builtin_add_overflow(t.wall_ns, r.wall_ns, &t.wall_ns) || __builtin_add_overflow(t.n_tokens, r.n_tokens, &t.n_tokens) || wrapped;
+        auto add = [&](auto& sum, auto value) { wrapped = __builtin_add_overflow(sum, value, &sum) || wrapped; };
+        const OpCost c = r.cost.total();
+        for (std::uint64_t OpCost::*field : {&OpCost::flops, &OpCost::transcendentals, &OpCost::bytes_weights_read, &OpCost::bytes_act_read,
+                                             &OpCost::bytes_act_written, &OpCost::bytes_kv_read, &OpCost::bytes_kv_written})
+            add(t.cost.*field, c.*field);
+        std::uint64_t bytes = 0;  // the reports' bytes_total of the sums
+        for (std::uint64_t OpCost::*field : {&OpCost::bytes_weights_read, &OpCost::bytes_act_read, &OpCost::bytes_act_written,
+                                             &OpCost::bytes_kv_read, &OpCost::bytes_kv_written})
+            add(bytes, t.cost.*field);
+        add(t.wall_ns, r.wall_ns);
+        add(t.n_tokens, r.n_tokens);
         if (wrapped)
             fail(line, fmt::format("the {} steps' counts or times add up past what 64 bits hold by step {}; the file was edited or "
                                    "corrupted", step_mode_name(r.mode), r.step));
@@ -320,6 +332,7 @@ public:
         if (trace.records.empty()) fail(end_line, "no records; expected at least one step");
         std::map<StepMode, std::int64_t> next;
         std::map<StepMode, Totals> sums;
+        std::int64_t flips = 0;
         for (std::size_t i = 0; i < trace.records.size(); ++i) {
             const StepRecord& r = trace.records[i];
             const bool allowed = trace.run.mode == SimMode::both ||
@@ -331,8 +344,9 @@ public:
                 fail(record_lines_[i], fmt::format("{} step {}; expected step {} (steps in order, each once)",
                                                    step_mode_name(r.mode), r.step, next[r.mode]));
             ++next[r.mode];
-            check_step_shape(record_lines_[i], trace.run.n_prompt, r);
+            check_step(record_lines_[i], trace.run, r);
             add_to_totals(record_lines_[i], r, sums[r.mode]);
+            flips += r.argmax_flip && r.mode == StepMode::cached ? 1 : 0;  // a flip marks both records of its step
         }
         for (const StepMode m : {StepMode::cached, StepMode::uncached}) {
             const bool expected = trace.run.mode == SimMode::both || (trace.run.mode == SimMode::cached) == (m == StepMode::cached);
@@ -342,21 +356,9 @@ public:
                                  next[m] < trace.run.n_steps_done ? "the file is truncated" : "the file has more steps than its run"));
         }
         // the summary's counts against the records
-        std::int64_t flips = 0;
-        bool any_cost = false;
-        for (std::size_t i = 0; i < trace.records.size(); ++i) {
-            const StepRecord& r = trace.records[i];
-            flips += r.argmax_flip && r.mode == StepMode::cached ? 1 : 0;  // a flip marks both records of its step
-            any_cost = any_cost || !(r.cost.total() == OpCost{});
-            if (r.mode == StepMode::uncached && r.kv_bytes_resident != 0)
-                fail(record_lines_[i], fmt::format("uncached step {} holds {} bytes of KV cache; the uncached mode keeps none", r.step,
-                                                   r.kv_bytes_resident));
-            if (r.mode == StepMode::cached && r.kv_bytes_resident > trace.run.kv_cache_bytes)
-                fail(record_lines_[i], fmt::format("cached step {} holds {} bytes of KV cache, more than the {} the run allocated", r.step,
-                                                   r.kv_bytes_resident, trace.run.kv_cache_bytes));
-        }
         if (flips != trace.run.n_argmax_flips)
             fail(run_line_, fmt::format("run summary: 'argmax_flips' is {}, but {} steps have argmax_flip set", trace.run.n_argmax_flips, flips));
+        const bool any_cost = std::any_of(sums.begin(), sums.end(), [](const auto& m) { return !(m.second.cost == OpCost{}); });
         if (!trace.run.counted && any_cost)
             fail(run_line_, "run summary: 'counted' is false (counting off), but the steps hold FLOP and byte counts");
     }

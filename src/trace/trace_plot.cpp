@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "report/gnuplot.hpp"
 #include "trace/perfetto_trace.hpp"
 
@@ -127,8 +128,8 @@ void plot_traces(const std::vector<PlotInput>& traces, const fs::path& output, P
     // drawn noenhanced so ^ _ { } @ print as themselves.
     // one trace: its model, prompt and steps; several: their labels (the models are in `trace compare`)
     const StepTrace& first = *traces.front().trace;
-    std::string title = fmt::format("kvlab trace: {}, prompt {} token{}, {} step{}", first.run.display_name, first.run.n_prompt,
-                                    first.run.n_prompt == 1 ? "" : "s", first.run.n_steps_done, first.run.n_steps_done == 1 ? "" : "s");
+    std::string title = fmt::format("kvlab trace: {}, prompt {}, {}", first.run.display_name, counted(first.run.n_prompt, "token"),
+                                    counted(first.run.n_steps_done, "step"));
     if (labelled) {
         title = "kvlab trace: ";
         for (std::size_t i = 0; i < traces.size(); ++i) title += (i ? " vs " : "") + traces[i].label;

@@ -9,6 +9,7 @@
 
 #include "core/json_input.hpp"
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "trace/perfetto_trace.hpp"
 #include "report/simulation_report.hpp"
 
@@ -54,9 +55,8 @@ const StepRecord* find_record(const StepTrace& t, StepMode mode, std::int64_t st
 }
 
 std::string source_note(const StepTrace& t) {
-    return fmt::format("{}, prompt {} token{}, {} step{} ({} trace{})", t.run.display_name, t.run.n_prompt, t.run.n_prompt == 1 ? "" : "s",
-                       t.run.n_steps_done, t.run.n_steps_done == 1 ? "" : "s", trace_format_name(t.format),
-                       t.run.has_wall_time ? "" : ", --deterministic");
+    return fmt::format("{}, prompt {}, {} ({} trace{})", t.run.display_name, counted(t.run.n_prompt, "token"),
+                       counted(t.run.n_steps_done, "step"), trace_format_name(t.format), t.run.has_wall_time ? "" : ", --deterministic");
 }
 
 }  // namespace
@@ -225,8 +225,8 @@ Report trace_compare_report(const StepTrace& a, const StepTrace& b, const std::s
     tot.notes.push_back(fmt::format("A: {}", source_note(a)));
     tot.notes.push_back(fmt::format("B: {}", source_note(b)));
     if (a.run.n_steps_done != b.run.n_steps_done)
-        tot.notes.push_back(fmt::format("A has {} step{}, B has {}: steps 0..{} compared", a.run.n_steps_done,
-                                        a.run.n_steps_done == 1 ? "" : "s", b.run.n_steps_done, n_common - 1));
+        tot.notes.push_back(fmt::format("A has {}, B has {}: steps 0..{} compared", counted(a.run.n_steps_done, "step"),
+                                        b.run.n_steps_done, n_common - 1));
     for (const auto& [t, label] : {std::pair{&a, "A"}, std::pair{&b, "B"}})
         for (const StepMode m : modes_of(*t))
             if (std::find(modes.begin(), modes.end(), m) == modes.end())
