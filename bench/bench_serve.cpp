@@ -150,8 +150,8 @@ int main(int argc, char** argv) {
         const std::vector<PoolRow> pool = bench_pool(o);
         Table t1;
         t1.title = fmt::format("KV pool use on serve's default workload ({}, 32 requests, 2 MiB pool)", o.pool_model);
-        t1.columns = {{"layout", "layout", false}, {"utilization", "KV utilization, mean"}, {"max_running", "sequences at once, max"},
-                      {"preemptions", "preemptions"}, {"schedule_share", "bookkeeping / step time"}};
+        t1.columns = {{"layout", "layout", false}, {"utilization_percent", "KV utilization, mean"}, {"max_running", "sequences at once, max"},
+                      {"preemptions", "preemptions"}, {"schedule_share_percent", "bookkeeping / step time"}};
         for (const PoolRow& r : pool)
             t1.rows.push_back({text_cell(r.name), {fmt::format("{:.1f}%", 100 * r.s.mean_utilization), 100 * r.s.mean_utilization},
                                int_cell(r.s.max_running), int_cell(r.s.preemptions),

@@ -138,8 +138,8 @@ std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
         {"pool_rows", "KV pool (token rows)", [](const ServeSummary& s) { return int_cell(s.pool_rows); }},
         {"pool_bytes", "KV pool (bytes)", [=](const ServeSummary& s) { return bytes_cell(s.pool_bytes, units); }},
         {"peak_bytes_in_use", "KV allocated, peak", [=](const ServeSummary& s) { return rows_bytes(static_cast<double>(s.peak_rows_in_use)); }},
-        {"mean_pool_usage", "KV allocated / pool, mean (vLLM's usage)", [](const ServeSummary& s) { return pct_cell(s.mean_pool_usage); }},
-        {"mean_utilization", "KV utilization, mean (tokens / allocated)", [](const ServeSummary& s) { return pct_cell(s.mean_utilization); }},
+        {"mean_pool_usage_percent", "KV allocated / pool, mean (vLLM's usage)", [](const ServeSummary& s) { return pct_cell(s.mean_pool_usage); }},
+        {"mean_utilization_percent", "KV utilization, mean (tokens / allocated)", [](const ServeSummary& s) { return pct_cell(s.mean_utilization); }},
         {"mean_slack_bytes", "allocated, no token, mean", [=](const ServeSummary& s) { return rows_bytes(s.mean_slack_rows); }},
         {"preemptions", "preemptions", [](const ServeSummary& s) { return int_cell(s.preemptions); }},
         {"recomputed_tokens", "tokens discarded by preemption", [](const ServeSummary& s) { return int_cell(s.recomputed_tokens); }, true},
@@ -154,7 +154,7 @@ std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
          [=](const ServeSummary& s) { return bytes_cell(static_cast<std::uint64_t>(std::llround(s.weight_bytes_per_token)), units); }},
         {"kv_bytes_per_token", "KV bytes read per generated token",
          [=](const ServeSummary& s) { return bytes_cell(static_cast<std::uint64_t>(std::llround(s.kv_read_bytes_per_token)), units); }},
-        {"schedule_share", "scheduler bookkeeping / step time", [](const ServeSummary& s) { return pct_cell(s.schedule_share); }, false, true},
+        {"schedule_share_percent", "scheduler bookkeeping / step time", [](const ServeSummary& s) { return pct_cell(s.schedule_share); }, false, true},
         {"rows_left_in_use", "KV rows still held at the end", [](const ServeSummary& s) { return int_cell(s.rows_left_in_use); }, true},
     };
     m.insert(m.end(), rest.begin(), rest.end());

@@ -185,7 +185,7 @@ Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& r
                                                   scaled ? fmt::format(" ({} scale)", inputs.value("kv_scale", std::string("tensor"))) : "", window,
                                                   weights);
         k.columns = {{"kv_cache_bytes", "KV cache"}, {"max_abs_dlogit", "max |dlogit|"}, {"mean_kl", "mean KL"}, {"max_kl", "max KL"},
-                     {"argmax_agreement", "same argmax"}, {"steps", "steps"}};
+                     {"argmax_agreement_percent", "same argmax"}, {"steps", "steps"}};
         const double agree = q->n_steps ? 100.0 * static_cast<double>(q->n_agree) / static_cast<double>(q->n_steps) : 0.0;
         k.rows.push_back({bytes_cell(run.kv_cache_bytes, units), real_cell(q->max_abs_dlogit, 5), {fmt::format("{:.3g}", q->mean_kl), q->mean_kl},
                           {fmt::format("{:.3g}", q->max_kl), q->max_kl}, {fmt::format("{:.1f}%", agree), agree}, int_cell(q->n_steps)});

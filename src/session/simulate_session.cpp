@@ -279,8 +279,8 @@ Report eval_report(const PreparedSimulation& p) {
     if (!policy) {
         t.rows.push_back(row("fp32", evaluate_nll(cfg, p.weights, p.eval_ids)));
     } else {
-        t.columns.insert(t.columns.end(), {{"kv_bytes_per_token", "KV/token"}, {"perplexity_change", "vs fp32 full"}, {"mean_kl", "mean KL"},
-                                           {"max_kl", "max KL"}, {"argmax_agreement", "same argmax"}});
+        t.columns.insert(t.columns.end(), {{"kv_bytes_per_token", "KV/token"}, {"perplexity_change_percent", "vs fp32 full"}, {"mean_kl", "mean KL"},
+                                           {"max_kl", "max KL"}, {"argmax_agreement_percent", "same argmax"}});
         const ModelConfig& reference_cfg = p.sim.reference_config ? *p.sim.reference_config : cfg;
         std::vector<KvStorage> storages;
         std::vector<std::unique_ptr<NarrowWeights>> narrow;  // one copy per policy with narrow weights
@@ -362,7 +362,7 @@ Table policy_table(const std::string& title) {
                  {"kv_cache_bytes", "KV cache"},     {"bytes_kv_read_per_decode_step", "KV read/step"},
                  {"bytes_weights_read_per_decode_step", "weights read/step"}, {"decode_tokens_per_s", "decode tok/s"},
                  {"speed_vs_first", "tok/s vs first"}, {"max_abs_dlogit", "max |dlogit|"}, {"mean_kl", "mean KL"}, {"max_kl", "max KL"},
-                 {"argmax_agreement", "same argmax"}};
+                 {"argmax_agreement_percent", "same argmax"}};
     return t;
 }
 

@@ -32,7 +32,7 @@ endif()
 # a shared prefix with the prefix cache: 6 requests share 32 tokens = 2 blocks; those arriving after the first is computed hit them
 kvlab_expect(RC 0 ARGS ${small} --shared-prefix 32 --prefix-cache --arrival-rate 0.2 --kv-layout paged
              OUT "tokens found in the prefix cache +[1-9][0-9]*\n")
-kvlab_expect(RC 0 ARGS ${small} --format json OUT "\"metric\": \"mean_utilization\"" "\"requests \\(paged\\)\"")
+kvlab_expect(RC 0 ARGS ${small} --format json OUT "\"metric\": \"mean_utilization_percent\"" "\"requests \\(paged\\)\"")
 
 # a JSONL workload: text (the preset ships its tokenizer) and ids, with arrivals
 file(WRITE "${WORK}/ok.jsonl" "{\"prompt\": \"Once upon a time\", \"max_tokens\": 8}\n\n{\"prompt_ids\": [1, 403, 9], \"max_tokens\": 5, \"arrival_step\": 3}\n")
