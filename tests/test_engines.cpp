@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "calc/engine.hpp"
+#include "calc/gpu_specs.hpp"
 #include "calc/kv_memory.hpp"
 #include "core/error.hpp"
 #include "test_support.hpp"
@@ -38,7 +39,10 @@ TEST_CASE("vLLM sizes the published Gemma-3-4B-it with its hybrid allocator: 5 f
     // = 8192 + 6 x 577 = 11,654 blocks; 131072 / 11654 = 11.247
     REQUIRE(a.concurrency);
     CHECK(*a.concurrency == doctest::Approx(131072.0 / 11654.0));
-    CHECK(a.log_lines.front() == "Add 1 padding layers, may waste at most 3.45% KV cache memory");  // 1 of 29 sliding layers
+    // vLLM's order: the worker's budget line, then the engine core's grouping
+    REQUIRE(a.log_lines.size() == 4);
+    CHECK(a.log_lines[0] == "Available KV cache memory: 40.00 GiB");
+    CHECK(a.log_lines[1] == "Add 1 padding layers, may waste at most 3.45% KV cache memory");  // 1 of 29 sliding layers
     CHECK(a.log_lines.back() == "Maximum concurrency for 131,072 tokens per request: 11.25x");
 }
 
@@ -88,4 +92,56 @@ TEST_CASE("TensorRT-LLM rounds KV heads per GPU up, SGLang and vLLM down (at lea
     CHECK(kv_heads_per_rank(cfg, 16, false) == 1);
     CHECK(with_thousands(1234567) == "1,234,567");
     CHECK(with_thousands(999) == "999");
+}
+
+TEST_CASE("vLLM's default step: 2048 tokens on an A100 or a GPU under 70 GiB, 8192 on the rest, 8192 when the GPU is unknown") {
+    const auto cfg = load_preset("mistral-7b-v0.1");  // 32 layers, all sliding (window 4096), 8 KV heads x 128
+    auto concurrency = [&](std::uint64_t gpu_memory, bool a100) {
+        EngineCase c;
+        c.model = &cfg;
+        c.dtype = DType::bf16;
+        c.context = 32768;
+        c.kv_budget = std::uint64_t{10} << 30;
+        c.gpu_memory = gpu_memory;
+        c.gpu_is_a100 = a100;
+        return *engine_answer(Engine::vllm, c, {}).concurrency;
+    };
+    // page 2 x 16 x 8 x 128 x 2 B = 65536 B; 10 GiB / 65536 / 32 = 5120 blocks; a request: cdiv(min(4095 + step, 32768), 16) + 1
+    CHECK(concurrency(0, false) == doctest::Approx(5120.0 / 769.0));                       // step 8192: 768 + 1
+    CHECK(concurrency(std::uint64_t{80} << 30, false) == doctest::Approx(5120.0 / 769.0));  // H100-like
+    CHECK(concurrency(std::uint64_t{80} << 30, true) == doctest::Approx(5120.0 / 385.0));   // A100 80 GB, step 2048: 384 + 1
+    CHECK(concurrency(std::uint64_t{24} << 30, false) == doctest::Approx(5120.0 / 385.0));  // under 70 GiB
+    GpuSpec g;
+    g.name = "a100-sxm-80gb";
+    CHECK(gpu_is_a100(g));
+    g.name = "h100-sxm-80gb";
+    g.display_name = "NVIDIA A100-SXM4-80GB";  // the device name torch reports, in any case
+    CHECK(gpu_is_a100(g));
+    g.display_name = "NVIDIA H100 SXM 80GB";
+    CHECK_FALSE(gpu_is_a100(g));
+}
+
+TEST_CASE("vLLM with num_gpu_blocks_override still logs the worker's budget first") {
+    const auto cfg = load_preset("llama-3-8b");
+    EngineSettings s;
+    s.kv_tokens = 16000;
+    const auto a = ask(Engine::vllm, cfg, DType::bf16, 8192, std::uint64_t{20} << 30, s);
+    // page 2 x 16 x 8 x 128 x 2 B = 65536 B: 20 GiB / 65536 / 32 = 10240 blocks from memory, overridden by 16000 / 16 = 1000
+    REQUIRE(a.log_lines.size() == 4);
+    CHECK(a.log_lines[0] == "Available KV cache memory: 20.00 GiB");
+    CHECK(a.log_lines[1] == "Overriding num_gpu_blocks=10240 with num_gpu_blocks_override=1000");
+    CHECK(a.log_lines[2] == "GPU KV cache size: 16,000 tokens");
+    CHECK(a.log_lines[3] == "Maximum concurrency for 8,192 tokens per request: 1.95x");  // 1000 / 512
+}
+
+TEST_CASE("TensorRT-LLM 1.2 logs the primary blocks in its per-window line, then the two pool lines") {
+    const auto cfg = load_preset("llama-3-8b");
+    const auto a = ask(Engine::trtllm, cfg, DType::bf16, 8192, std::uint64_t{20} << 30);
+    // 2 x 32 layers x 8 x 128 x 2 B = 131072 B a token: 20 GiB / 131072 = 163840 tokens = 5120 blocks of 32;
+    // a sequence of 8192 tokens: 256 blocks
+    REQUIRE(a.log_lines.size() == 3);
+    CHECK(a.log_lines[0] == "[TensorRT-LLM][INFO] Max KV cache blocks per sequence: 256 [window size=8192], tokens per block=32, "
+                            "primary blocks=5120, secondary blocks=0, max sequence length=8192");
+    CHECK(a.log_lines[1] == "[TensorRT-LLM][INFO] Number of tokens per block: 32.");
+    CHECK(a.log_lines[2] == "[TensorRT-LLM][INFO] [MemUsageChange] Allocated 20.00 GiB for max tokens in paged KV cache (163840).");
 }

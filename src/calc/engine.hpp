@@ -33,7 +33,7 @@ struct EngineSettings {
     std::uint64_t ubatch = 512;        // llama.cpp -ub: enters the size of the sliding-window cache
     bool kv_unified = false;           // llama.cpp -kvu: one stream shared by all sequences
     bool swa_full = false;             // llama.cpp --swa-full: sliding-window layers get every cell
-    std::optional<std::uint64_t> max_num_batched_tokens;  // vLLM; unset: 8192 (API server, GPU >= 70 GiB), 2048 below
+    std::optional<std::uint64_t> max_num_batched_tokens;  // vLLM; unset: 8192 (API server, GPU >= 70 GiB, not an A100), else 2048
     std::optional<std::uint64_t> kv_tokens;  // a token cap the engine was given: vLLM num_gpu_blocks_override x block,
                                              // SGLang --max-total-tokens, TensorRT-LLM kv_cache_config.max_tokens
 };
@@ -49,6 +49,7 @@ struct EngineCase {
     std::uint64_t tp = 1;
     std::optional<std::uint64_t> kv_budget;
     std::uint64_t gpu_memory = 0;  // the GPU's memory (0: unknown), for defaults that depend on it
+    bool gpu_is_a100 = false;      // the GPU's name holds "a100" (vLLM's smaller default step for A100s)
 };
 
 struct EngineAnswer {

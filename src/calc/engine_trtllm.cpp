@@ -40,8 +40,13 @@ EngineAnswer trtllm_answer(const EngineCase& c, const EngineSettings& s) {
     const std::uint64_t blocks = (*max_tokens + tpb - 1) / tpb;
     const std::uint64_t tokens = checked_mul(blocks, tpb, "TensorRT-LLM tokens");
     const std::uint64_t bytes = checked_mul(tokens, per_token, "TensorRT-LLM pool");
-    // releases before 1.0 print the block count at INFO; 1.2 prints it per window at DEBUG
-    a.log_lines.push_back(fmt::format("[TensorRT-LLM][INFO] Number of blocks in KV cache primary pool: {}", blocks));
+    // BlockManager's constructor (kvCacheManager.cpp at 1.2.0rc2), one line per attention window: here the
+    // one window max_seq_len, whose blocks are ceil(max_seq_len / tokens_per_block); then allocatePools'
+    // two lines. Releases before 1.0 printed "Number of blocks in KV cache primary pool: N" instead of
+    // the first; 1.2 prints that one per window at DEBUG.
+    a.log_lines.push_back(fmt::format("[TensorRT-LLM][INFO] Max KV cache blocks per sequence: {} [window size={}], tokens per block={}, "
+                                      "primary blocks={}, secondary blocks=0, max sequence length={}",
+                                      (c.context + tpb - 1) / tpb, c.context, tpb, blocks, c.context));
     a.log_lines.push_back(fmt::format("[TensorRT-LLM][INFO] Number of tokens per block: {}.", tpb));
     a.log_lines.push_back(fmt::format("[TensorRT-LLM][INFO] [MemUsageChange] Allocated {:.2f} GiB for max tokens in paged KV cache ({}).", gib(bytes), tokens));
     a.bytes_allocated = bytes;

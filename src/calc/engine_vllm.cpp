@@ -36,7 +36,10 @@ EngineAnswer vllm_answer(const EngineCase& c, const EngineSettings& s) {
     const std::uint64_t elem = engine_value_bytes(c.dtype, {DType::fp16, DType::bf16, DType::fp8_e4m3, DType::fp8_e5m2},
                                                   "vLLM's --kv-cache-dtype takes auto (fp16/bf16), fp8, fp8_e4m3, fp8_e5m2");
     const std::uint64_t bs = s.block_size ? s.block_size : 16;
-    const std::uint64_t batched = s.max_num_batched_tokens.value_or(c.gpu_memory != 0 && c.gpu_memory < (std::uint64_t{70} << 30) ? 2048 : 8192);
+    // vllm/engine/arg_utils.py (_set_default_args): the API server's default is 8192 on GPUs of 70 GiB or
+    // more whose name does not contain "a100" (PR #17885), 2048 on the rest
+    const bool small_default = c.gpu_memory != 0 && (c.gpu_memory < (std::uint64_t{70} << 30) || c.gpu_is_a100);
+    const std::uint64_t batched = s.max_num_batched_tokens.value_or(small_default ? 2048 : 8192);
     const std::uint64_t page = checked_mul(checked_mul((cfg.mla ? 1 : 2) * bs, kv_row_values_per_rank(cfg, c.tp, false), "vLLM page"), elem, "vLLM page");
     const std::uint64_t len = c.context;  // max_model_len
 
@@ -67,27 +70,31 @@ EngineAnswer vllm_answer(const EngineCase& c, const EngineSettings& s) {
     // the FlashMLA backend runs it (Hopper), to 128 for CUTLASS MLA (Blackwell)
     if (cfg.mla && bs % 64 != 0)
         a.notes.push_back(fmt::format("{}: MLA with --block-size {}; vLLM on CUDA forces 64 with FlashMLA (Hopper) and 128 with "
-                                      "CUTLASS MLA (Blackwell), logging \"Forcing kv cache block size to 64 for FlashMLA backend\": give "
-                                      "--block-size 64 or 128 to match",
+                                      "CUTLASS MLA (Blackwell), logging \"Forcing kv cache block size to 64 for FlashMLA backend.\": give "
+                                      "--block-size 64 for a Hopper GPU, 128 for a Blackwell one",
                                       cfg.name, bs));
+    std::string padding_line;  // logged when the engine core groups the layers, after the worker's budget line
     if (lay.hybrid()) {
         const std::uint64_t padding = groups * lay.group_size - lay.full_layers - lay.sliding_layers;
         if (padding > 0) {
             const std::uint64_t padded_kind = lay.full_layers % lay.group_size ? lay.full_layers : lay.sliding_layers;
-            a.log_lines.push_back(fmt::format("Add {} padding layers, may waste at most {:.2f}% KV cache memory", padding,
-                                              static_cast<double>(padding) / static_cast<double>(padded_kind) * 100.0));
+            padding_line = fmt::format("Add {} padding layers, may waste at most {:.2f}% KV cache memory", padding,
+                                       static_cast<double>(padding) / static_cast<double>(padded_kind) * 100.0);
         }
         a.notes.push_back(fmt::format("{}: {} full-attention and {} sliding-window layers share blocks in {} groups of {} (hybrid KV cache manager)",
                                       cfg.name, lay.full_layers, lay.sliding_layers, groups, lay.group_size));
     }
 
+    // the order vLLM logs them in: the worker's budget (gpu_worker.py), then the engine core's grouping
+    // (the padding line), the override and the check that one request fits (kv_cache_utils.py)
+    if (c.kv_budget) a.log_lines.push_back(fmt::format("Available KV cache memory: {:.2f} GiB", gib(*c.kv_budget)));
+    if (!padding_line.empty()) a.log_lines.push_back(padding_line);
     std::optional<std::uint64_t> blocks;
     if (s.kv_tokens) {
         blocks = *s.kv_tokens / bs;  // --num-gpu-blocks-override: the pool's blocks, whatever the memory says
         if (c.kv_budget)
             a.log_lines.push_back(fmt::format("Overriding num_gpu_blocks={} with num_gpu_blocks_override={}", *c.kv_budget / page / layers_per_block, *blocks));
     } else if (c.kv_budget) {
-        a.log_lines.push_back(fmt::format("Available KV cache memory: {:.2f} GiB", gib(*c.kv_budget)));
         if (needed > *c.kv_budget) {
             // the largest max_model_len whose request fits, by the same sum (a binary search in vLLM)
             auto need_at = [&](std::uint64_t l) {

@@ -1,6 +1,7 @@
 #include "calc/gpu_specs.hpp"
 
 #include <algorithm>
+#include <cctype>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -52,5 +53,13 @@ GpuSpec find_gpu(std::string_view name) {
 }
 
 std::uint64_t usable_gpu_bytes(const GpuSpec& gpu) { return gpu.driver_bytes ? gpu.driver_bytes : gpu.memory_bytes; }
+
+bool gpu_is_a100(const GpuSpec& gpu) {
+    auto holds = [](std::string s) {
+        std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+        return s.find("a100") != std::string::npos;
+    };
+    return holds(gpu.name) || holds(gpu.display_name);
+}
 
 }  // namespace kvlab

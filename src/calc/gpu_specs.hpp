@@ -23,5 +23,8 @@ std::vector<GpuSpec> load_gpus();                 // throws ConfigError on a mal
 GpuSpec find_gpu(std::string_view name);          // name or alias; UsageError with "did you mean" for unknown names
 // Memory an engine can allocate from: the driver-reported total when known, else the nominal capacity.
 std::uint64_t usable_gpu_bytes(const GpuSpec& gpu);
+// Whether the GPU is an A100: its name or display name holds "a100", in any case, as vLLM tests the
+// device name torch reports ("NVIDIA A100-SXM4-80GB").
+bool gpu_is_a100(const GpuSpec& gpu);
 
 }  // namespace kvlab

@@ -63,6 +63,7 @@ void append_engine_tables(Report& report, const KvcalcRequest& r) {
                     c.tp = r.tp;
                     c.kv_budget = budget;
                     c.gpu_memory = r.gpu ? r.gpu->memory_bytes : 0;
+                    c.gpu_is_a100 = r.gpu && gpu_is_a100(*r.gpu);
                     const EngineAnswer a = engine_answer(r.engine, c, r.engine_settings);
                     const auto exact = checked_mul(kv_bytes_sequence(gpu_cfg, dtype, t, r.window_mode).total(), b, "KV bytes per batch");
                     const Cell none{"-", nullptr};

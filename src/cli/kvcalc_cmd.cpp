@@ -164,7 +164,7 @@ void setup_kvcalc(CLI::App& app) {
     cmd->add_flag("--kv-unified", o->kv_unified, "llama.cpp -kvu: one KV stream shared by all sequences")->group(eg);
     cmd->add_flag("--swa-full", o->swa_full, "llama.cpp --swa-full: sliding-window layers get every cell")->group(eg);
     cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens,
-                    "vLLM: tokens per step, part of a sliding-window request's blocks (default 8192, 2048 on GPUs under 70 GiB)")->group(eg);
+                    "vLLM: tokens per step, part of a sliding-window request's blocks (default 8192, 2048 on A100s and GPUs under 70 GiB)")->group(eg);
     add_units_option(cmd, o->units);
     add_format_option(cmd, o->format);
     cmd->add_flag("--explain", o->explain, "Print each formula with the numbers substituted");

@@ -59,6 +59,14 @@ kvlab_expect_lines(ARGS kvcalc --config ${E}/deepseek-v2-lite.json --engine vllm
 kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen3-coder-480b.json --engine vllm --kv-budget 48.66GiB --context 262144 LINES
   "To serve at least one request with the models's max seq len (262144), (62.00 GiB KV cache is needed, which is larger than the available KV cache memory (48.66 GiB). Based on the available memory, the estimated maximum model length is 205728.")
 kvlab_expect(RC 2 ARGS kvcalc -m llama-3-8b --engine vllm -d q8_0 ERR "--dtype q8_0: vLLM's --kv-cache-dtype takes auto")
+# vLLM's API server steps 2048 tokens on an A100 even with 80 GB (arg_utils.py, PR #17885), 8192 on an H100; only sliding layers
+# feel it. Gemma-3-27B, 20 GiB: page 2 x 16 x 16 x 128 x 2 B = 131072 B, 20 GiB / 131072 / 10 = 16384 blocks; a request needs
+# 8192 (1 full group) + 6 sliding groups x (cdiv(1023 + 2048, 16) + 1 = 193) = 9350 blocks: 16384 / 9350 = 1.75x
+# (with 8192: 6 x (cdiv(1023 + 8192, 16) + 1 = 577) + 8192 = 11654 blocks, 1.41x).
+kvlab_expect_lines(ARGS kvcalc -m gemma-3-27b --engine vllm --gpu a100-sxm-80gb --kv-budget 20GiB --context 131072 LINES
+  "--max-num-batched-tokens 2048" "Maximum concurrency for 131,072 tokens per request: 1.75x")
+kvlab_expect_lines(ARGS kvcalc -m gemma-3-27b --engine vllm --gpu h100-sxm-80gb --kv-budget 20GiB --context 131072 LINES
+  "--max-num-batched-tokens 8192" "Maximum concurrency for 131,072 tokens per request: 1.41x")
 
 # --- SGLang (v0.5.2 rules): K bytes = (#tokens + 1 padding row) x KV heads per GPU x head_dim x layers x 2 B, in 2^30 "GB" ---
 # Llama-3.3-70B-Instruct (Llama-3.1-70B's shape), --tp 8: sglang PR #11716. 2795208 x 1 x 128 x 80 x 2 = 57,245,859,840 B.
@@ -81,9 +89,10 @@ kvlab_expect_lines(ARGS kvcalc -m llama-3.1-8b --engine trtllm -d fp8 --kv-token
 kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen2.5-coder-0.5b.json --engine trtllm -d fp16 --kv-tokens 395776 --context 4096 LINES
   "[TensorRT-LLM][INFO] [MemUsageChange] Allocated 4.53 GiB for max tokens in paged KV cache (395776).")
 # Qwen1.5-7B, fp16, 64 tokens per block, "available: 21.89 GiB" x free_gpu_memory_fraction 0.9 = 19.701 GiB for KV:
-# TensorRT-LLM issue #2268. floor(19.701 GiB / 524288 B) = 40347 tokens, ceil(40347 / 64) = 631 blocks.
+# TensorRT-LLM issue #2268. floor(19.701 GiB / 524288 B) = 40347 tokens, ceil(40347 / 64) = 631 blocks. That release (0.13) printed
+# "Number of blocks in KV cache primary pool: 631"; 1.2.0rc2 prints the count in its per-window line, ceil(4096 / 64) = 64 blocks a sequence.
 kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen1.5-7b.json --engine trtllm -d fp16 --kv-budget 19.701GiB --block-size 64 --context 4096 LINES
-  "[TensorRT-LLM][INFO] Number of blocks in KV cache primary pool: 631")
+  "[TensorRT-LLM][INFO] Max KV cache blocks per sequence: 64 [window size=4096], tokens per block=64, primary blocks=631, secondary blocks=0, max sequence length=4096")
 
 # Engine settings need an engine.
 kvlab_expect(RC 2 ARGS kvcalc -m llama-3-8b --ubatch 128 ERR "these are engine settings; expected --engine")
