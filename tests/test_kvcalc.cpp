@@ -57,7 +57,26 @@ TEST_CASE("vLLM's block count for Llama-3.1-8B at a 3.8125 GiB budget is reprodu
     const auto report = run_kvcalc(r);
     const auto& t = table_named(report, "KV budget");
     CHECK(cell(t, 0, "gpu_blocks") == 1952);
-    CHECK(t.rows[0][7].text == "1.56x");  // 1952 x 16 / 20000 = 1.5616, printed like vLLM
+    CHECK(t.rows[0][7].text == "1.56x");  // 1952 / ceil(20000 / 16) = 1952 / 1250 = 1.5616, printed like vLLM
+}
+
+TEST_CASE("The budget's concurrency counts a request's whole blocks, and a window's cap") {
+    KvcalcRequest r;
+    r.models = {load_preset("llama-3.1-8b")};
+    r.dtypes = {DType::bf16};
+    r.contexts = {1000};
+    r.kv_budget = parse_size("3.8125GiB", "--kv-budget");
+    // 1000 tokens hold ceil(1000 / 16) = 63 blocks: 1952 / 63 = 30.98x, as vLLM v0.10.2 divides (not 31232 / 1000 = 31.23x)
+    CHECK(table_named(run_kvcalc(r), "KV budget").rows[0][7].text == "30.98x");
+    // Mistral-7B-v0.1: every layer slides over 4096 tokens; 2 x 32 x 8 x 128 x 2 B = 131072 B a token.
+    // 10 GiB / (16 x 131072 B) = 5120 blocks; a 32768-token request holds ceil(4096 / 16) = 256 of them: 20.00x
+    // (all 32768 tokens would be 2.50x; --window-mode ignore keeps that)
+    r.models = {load_preset("mistral-7b-v0.1")};
+    r.contexts = {32768};
+    r.kv_budget = std::uint64_t{10} << 30;
+    CHECK(table_named(run_kvcalc(r), "KV budget").rows[0][7].text == "20.00x");
+    r.window_mode = WindowMode::ignore;
+    CHECK(table_named(run_kvcalc(r), "KV budget").rows[0][7].text == "2.50x");
 }
 
 TEST_CASE("vLLM's Llama-3-8B figures (11.12GiB, 5691 blocks, 11.12x at 8192) agree within the budget's rounding") {

@@ -382,12 +382,18 @@ Report run_kvcalc(const KvcalcRequest& r) {
                     const auto per_token_gpu = kv_bytes_per_token(gpu_cfg, dtype).total();
                     const auto fit = fit_budget(*r.kv_budget, per_token_gpu, bs);
                     for (const auto t : contexts) {
-                        const double conc = static_cast<double>(fit.n_tokens) / static_cast<double>(t);
+                        // a request holds whole blocks of its tokens (a windowed layer: of min(W, T), --window-mode cap),
+                        // as vLLM v0.10.2 divides blocks by cdiv(T, block size); without windows blocks / ceil(T / bs)
+                        const auto pool = checked_mul(checked_mul(fit.n_blocks, bs, "KV pool"), per_token_gpu, "KV pool");
+                        const auto request = kv_bytes_sequence_paged(gpu_cfg, dtype, t, r.window_mode, bs).total();
+                        const double conc = static_cast<double>(pool) / static_cast<double>(request);
                         budget.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), bytes_cell(per_token_gpu, U), uint_cell(fit.n_blocks),
                                                uint_cell(fit.n_tokens), uint_cell(t), {fmt::format("{:.2f}x", conc), conc}});
                         if (r.explain)
-                            report.notes.push_back(fmt::format("{} {} {}: # GPU blocks = floor({} B / ({} tokens x {} B)) = {}; concurrency at {} tokens = {} x {} / {} = {:.2f}x",
-                                                               cfg.name, att, dn, *r.kv_budget, bs, per_token_gpu, fit.n_blocks, t, fit.n_blocks, bs, t, conc));
+                            report.notes.push_back(fmt::format("{} {} {}: # GPU blocks = floor({} B / ({} tokens x {} B)) = {}; concurrency at {} tokens = "
+                                                               "{} x {} x {} B / {} B (a request's whole blocks) = {:.2f}x",
+                                                               cfg.name, att, dn, *r.kv_budget, bs, per_token_gpu, fit.n_blocks, t, fit.n_blocks, bs,
+                                                               per_token_gpu, request, conc));
                     }
                 }
             }
