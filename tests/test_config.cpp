@@ -204,3 +204,26 @@ TEST_CASE("qwen3_moe has no head_dim default: hidden / heads applies, as transfo
     CHECK(cfg.n_expert_active == 8);
     CHECK_FALSE(cfg.sliding_window.has_value());  // use_sliding_window false
 }
+
+TEST_CASE("The max context is vLLM's max_model_len: the smallest length key, model_max_length, rope_scaling") {
+    auto ctx = [](nlohmann::json extra) {
+        nlohmann::json j = {{"model_type", "qwen2"}, {"num_hidden_layers", 28}, {"hidden_size", 3584}, {"num_attention_heads", 28},
+                            {"num_key_value_heads", 4}, {"intermediate_size", 18944}, {"vocab_size", 152064}};
+        j.update(extra);
+        return parse_model_config(j, "test.json", "test").n_ctx_max;
+    };
+    // Qwen2.5-7B-Instruct: max_position_embeddings 32768; its model card's YaRN block (factor 4 over 32768) gives 131072
+    CHECK(ctx({{"max_position_embeddings", 32768}}) == 32768);
+    CHECK(ctx({{"max_position_embeddings", 32768},
+               {"rope_scaling", {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}}}}) == 131072);
+    // linear and dynamic stretch the length itself: 4096 x 2.5 = 10240
+    CHECK(ctx({{"max_position_embeddings", 4096}, {"rope_scaling", {{"rope_type", "linear"}, {"factor", 2.5}}}}) == 10240);
+    CHECK(ctx({{"max_position_embeddings", 4096}, {"rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}}}}) == 8192);
+    // Llama 3.1's llama3 scaling and Phi-3's longrope already give the long length
+    CHECK(ctx({{"max_position_embeddings", 131072}, {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}) == 131072);
+    CHECK(ctx({{"max_position_embeddings", 131072}, {"rope_scaling", {{"type", "longrope"}, {"factor", 32.0}}}}) == 131072);
+    // the smallest key wins (vLLM's min), and model_max_length overrides it (Command-R v01: 8192 and 131072)
+    CHECK(ctx({{"max_position_embeddings", 8192}, {"seq_length", 4096}}) == 4096);
+    CHECK(ctx({{"max_position_embeddings", 8192}, {"model_max_length", 131072}}) == 131072);
+    CHECK_THROWS_AS(ctx({{"max_position_embeddings", 4096}, {"rope_scaling", {{"type", "yarn"}, {"factor", 4.0}}}}), ConfigError);
+}

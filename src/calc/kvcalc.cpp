@@ -223,21 +223,25 @@ Report run_kvcalc(const KvcalcRequest& r) {
                              {"n_layer", base.n_layer}, {"hidden_size", base.d_model}, {"n_head", base.n_head}, {"n_head_kv", base.n_head_kv},
                              {"d_head", base.d_head}, {"max_position_embeddings", base.n_ctx_max}, {"attention", base.attention_kind()},
                              {"head_dim_rule", base.head_dim_rule}, {"kv_heads_rule", base.kv_heads_rule}, {"window_rule", base.window_rule},
-                             {"ffn_rule", base.ffn_rule}, {"defaults_applied", base.defaults},
+                             {"ffn_rule", base.ffn_rule}, {"ctx_rule", base.ctx_rule}, {"defaults_applied", base.defaults},
                              {"numeric_defaults_applied", base.numeric_defaults}};
         if (base.stored_weight_bytes) mj["stored_weight_bytes"] = *base.stored_weight_bytes;
         if (base.sliding_window) mj["sliding_window"] = *base.sliding_window;
         const auto contexts = contexts_for(base, r);
         mj["contexts"] = contexts;
         in["models"].push_back(mj);
-        report.notes.push_back(fmt::format("{}: {}; {}; {}{}", base.name, base.head_dim_rule, base.kv_heads_rule, base.window_rule,
+        // the context's source is named when it is not plainly max_position_embeddings
+        const bool plain_ctx = base.ctx_rule.empty() || base.ctx_rule == fmt::format("max context {} from max_position_embeddings", base.n_ctx_max);
+        report.notes.push_back(fmt::format("{}: {}; {}; {}{}{}", base.name, base.head_dim_rule, base.kv_heads_rule, base.window_rule,
+                                           plain_ctx ? "" : "; " + base.ctx_rule,
                                            base.defaults.empty() ? "" : fmt::format("; defaults applied: {}", fmt::join(base.defaults, "; "))));
         if (r.explain && !base.numeric_defaults.empty())
             report.notes.push_back(fmt::format("{}: defaults that change no size: {}", base.name, fmt::join(base.numeric_defaults, "; ")));
         if (r.gpu && base.stored_weight_bytes) report.notes.push_back(fmt::format("{}: {}", base.name, base.stored_weights_rule));
         for (auto t : contexts)
             if (base.n_ctx_max > 0 && t > u(base.n_ctx_max))
-                report.notes.push_back(fmt::format("warning: context {} exceeds {}'s max_position_embeddings {}", t, base.name, base.n_ctx_max));
+                report.notes.push_back(fmt::format("warning: context {} exceeds {}'s {}", t, base.name,
+                                                   plain_ctx ? fmt::format("max_position_embeddings {}", base.n_ctx_max) : base.ctx_rule));
 
         for (const auto& variant : r.variants) {
             const ModelConfig cfg = apply_variant(base, variant);

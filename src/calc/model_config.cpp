@@ -92,6 +92,45 @@ private:
     std::string where_;
 };
 
+// The longest context, as vLLM v0.10.2 derives max_model_len (_get_and_verify_max_len in vllm/config):
+// the smallest of the length keys; model_max_length over it when set (Command-R, Cohere2); then
+// rope_scaling's factor where the scaling stretches the trained length (yarn: original_max_position_embeddings
+// x factor; linear, dynamic: x factor). su, longrope and llama3 configs already give the long length in
+// max_position_embeddings, and Gemma 3's is already scaled, so those are left as they are.
+void read_max_context(const FieldReader& f, const std::string& where, ModelConfig& cfg) {
+    std::string key;
+    for (const char* k : {"max_position_embeddings", "n_positions", "n_ctx", "max_seq_len", "seq_length", "model_max_length",
+                          "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len"})
+        if (const auto v = f.optional({k}); v && (key.empty() || *v < cfg.n_ctx_max)) {
+            cfg.n_ctx_max = *v;
+            key = k;
+        }
+    if (const auto v = f.optional({"model_max_length"})) {
+        cfg.n_ctx_max = *v;
+        key = "model_max_length";
+    }
+    if (key.empty()) return;
+    cfg.ctx_rule = fmt::format("max context {} from {}", cfg.n_ctx_max, key);
+    const json* rs = f.find({"rope_scaling"});
+    if (!rs || !rs->is_object() || cfg.model_type.find("gemma3") != std::string::npos) return;
+    const FieldReader r(*rs, where + ": rope_scaling");
+    const std::string type = r.find({"rope_type"}) ? r.string("rope_type") : r.string("type");
+    if (type == "su" || type == "longrope" || type == "llama3") return;
+    const double factor = r.positive_real({"factor"}, 1.0);
+    std::int64_t base = cfg.n_ctx_max;
+    if (type == "yarn") {
+        base = r.optional({"original_max_position_embeddings"}).value_or(0);
+        if (base == 0) throw ConfigError(fmt::format("{}: rope_scaling of type yarn has no original_max_position_embeddings; expected a positive integer", where));
+    }
+    if (factor == 1.0 && base == cfg.n_ctx_max) return;
+    const double scaled = std::floor(static_cast<double>(base) * factor);
+    if (!(scaled >= 1.0 && scaled <= static_cast<double>(std::int64_t{1} << 40)))
+        throw ConfigError(fmt::format("{}: rope_scaling factor {} gives a context of {} tokens; expected 1 to 2^40", where, factor, scaled));
+    cfg.n_ctx_max = static_cast<std::int64_t>(scaled);
+    cfg.ctx_rule = type == "yarn" ? fmt::format("max context {} = original_max_position_embeddings {} x rope_scaling factor {} (yarn)", cfg.n_ctx_max, base, factor)
+                                  : fmt::format("max context {} = {} {} x rope_scaling factor {} ({})", cfg.n_ctx_max, key, base, factor, type.empty() ? "no type" : type);
+}
+
 void read_sliding_window(const FieldReader& f, const json& j, const std::string& where, ModelConfig& cfg) {
     cfg.layer_windowed.assign(static_cast<std::size_t>(cfg.n_layer), false);
     const auto window = f.optional({"sliding_window"});
@@ -250,7 +289,7 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
         cfg.ffn_rule = "no intermediate_size: the weights are unknown (the KV cache does not depend on them)";
         cfg.defaults.push_back(cfg.ffn_rule);
     }
-    cfg.n_ctx_max = f.optional({"max_position_embeddings", "n_positions", "n_ctx", "max_seq_len", "seq_length"}).value_or(0);
+    read_max_context(f, where, cfg);
     if (falcon) {
         cfg.falcon = true;
         if (cfg.n_ctx_max == 0) {

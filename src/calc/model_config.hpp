@@ -67,6 +67,7 @@ struct ModelConfig {
     std::string head_dim_rule;
     std::string kv_heads_rule;
     std::string window_rule;
+    std::string ctx_rule;       // where n_ctx_max came from (a key, model_max_length, rope_scaling), "" if no key
     std::string ffn_rule;       // where d_ff came from; d_ff = 0 when the config does not say (weights unknown)
     std::vector<std::string> defaults;  // values the config omitted that a class or family default supplied, which change a size
     std::vector<std::string> numeric_defaults;  // the same for values only the forward pass reads (rope_theta, eps): --explain
