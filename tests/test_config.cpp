@@ -227,3 +227,24 @@ TEST_CASE("The max context is vLLM's max_model_len: the smallest length key, mod
     CHECK(ctx({{"max_position_embeddings", 8192}, {"model_max_length", 131072}}) == 131072);
     CHECK_THROWS_AS(ctx({{"max_position_embeddings", 4096}, {"rope_scaling", {{"type", "yarn"}, {"factor", 4.0}}}}), ConfigError);
 }
+
+TEST_CASE("Only DeepSeek-family model types cache the MLA latent; MiniCPM3's same projections cache every head") {
+    // openbmb/MiniCPM3-4B's config.json (its shape fields): 62 layers, 40 heads, kv_lora_rank 256, q/k heads 64 + 32 wide
+    const nlohmann::json minicpm3 = {{"model_type", "minicpm3"}, {"hidden_size", 2560}, {"num_hidden_layers", 62}, {"num_attention_heads", 40},
+                                     {"num_key_value_heads", 40}, {"intermediate_size", 6400}, {"vocab_size", 73448}, {"q_lora_rank", 768},
+                                     {"kv_lora_rank", 256}, {"qk_nope_head_dim", 64}, {"qk_rope_head_dim", 32}, {"v_head_dim", 64},
+                                     {"max_position_embeddings", 32768}};
+    const auto m = parse_model_config(minicpm3, "minicpm3.json", "minicpm3");
+    CHECK_FALSE(m.mla.has_value());
+    CHECK(m.lora_attention.has_value());
+    // vLLM: Attention(40 heads, qk_head_dim 96, num_kv_heads 40), V padded to 96: 2 x 62 x 40 x 96 x 2 B = 952,320 B a token
+    CHECK(kv_bytes_per_token(m, DType::bf16).total() == 952320);
+    // the same fields under model_type deepseek_v2 cache one latent: 62 x (256 + 32) x 2 B = 35,712 B
+    nlohmann::json ds = minicpm3;
+    ds["model_type"] = "deepseek_v2";
+    const auto d = parse_model_config(ds, "ds.json", "ds");
+    REQUIRE(d.mla.has_value());
+    CHECK(kv_bytes_per_token(d, DType::bf16).total() == 35712);
+    // the weights are counted with the low-rank projections either way
+    CHECK(count_params(m).attention == count_params(d).attention);
+}

@@ -1,6 +1,7 @@
 #include "calc/model_config.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -339,14 +340,30 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
     if (auto rank = f.optional({"kv_lora_rank"})) {
         const auto rope = f.optional({"qk_rope_head_dim"});
         if (!rope) throw ConfigError(fmt::format("{}: kv_lora_rank is set but qk_rope_head_dim is missing; expected a positive integer", where));
-        cfg.mla = MlaShape{*rank, *rope, f.optional({"q_lora_rank"}).value_or(0), f.optional({"qk_nope_head_dim"}).value_or(0),
-                           f.optional({"v_head_dim"}).value_or(cfg.d_head)};
-        cfg.kv_heads_rule = fmt::format("MLA: one latent of kv_lora_rank {} + qk_rope_head_dim {} per token per layer", *rank, *rope);
-        // the hidden_size / heads quotient is no width of an MLA head: name the real ones (the tables show the latent)
-        if (cfg.mla->qk_nope_head_dim > 0)
-            cfg.head_dim_rule = fmt::format("MLA heads: q and k {} wide (qk_nope_head_dim {} + qk_rope_head_dim {}), v {} wide (v_head_dim); "
-                                            "the tables' head dim is the cached latent's {}",
-                                            cfg.mla->qk_nope_head_dim + *rope, cfg.mla->qk_nope_head_dim, *rope, cfg.mla->v_head_dim, *rank + *rope);
+        const MlaShape shape{*rank, *rope, f.optional({"q_lora_rank"}).value_or(0), f.optional({"qk_nope_head_dim"}).value_or(0),
+                             f.optional({"v_head_dim"}).value_or(cfg.d_head)};
+        // Only DeepSeek's family caches the latent (vLLM v0.10.2's ModelConfig.is_deepseek_mla: deepseek_v2,
+        // deepseek_v3, deepseek_mtp, kimi_k2; deepseek_v32 since). Other models with these projections
+        // (MiniCPM3) cache every head's K and V at the q/k head width, V padded to it
+        // (vllm/model_executor/models/minicpm3.py: Attention(num_heads, qk_head_dim, num_kv_heads=num_heads)).
+        static const std::array<std::string_view, 5> latent_types{"deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp", "kimi_k2"};
+        if (std::find(latent_types.begin(), latent_types.end(), cfg.model_type) == latent_types.end()) {
+            cfg.lora_attention = shape;
+            cfg.n_head_kv = cfg.n_head;
+            cfg.d_head = shape.qk_nope_head_dim + shape.qk_rope_head_dim;
+            cfg.kv_heads_rule = fmt::format("{} KV heads: model_type {} caches every head's K and V (only DeepSeek-family model types cache "
+                                            "the kv_lora_rank latent)", cfg.n_head_kv, cfg.model_type.empty() ? "(none)" : cfg.model_type);
+            cfg.head_dim_rule = fmt::format("head_dim {} = qk_nope_head_dim {} + qk_rope_head_dim {} (V is padded to it, as vLLM stores it)",
+                                            cfg.d_head, shape.qk_nope_head_dim, shape.qk_rope_head_dim);
+        } else {
+            cfg.mla = shape;
+            cfg.kv_heads_rule = fmt::format("MLA: one latent of kv_lora_rank {} + qk_rope_head_dim {} per token per layer", *rank, *rope);
+            // the hidden_size / heads quotient is no width of an MLA head: name the real ones (the tables show the latent)
+            if (cfg.mla->qk_nope_head_dim > 0)
+                cfg.head_dim_rule = fmt::format("MLA heads: q and k {} wide (qk_nope_head_dim {} + qk_rope_head_dim {}), v {} wide (v_head_dim); "
+                                                "the tables' head dim is the cached latent's {}",
+                                                cfg.mla->qk_nope_head_dim + *rope, cfg.mla->qk_nope_head_dim, *rope, cfg.mla->v_head_dim, *rank + *rope);
+        }
     }
 
     cfg.n_expert = f.optional({"num_local_experts", "n_routed_experts", "num_experts"}).value_or(1);

@@ -62,6 +62,9 @@ struct ModelConfig {
     // sliding_window - sink_tokens (still sliding_window rows; kvlab keeps keys at their text positions)
     std::int64_t sink_tokens = 0;
     std::optional<MlaShape> mla;
+    // DeepSeek-style low-rank attention projections whose cache is not the latent (MiniCPM3 caches every
+    // head's K and V): the shapes for the parameter count only; mla above is unset for such a model
+    std::optional<MlaShape> lora_attention;
 
     // Which rules produced d_head and n_head_kv, said to the user (e.g. "head_dim explicit in config").
     std::string head_dim_rule;

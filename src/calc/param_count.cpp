@@ -18,9 +18,10 @@ std::uint64_t add(std::uint64_t a, std::uint64_t b) { return checked_add(a, b, "
 std::uint64_t attention_params(const ModelConfig& c) {
     const auto d = u(c.d_model);
     if (c.family == Family::gpt2) return add(mul(mul(4, d), d), mul(4, d));  // c_attn 3d^2+3d, c_proj d^2+d
-    if (c.mla) {
-        // DeepSeek-V2/V3 MLA: q (optionally via a q LoRA), kv_a_proj_with_mqa, kv_b_proj, o_proj, two LoRA norms.
-        const auto& m = *c.mla;
+    if (c.mla || c.lora_attention) {
+        // DeepSeek-V2/V3 MLA (and MiniCPM3's same projections): q (optionally via a q LoRA), kv_a_proj_with_mqa,
+        // kv_b_proj, o_proj, two LoRA norms.
+        const auto& m = c.mla ? *c.mla : *c.lora_attention;
         const auto h = u(c.n_head);
         const auto q_out = mul(h, u(m.qk_nope_head_dim + m.qk_rope_head_dim));
         std::uint64_t n = m.q_lora_rank ? add(add(mul(d, u(m.q_lora_rank)), u(m.q_lora_rank)), mul(u(m.q_lora_rank), q_out)) : mul(d, q_out);
