@@ -248,3 +248,45 @@ TEST_CASE("Only DeepSeek-family model types cache the MLA latent; MiniCPM3's sam
     // the weights are counted with the low-rank projections either way
     CHECK(count_params(m).attention == count_params(d).attention);
 }
+
+TEST_CASE("Parameter counts per family: norms, biases, MLP form, shared experts, interleaved MoE") {
+    // Published totals (safetensors / GGUF general.parameter_count, as listed by e.g. keras-hub and Ollama):
+    CHECK(count_params(load_preset("gemma-2-9b")).total() == 9241705984ull);     // 4 norms a layer
+    CHECK(count_params(load_preset("gemma-2-27b")).total() == 27227128320ull);
+    CHECK(count_params(load_preset("qwen3-8b")).total() == 8190735360ull);       // q_norm, k_norm: 36 x 2 x 128
+    CHECK(count_params(load_preset("gpt-oss-120b")).total() == 116829156672ull); // o, router and expert biases, sinks
+    auto count = [](nlohmann::json j) { return count_params(parse_model_config(j, "test.json", "test")).total(); };
+    // EleutherAI/pythia-6.9b (published 6,857,302,016): GELU MLP of 2 matrices with biases, LayerNorms with biases,
+    // q/k/v/o biases: 32 x (4 x 4096^2 + 4 x 4096 + 2 x 4096 x 16384 + 16384 + 4096 + 4 x 4096) + 2 x 4096 + 2 x 50432 x 4096
+    CHECK(count({{"model_type", "gpt_neox"}, {"hidden_size", 4096}, {"num_hidden_layers", 32}, {"num_attention_heads", 32},
+                 {"intermediate_size", 16384}, {"vocab_size", 50432}, {"max_position_embeddings", 2048}, {"tie_word_embeddings", false}}) ==
+          6857302016ull);
+    // microsoft/phi-2 (published 2,779,683,840): one LayerNorm a layer, lm_head with a bias:
+    // 32 x (4 x 2560^2 + 4 x 2560 + 2 x 2560 x 10240 + 10240 + 2560 + 2 x 2560) + 2 x 2560 + 2 x 51200 x 2560 + 51200
+    CHECK(count({{"model_type", "phi"}, {"hidden_size", 2560}, {"num_hidden_layers", 32}, {"num_attention_heads", 32},
+                 {"intermediate_size", 10240}, {"vocab_size", 51200}, {"max_position_embeddings", 2048}, {"tie_word_embeddings", false}}) ==
+          2779683840ull);
+    // GPT-BigCode multi_query: c_attn is (d, d + 2 x 128): 6144 x 6400 + 6400 + 6144^2 + 6144 = 77,082,880 a layer, not 4d^2 + 4d
+    const nlohmann::json bigcode = {{"model_type", "gpt_bigcode"}, {"n_embd", 6144}, {"n_layer", 2}, {"n_head", 48}, {"multi_query", true},
+                                    {"n_positions", 8192}, {"vocab_size", 49152}, {"n_inner", 24576}};
+    const auto bc = parse_model_config(bigcode, "bc.json", "bc");
+    CHECK(count_params(bc).attention == 2ull * 77082880);
+    // Llama 4 Maverick's layout, 4 layers: MoE every 2nd layer (1 and 3) with 128 routed experts + 1 shared, 8192 wide, router
+    // 5120 x 128; dense layers 16384 wide. MLP = 2 x 3 x 5120 x 16384 + 2 x (129 x 3 x 5120 x 8192 + 5120 x 128)
+    const nlohmann::json maverick = {{"model_type", "llama4_text"}, {"hidden_size", 5120}, {"num_hidden_layers", 4}, {"num_attention_heads", 40},
+                                     {"num_key_value_heads", 8}, {"head_dim", 128}, {"intermediate_size", 8192}, {"intermediate_size_mlp", 16384},
+                                     {"num_local_experts", 128}, {"num_experts_per_tok", 1}, {"interleave_moe_layer_step", 2}, {"vocab_size", 202048}};
+    const auto mv = count_params(parse_model_config(maverick, "mv.json", "mv"));
+    CHECK(mv.mlp == 2ull * 3 * 5120 * 16384 + 2ull * (129ull * 3 * 5120 * 8192 + 5120ull * 128));
+    CHECK(mv.n_moe_layer == 2);
+    // Qwen1.5-MoE's shared expert (shared_expert_intermediate_size 5632) and its (1, d) gate, one MoE layer of 60 experts 1408 wide:
+    // 60 x 3 x 2048 x 1408 + 3 x 2048 x 5632 + 2048 x 60 (router) + 2048 (gate)
+    const nlohmann::json qmoe = {{"model_type", "qwen2_moe"}, {"hidden_size", 2048}, {"num_hidden_layers", 1}, {"num_attention_heads", 16},
+                                 {"num_key_value_heads", 16}, {"intermediate_size", 5632}, {"moe_intermediate_size", 1408},
+                                 {"shared_expert_intermediate_size", 5632}, {"num_experts", 60}, {"num_experts_per_tok", 4}, {"vocab_size", 151936}};
+    CHECK(count_params(parse_model_config(qmoe, "q.json", "q")).mlp == 60ull * 3 * 2048 * 1408 + 3ull * 2048 * 5632 + 2048ull * 60 + 2048);
+    // Cohere ties its embedding by default (CohereConfig tie_word_embeddings=True)
+    const nlohmann::json cohere = {{"model_type", "cohere"}, {"hidden_size", 8192}, {"num_hidden_layers", 40}, {"num_attention_heads", 64},
+                                   {"intermediate_size", 22528}, {"vocab_size", 256000}, {"max_position_embeddings", 8192}};
+    CHECK(parse_model_config(cohere, "c.json", "c").tied_embeddings);
+}

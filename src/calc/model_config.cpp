@@ -93,6 +93,36 @@ private:
     std::string where_;
 };
 
+// What the parameter count needs beyond the shapes: biases, norms and MLP form per family, from the
+// transformers modeling files named.
+void read_weight_layout(const FieldReader& f, ModelConfig& cfg) {
+    const std::string& t = cfg.model_type;
+    // q/k/v biases: Qwen2 and Qwen2-MoE always (Qwen2Attention); Llama-style attention_bias adds o_proj's too
+    const bool bias = f.boolean("attention_bias", false);
+    cfg.attention_bias = bias || t == "qwen2" || t == "qwen2_moe";
+    cfg.out_bias = bias;
+    if (t == "gpt_neox" || t == "phi") {
+        // GPTNeoXMLP / PhiMLP: dense_h_to_4h (fc1) and dense_4h_to_h (fc2) with biases, GELU; LayerNorms with
+        // bias; q/k/v and the output projection with biases; Phi: one LayerNorm per layer, lm_head with a bias
+        cfg.mlp_matrices = 2;
+        cfg.mlp_bias = true;
+        cfg.norm_bias = true;
+        cfg.attention_bias = cfg.out_bias = true;
+        if (t == "phi") {
+            cfg.norms_per_layer = 1;
+            cfg.lm_head_bias = true;
+        }
+    }
+    if (t == "gemma2" || t == "gemma3" || t == "gemma3_text") cfg.norms_per_layer = 4;  // pre/post attention and feed-forward
+    if (t == "cohere" || t == "cohere2") cfg.norms_per_layer = 1;  // one input LayerNorm feeds attention and MLP in parallel
+    cfg.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "gemma3" || t == "gemma3_text";
+    if (t == "gpt_oss") {  // GptOssExperts: gate_up and down with biases; router with a bias; sinks per head
+        cfg.mlp_bias = true;
+        cfg.router_bias = true;
+        cfg.attention_sinks = true;
+    }
+}
+
 // The longest context, as vLLM v0.10.2 derives max_model_len (_get_and_verify_max_len in vllm/config):
 // the smallest of the length keys; model_max_length over it when set (Command-R, Cohere2); then
 // rope_scaling's factor where the scaling stretches the trained length (yarn: original_max_position_embeddings
@@ -300,6 +330,8 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
         // parallel attention without the new decoder architecture: one input LayerNorm feeds attention and MLP
         const bool new_arch = f.boolean("new_decoder_architecture", false);
         cfg.norms_per_layer = !new_arch && f.boolean("parallel_attn", true) ? 1 : 2;
+        cfg.mlp_matrices = 2;
+        cfg.norm_bias = true;
     }
 
     // head_dim: explicit wins (vLLM PR #2622), else hidden_size / num_attention_heads.
@@ -346,7 +378,8 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
         // deepseek_v3, deepseek_mtp, kimi_k2; deepseek_v32 since). Other models with these projections
         // (MiniCPM3) cache every head's K and V at the q/k head width, V padded to it
         // (vllm/model_executor/models/minicpm3.py: Attention(num_heads, qk_head_dim, num_kv_heads=num_heads)).
-        static const std::array<std::string_view, 5> latent_types{"deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp", "kimi_k2"};
+        // (deepseek2: llama.cpp's architecture name for DeepSeek-V2/V3, as a GGUF header gives it)
+        static const std::array<std::string_view, 6> latent_types{"deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp", "kimi_k2", "deepseek2"};
         if (std::find(latent_types.begin(), latent_types.end(), cfg.model_type) == latent_types.end()) {
             cfg.lora_attention = shape;
             cfg.n_head_kv = cfg.n_head;
@@ -374,13 +407,27 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
     cfg.n_expert_shared = f.optional({"n_shared_experts"}).value_or(0);
     if (j.contains("first_k_dense_replace") && j["first_k_dense_replace"].is_number_integer())
         cfg.n_layer_dense = std::min(cfg.n_layer, std::max<std::int64_t>(0, j["first_k_dense_replace"].get<std::int64_t>()));
-    cfg.attention_bias = f.boolean("attention_bias", false) || cfg.model_type == "qwen2";
+    // Llama 4: a shared expert beside the routed ones, MoE on every interleave_moe_layer_step-th layer,
+    // the dense layers intermediate_size_mlp wide (transformers models/llama4/modeling_llama4.py)
+    if (cfg.model_type == "llama4_text" || cfg.model_type == "llama4") {
+        cfg.n_expert_shared = 1;
+        cfg.moe_layer_step = f.optional({"interleave_moe_layer_step"}).value_or(1);
+        cfg.d_ff_dense = f.optional({"intermediate_size_mlp"}).value_or(0);
+    }
+    // Qwen2-MoE: one shared expert shared_expert_intermediate_size wide, behind a sigmoid gate
+    if (const auto shared = f.optional({"shared_expert_intermediate_size"}); shared && cfg.n_expert > 1) {
+        cfg.n_expert_shared = 1;
+        cfg.d_ff_shared = *shared;
+        cfg.shared_expert_gate = true;
+    }
+    read_weight_layout(f, cfg);
     cfg.rope_theta = f.positive_real({"rope_theta"}, 10000.0);
     cfg.norm_eps = f.positive_real({"rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"}, 1e-5);
     // When a config omits tie_word_embeddings, the model class's default applies: LlamaConfig, MistralConfig
-    // and most decoder configs default to false; GPT-2 always ties, Gemma configs default to true, and
-    // FalconConfig leaves PretrainedConfig's true (FalconForCausalLM ties lm_head to the embedding).
-    const bool tie_default = cfg.family == Family::gpt2 || cfg.model_type.rfind("gemma", 0) == 0 || falcon;
+    // and most decoder configs default to false; GPT-2 always ties, Gemma and Cohere configs default to
+    // true, and FalconConfig leaves PretrainedConfig's true (FalconForCausalLM ties lm_head to the embedding).
+    const bool tie_default = cfg.family == Family::gpt2 || cfg.model_type.rfind("gemma", 0) == 0 || falcon || cfg.model_type == "cohere" ||
+                             cfg.model_type == "cohere2";
     cfg.tied_embeddings = FieldReader(root, where).boolean("tie_word_embeddings", f.boolean("tie_word_embeddings", tie_default));
     read_sliding_window(f, j, where, cfg);
     return cfg;

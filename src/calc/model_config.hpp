@@ -50,7 +50,12 @@ struct ModelConfig {
     std::int64_t d_ff_expert = 0;     // moe_intermediate_size when it differs from d_ff (DeepSeek), else 0
     std::int64_t n_expert_shared = 0; // DeepSeek shared experts per MoE layer
     std::int64_t n_layer_dense = 0;   // DeepSeek first_k_dense_replace: leading dense layers
-    bool attention_bias = false;      // q/k/v(/o) projections carry biases (Qwen2: q/k/v only)
+    std::int64_t d_ff_dense = 0;      // the dense layers' MLP width when it differs from d_ff (Llama 4's intermediate_size_mlp), else 0
+    std::int64_t d_ff_shared = 0;     // a shared expert's width when it differs from the routed ones' (Qwen2-MoE), else 0
+    std::int64_t moe_layer_step = 1;  // every step-th layer is MoE, the rest dense (Llama 4's interleave_moe_layer_step)
+    bool shared_expert_gate = false;  // Qwen2-MoE: a (1, d) gate on the shared expert
+    bool attention_bias = false;      // q/k/v projections carry biases (Qwen2: q/k/v only)
+    bool out_bias = false;            // the attention output projection carries a bias (attention_bias in Llama-style configs)
     double rope_theta = 10000.0;
     double norm_eps = 1e-5;
     bool tied_embeddings = false;
@@ -80,7 +85,15 @@ struct ModelConfig {
     std::string stored_weights_rule;
     bool gguf_mla_full_kv = false;  // a GGUF without llama.cpp's MLA split: llama.cpp caches full K and V per head
     bool falcon = false;        // Falcon: GELU MLP of 2 matrices, LayerNorms with bias (model_type falcon)
-    std::int64_t norms_per_layer = 2;  // Falcon-7B's parallel attention shares one LayerNorm per layer
+    // The weights' layout beyond the shapes, for the parameter count (param_count.cpp says per family):
+    std::int64_t norms_per_layer = 2;  // d-wide norms per layer: Falcon-7B and Phi 1, Gemma 2/3 4
+    std::int64_t mlp_matrices = 3;     // gated MLP (gate, up, down) 3; GELU MLP (Falcon, GPT-NeoX, Phi) 2
+    bool mlp_bias = false;             // the MLP's matrices carry biases (GPT-NeoX, Phi, gpt-oss's experts)
+    bool norm_bias = false;            // LayerNorms with a bias beside the weight (Falcon, GPT-NeoX, Phi)
+    bool qk_norm = false;              // per-head q and k norms, head_dim wide each (Qwen3, Gemma 3)
+    bool lm_head_bias = false;         // Phi
+    bool router_bias = false;          // gpt-oss
+    bool attention_sinks = false;      // gpt-oss: one learned sink per head per layer
 
     // H*D: width of all query heads; Hkv*D: width of one K or V row. Overflow-checked: they throw
     // OverflowError naming the fields when the product passes 2^63-1 (parse_model_config checks them first).

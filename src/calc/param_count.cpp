@@ -17,7 +17,12 @@ std::uint64_t add(std::uint64_t a, std::uint64_t b) { return checked_add(a, b, "
 // One layer's attention projections. Llama: q (d, H*D), k and v (d, Hkv*D), o (H*D, d).
 std::uint64_t attention_params(const ModelConfig& c) {
     const auto d = u(c.d_model);
-    if (c.family == Family::gpt2) return add(mul(mul(4, d), d), mul(4, d));  // c_attn 3d^2+3d, c_proj d^2+d
+    if (c.family == Family::gpt2) {
+        // c_attn (d, q + 2 kv) + bias, c_proj (q, d) + bias: 4d^2 + 4d for MHA; GPT-BigCode's multi_query keeps one
+        // K and V head (transformers models/gpt_bigcode/modeling_gpt_bigcode.py, kv_dim)
+        const auto qkv = add(u(c.d_q()), mul(2, u(c.n_head_kv * c.d_head)));
+        return add(add(mul(d, qkv), qkv), add(mul(u(c.d_q()), d), d));
+    }
     if (c.mla || c.lora_attention) {
         // DeepSeek-V2/V3 MLA (and MiniCPM3's same projections): q (optionally via a q LoRA), kv_a_proj_with_mqa,
         // kv_b_proj, o_proj, two LoRA norms.
@@ -33,6 +38,17 @@ std::uint64_t attention_params(const ModelConfig& c) {
     const auto q = u(c.d_q()), kv = u(c.n_head_kv * c.d_head);
     std::uint64_t n = add(add(mul(d, q), mul(mul(2, d), kv)), mul(q, d));
     if (c.attention_bias) n = add(n, add(q, mul(2, kv)));
+    if (c.out_bias) n = add(n, d);
+    if (c.qk_norm) n = add(n, mul(2, u(c.d_head)));
+    if (c.attention_sinks) n = add(n, u(c.n_head));
+    return n;
+}
+
+// One MLP (or expert) f wide: gated (gate, up, down) or GELU (up, down), with biases where the family has them.
+std::uint64_t mlp_params(const ModelConfig& c, std::uint64_t f) {
+    const auto d = u(c.d_model), m = u(c.mlp_matrices);
+    std::uint64_t n = mul(mul(m, d), f);
+    if (c.mlp_bias) n = add(n, add(mul(m - 1, f), d));
     return n;
 }
 
@@ -57,27 +73,30 @@ ParamCount count_params(const ModelConfig& c) {
         p.mlp = mul(L, add(add(mul(mul(2, d), f), f), d));  // c_fc d*f + f, c_proj f*d + d
         active_mlp = p.mlp;
         p.norms = add(mul(L, mul(4, d)), mul(2, d));  // ln_1, ln_2 weight+bias; ln_f
-    } else if (c.falcon) {
-        // Falcon: dense_h_to_4h (f, d) and dense_4h_to_h (d, f), GELU, no biases ("bias": false); LayerNorms
-        // with weight and bias: norms_per_layer per layer and ln_f (transformers models/falcon/modeling_falcon.py)
-        const auto f = u(c.d_ff);
-        p.mlp = mul(L, mul(mul(2, d), f));
-        active_mlp = p.mlp;
-        p.norms = add(mul(L, mul(mul(2, d), u(c.norms_per_layer))), mul(2, d));
     } else {
-        // SwiGLU expert: gate and up (d, f), down (f, d).
-        const auto dense_expert = mul(mul(3, d), u(c.d_ff));
-        const auto moe_f = c.d_ff_expert ? u(c.d_ff_expert) : u(c.d_ff);
-        const auto moe_expert = mul(mul(3, d), moe_f);
-        const auto n_moe_layer = c.n_expert > 1 ? L - u(c.n_layer_dense) : 0;
+        // dense layers f wide; MoE layers (after the first n_layer_dense, every moe_layer_step-th) hold the routed
+        // experts, the shared ones and a router (+ a bias: gpt-oss; + a shared-expert gate: Qwen2-MoE)
+        const auto dense_f = u(c.d_ff_dense ? c.d_ff_dense : c.d_ff);
+        const auto moe_f = u(c.d_ff_expert ? c.d_ff_expert : c.d_ff);
+        const auto shared_f = c.d_ff_shared ? u(c.d_ff_shared) : moe_f;
+        const auto dense_mlp = mlp_params(c, dense_f), moe_expert = mlp_params(c, moe_f);
+        std::uint64_t n_moe_layer = 0;
+        if (c.n_expert > 1)
+            for (std::int64_t i = c.n_layer_dense; i < c.n_layer; ++i) n_moe_layer += (i + 1) % c.moe_layer_step == 0;
         const auto n_dense_layer = L - n_moe_layer;
-        const auto moe_layer = add(add(mul(u(c.n_expert + c.n_expert_shared), moe_expert), mul(d, u(c.n_expert))), 0);  // experts + router
-        const auto moe_layer_active = add(mul(u(c.n_expert_active + c.n_expert_shared), moe_expert), mul(d, u(c.n_expert)));
-        p.mlp = add(mul(n_dense_layer, dense_expert), mul(n_moe_layer, moe_layer));
-        active_mlp = add(mul(n_dense_layer, dense_expert), mul(n_moe_layer, moe_layer_active));
-        p.norms = add(mul(L, mul(2, d)), d);  // two RMSNorms per layer + final
+        std::uint64_t fixed = add(mul(u(c.n_expert_shared), mlp_params(c, shared_f)), mul(d, u(c.n_expert)));  // shared experts, router
+        if (c.router_bias) fixed = add(fixed, u(c.n_expert));
+        if (c.shared_expert_gate) fixed = add(fixed, d);
+        const auto moe_layer = add(mul(u(c.n_expert), moe_expert), fixed);
+        const auto moe_layer_active = add(mul(u(c.n_expert_active), moe_expert), fixed);
+        p.mlp = add(mul(n_dense_layer, dense_mlp), mul(n_moe_layer, moe_layer));
+        active_mlp = add(mul(n_dense_layer, dense_mlp), mul(n_moe_layer, moe_layer_active));
+        // norms_per_layer d-wide norms a layer and a final one, weight (+ bias for LayerNorms)
+        const auto per_norm = c.norm_bias ? mul(2, d) : d;
+        p.norms = add(mul(mul(L, u(c.norms_per_layer)), per_norm), per_norm);
         if (n_moe_layer > 0) p.routed_expert = moe_expert, p.n_moe_layer = n_moe_layer;
     }
+    if (c.lm_head_bias && !c.tied_embeddings) p.lm_head = add(p.lm_head, V);
     p.active_per_token = add(add(add(add(p.embedding, p.attention), active_mlp), p.norms), p.lm_head);
     return p;
 }
