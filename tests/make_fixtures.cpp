@@ -155,6 +155,39 @@ int main(int argc, char** argv) {
         if (split) w.u32("deepseek2.attention.key_length_mla", 192).u32("deepseek2.attention.value_length_mla", 128);
         return w.bytes();
     };
+    // gpt-oss-20b and Qwen3-30B-A3B as llama.cpp's converter writes them: experts sized by expert_feed_forward_length,
+    // gpt-oss's window on every other layer from the first
+    write_file(dir / "gpt-oss-20b.gguf", GgufWriter()
+                                             .str("general.architecture", "gpt-oss")
+                                             .u32("gpt-oss.block_count", 24)
+                                             .u32("gpt-oss.context_length", 131072)
+                                             .u32("gpt-oss.embedding_length", 2880)
+                                             .u32("gpt-oss.feed_forward_length", 2880)
+                                             .u32("gpt-oss.expert_feed_forward_length", 2880)
+                                             .u32("gpt-oss.expert_count", 32)
+                                             .u32("gpt-oss.expert_used_count", 4)
+                                             .u32("gpt-oss.attention.head_count", 64)
+                                             .u32("gpt-oss.attention.head_count_kv", 8)
+                                             .u32("gpt-oss.attention.key_length", 64)
+                                             .u32("gpt-oss.attention.value_length", 64)
+                                             .u32("gpt-oss.attention.sliding_window", 128)
+                                             .u32("gpt-oss.vocab_size", 201088)
+                                             .bytes());
+    write_file(dir / "qwen3moe.gguf", GgufWriter()
+                                          .str("general.architecture", "qwen3moe")
+                                          .u32("qwen3moe.block_count", 48)
+                                          .u32("qwen3moe.context_length", 40960)
+                                          .u32("qwen3moe.embedding_length", 2048)
+                                          .u32("qwen3moe.feed_forward_length", 6144)
+                                          .u32("qwen3moe.expert_feed_forward_length", 768)
+                                          .u32("qwen3moe.expert_count", 128)
+                                          .u32("qwen3moe.expert_used_count", 8)
+                                          .u32("qwen3moe.attention.head_count", 32)
+                                          .u32("qwen3moe.attention.head_count_kv", 4)
+                                          .u32("qwen3moe.attention.key_length", 128)
+                                          .u32("qwen3moe.attention.value_length", 128)
+                                          .u32("qwen3moe.vocab_size", 151936)
+                                          .bytes());
     write_file(dir / "deepseek2-mla.gguf", deepseek(true));
     write_file(dir / "deepseek2-legacy.gguf", deepseek(false));
     write_file(dir / "gguf_truncated.gguf", gguf.substr(0, gguf.size() - 5));

@@ -116,7 +116,8 @@ void read_weight_layout(const FieldReader& f, ModelConfig& cfg) {
     if (t == "gemma2" || t == "gemma3" || t == "gemma3_text") cfg.norms_per_layer = 4;  // pre/post attention and feed-forward
     if (t == "cohere" || t == "cohere2") cfg.norms_per_layer = 1;  // one input LayerNorm feeds attention and MLP in parallel
     cfg.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "gemma3" || t == "gemma3_text";
-    if (t == "gpt_oss") {  // GptOssExperts: gate_up and down with biases; router with a bias; sinks per head
+    if (t == "gpt_oss") {  // q/k/v/o biases; GptOssExperts: gate_up and down with biases; router with a bias; sinks per head
+        cfg.attention_bias = cfg.out_bias = true;
         cfg.mlp_bias = true;
         cfg.router_bias = true;
         cfg.attention_sinks = true;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -187,7 +188,11 @@ ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& 
 
     // the same fields as a Hugging Face config, so one reader checks them all (config.json rules apply)
     nlohmann::json j;
-    j["model_type"] = arch == "gemma3" ? "gemma3_text" : arch;
+    // llama.cpp's architecture names where Hugging Face's model_type differs (the config rules key on those)
+    static const std::map<std::string, std::string> hf_type{
+        {"gemma3", "gemma3_text"}, {"qwen2moe", "qwen2_moe"}, {"qwen3moe", "qwen3_moe"}, {"gpt-oss", "gpt_oss"}, {"llama4", "llama4_text"}};
+    const auto type_it = hf_type.find(arch);
+    j["model_type"] = type_it == hf_type.end() ? arch : type_it->second;
     j["num_hidden_layers"] = *uniform("block_count", true);
     j["hidden_size"] = *uniform("embedding_length", true);
     j["num_attention_heads"] = *uniform("attention.head_count", true);
@@ -203,10 +208,28 @@ ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& 
     if (const auto experts = uniform("expert_count", false); experts && *experts > 1) {
         j["num_local_experts"] = *experts;
         j["num_experts_per_tok"] = uniform("expert_used_count", false).value_or(1);
+        // the experts' own width, shared experts and leading dense layers (llama.cpp's LLM_KV_EXPERT_* keys, as
+        // convert_hf_to_gguf.py writes them from moe_intermediate_size, n_shared_experts / shared_expert_intermediate_size
+        // and first_k_dense_replace); Llama 4: the experts' width is intermediate_size, the dense layers' the feed-forward length
+        if (const auto ff_exp = uniform("expert_feed_forward_length", false)) {
+            if (arch == "llama4") {
+                if (j.contains("intermediate_size")) j["intermediate_size_mlp"] = j["intermediate_size"];
+                j["intermediate_size"] = *ff_exp;
+            } else {
+                j["moe_intermediate_size"] = *ff_exp;
+            }
+        }
+        if (const auto n = uniform("expert_shared_count", false)) j["n_shared_experts"] = *n;
+        if (const auto ff = uniform("expert_shared_feed_forward_length", false)) j["shared_expert_intermediate_size"] = *ff;
+        if (const auto n = uniform("leading_dense_block_count", false)) j["first_k_dense_replace"] = *n;
+        if (const auto n = uniform("interleave_moe_layer_step", false)) j["interleave_moe_layer_step"] = *n;
+        // every layer MoE (gpt-oss writes no feed_forward_length): the experts' width is the only one
+        if (!j.contains("intermediate_size") && j.contains("moe_intermediate_size")) j["intermediate_size"] = j["moe_intermediate_size"];
     }
     bool mla_full_kv = false;
     if (const auto rank = uniform("attention.kv_lora_rank", false)) {
         j["kv_lora_rank"] = *rank;
+        if (const auto q_rank = uniform("attention.q_lora_rank", false)) j["q_lora_rank"] = *q_rank;
         const auto rope = uniform("rope.dimension_count", true).value();
         j["qk_rope_head_dim"] = rope;
         // convert_hf_to_gguf.py since llama.cpp b5137 (#12801) writes the MLA split: one KV "head" whose key is the
@@ -223,7 +246,7 @@ ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& 
     std::string window_note;
     if (const auto window = uniform("attention.sliding_window", false); window && *window > 0) {
         // which layers llama.cpp windows is the architecture's rule (llama-model.cpp, set_swa_pattern):
-        // Gemma-2 every other layer from the first, Gemma-3 five of every six; a per-layer bool array wins
+        // Gemma-2 and gpt-oss every other layer from the first, Gemma-3 five of every six; a per-layer bool array wins
         j["sliding_window"] = *window;
         if (const GgufValue* pattern = find(arch + ".attention.sliding_window_pattern"); pattern && !pattern->array_booleans.empty()) {
             if (static_cast<std::int64_t>(pattern->array_booleans.size()) != j["num_hidden_layers"].get<std::int64_t>())
@@ -232,7 +255,7 @@ ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& 
             for (const bool b : pattern->array_booleans) j["layer_types"].push_back(b ? "sliding_attention" : "full_attention");
         } else if (arch == "gemma3") {
             j["sliding_window_pattern"] = 6;
-        } else if (arch != "gemma2") {
+        } else if (arch != "gemma2" && arch != "gpt-oss") {
             j["use_sliding_window"] = false;
             window_note = fmt::format("{} {} ignored: kvlab does not know which layers llama.cpp windows for architecture {}",
                                       quote(arch + ".attention.sliding_window", 80), *window, quote(arch, 40));

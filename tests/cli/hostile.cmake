@@ -184,6 +184,14 @@ kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b --gguf "${WORK}/fx/llama3-8b.gguf" -
 # = 344064 B/token; at 8192: 21 x 4096 + 21 x 8192 tokens x 8192 B = 2113929216 B = 1.97 GiB
 kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/gemma2.gguf" -d fp16 --context 8k
              OUT "336.00 KiB" "gemma2 +GQA-8 \\(native\\) +fp16 +8192 +1 +8192 +1.97 GiB" "sliding window 4096 on even layers")
+# Mixture-of-experts GGUFs count their experts at expert_feed_forward_length: the published totals (general.parameter_count)
+# gpt-oss-20b 20,914,757,184 and Qwen3-30B-A3B 30,532,122,624, not 6144-wide experts (233 B). gpt-oss windows every other
+# layer from the first, as llama.cpp's set_swa_pattern(2): at 32768 tokens (12 x 32768 + 12 x 128) x 8 x 64 x 2 x 2 B
+# = 808,452,096 B.
+kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/gpt-oss-20b.gguf" -d bf16 --context 32768 --gpu h200 --format csv
+             OUT "\ngpt-oss-20b,GQA-8 \\(native\\),bf16,20914757184," "\ngpt-oss-20b,GQA-8 \\(native\\),bf16,32768,1,32768,808452096,")
+kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/qwen3moe.gguf" -d bf16 --context 4096 --gpu h200 --format csv
+             OUT "\nqwen3moe,GQA-4 \\(native\\),bf16,30532122624,")
 # DeepSeek-V2-Lite's MLA in llama.cpp: a GGUF with the MLA split caches the 576-wide latent as K only
 # (27 x 4096 x 576 x 2 B = 121.50 MiB); one converted before the split caches every head's K (16 x 192) and V (16 x 128):
 # 27 x 4096 x 3072 x 2 B = 648 MiB of K, 27 x 4096 x 2048 x 2 B = 432 MiB of V.
