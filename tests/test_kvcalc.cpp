@@ -239,3 +239,22 @@ TEST_CASE("A name from a file is escaped in table and markdown cells, and quoted
     // CSV keeps the exact bytes, as data, in quotes: RFC 4180 quotes a field with a CR
     CHECK(csv.str().find("\"evil\x1b[31m\rname\"") != std::string::npos);
 }
+
+TEST_CASE("A config whose quantization_config names a method gets a note on the fit's weight width") {
+    nlohmann::json j = {{"model_type", "llama"}, {"hidden_size", 4096}, {"num_hidden_layers", 32}, {"num_attention_heads", 32},
+                        {"num_key_value_heads", 8}, {"intermediate_size", 14336}, {"vocab_size", 128256}, {"max_position_embeddings", 8192},
+                        {"quantization_config", {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}}}};
+    KvcalcRequest r;
+    r.models = {parse_model_config(j, "q.json", "q")};
+    CHECK(r.models[0].quant_method == "fp8");
+    r.dtypes = {DType::bf16};
+    r.contexts = {4096};
+    r.gpu = find_gpu("h100-sxm-80gb");
+    const auto report = run_kvcalc(r);
+    CHECK(std::any_of(report.notes.begin(), report.notes.end(),
+                      [](const std::string& n) { return n.find("quant_method 'fp8'") != std::string::npos && n.find("--weights-dtype") != std::string::npos; }));
+    j.erase("quantization_config");  // no method, no note
+    r.models = {parse_model_config(j, "q.json", "q")};
+    const auto plain = run_kvcalc(r);
+    CHECK(std::none_of(plain.notes.begin(), plain.notes.end(), [](const std::string& n) { return n.find("quant_method") != std::string::npos; }));
+}

@@ -8,8 +8,9 @@
 #include <fmt/format.h>
 
 #include "core/checked.hpp"
-#include "core/error.hpp"
 #include "calc/param_count.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
 #include "core/units.hpp"
 
 namespace kvlab {
@@ -238,6 +239,11 @@ Report run_kvcalc(const KvcalcRequest& r) {
         if (r.explain && !base.numeric_defaults.empty())
             report.notes.push_back(fmt::format("{}: defaults that change no size: {}", base.name, fmt::join(base.numeric_defaults, "; ")));
         if (r.gpu && base.stored_weight_bytes) report.notes.push_back(fmt::format("{}: {}", base.name, base.stored_weights_rule));
+        if (r.gpu && !base.stored_weight_bytes && !base.quant_method.empty())
+            report.notes.push_back(fmt::format("{}: its quantization_config says quant_method {}, so the checkpoint stores most weights narrower "
+                                               "than the {} the fit prices every parameter at: give --weights-dtype (e.g. fp8), or --config the "
+                                               "checkpoint's folder so its safetensors headers give the bytes",
+                                               base.name, quote(base.quant_method, 40), dtype_name(r.weights_dtype)));
         for (auto t : contexts)
             if (base.n_ctx_max > 0 && t > u(base.n_ctx_max))
                 report.notes.push_back(fmt::format("warning: context {} exceeds {}'s {}", t, base.name,

@@ -430,6 +430,10 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
     const bool tie_default = cfg.family == Family::gpt2 || cfg.model_type.rfind("gemma", 0) == 0 || falcon || cfg.model_type == "cohere" ||
                              cfg.model_type == "cohere2";
     cfg.tied_embeddings = FieldReader(root, where).boolean("tie_word_embeddings", f.boolean("tie_word_embeddings", tie_default));
+    // a quantized checkpoint says so (vLLM reads quantization_config from the config, or its text_config)
+    for (const json* holder : std::array<const json*, 2>{&root, &j})
+        if (const auto q = holder->find("quantization_config"); q != holder->end() && q->is_object() && cfg.quant_method.empty())
+            cfg.quant_method = FieldReader(*q, where + ": quantization_config").string("quant_method");
     read_sliding_window(f, j, where, cfg);
     return cfg;
 }
