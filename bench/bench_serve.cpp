@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
         t1.columns = {{"layout", "layout", false}, {"utilization_percent", "KV utilization, mean"}, {"max_running", "sequences at once, max"},
                       {"preemptions", "preemptions"}, {"schedule_share_percent", "bookkeeping / step time"}};
         for (const PoolRow& r : pool)
-            t1.rows.push_back({text_cell(r.name), {fmt::format("{:.1f}%", 100 * r.s.mean_utilization), 100 * r.s.mean_utilization},
+            t1.rows.push_back({text_cell(r.name), percent_cell(100 * r.s.mean_utilization),
                                int_cell(r.s.max_running), int_cell(r.s.preemptions),
                                {fmt::format("{:.2f}%", 100 * r.s.schedule_share), 100 * r.s.schedule_share}});
         const ServeSummary& paged = pool[0].s;

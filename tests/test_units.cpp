@@ -51,3 +51,15 @@ TEST_CASE("split_fields keeps empty fields, as a CSV row needs") {
     CHECK(split_fields("", ',') == std::vector<std::string>{""});
     CHECK(split_fields("x,", ',') == std::vector<std::string>{"x", ""});
 }
+
+TEST_CASE("A percentage strictly between 0 and 100 never prints as either end") {
+    CHECK(percent_cell(94.737).text == "94.7%");
+    CHECK(percent_cell(100.0).text == "100.0%");
+    CHECK(percent_cell(0.0).text == "0.0%");
+    // 3081 of 3082 predictions agree: 99.9676%, which one decimal would print as 100.0%
+    CHECK(percent_cell(100.0 * 3081 / 3082).text == "99.97%");
+    CHECK(percent_cell(0.03).text == "0.03%");
+    CHECK(percent_cell(99.9999).text == "99.9999%");
+    CHECK(percent_cell(99.94).text == "99.9%");
+    CHECK(percent_cell(100.0 * 3081 / 3082).value.get<double>() == doctest::Approx(99.9675535));
+}

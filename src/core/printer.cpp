@@ -1,6 +1,7 @@
 #include "core/printer.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <ostream>
 
 #include <fmt/format.h>
@@ -120,6 +121,18 @@ Cell count_cell(std::uint64_t value, const char* unit) {
         ++i;
     }
     return {i == 0 ? fmt::format("{} {}", value, unit) : fmt::format("{:.2f} {}{}", v, prefixes[i], unit), value};
+}
+
+Cell percent_cell(double percent) {
+    // the fewest decimals, from 1, that do not round a share strictly between 0 and 100 to either end
+    auto rounds_to_end = [&](int decimals) {
+        const double scale = std::pow(10.0, decimals), r = std::round(percent * scale) / scale;
+        return r <= 0.0 || r >= 100.0;
+    };
+    int decimals = 1;
+    if (percent > 0.0 && percent < 100.0)
+        while (decimals < 6 && rounds_to_end(decimals)) ++decimals;
+    return {fmt::format("{:.{}f}%", percent, decimals), percent};
 }
 
 void print_report(std::ostream& out, const Report& report, Format format) {

@@ -35,6 +35,9 @@ Cell bytes_cell(std::uint64_t bytes, UnitSystem units);  // text "512.00 KiB", v
 Cell real_cell(double value, int decimals);               // text fixed-point, value the double
 Cell ratio_cell(double value);                            // text "4.00x", value the double
 Cell count_cell(std::uint64_t value, const char* unit);   // text "30.38 MFLOP" (10^3 steps), value exact
+// text "94.7%", value the percentage; a share that is not exactly 0 or 100 never reads "0.0%" or "100.0%":
+// it gets the decimals that tell it apart ("99.97%", "0.03%")
+Cell percent_cell(double percent);
 
 struct Table {
     std::string title;                      // printed above the table (table/markdown), "table" key in JSON

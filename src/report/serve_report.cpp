@@ -98,7 +98,7 @@ ServeSummary summarize_serving(const ServeResult& r, KvLayout layout) {
 
 namespace {
 
-Cell pct_cell(double fraction) { return {fmt::format("{:.1f}%", 100.0 * fraction), 100.0 * fraction}; }
+Cell pct_cell(double fraction) { return percent_cell(100.0 * fraction); }
 
 struct Metric {
     std::string key, name;

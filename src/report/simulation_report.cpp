@@ -188,7 +188,7 @@ Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& r
                      {"argmax_agreement_percent", "same argmax"}, {"steps", "steps"}};
         const double agree = q->n_steps ? 100.0 * static_cast<double>(q->n_agree) / static_cast<double>(q->n_steps) : 0.0;
         k.rows.push_back({bytes_cell(run.kv_cache_bytes, units), real_cell(q->max_abs_dlogit, 5), {fmt::format("{:.3g}", q->mean_kl), q->mean_kl},
-                          {fmt::format("{:.3g}", q->max_kl), q->max_kl}, {fmt::format("{:.1f}%", agree), agree}, int_cell(q->n_steps)});
+                          {fmt::format("{:.3g}", q->max_kl), q->max_kl}, percent_cell(agree), int_cell(q->n_steps)});
         k.notes.push_back("the same tokens through the model's fp32 weights and fp32 full cache, teacher-forced: the largest logit difference, "
                           "KL(p_fp32 || p) of the next-token distributions in nats, and the steps whose argmax agrees (docs/cli-simulate.md)");
         report.tables.push_back(std::move(k));

@@ -305,7 +305,7 @@ Report eval_report(const PreparedSimulation& p) {
             auto cells = row(policy_name(p, p.policies[i]), c.policy);
             cells.insert(cells.end(), {bytes_cell(kv_stored_token_bytes(p.policies[i].kv, cfg), o.units), {fmt::format("{:+.3f}%", change), change},
                                        {fmt::format("{:.3g}", c.mean_kl), c.mean_kl}, {fmt::format("{:.3g}", c.max_kl), c.max_kl},
-                                       {fmt::format("{:.1f}%", agree), agree}});
+                                       percent_cell(agree)});
             t.rows.push_back(std::move(cells));
         }
         t.notes.push_back("each policy and the fp32 full cache (with the fp32 weights) read the same tokens in lockstep: vs fp32 full = the perplexity's relative change, "
@@ -376,7 +376,7 @@ void add_quality_row(Table& t, const ModelConfig& cfg, const PreparedSimulation:
     if (const auto& q = r.kv_quality) {
         const double agree = q->n_steps ? 100.0 * static_cast<double>(q->n_agree) / static_cast<double>(q->n_steps) : 0.0;
         row.insert(row.end(), {real_cell(q->max_abs_dlogit, 5), {fmt::format("{:.3g}", q->mean_kl), q->mean_kl},
-                               {fmt::format("{:.3g}", q->max_kl), q->max_kl}, {fmt::format("{:.1f}%", agree), agree}});
+                               {fmt::format("{:.3g}", q->max_kl), q->max_kl}, percent_cell(agree)});
     } else {  // the fp32 weights and full cache themselves, or --no-quality
         const bool is_reference = policy.kv.dtype == DType::fp32 && policy.weights == DType::fp32 && !attention_policy;
         row.insert(row.end(), {text_cell(measured ? "reference" : is_reference ? "-" : "not measured"), text_cell("-"), text_cell("-"), text_cell("-")});
