@@ -70,7 +70,8 @@ expect("kvlab kvcalc -m llama-3-8b --gpu h100-sxm-80gb --context 8k,32k --batch 
        OUT "KV/token = 2 \\(K and V\\) x 32 layers" "Does it fit on NVIDIA H100" "Decode roofline"
            # budget floor(85520809984 B x 0.9) - 16060522496 B of bf16 weights = 60908206489 B; / 1 GiB per 8k fp16 sequence = 56
            "fp16 +8192 +56\n")
-# 4 x 32768 tokens x 512 KiB = 64 GiB for Llama-2-7B, more than its 59.15 GiB budget on the H100 (the fit table)
+# 4 x 32768 tokens x 512 KiB = 64 GiB for Llama-2-7B, more than its budget on the H100 (the fit table):
+# floor(85,520,809,984 B x 0.9) - 6,738,415,616 x 2 B of bf16 weights = 63,491,897,753 B = 59.13 GiB
 expect("kvlab kvcalc -m meta-llama/Llama-2-7b-hf,mistral-7b-v0.1 -d fp16 --context 32k --batch 4 --gpu h100 --plot kv.svg"
        OUT "llama-2-7b +MHA \\(native\\) +fp16 +32768 +4 +32768 +16.00 GiB +64.00 GiB")
 # gpt-oss-20b in llama.cpp: 12 full layers x 131072 cells x 8 x 64 x 2 B x 2 (K, V) = 3072 MiB; 12 sliding layers hold
@@ -91,7 +92,9 @@ expect("kvlab simulate --model tiny-llama --eval models/heldout.txt --kv-dtype f
 # 1,228,800 / 32 x 34 + 7,680 = 1.25 MiB (q8_0); tests/cli/models.cmake derives the counts
 expect("kvlab simulate --model tiny-llama --prompt \"Once upon a time\" -n 32 --weight-dtype fp32,bf16,q8_0"
        OUT "fp32 +fp32 .* 4\\.69 MiB .* reference" "fp32 +bf16 .* 2\\.35 MiB " "fp32 +q8_0 .* 1\\.25 MiB ")
-# 16 requests share a 64-token prefix (4 blocks of 16); arriving 0.5 per step, all but the first find it cached. The
+# 16 requests share a 64-token prefix (4 blocks of 16); arriving 0.5 per step, all but the first find it cached:
+# 15 x 64 = 960 tokens. The last request is preempted twice and on each return finds its 80 computed tokens' 5 full
+# blocks (the 64 shared and 16 of its own): 2 x 80 = 160 more, 1120 in all (docs/serving.md walks through it). The
 # scheduler depends only on lengths, so the counts are exact on any host
 expect("kvlab serve --model tiny-llama --requests 16 --shared-prefix 64 --prompt-len 8..64 --output-len 16..64 --arrival-rate 0.5 --prefix-cache --kv-layout paged"
        OUT "requests finished +16 / 16" "tokens found in the prefix cache +1120\n")

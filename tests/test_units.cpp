@@ -63,3 +63,11 @@ TEST_CASE("A percentage strictly between 0 and 100 never prints as either end") 
     CHECK(percent_cell(99.94).text == "99.9%");
     CHECK(percent_cell(100.0 * 3081 / 3082).value.get<double>() == doctest::Approx(99.9675535));
 }
+
+TEST_CASE("A change that is not zero never prints as +0.000%") {
+    CHECK(change_percent_cell(0.189).text == "+0.189%");
+    CHECK(change_percent_cell(-0.0104).text == "-0.010%");
+    CHECK(change_percent_cell(0.0).text == "+0.000%");
+    CHECK(change_percent_cell(0.00034).text == "+0.0003%");   // bf16 weights: perplexity 1.191794 over 1.191790
+    CHECK(change_percent_cell(-0.000041).text == "-0.00004%");
+}

@@ -135,6 +135,12 @@ Cell percent_cell(double percent) {
     return {fmt::format("{:.{}f}%", percent, decimals), percent};
 }
 
+Cell change_percent_cell(double percent) {
+    int decimals = 3;
+    while (decimals < 6 && percent != 0.0 && std::round(std::abs(percent) * std::pow(10.0, decimals)) == 0.0) ++decimals;
+    return {fmt::format("{:+.{}f}%", percent, decimals), percent};
+}
+
 void print_report(std::ostream& out, const Report& report, Format format) {
     switch (format) {
     case Format::table:

@@ -38,6 +38,9 @@ Cell count_cell(std::uint64_t value, const char* unit);   // text "30.38 MFLOP" 
 // text "94.7%", value the percentage; a share that is not exactly 0 or 100 never reads "0.0%" or "100.0%":
 // it gets the decimals that tell it apart ("99.97%", "0.03%")
 Cell percent_cell(double percent);
+// text "+0.189%" (sign always, 3 decimals), value the change in percent; a change that is not exactly 0
+// never reads "+0.000%": it gets the decimals that show it (up to 6, then "+0.000000%")
+Cell change_percent_cell(double percent);
 
 struct Table {
     std::string title;                      // printed above the table (table/markdown), "table" key in JSON

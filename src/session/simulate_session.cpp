@@ -303,7 +303,7 @@ Report eval_report(const PreparedSimulation& p) {
             const double change = 100.0 * (c.policy.perplexity / e.reference.perplexity - 1.0);
             const double agree = 100.0 * static_cast<double>(c.n_agree) / static_cast<double>(c.policy.n_scored);
             auto cells = row(policy_name(p, p.policies[i]), c.policy);
-            cells.insert(cells.end(), {bytes_cell(kv_stored_token_bytes(p.policies[i].kv, cfg), o.units), {fmt::format("{:+.3f}%", change), change},
+            cells.insert(cells.end(), {bytes_cell(kv_stored_token_bytes(p.policies[i].kv, cfg), o.units), change_percent_cell(change),
                                        {fmt::format("{:.3g}", c.mean_kl), c.mean_kl}, {fmt::format("{:.3g}", c.max_kl), c.max_kl},
                                        percent_cell(agree)});
             t.rows.push_back(std::move(cells));
