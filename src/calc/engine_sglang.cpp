@@ -55,6 +55,8 @@ EngineAnswer sglang_answer(const EngineCase& c, const EngineSettings& s) {
     const std::uint64_t buffer = checked_mul(*tokens + page, row, "SGLang pool");
     if (cfg.mla) a.log_lines.push_back(fmt::format("KV Cache is allocated. #tokens: {}, KV size: {:.2f} GB", *tokens, gib(buffer)));
     else a.log_lines.push_back(fmt::format("KV Cache is allocated. #tokens: {}, K size: {:.2f} GB, V size: {:.2f} GB", *tokens, gib(buffer), gib(buffer)));
+    a.notes.push_back("SGLang's log line says GB for 2^30 bytes (GB = 1024 * 1024 * 1024 in mem_cache/memory_pool.py): its sizes are GiB, "
+                      "printed here as SGLang prints them");
     a.bytes_allocated = cfg.mla ? buffer : 2 * buffer;
     a.token_capacity = *tokens;
     a.concurrency = static_cast<double>(*tokens) / static_cast<double>(c.context);

@@ -54,7 +54,9 @@ Report gpu_presets_report(bool with_sources) {
     report.tables.push_back(std::move(t));
     report.notes.push_back("memory: the datasheet's 'N GB', which for these parts is N GiB (gpus.json, memory_convention); "
                            "driver-reported: nvidia-smi's memory.total (kvcalc --gpu uses it when known); engines size from CUDA's own total, a little lower (H100 80GB: 79.11-79.18 GiB)");
-    report.notes.push_back("bandwidth in GB/s (10^9 B/s) and FP16 dense (no 2:4 sparsity) Tensor Core FLOP/s, as the datasheets print them");
+    report.notes.push_back("bandwidth in decimal units (GB/s = 10^9 B/s, TB/s = 10^12 B/s) and FP16 dense (no 2:4 sparsity) Tensor Core FLOP/s "
+                           "with FP32 accumulation (what cuBLAS and PyTorch GEMMs use; GeForce parts run twice as fast accumulating in FP16), "
+                           "as the datasheets print them");
     return report;
 }
 

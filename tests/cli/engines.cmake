@@ -71,7 +71,7 @@ kvlab_expect_lines(ARGS kvcalc -m gemma-3-27b --engine vllm --gpu h100-sxm-80gb 
 # --- SGLang (v0.5.2 rules): K bytes = (#tokens + 1 padding row) x KV heads per GPU x head_dim x layers x 2 B, in 2^30 "GB" ---
 # Llama-3.3-70B-Instruct (Llama-3.1-70B's shape), --tp 8: sglang PR #11716. 2795208 x 1 x 128 x 80 x 2 = 57,245,859,840 B.
 kvlab_expect_lines(ARGS kvcalc -m llama-3.1-70b --engine sglang --tp 8 --kv-tokens 2795207 --context 131072 LINES
-  "KV Cache is allocated. #tokens: 2795207, K size: 53.31 GB, V size: 53.31 GB")
+  "KV Cache is allocated. #tokens: 2795207, K size: 53.31 GB, V size: 53.31 GB" "says GB for 2^30 bytes")
 # Qwen2.5-VL-7B-Instruct (its language model has Qwen2.5-7B's 28 layers x 4 KV heads x 128): sglang PR #11830.
 kvlab_expect_lines(ARGS kvcalc -m qwen2.5-7b --engine sglang --kv-tokens 2243474 --context 32768 LINES
   "KV Cache is allocated. #tokens: 2243474, K size: 59.91 GB, V size: 59.91 GB")
