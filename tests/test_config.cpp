@@ -290,3 +290,14 @@ TEST_CASE("Parameter counts per family: norms, biases, MLP form, shared experts,
                                    {"intermediate_size", 22528}, {"vocab_size", 256000}, {"max_position_embeddings", 8192}};
     CHECK(parse_model_config(cohere, "c.json", "c").tied_embeddings);
 }
+
+TEST_CASE("Llama 4's chunked attention is sized as full attention, and the rule says so") {
+    const nlohmann::json scout = {{"model_type", "llama4_text"}, {"hidden_size", 5120}, {"num_hidden_layers", 48}, {"num_attention_heads", 40},
+                                  {"num_key_value_heads", 8}, {"head_dim", 128}, {"intermediate_size", 8192}, {"vocab_size", 202048},
+                                  {"attention_chunk_size", 8192}, {"max_position_embeddings", 10485760}};
+    const auto cfg = parse_model_config(scout, "scout.json", "scout");
+    CHECK_FALSE(cfg.sliding_window.has_value());
+    CHECK(cfg.window_rule.find("attention_chunk_size 8192 sized as full attention") != std::string::npos);
+    // 2 x 48 x 8 x 128 x 2 B = 196,608 B a token on every layer, whatever the chunk
+    CHECK(kv_bytes_sequence(cfg, DType::bf16, 16384, WindowMode::cap).total() == 16384ull * 196608);
+}

@@ -435,6 +435,13 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
         if (const auto q = holder->find("quantization_config"); q != holder->end() && q->is_object() && cfg.quant_method.empty())
             cfg.quant_method = FieldReader(*q, where + ": quantization_config").string("quant_method");
     read_sliding_window(f, j, where, cfg);
+    // Llama 4's chunked local attention (3 layers of 4 see only their attention_chunk_size-token chunk) is
+    // sized as full attention: vLLM v0.10.2 turns its hybrid allocator off for it by default and gives every
+    // layer every token; transformers' cache and llama.cpp hold one chunk on those layers
+    if (const auto chunk = f.optional({"attention_chunk_size"}); chunk && !cfg.sliding_window)
+        cfg.window_rule += fmt::format("; attention_chunk_size {} sized as full attention, as vLLM v0.10.2 allocates it "
+                                       "(transformers and llama.cpp keep one chunk on its chunked layers)",
+                                       *chunk);
     return cfg;
 }
 
