@@ -258,3 +258,18 @@ TEST_CASE("A config whose quantization_config names a method gets a note on the 
     const auto plain = run_kvcalc(r);
     CHECK(std::none_of(plain.notes.begin(), plain.notes.end(), [](const std::string& n) { return n.find("quant_method") != std::string::npos; }));
 }
+
+TEST_CASE("Roofline rows say whether the batch's KV fits; no batch is sized past the model's max context") {
+    auto r = gpu_request("llama-3-8b", "test", 80ull << 30, 2000000000000ull);
+    r.contexts = {8192, 32768};  // Llama-3-8B's max context is 8192
+    r.batches = {1, 64};
+    const auto report = run_kvcalc(r);
+    // budget floor(80 GiB x 0.9) - 16,060,522,496 B = 61,248,888,832 B; 64 x 8192 tokens x 131,072 B = 64 GiB does not fit, 1 x 8192 does
+    const auto& roof = table_named(report, "Decode roofline");
+    CHECK(cell(roof, 0, "kv_fits") == true);   // T 8192, B 1
+    CHECK(cell(roof, 1, "kv_fits") == false);  // T 8192, B 64
+    const auto& batch = table_named(report, "Largest batch at each context");
+    CHECK(cell(batch, 0, "max_batch") == 61248888832ull / (131072ull * 8192));  // 57 at 8192
+    CHECK(batch.rows[1][4].text == "-");                                       // 32768: past the model's 8192
+    CHECK(cell(batch, 1, "max_batch").is_null());
+}

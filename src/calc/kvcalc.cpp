@@ -210,7 +210,7 @@ Report run_kvcalc(const KvcalcRequest& r) {
         roofline = Table{fmt::format("Decode roofline on {} ({}/s per GPU)", r.gpu->display_name, format_bytes(r.gpu->bandwidth_bytes_per_s, UnitSystem::si)),
                          {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"context", "context"},
                           {"batch", "batch"}, {"bytes_weights_read", "weights read"}, {"bytes_kv_read", "KV read"},
-                          {"min_ms_per_step", "min ms/step"}, {"max_tokens_per_s", "max tok/s"}}, {}, {}};
+                          {"min_ms_per_step", "min ms/step"}, {"max_tokens_per_s", "max tok/s"}, {"kv_fits", "KV fits", false}}, {}, {}};
     }
     if (r.kv_budget) {
         const auto bs = r.block_size ? r.block_size : 16;
@@ -349,9 +349,9 @@ Report run_kvcalc(const KvcalcRequest& r) {
                     gpu_fit.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), params_cell(params.total()), bytes_cell(weights, U),
                                             text_cell("yes"), bytes_cell(kv_budget, U), uint_cell(max_tokens)});
                     const auto limit = cfg.n_ctx_max > 0 ? u(cfg.n_ctx_max) : (std::uint64_t{1} << 40);
-                    for (const auto t : contexts)
+                    for (const auto t : contexts)  // past the model's max context there is no batch to size: "-" (null)
                         gpu_batch.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(t),
-                                                  uint_cell(kv_budget / sequence_bytes(gpu_cfg, dtype, t, r))});
+                                                  t > limit ? Cell{"-", nullptr} : uint_cell(kv_budget / sequence_bytes(gpu_cfg, dtype, t, r))});
                     for (const auto b : r.batches) {
                         const auto c = max_context(gpu_cfg, dtype, b, kv_budget, limit, r);
                         gpu_context.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(b),
@@ -381,7 +381,7 @@ Report run_kvcalc(const KvcalcRequest& r) {
                             const double s = static_cast<double>(total) / static_cast<double>(r.gpu->bandwidth_bytes_per_s);
                             roofline.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(t), uint_cell(b),
                                                      bytes_cell(active_weights, U), bytes_cell(kv_read, U), real_cell(s * 1e3, 3),
-                                                     real_cell(static_cast<double>(b) / s, 1)});
+                                                     real_cell(static_cast<double>(b) / s, 1), Cell{kv_read > kv_budget ? "no" : "yes", kv_read <= kv_budget}});
                             if (r.explain)
                                 report.notes.push_back(fmt::format("{} {} {}: min time/step at T={}, B={} = ({} B weights + {} B KV) / {} B/s = {:.3f} ms", cfg.name,
                                                                    att, dn, t, b, active_weights, kv_read, r.gpu->bandwidth_bytes_per_s, s * 1e3));
