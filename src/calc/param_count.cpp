@@ -118,7 +118,7 @@ Cell params_cell(std::uint64_t count) {
     const double n = static_cast<double>(count);
     if (count >= 1000000000) return {fmt::format("{:.2f} B", n / 1e9), count};
     if (count >= 1000000) return {fmt::format("{:.2f} M", n / 1e6), count};
-    if (count >= 1000) return {fmt::format("{:.2f} K", n / 1e3), count};
+    if (count >= 1000) return {fmt::format("{:.2f} k", n / 1e3), count};
     return {fmt::format("{}", count), count};
 }
 
