@@ -226,6 +226,9 @@ TEST_CASE("The max context is vLLM's max_model_len: the smallest length key, mod
     CHECK(ctx({{"max_position_embeddings", 8192}, {"seq_length", 4096}}) == 4096);
     CHECK(ctx({{"max_position_embeddings", 8192}, {"model_max_length", 131072}}) == 131072);
     CHECK_THROWS_AS(ctx({{"max_position_embeddings", 4096}, {"rope_scaling", {{"type", "yarn"}, {"factor", 4.0}}}}), ConfigError);
+    // a tokenizer's no-limit sentinel is no length: left out (with a note), not refused
+    CHECK(ctx({{"max_position_embeddings", 4096}, {"model_max_length", 1e30}}) == 4096);
+    CHECK(ctx({{"max_position_embeddings", 4096}, {"rope_scaling", {{"rope_type", "linear"}, {"factor", 2}}}}) == 8192);  // an integer factor
 }
 
 TEST_CASE("Only DeepSeek-family model types cache the MLA latent; MiniCPM3's same projections cache every head") {

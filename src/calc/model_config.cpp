@@ -130,14 +130,21 @@ void read_weight_layout(const FieldReader& f, ModelConfig& cfg) {
 // x factor; linear, dynamic: x factor). su, longrope and llama3 configs already give the long length in
 // max_position_embeddings, and Gemma 3's is already scaled, so those are left as they are.
 void read_max_context(const FieldReader& f, const std::string& where, ModelConfig& cfg) {
+    // model_max_length may be a tokenizer's "no limit" sentinel (1e30, as tokenizer_config.json writes it): a number
+    // past 2^40 is no length, and is left out with a note rather than refused
+    const json* mml = f.find({"model_max_length"});
+    const bool sentinel = mml && mml->is_number() && mml->get<double>() > static_cast<double>(std::int64_t{1} << 40);
+    if (sentinel) cfg.defaults.push_back(fmt::format("model_max_length {} ignored: a no-limit sentinel, not a length", mml->dump()));
     std::string key;
     for (const char* k : {"max_position_embeddings", "n_positions", "n_ctx", "max_seq_len", "seq_length", "model_max_length",
-                          "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len"})
+                          "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len"}) {
+        if (sentinel && std::string_view(k) == "model_max_length") continue;
         if (const auto v = f.optional({k}); v && (key.empty() || *v < cfg.n_ctx_max)) {
             cfg.n_ctx_max = *v;
             key = k;
         }
-    if (const auto v = f.optional({"model_max_length"})) {
+    }
+    if (const auto v = sentinel ? std::nullopt : f.optional({"model_max_length"})) {
         cfg.n_ctx_max = *v;
         key = "model_max_length";
     }
