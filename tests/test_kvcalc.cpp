@@ -266,8 +266,8 @@ TEST_CASE("Roofline rows say whether the batch's KV fits; no batch is sized past
     const auto report = run_kvcalc(r);
     // budget floor(80 GiB x 0.9) - 16,060,522,496 B = 61,248,888,832 B; 64 x 8192 tokens x 131,072 B = 64 GiB does not fit, 1 x 8192 does
     const auto& roof = table_named(report, "Decode roofline");
-    CHECK(cell(roof, 0, "kv_fits") == true);   // T 8192, B 1
-    CHECK(cell(roof, 1, "kv_fits") == false);  // T 8192, B 64
+    CHECK(cell(roof, 0, "kv_fits") == "yes");  // T 8192, B 1
+    CHECK(cell(roof, 1, "kv_fits") == "no");   // T 8192, B 64
     const auto& batch = table_named(report, "Largest batch at each context");
     CHECK(cell(batch, 0, "max_batch") == 61248888832ull / (131072ull * 8192));  // 57 at 8192
     CHECK(batch.rows[1][4].text == "-");                                       // 32768: past the model's 8192
