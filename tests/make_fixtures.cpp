@@ -188,6 +188,21 @@ int main(int argc, char** argv) {
                                           .u32("qwen3moe.attention.value_length", 128)
                                           .u32("qwen3moe.vocab_size", 151936)
                                           .bytes());
+    // the same Qwen3-30B-A3B with no feed_forward_length: every layer is MoE, so the experts' width is the only one
+    write_file(dir / "qwen3moe-no-ff.gguf", GgufWriter()
+                                                .str("general.architecture", "qwen3moe")
+                                                .u32("qwen3moe.block_count", 48)
+                                                .u32("qwen3moe.context_length", 40960)
+                                                .u32("qwen3moe.embedding_length", 2048)
+                                                .u32("qwen3moe.expert_feed_forward_length", 768)
+                                                .u32("qwen3moe.expert_count", 128)
+                                                .u32("qwen3moe.expert_used_count", 8)
+                                                .u32("qwen3moe.attention.head_count", 32)
+                                                .u32("qwen3moe.attention.head_count_kv", 4)
+                                                .u32("qwen3moe.attention.key_length", 128)
+                                                .u32("qwen3moe.attention.value_length", 128)
+                                                .u32("qwen3moe.vocab_size", 151936)
+                                                .bytes());
     write_file(dir / "deepseek2-mla.gguf", deepseek(true));
     write_file(dir / "deepseek2-legacy.gguf", deepseek(false));
     write_file(dir / "gguf_truncated.gguf", gguf.substr(0, gguf.size() - 5));

@@ -226,6 +226,12 @@ TEST_CASE("The max context is vLLM's max_model_len: the smallest length key, mod
     CHECK(ctx({{"max_position_embeddings", 8192}, {"seq_length", 4096}}) == 4096);
     CHECK(ctx({{"max_position_embeddings", 8192}, {"model_max_length", 131072}}) == 131072);
     CHECK_THROWS_AS(ctx({{"max_position_embeddings", 4096}, {"rope_scaling", {{"type", "yarn"}, {"factor", 4.0}}}}), ConfigError);
+    // an integral float is that length, as vLLM's min() reads it; a fractional one is refused
+    CHECK(ctx({{"max_position_embeddings", 32768.0}}) == 32768);
+    CHECK_THROWS_AS(ctx({{"max_position_embeddings", 4096.5}}), ConfigError);
+    // rope_type wins over the old type (and the note says so); rope_scaling without either is refused
+    CHECK(ctx({{"max_position_embeddings", 4096}, {"rope_scaling", {{"rope_type", "linear"}, {"type", "dynamic"}, {"factor", 2.0}}}}) == 8192);
+    CHECK_THROWS_AS(ctx({{"max_position_embeddings", 4096}, {"rope_scaling", {{"factor", 2.0}}}}), ConfigError);
     // a tokenizer's no-limit sentinel is no length: left out (with a note), not refused
     CHECK(ctx({{"max_position_embeddings", 4096}, {"model_max_length", 1e30}}) == 4096);
     CHECK(ctx({{"max_position_embeddings", 4096}, {"rope_scaling", {{"rope_type", "linear"}, {"factor", 2}}}}) == 8192);  // an integer factor
@@ -248,8 +254,10 @@ TEST_CASE("Only DeepSeek-family model types cache the MLA latent; MiniCPM3's sam
     const auto d = parse_model_config(ds, "ds.json", "ds");
     REQUIRE(d.mla.has_value());
     CHECK(kv_bytes_per_token(d, DType::bf16).total() == 35712);
-    // the weights are counted with the low-rank projections either way
-    CHECK(count_params(m).attention == count_params(d).attention);
+    // the weights are counted with the low-rank projections either way: q_a 2560 x 768 + its norm 768 + q_b 768 x 40 x 96,
+    // kv_a 2560 x 288 + its norm 256, kv_b 256 x 40 x (64 + 64), o 40 x 64 x 2560 = 13,517,824 a layer
+    CHECK(count_params(m).attention == 62ull * 13517824);
+    CHECK(count_params(d).attention == 62ull * 13517824);
 }
 
 TEST_CASE("Parameter counts per family: norms, biases, MLP form, shared experts, interleaved MoE") {

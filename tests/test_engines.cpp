@@ -138,10 +138,20 @@ TEST_CASE("TensorRT-LLM 1.2 logs the primary blocks in its per-window line, then
     const auto cfg = load_preset("llama-3-8b");
     const auto a = ask(Engine::trtllm, cfg, DType::bf16, 8192, std::uint64_t{20} << 30);
     // 2 x 32 layers x 8 x 128 x 2 B = 131072 B a token: 20 GiB / 131072 = 163840 tokens = 5120 blocks of 32;
-    // a sequence of 8192 tokens: 256 blocks
+    // a sequence: 8192 + 1 tokens (the overlap scheduler's extra one, on by default) = ceil(8193 / 32) = 257 blocks
     REQUIRE(a.log_lines.size() == 3);
-    CHECK(a.log_lines[0] == "[TensorRT-LLM][INFO] Max KV cache blocks per sequence: 256 [window size=8192], tokens per block=32, "
-                            "primary blocks=5120, secondary blocks=0, max sequence length=8192");
+    CHECK(a.log_lines[0] == "[TensorRT-LLM][INFO] Max KV cache blocks per sequence: 257 [window size=8193], tokens per block=32, "
+                            "primary blocks=5120, secondary blocks=0, max sequence length=8193");
     CHECK(a.log_lines[1] == "[TensorRT-LLM][INFO] Number of tokens per block: 32.");
     CHECK(a.log_lines[2] == "[TensorRT-LLM][INFO] [MemUsageChange] Allocated 20.00 GiB for max tokens in paged KV cache (163840).");
+}
+
+TEST_CASE("vLLM refusing to start prints no padding line: the memory check comes before the grouping") {
+    const auto cfg = test::data_config("gemma-3-4b-it.json");  // 1 padding layer when it starts
+    EngineSettings s;
+    s.max_num_batched_tokens = 8192;
+    const auto a = ask(Engine::vllm, cfg, DType::bf16, 131072, std::uint64_t{1} << 30, s);  // 1 GiB: far too little for 128k tokens
+    REQUIRE(a.log_lines.size() == 2);
+    CHECK(a.log_lines[0] == "Available KV cache memory: 1.00 GiB");
+    CHECK(a.log_lines[1].rfind("ValueError: To serve at least one request", 0) == 0);
 }

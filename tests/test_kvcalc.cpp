@@ -272,4 +272,12 @@ TEST_CASE("Roofline rows say whether the batch's KV fits; no batch is sized past
     CHECK(cell(batch, 0, "max_batch") == 61248888832ull / (131072ull * 8192));  // 57 at 8192
     CHECK(batch.rows[1][4].text == "-");                                       // 32768: past the model's 8192
     CHECK(cell(batch, 1, "max_batch").is_null());
+    // with --block-size 16, 4097 tokens hold 257 blocks = 4112 token slots: 114 x 4112 x 131072 B = 61,442,359,296 B is past the
+    // budget, though 114 x 4097 x 131072 B = 61,218,226,176 B of tokens would fit; KV fits follows the blocks, as Largest batch does
+    r.contexts = {4097};
+    r.batches = {114};
+    r.block_size = 16;
+    const auto paged = run_kvcalc(r);
+    CHECK(cell(table_named(paged, "Decode roofline"), 0, "kv_fits") == "no");
+    CHECK(cell(table_named(paged, "Largest batch at each context"), 0, "max_batch") == 113);  // 61,248,888,832 / 538,968,064
 }

@@ -42,11 +42,14 @@ EngineAnswer trtllm_answer(const EngineCase& c, const EngineSettings& s) {
     const std::uint64_t bytes = checked_mul(tokens, per_token, "TensorRT-LLM pool");
     // BlockManager's constructor (kvCacheManager.cpp at 1.2.0rc2), one line per attention window: here the
     // one window max_seq_len, whose blocks are ceil(max_seq_len / tokens_per_block); then allocatePools'
-    // two lines. Releases before 1.0 printed "Number of blocks in KV cache primary pool: N" instead of
-    // the first; 1.2 prints that one per window at DEBUG.
+    // two lines. The KV cache's max_seq_len is the requested one + 1 under the overlap scheduler, which is on
+    // by default (py_executor_creator.py: `if not disable_overlap_scheduler: max_seq_len = ... + 1`).
+    // Releases before 1.0 printed "Number of blocks in KV cache primary pool: N" instead of the first line;
+    // 1.2 prints that one per window at DEBUG.
+    const std::uint64_t seq = checked_add(c.context, 1, "TensorRT-LLM max_seq_len");
     a.log_lines.push_back(fmt::format("[TensorRT-LLM][INFO] Max KV cache blocks per sequence: {} [window size={}], tokens per block={}, "
                                       "primary blocks={}, secondary blocks=0, max sequence length={}",
-                                      (c.context + tpb - 1) / tpb, c.context, tpb, blocks, c.context));
+                                      (seq + tpb - 1) / tpb, seq, tpb, blocks, seq));
     a.log_lines.push_back(fmt::format("[TensorRT-LLM][INFO] Number of tokens per block: {}.", tpb));
     a.log_lines.push_back(fmt::format("[TensorRT-LLM][INFO] [MemUsageChange] Allocated {:.2f} GiB for max tokens in paged KV cache ({}).", gib(bytes), tokens));
     a.bytes_allocated = bytes;

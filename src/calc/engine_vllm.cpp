@@ -87,8 +87,10 @@ EngineAnswer vllm_answer(const EngineCase& c, const EngineSettings& s) {
 
     // the order vLLM logs them in: the worker's budget (gpu_worker.py), then the engine core's grouping
     // (the padding line), the override and the check that one request fits (kv_cache_utils.py)
+    // (check_enough_kv_cache_memory runs before the grouping: a refused start prints no padding line)
     if (c.kv_budget) a.log_lines.push_back(fmt::format("Available KV cache memory: {:.2f} GiB", gib(*c.kv_budget)));
-    if (!padding_line.empty()) a.log_lines.push_back(padding_line);
+    const bool refused = !s.kv_tokens && c.kv_budget && needed > *c.kv_budget;
+    if (!padding_line.empty() && !refused) a.log_lines.push_back(padding_line);
     std::optional<std::uint64_t> blocks;
     if (s.kv_tokens) {
         blocks = *s.kv_tokens / bs;  // --num-gpu-blocks-override: the pool's blocks, whatever the memory says

@@ -375,13 +375,16 @@ Report run_kvcalc(const KvcalcRequest& r) {
                             const auto active_weights = ceil_div(decode_weight_bytes(cfg, native, r, b), r.tp);
                             const auto kv_read = checked_mul(kv_bytes_sequence(gpu_cfg, dtype, t, r.window_mode).total(), b, "KV bytes read");
                             const auto total = checked_add(active_weights, kv_read, "bytes per step");
-                            if (kv_read > kv_budget)
+                            // fits: the batch's KV as the budget holds it (whole blocks with --block-size), as "Largest batch" counts
+                            const auto kv_held = checked_mul(sequence_bytes(gpu_cfg, dtype, t, r), b, "KV bytes per batch");
+                            const bool kv_fits = kv_held <= kv_budget;
+                            if (!kv_fits)
                                 report.notes.push_back(fmt::format("warning: {} {} {}: batch {} at context {} needs {} of KV per GPU, more than the {} budget; its roofline row is hypothetical",
-                                                                   cfg.name, att, dn, b, t, format_bytes(kv_read, U), format_bytes(kv_budget, U)));
+                                                                   cfg.name, att, dn, b, t, format_bytes(kv_held, U), format_bytes(kv_budget, U)));
                             const double s = static_cast<double>(total) / static_cast<double>(r.gpu->bandwidth_bytes_per_s);
                             roofline.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(t), uint_cell(b),
                                                      bytes_cell(active_weights, U), bytes_cell(kv_read, U), real_cell(s * 1e3, 3),
-                                                     real_cell(static_cast<double>(b) / s, 1), text_cell(kv_read > kv_budget ? "no" : "yes")});  // as the fit table's "fits"
+                                                     real_cell(static_cast<double>(b) / s, 1), text_cell(kv_fits ? "yes" : "no")});  // as the fit table's "fits"
                             if (r.explain)
                                 report.notes.push_back(fmt::format("{} {} {}: min time/step at T={}, B={} = ({} B weights + {} B KV) / {} B/s = {:.3f} ms", cfg.name,
                                                                    att, dn, t, b, active_weights, kv_read, r.gpu->bandwidth_bytes_per_s, s * 1e3));
@@ -392,8 +395,9 @@ Report run_kvcalc(const KvcalcRequest& r) {
                     const auto per_token_gpu = kv_bytes_per_token(gpu_cfg, dtype).total();
                     const auto fit = fit_budget(*r.kv_budget, per_token_gpu, bs);
                     for (const auto t : contexts) {
-                        // a request holds whole blocks of its tokens (a windowed layer: of min(W, T), --window-mode cap),
-                        // as vLLM v0.10.2 divides blocks by cdiv(T, block size); without windows blocks / ceil(T / bs)
+                        // a request holds whole blocks of its tokens (a windowed layer: of min(W, T), --window-mode cap);
+                        // without windows blocks / ceil(T / bs), vLLM v0.10.2's division (--engine vllm adds what it
+                        // reserves beyond a window)
                         const auto pool = checked_mul(checked_mul(fit.n_blocks, bs, "KV pool"), per_token_gpu, "KV pool");
                         const auto request = kv_bytes_sequence_paged(gpu_cfg, dtype, t, r.window_mode, bs).total();
                         const double conc = static_cast<double>(pool) / static_cast<double>(request);
@@ -401,7 +405,7 @@ Report run_kvcalc(const KvcalcRequest& r) {
                                                uint_cell(fit.n_tokens), uint_cell(t), {fmt::format("{:.2f}x", conc), conc}});
                         if (r.explain)
                             report.notes.push_back(fmt::format("{} {} {}: # GPU blocks = floor({} B / ({} tokens x {} B)) = {}; concurrency at {} tokens = "
-                                                               "{} x {} x {} B / {} B (a request's whole blocks) = {:.2f}x",
+                                                               "{} x {} x {} B / {} B (a request's whole blocks, windows capped) = {:.2f}x",
                                                                cfg.name, att, dn, *r.kv_budget, bs, per_token_gpu, fit.n_blocks, t, fit.n_blocks, bs,
                                                                per_token_gpu, request, conc));
                     }

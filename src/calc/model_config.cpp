@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/json_input.hpp"
 #include "core/mapped_file.hpp"
+#include "core/text.hpp"
 
 namespace kvlab {
 namespace {
@@ -135,16 +136,25 @@ void read_max_context(const FieldReader& f, const std::string& where, ModelConfi
     const json* mml = f.find({"model_max_length"});
     const bool sentinel = mml && mml->is_number() && mml->get<double>() > static_cast<double>(std::int64_t{1} << 40);
     if (sentinel) cfg.defaults.push_back(fmt::format("model_max_length {} ignored: a no-limit sentinel, not a length", mml->dump()));
+    // a length written as an integral float (131072.0) is that integer, as vLLM's min() takes it; 4096.5 is refused
+    auto length = [&](const char* k) -> std::optional<std::int64_t> {
+        const json* v = f.find({k});
+        if (!v) return std::nullopt;
+        if (v->is_number_float() && std::isfinite(v->get<double>()) && v->get<double>() == std::floor(v->get<double>()) && v->get<double>() >= 1.0 &&
+            v->get<double>() <= static_cast<double>(std::int64_t{1} << 40))
+            return static_cast<std::int64_t>(v->get<double>());
+        return f.positive_int(*v, k);
+    };
     std::string key;
     for (const char* k : {"max_position_embeddings", "n_positions", "n_ctx", "max_seq_len", "seq_length", "model_max_length",
                           "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len"}) {
         if (sentinel && std::string_view(k) == "model_max_length") continue;
-        if (const auto v = f.optional({k}); v && (key.empty() || *v < cfg.n_ctx_max)) {
+        if (const auto v = length(k); v && (key.empty() || *v < cfg.n_ctx_max)) {
             cfg.n_ctx_max = *v;
             key = k;
         }
     }
-    if (const auto v = sentinel ? std::nullopt : f.optional({"model_max_length"})) {
+    if (const auto v = sentinel ? std::nullopt : length("model_max_length")) {
         cfg.n_ctx_max = *v;
         key = "model_max_length";
     }
@@ -153,7 +163,14 @@ void read_max_context(const FieldReader& f, const std::string& where, ModelConfi
     const json* rs = f.find({"rope_scaling"});
     if (!rs || !rs->is_object() || cfg.model_type.find("gemma3") != std::string::npos) return;
     const FieldReader r(*rs, where + ": rope_scaling");
-    const std::string type = r.find({"rope_type"}) ? r.string("rope_type") : r.string("type");
+    if (rs->empty()) return;
+    // type is the old name of rope_type (vLLM's patch_rope_scaling_dict); the new name wins, and a config that
+    // gives two different ones is told so. Neither is an error: no engine knows what to scale
+    const std::string rope_type = r.string("rope_type"), old_type = r.string("type");
+    if (!rope_type.empty() && !old_type.empty() && rope_type != old_type)
+        cfg.defaults.push_back(fmt::format("rope_scaling's rope_type {} read, its type {} left out", quote(rope_type, 40), quote(old_type, 40)));
+    const std::string type = rope_type.empty() ? old_type : rope_type;
+    if (type.empty()) throw ConfigError(fmt::format("{}: rope_scaling has no rope_type (or type); expected the scaling type, e.g. \"yarn\"", where));
     if (type == "su" || type == "longrope" || type == "llama3") return;
     const double factor = r.positive_real({"factor"}, 1.0);
     std::int64_t base = cfg.n_ctx_max;
@@ -396,6 +413,12 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
                                             "the kv_lora_rank latent)", cfg.n_head_kv, cfg.model_type.empty() ? "(none)" : cfg.model_type);
             cfg.head_dim_rule = fmt::format("head_dim {} = qk_nope_head_dim {} + qk_rope_head_dim {} (V is padded to it, as vLLM stores it)",
                                             cfg.d_head, shape.qk_nope_head_dim, shape.qk_rope_head_dim);
+            try {  // the widths these heads form fit 64 bits, as checked above for the others
+                cfg.d_q();
+                cfg.d_kv();
+            } catch (const OverflowError& e) {
+                throw ConfigError(fmt::format("{}: {}", where, e.what()));
+            }
         } else {
             cfg.mla = shape;
             cfg.kv_heads_rule = fmt::format("MLA: one latent of kv_lora_rank {} + qk_rope_head_dim {} per token per layer", *rank, *rope);
@@ -423,10 +446,10 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
         cfg.d_ff_dense = f.optional({"intermediate_size_mlp"}).value_or(0);
     }
     // Qwen2-MoE: one shared expert shared_expert_intermediate_size wide, behind a sigmoid gate
-    if (const auto shared = f.optional({"shared_expert_intermediate_size"}); shared && cfg.n_expert > 1) {
+    if (const auto shared = f.optional({"shared_expert_intermediate_size"}); shared && cfg.n_expert > 1 && !f.find({"n_shared_experts"})) {
         cfg.n_expert_shared = 1;
         cfg.d_ff_shared = *shared;
-        cfg.shared_expert_gate = true;
+        cfg.shared_expert_gate = cfg.model_type.rfind("qwen", 0) == 0;
     }
     read_weight_layout(f, cfg);
     cfg.rope_theta = f.positive_real({"rope_theta"}, 10000.0);

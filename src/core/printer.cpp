@@ -130,8 +130,10 @@ Cell percent_cell(double percent) {
         return r <= 0.0 || r >= 100.0;
     };
     int decimals = 1;
-    if (percent > 0.0 && percent < 100.0)
+    if (percent > 0.0 && percent < 100.0) {
         while (decimals < 6 && rounds_to_end(decimals)) ++decimals;
+        if (rounds_to_end(decimals)) return {percent < 50.0 ? "<0.000001%" : ">99.999999%", percent};
+    }
     return {fmt::format("{:.{}f}%", percent, decimals), percent};
 }
 

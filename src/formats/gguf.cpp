@@ -190,7 +190,8 @@ ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& 
     nlohmann::json j;
     // llama.cpp's architecture names where Hugging Face's model_type differs (the config rules key on those)
     static const std::map<std::string, std::string> hf_type{
-        {"gemma3", "gemma3_text"}, {"qwen2moe", "qwen2_moe"}, {"qwen3moe", "qwen3_moe"}, {"gpt-oss", "gpt_oss"}, {"llama4", "llama4_text"}};
+        {"gemma3", "gemma3_text"}, {"qwen2moe", "qwen2_moe"}, {"qwen3moe", "qwen3_moe"}, {"gpt-oss", "gpt_oss"}, {"llama4", "llama4_text"},
+        {"phi2", "phi"},           {"gptneox", "gpt_neox"},   {"command-r", "cohere"}};
     const auto type_it = hf_type.find(arch);
     j["model_type"] = type_it == hf_type.end() ? arch : type_it->second;
     j["num_hidden_layers"] = *uniform("block_count", true);
@@ -223,7 +224,7 @@ ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& 
         if (const auto ff = uniform("expert_shared_feed_forward_length", false)) j["shared_expert_intermediate_size"] = *ff;
         if (const auto n = uniform("leading_dense_block_count", false)) j["first_k_dense_replace"] = *n;
         if (const auto n = uniform("interleave_moe_layer_step", false)) j["interleave_moe_layer_step"] = *n;
-        // every layer MoE (gpt-oss writes no feed_forward_length): the experts' width is the only one
+        // experts but no feed_forward_length: every layer is MoE, and the experts' width is the only one
         if (!j.contains("intermediate_size") && j.contains("moe_intermediate_size")) j["intermediate_size"] = j["moe_intermediate_size"];
     }
     bool mla_full_kv = false;

@@ -90,9 +90,10 @@ kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen2.5-coder-0.5b.json --engine tr
   "[TensorRT-LLM][INFO] [MemUsageChange] Allocated 4.53 GiB for max tokens in paged KV cache (395776).")
 # Qwen1.5-7B, fp16, 64 tokens per block, "available: 21.89 GiB" x free_gpu_memory_fraction 0.9 = 19.701 GiB for KV:
 # TensorRT-LLM issue #2268. floor(19.701 GiB / 524288 B) = 40347 tokens, ceil(40347 / 64) = 631 blocks. That release (0.13) printed
-# "Number of blocks in KV cache primary pool: 631"; 1.2.0rc2 prints the count in its per-window line, ceil(4096 / 64) = 64 blocks a sequence.
+# "Number of blocks in KV cache primary pool: 631"; 1.2.0rc2 prints the count in its per-window line, with a max sequence length of
+# 4096 + 1 (the overlap scheduler's extra token): ceil(4097 / 64) = 65 blocks a sequence.
 kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen1.5-7b.json --engine trtllm -d fp16 --kv-budget 19.701GiB --block-size 64 --context 4096 LINES
-  "[TensorRT-LLM][INFO] Max KV cache blocks per sequence: 64 [window size=4096], tokens per block=64, primary blocks=631, secondary blocks=0, max sequence length=4096")
+  "[TensorRT-LLM][INFO] Max KV cache blocks per sequence: 65 [window size=4097], tokens per block=64, primary blocks=631, secondary blocks=0, max sequence length=4097")
 
 # Engine settings need an engine.
 kvlab_expect(RC 2 ARGS kvcalc -m llama-3-8b --ubatch 128 ERR "these are engine settings; expected --engine")

@@ -192,6 +192,8 @@ kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/gpt-oss-20b.gguf" -d bf16 --con
              OUT "\ngpt-oss-20b,GQA-8 \\(native\\),bf16,20914757184," "\ngpt-oss-20b,GQA-8 \\(native\\),bf16,32768,1,32768,808452096,")
 kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/qwen3moe.gguf" -d bf16 --context 4096 --gpu h200 --format csv
              OUT "\nqwen3moe,GQA-4 \\(native\\),bf16,30532122624,")
+kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/qwen3moe-no-ff.gguf" -d bf16 --context 4096 --gpu h200 --format csv
+             OUT "\nqwen3moe-no-ff,GQA-4 \\(native\\),bf16,30532122624,")
 # DeepSeek-V2-Lite's MLA in llama.cpp: a GGUF with the MLA split caches the 576-wide latent as K only
 # (27 x 4096 x 576 x 2 B = 121.50 MiB); one converted before the split caches every head's K (16 x 192) and V (16 x 128):
 # 27 x 4096 x 3072 x 2 B = 648 MiB of K, 27 x 4096 x 2048 x 2 B = 432 MiB of V.
