@@ -74,7 +74,9 @@ TEST_CASE("The budget's concurrency counts a request's whole blocks, and a windo
     r.models = {load_preset("mistral-7b-v0.1")};
     r.contexts = {32768};
     r.kv_budget = std::uint64_t{10} << 30;
-    CHECK(table_named(run_kvcalc(r), "KV budget").rows[0][7].text == "20.00x");
+    const auto windowed = run_kvcalc(r);
+    CHECK(table_named(windowed, "KV budget").rows[0][7].text == "20.00x");
+    CHECK(std::any_of(windowed.notes.begin(), windowed.notes.end(), [](const std::string& n) { return n.find("--engine vllm gives its figure") != std::string::npos; }));
     r.window_mode = WindowMode::ignore;
     CHECK(table_named(run_kvcalc(r), "KV budget").rows[0][7].text == "2.50x");
 }

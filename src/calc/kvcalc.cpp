@@ -394,6 +394,10 @@ Report run_kvcalc(const KvcalcRequest& r) {
                     const auto bs = r.block_size ? r.block_size : 16;
                     const auto per_token_gpu = kv_bytes_per_token(gpu_cfg, dtype).total();
                     const auto fit = fit_budget(*r.kv_budget, per_token_gpu, bs);
+                    if (gpu_cfg.sliding_window && r.window_mode == WindowMode::cap)
+                        report.notes.push_back(fmt::format("{} {} {}: max concurrency holds each sliding layer's min(W, T) tokens (exact math); vLLM "
+                                                           "reserves W - 1 + one step's tokens + a block there, fewer requests: --engine vllm gives its figure",
+                                                           cfg.name, att, dn));
                     for (const auto t : contexts) {
                         // a request holds whole blocks of its tokens (a windowed layer: of min(W, T), --window-mode cap);
                         // without windows blocks / ceil(T / bs), vLLM v0.10.2's division (--engine vllm adds what it
