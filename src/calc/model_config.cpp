@@ -165,7 +165,7 @@ void read_max_context(const FieldReader& f, const std::string& where, ModelConfi
     const FieldReader r(*rs, where + ": rope_scaling");
     if (rs->empty()) return;
     // type is the old name of rope_type (vLLM's patch_rope_scaling_dict); the new name wins, and a config that
-    // gives two different ones is told so. Neither is an error: no engine knows what to scale
+    // gives two different ones is told so; one with neither is refused, as no engine could tell what it scales
     const std::string rope_type = r.string("rope_type"), old_type = r.string("type");
     if (!rope_type.empty() && !old_type.empty() && rope_type != old_type)
         cfg.defaults.push_back(fmt::format("rope_scaling's rope_type {} read, its type {} left out", quote(rope_type, 40), quote(old_type, 40)));
@@ -184,7 +184,7 @@ void read_max_context(const FieldReader& f, const std::string& where, ModelConfi
         throw ConfigError(fmt::format("{}: rope_scaling factor {} gives a context of {} tokens; expected 1 to 2^40", where, factor, scaled));
     cfg.n_ctx_max = static_cast<std::int64_t>(scaled);
     cfg.ctx_rule = type == "yarn" ? fmt::format("max context {} = original_max_position_embeddings {} x rope_scaling factor {} (yarn)", cfg.n_ctx_max, base, factor)
-                                  : fmt::format("max context {} = {} {} x rope_scaling factor {} ({})", cfg.n_ctx_max, key, base, factor, type.empty() ? "no type" : type);
+                                  : fmt::format("max context {} = {} {} x rope_scaling factor {} ({})", cfg.n_ctx_max, key, base, factor, type);
 }
 
 void read_sliding_window(const FieldReader& f, const json& j, const std::string& where, ModelConfig& cfg) {
