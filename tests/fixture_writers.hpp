@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -169,15 +170,44 @@ public:
             for (std::size_t i = 0; i < n; ++i) text("t" + std::to_string(i));
         });
     }
+    // a tensor info (name, shape, type) whose data is data_bytes zero bytes, each tensor's data aligned to 32
+    // (offset: written instead of the real one, for broken files)
+    GgufWriter& tensor(const std::string& name, const std::vector<std::uint64_t>& dims, std::uint32_t type, std::uint64_t data_bytes,
+                       std::optional<std::uint64_t> offset = std::nullopt) {
+        tensors_.push_back({name, dims, type, data_bytes, offset});
+        return *this;
+    }
     std::string bytes(std::uint32_t version = 3) const {
         std::string out = "GGUF";
         put(out, version);
-        put<std::uint64_t>(out, 0);  // tensors
+        put<std::uint64_t>(out, tensors_.size());
         put<std::uint64_t>(out, n_kv_);
-        return out + body_;
+        out += body_;
+        auto pad = [](std::uint64_t n) { return (32 - n % 32) % 32; };
+        std::uint64_t offset = 0;
+        for (const auto& t : tensors_) {
+            put<std::uint64_t>(out, t.name.size());
+            out += t.name;
+            put<std::uint32_t>(out, static_cast<std::uint32_t>(t.dims.size()));
+            for (const auto d : t.dims) put<std::uint64_t>(out, d);
+            put<std::uint32_t>(out, t.type);
+            put<std::uint64_t>(out, t.offset.value_or(offset));
+            offset += t.data_bytes + pad(t.data_bytes);
+        }
+        if (!tensors_.empty()) out.append(pad(out.size()), '\0');
+        for (const auto& t : tensors_) out.append(t.data_bytes + pad(t.data_bytes), '\0');
+        return out;
     }
 
 private:
+    struct Tensor {
+        std::string name;
+        std::vector<std::uint64_t> dims;
+        std::uint32_t type;
+        std::uint64_t data_bytes;
+        std::optional<std::uint64_t> offset;
+    };
+    std::vector<Tensor> tensors_;
     template <typename F>
     GgufWriter& kv(const std::string& key, std::uint32_t type, F value) {
         text(key);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -86,6 +87,16 @@ void write_fuzz_seeds(const fs::path& dir) {
                                                   .u32("gemma3.attention.sliding_window", 16)
                                                   .bool_array("gemma3.attention.sliding_window_pattern", {true, true, true, true, true, false})
                                                   .str_array("tokenizer.ggml.tokens", 20)
+                                                  .bytes());
+    write_file(dir / "gguf" / "tensors.gguf", GgufWriter()  // tensor infos and data after the metadata
+                                                  .str("general.architecture", "llama")
+                                                  .u32("llama.block_count", 1)
+                                                  .u32("llama.embedding_length", 64)
+                                                  .u32("llama.feed_forward_length", 128)
+                                                  .u32("llama.attention.head_count", 4)
+                                                  .u32("llama.vocab_size", 16)
+                                                  .tensor("token_embd.weight", {64, 16}, 8, 1088)
+                                                  .tensor("output_norm.weight", {64}, 0, 256)
                                                   .bytes());
 }
 
@@ -203,6 +214,25 @@ int main(int argc, char** argv) {
                                                 .u32("qwen3moe.attention.value_length", 128)
                                                 .u32("qwen3moe.vocab_size", 151936)
                                                 .bytes());
+    // a Llama-shaped GGUF with tensors: the fit takes the bytes the file stores (4,915,200 + 1000 data bytes, each tensor's
+    // data padded to 32: 4,915,200 + 1024 = 4,916,224 B), not parameters x --weights-dtype
+    auto with_tensors = [](std::optional<std::uint64_t> bad_offset, std::size_t dims) {
+        GgufWriter w;
+        w.str("general.architecture", "llama")
+            .u32("llama.block_count", 2)
+            .u32("llama.context_length", 4096)
+            .u32("llama.embedding_length", 256)
+            .u32("llama.feed_forward_length", 512)
+            .u32("llama.attention.head_count", 4)
+            .u32("llama.attention.head_count_kv", 2)
+            .u32("llama.vocab_size", 1000)
+            .tensor("token_embd.weight", std::vector<std::uint64_t>(dims, 1), 12, 4915200)  // type 12: Q4_K
+            .tensor("output_norm.weight", {256}, 0, 1000, bad_offset);
+        return w.bytes();
+    };
+    write_file(dir / "llama-tensors.gguf", with_tensors(std::nullopt, 2));
+    write_file(dir / "gguf_tensor_offset.gguf", with_tensors(std::uint64_t{1} << 40, 2));  // data past the end of the file
+    write_file(dir / "gguf_tensor_dims.gguf", with_tensors(std::nullopt, 5));              // more dimensions than GGML has
     write_file(dir / "deepseek2-mla.gguf", deepseek(true));
     write_file(dir / "deepseek2-legacy.gguf", deepseek(false));
     write_file(dir / "gguf_truncated.gguf", gguf.substr(0, gguf.size() - 5));

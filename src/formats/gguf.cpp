@@ -155,6 +155,33 @@ GgufHeader read_gguf_header(const std::filesystem::path& path) {
         GgufValue v = read_value(c, type);
         if (!h.metadata.emplace(key, std::move(v)).second) c.fail(fmt::format("key {} appears twice", quote(key, 80)));
     }
+    if (h.n_tensors == 0) return h;  // a metadata-only file
+    // every tensor info takes at least 24 bytes (name length, dimension count, type, offset)
+    c.need(h.n_tensors > std::numeric_limits<std::uint64_t>::max() / 24 ? std::numeric_limits<std::uint64_t>::max() : h.n_tensors * 24, "the tensor infos");
+    std::vector<std::uint64_t> offsets;
+    offsets.reserve(static_cast<std::size_t>(h.n_tensors));
+    for (std::uint64_t i = 0; i < h.n_tensors; ++i) {
+        c.string("a tensor name");
+        const auto n_dims = c.read<std::uint32_t>("a tensor's dimension count");
+        if (n_dims > 4) c.fail(fmt::format("a tensor of {} dimensions; expected at most 4 (GGML_MAX_DIMS)", n_dims));
+        c.skip(std::uint64_t{8} * n_dims, "a tensor's dimensions");
+        c.read<std::uint32_t>("a tensor's type");
+        offsets.push_back(c.read<std::uint64_t>("a tensor's offset"));
+    }
+    std::uint64_t alignment = 32;  // GGUF_DEFAULT_ALIGNMENT
+    if (const auto it = h.metadata.find("general.alignment"); it != h.metadata.end()) {
+        if (it->second.kind != GgufValue::Kind::integer || it->second.integer <= 0 || (it->second.integer & (it->second.integer - 1)) != 0)
+            c.fail("general.alignment is not a power of two; expected e.g. 32");
+        alignment = static_cast<std::uint64_t>(it->second.integer);
+    }
+    const std::uint64_t size = file.bytes().size();
+    const std::uint64_t start = c.pos() + (alignment - c.pos() % alignment) % alignment;
+    if (start > size) c.fail(fmt::format("the tensor data would start at byte {}, past the end of the {}-byte file", start, size));
+    h.tensor_data_start = start;
+    h.tensor_data_bytes = size - start;
+    for (const auto offset : offsets)
+        if (offset > h.tensor_data_bytes)
+            c.fail(fmt::format("a tensor at data offset {}, past the {} bytes of tensor data", offset, h.tensor_data_bytes));
     return h;
 }
 
@@ -267,6 +294,12 @@ ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& 
     if (const GgufValue* n = find("general.name"); n && n->kind == GgufValue::Kind::string && !n->text.empty()) kv["display_name"] = n->text;
     j["_kvlab"] = kv;
     ModelConfig cfg = parse_model_config(j, where, name, /*class_defaults=*/false);
+    if (h.n_tensors > 0) {  // the weights as the file stores them (quantized or not), for the GPU fit
+        cfg.stored_weight_bytes = h.tensor_data_bytes;
+        cfg.stored_weights_rule = fmt::format("weights as the GGUF stores them: its {} tensors' data, {} B (the file from byte {}), "
+                                              "instead of parameters x --weights-dtype",
+                                              h.n_tensors, h.tensor_data_bytes, h.tensor_data_start);
+    }
     cfg.gguf_mla_full_kv = mla_full_kv && cfg.mla.has_value();
     if (!window_note.empty()) cfg.defaults.push_back(window_note);
     if (!find(arch + ".vocab_size") && !find("tokenizer.ggml.tokens")) {

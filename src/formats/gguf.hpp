@@ -1,6 +1,7 @@
 // GGUF headers (llama.cpp's file format, docs/gguf.md in ggml-org/ggml): the magic "GGUF", a version
-// (2 or 3), the tensor and metadata counts, then typed key/value pairs. kvcalc --gguf reads only the
-// metadata: a model's shape is in it, and no tensor data is touched. Every length and count is checked
+// (2 or 3), the tensor and metadata counts, typed key/value pairs, then one info per tensor (name, shape,
+// type, offset) before the aligned tensor data. kvcalc --gguf reads the metadata (a model's shape is in it)
+// and the tensor infos, for where the data starts; no tensor data is touched. Every length and count is checked
 // against the bytes left in the file before anything is allocated or skipped. Non-goal: tensors, writing.
 #pragma once
 #include <cstdint>
@@ -31,6 +32,10 @@ struct GgufHeader {
     std::uint32_t version = 0;
     std::uint64_t n_tensors = 0;
     std::map<std::string, GgufValue> metadata;
+    // With tensors: where their data starts (after the tensor infos, aligned to general.alignment, 32 by
+    // default) and how many bytes of the file it takes from there: the weights as the file stores them.
+    std::uint64_t tensor_data_start = 0;
+    std::uint64_t tensor_data_bytes = 0;
 };
 
 // Throws FormatError naming the file and the byte offset for anything malformed or truncated.

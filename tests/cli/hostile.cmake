@@ -194,6 +194,14 @@ kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/qwen3moe.gguf" -d bf16 --contex
              OUT "\nqwen3moe,GQA-4 \\(native\\),bf16,30532122624,")
 kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/qwen3moe-no-ff.gguf" -d bf16 --context 4096 --gpu h200 --format csv
              OUT "\nqwen3moe-no-ff,GQA-4 \\(native\\),bf16,30532122624,")
+# A GGUF with tensors: the fit takes the bytes the file stores (Q4_K 4,915,200 B + 1000 B, each tensor's data padded to 32:
+# 4,916,224 B), not parameters x bf16; tensor infos that point past the data, or have 5 dimensions, are refused.
+kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/llama-tensors.gguf" -d fp16 --context 4096 --gpu h200 --format csv
+             OUT "\nllama-tensors,GQA-2 \\(native\\),fp16,[0-9]+,4916224,yes,")
+kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/llama-tensors.gguf" -d fp16 --context 4096 --gpu h200
+             OUT "weights as the GGUF stores them: its 2 tensors' data, 4916224 B")
+kvlab_expect(RC 2 ARGS kvcalc --gguf "${WORK}/fx/gguf_tensor_offset.gguf" ERR "gguf_tensor_offset.gguf': GGUF header at byte [0-9]+: a tensor at data offset 1099511627776, past the 4916224 bytes of tensor data")
+kvlab_expect(RC 2 ARGS kvcalc --gguf "${WORK}/fx/gguf_tensor_dims.gguf" ERR "a tensor of 5 dimensions; expected at most 4")
 # DeepSeek-V2-Lite's MLA in llama.cpp: a GGUF with the MLA split caches the 576-wide latent as K only
 # (27 x 4096 x 576 x 2 B = 121.50 MiB); one converted before the split caches every head's K (16 x 192) and V (16 x 128):
 # 27 x 4096 x 3072 x 2 B = 648 MiB of K, 27 x 4096 x 2048 x 2 B = 432 MiB of V.
