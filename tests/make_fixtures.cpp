@@ -184,36 +184,26 @@ int main(int argc, char** argv) {
                                              .u32("gpt-oss.attention.sliding_window", 128)
                                              .u32("gpt-oss.vocab_size", 201088)
                                              .bytes());
-    write_file(dir / "qwen3moe.gguf", GgufWriter()
-                                          .str("general.architecture", "qwen3moe")
-                                          .u32("qwen3moe.block_count", 48)
-                                          .u32("qwen3moe.context_length", 40960)
-                                          .u32("qwen3moe.embedding_length", 2048)
-                                          .u32("qwen3moe.feed_forward_length", 6144)
-                                          .u32("qwen3moe.expert_feed_forward_length", 768)
-                                          .u32("qwen3moe.expert_count", 128)
-                                          .u32("qwen3moe.expert_used_count", 8)
-                                          .u32("qwen3moe.attention.head_count", 32)
-                                          .u32("qwen3moe.attention.head_count_kv", 4)
-                                          .u32("qwen3moe.attention.key_length", 128)
-                                          .u32("qwen3moe.attention.value_length", 128)
-                                          .u32("qwen3moe.vocab_size", 151936)
-                                          .bytes());
-    // the same Qwen3-30B-A3B with no feed_forward_length: every layer is MoE, so the experts' width is the only one
-    write_file(dir / "qwen3moe-no-ff.gguf", GgufWriter()
-                                                .str("general.architecture", "qwen3moe")
-                                                .u32("qwen3moe.block_count", 48)
-                                                .u32("qwen3moe.context_length", 40960)
-                                                .u32("qwen3moe.embedding_length", 2048)
-                                                .u32("qwen3moe.expert_feed_forward_length", 768)
-                                                .u32("qwen3moe.expert_count", 128)
-                                                .u32("qwen3moe.expert_used_count", 8)
-                                                .u32("qwen3moe.attention.head_count", 32)
-                                                .u32("qwen3moe.attention.head_count_kv", 4)
-                                                .u32("qwen3moe.attention.key_length", 128)
-                                                .u32("qwen3moe.attention.value_length", 128)
-                                                .u32("qwen3moe.vocab_size", 151936)
-                                                .bytes());
+    // Qwen3-30B-A3B, and the same with no feed_forward_length: every layer is MoE, so the experts' width is the only one
+    auto qwen3moe = [](bool with_ff) {
+        GgufWriter w;
+        w.str("general.architecture", "qwen3moe")
+            .u32("qwen3moe.block_count", 48)
+            .u32("qwen3moe.context_length", 40960)
+            .u32("qwen3moe.embedding_length", 2048);
+        if (with_ff) w.u32("qwen3moe.feed_forward_length", 6144);
+        return w.u32("qwen3moe.expert_feed_forward_length", 768)
+            .u32("qwen3moe.expert_count", 128)
+            .u32("qwen3moe.expert_used_count", 8)
+            .u32("qwen3moe.attention.head_count", 32)
+            .u32("qwen3moe.attention.head_count_kv", 4)
+            .u32("qwen3moe.attention.key_length", 128)
+            .u32("qwen3moe.attention.value_length", 128)
+            .u32("qwen3moe.vocab_size", 151936)
+            .bytes();
+    };
+    write_file(dir / "qwen3moe.gguf", qwen3moe(true));
+    write_file(dir / "qwen3moe-no-ff.gguf", qwen3moe(false));
     // a Llama-shaped GGUF with tensors: the fit takes the bytes the file stores (4,915,200 + 1000 data bytes, each tensor's
     // data padded to 32: 4,915,200 + 1024 = 4,916,224 B), not parameters x --weights-dtype
     auto with_tensors = [](std::optional<std::uint64_t> bad_offset, std::size_t dims) {
