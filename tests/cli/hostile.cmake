@@ -200,7 +200,7 @@ kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/llama-tensors.gguf" -d fp16 --c
              OUT "\nllama-tensors,GQA-2 \\(native\\),fp16,[0-9]+,4916224,yes,")
 kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/llama-tensors.gguf" -d fp16 --context 4096 --gpu h200
              OUT "weights as the GGUF stores them: its 2 tensors' data, 4916224 B")
-kvlab_expect(RC 2 ARGS kvcalc --gguf "${WORK}/fx/gguf_tensor_offset.gguf" ERR "gguf_tensor_offset.gguf': GGUF header at byte [0-9]+: a tensor at data offset 1099511627776, past the 4916224 bytes of tensor data")
+kvlab_expect(RC 2 ARGS kvcalc --gguf "${WORK}/fx/gguf_tensor_offset.gguf" ERR "GGUF header at byte [0-9]+: a tensor at data offset 1099511627776, past the 4916224 bytes of tensor data")
 kvlab_expect(RC 2 ARGS kvcalc --gguf "${WORK}/fx/gguf_tensor_dims.gguf" ERR "a tensor of 5 dimensions; expected at most 4")
 # DeepSeek-V2-Lite's MLA in llama.cpp: a GGUF with the MLA split caches the 576-wide latent as K only
 # (27 x 4096 x 576 x 2 B = 121.50 MiB); one converted before the split caches every head's K (16 x 192) and V (16 x 128):
