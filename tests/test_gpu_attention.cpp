@@ -88,6 +88,32 @@ TEST_CASE("Problems the kernel cannot run are rejected before any device work") 
     CHECK_THROWS_AS(validate_gpu_attention_problem(p, "--context"), UsageError);
 }
 
+TEST_CASE("The tensor-core kernel is asked for by name and takes head dims 64 and 128 only") {
+    CHECK(parse_gpu_attention_kernel("auto", "--kernel") == GpuAttentionKernel::automatic);
+    CHECK(parse_gpu_attention_kernel("cuda-cores", "--kernel") == GpuAttentionKernel::cuda_cores);
+    CHECK(parse_gpu_attention_kernel("tensor-cores", "--kernel") == GpuAttentionKernel::tensor_cores);
+    CHECK_THROWS_WITH_AS(parse_gpu_attention_kernel("wmma", "--kernel"),
+                         "--kernel 'wmma': expected auto, cuda-cores or tensor-cores", UsageError);
+    for (const GpuAttentionKernel k :
+         {GpuAttentionKernel::automatic, GpuAttentionKernel::cuda_cores, GpuAttentionKernel::tensor_cores})
+        CHECK(parse_gpu_attention_kernel(gpu_attention_kernel_name(k), "--kernel") == k);  // names round-trip
+    GpuAttentionProblem p = llama3_8b_problem();
+    p.kernel = GpuAttentionKernel::tensor_cores;
+    CHECK_NOTHROW(validate_gpu_attention_problem(p, "--kernel"));  // D 128
+    p.shape.d_head = 64;
+    CHECK_NOTHROW(validate_gpu_attention_problem(p, "--kernel"));
+    for (const std::int64_t d : {8, 96, 256}) {  // fine for the CUDA cores, not for the tensor-core tiles
+        p.shape.d_head = d;
+        p.kernel = GpuAttentionKernel::cuda_cores;
+        CHECK_NOTHROW(validate_gpu_attention_problem(p, "--kernel"));
+        p.kernel = GpuAttentionKernel::automatic;
+        CHECK_NOTHROW(validate_gpu_attention_problem(p, "--kernel"));
+        p.kernel = GpuAttentionKernel::tensor_cores;
+        CHECK_THROWS_WITH_AS(validate_gpu_attention_problem(p, "--kernel"), doctest::Contains("expected 64 or 128"),
+                             UsageError);
+    }
+}
+
 TEST_CASE("Rounding to fp16 and bf16 is round-to-nearest-even as the device stores values") {
     CHECK(round_to_dtype(1.0f, DType::fp16) == 1.0f);
     CHECK(round_to_dtype(1.0f + std::ldexp(1.0f, -11), DType::fp16) == 1.0f);  // halfway, ties to even 1.0
@@ -149,23 +175,46 @@ TEST_CASE("The CUDA kernels match the CPU reference on small problems") {
         MESSAGE("skipped: " << why);
         return;
     }
-    // MHA with D=64 (8 lanes, one head per block), GQA-4 with D=128, MQA with 16 query heads (two tiles
-    // of 8) and D=96 (lanes beyond the head idle), and D=256 (32 lanes).
-    const AttentionShape shapes[] = {{4, 4, 64}, {8, 2, 128}, {16, 1, 96}, {6, 3, 256}};
+    // CUDA cores: MHA with D=64 (8 lanes, one head per block), GQA-4 with D=128, MQA with 16 query heads
+    // (two tiles of 8) and D=96 (lanes beyond the head idle), and D=256 (32 lanes).
+    // Tensor cores (16-head tiles): MHA with D=64 (one head in a tile, 15 zero rows), GQA-4 with D=128,
+    // MQA with 32 heads (two full tiles) and with 24 heads and D=64 (a full tile and a half one).
+    struct Case {
+        AttentionShape shape;
+        GpuAttentionKernel kernel;
+    };
+    const GpuAttentionKernel cc = GpuAttentionKernel::cuda_cores;
+    const GpuAttentionKernel tc = GpuAttentionKernel::tensor_cores;
+    const Case cases[] = {{{4, 4, 64}, cc},   {{8, 2, 128}, cc},  {{16, 1, 96}, cc},  {{6, 3, 256}, cc},
+                          {{4, 4, 64}, tc},   {{8, 2, 128}, tc},  {{32, 1, 128}, tc}, {{24, 1, 64}, tc}};
+    const CudaDevice dev = cuda_device();
     for (const DType dtype : {DType::fp16, DType::bf16})
-        for (const AttentionShape& shape : shapes) {
+        for (const Case& kase : cases) {
+            if (kase.kernel == tc && dev.cc_major < 8) continue;  // no mma.sync with bf16 before 8.0
             GpuAttentionProblem p;
-            p.shape = shape;
+            p.shape = kase.shape;
+            p.kernel = kase.kernel;
             p.d_model = 192;
             p.dtype = dtype;
             for (const GpuAttentionCheck& c : gpu_attention_check(p, 7)) {
-                INFO(dtype_name(dtype) << " H=" << shape.n_head << " Hkv=" << shape.n_head_kv << " D=" << shape.d_head
-                                       << " " << gpu_attention_path_name(c.path) << " B=" << c.n_batch
+                INFO(dtype_name(dtype) << " H=" << p.shape.n_head << " Hkv=" << p.shape.n_head_kv << " D=" << p.shape.d_head
+                                       << " " << gpu_attention_kernel_name(c.kernel) << " "
+                                       << gpu_attention_path_name(c.path) << " B=" << c.n_batch
                                        << " T=" << c.n_tokens << " splits=" << c.n_split
                                        << " error=" << c.max_abs_error << " tolerance=" << c.tolerance);
+                CHECK(c.kernel == kase.kernel);
                 CHECK(c.passed);
             }
         }
+    // auto: tensor cores for a group of 8 or more at D 128 (on 8.0+), CUDA cores for smaller groups and D 96.
+    GpuAttentionProblem p;
+    p.d_model = 128;
+    p.shape = {32, 4, 128};
+    CHECK(gpu_attention_check(p, 3).front().kernel == (dev.cc_major >= 8 ? tc : cc));
+    p.shape = {32, 8, 128};
+    CHECK(gpu_attention_check(p, 3).front().kernel == cc);
+    p.shape = {32, 1, 96};
+    CHECK(gpu_attention_check(p, 3).front().kernel == cc);
 }
 
 TEST_CASE("The read bandwidth reference reads every byte and names its fastest pattern") {

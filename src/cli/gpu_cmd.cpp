@@ -42,11 +42,16 @@ void setup_gpu(CLI::App& app) {
     cmd->add_option("--dtype", o->dtype, "Storage types: fp16, bf16 (comma-separated)")->capture_default_str();
     cmd->add_option("--attention", o->attention, "Variants side by side: native, mha, mqa, gqa:N (N KV heads)")
         ->capture_default_str();
+    cmd->add_option("--kernel", o->kernel,
+                    "Attention kernels side by side: auto, cuda-cores, tensor-cores (comma-separated; auto: tensor "
+                    "cores for groups of 8+ query heads per KV head, head dim 64 or 128, compute capability 8.0+)")
+        ->capture_default_str();
     cmd->add_option("--warmup", o->n_warmup, "Untimed runs before timing")->check(at_least(0))->capture_default_str();
     cmd->add_option("--repeats", o->n_repeat, "Timed runs; the median is reported")->check(at_least(1))->capture_default_str();
     cmd->add_option("--seed", o->seed, "Seed of the correctness check's random inputs")->capture_default_str();
     add_format_option(cmd, opts->format);
-    cmd->footer("Example:\n  kvlab gpu attention --model llama-3-8b --context 1k,8k --attention mha,gqa:8,mqa");
+    cmd->footer("Example:\n  kvlab gpu attention --model llama-3-8b --context 1k,8k --attention mha,gqa:8,mqa\n"
+                "  kvlab gpu attention --model llama-3-8b --context 32k --batch 64 --attention mqa --kernel cuda-cores,tensor-cores");
     cmd->callback([opts] {
         const GpuAttentionRun run = run_gpu_attention(opts->request);
         print_report(std::cout, run.report, opts->format);

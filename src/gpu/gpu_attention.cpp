@@ -34,6 +34,22 @@ std::string_view gpu_attention_path_name(GpuAttentionPath path) {
     return path == GpuAttentionPath::cached ? "cached" : "uncached";
 }
 
+std::string_view gpu_attention_kernel_name(GpuAttentionKernel kernel) {
+    switch (kernel) {
+    case GpuAttentionKernel::automatic: return "auto";
+    case GpuAttentionKernel::cuda_cores: return "cuda-cores";
+    case GpuAttentionKernel::tensor_cores: return "tensor-cores";
+    }
+    return "?";
+}
+
+GpuAttentionKernel parse_gpu_attention_kernel(std::string_view name, std::string_view flag) {
+    for (const GpuAttentionKernel k :
+         {GpuAttentionKernel::automatic, GpuAttentionKernel::cuda_cores, GpuAttentionKernel::tensor_cores})
+        if (name == gpu_attention_kernel_name(k)) return k;
+    throw UsageError(fmt::format("{} '{}': expected auto, cuda-cores or tensor-cores", flag, name));
+}
+
 void validate_gpu_attention_problem(const GpuAttentionProblem& p, std::string_view flag_hint) {
     if (p.dtype != DType::fp16 && p.dtype != DType::bf16)
         throw UsageError(fmt::format("{}: dtype {} is not supported on the GPU path; expected fp16 or bf16",
@@ -45,6 +61,12 @@ void validate_gpu_attention_problem(const GpuAttentionProblem& p, std::string_vi
     if (s.d_head % 8 != 0 || s.d_head > gpu_attention_max_d_head)
         throw UsageError(fmt::format("{}: head dim {} is not supported by the CUDA kernel; expected a multiple "
                                      "of 8 up to {}", flag_hint, s.d_head, gpu_attention_max_d_head));
+    // The tensor-core kernel holds a 16-head tile's q (16 x D) and output sums (16 x D fp32) in registers
+    // and lays V's columns out in blocks of 64: D 64 or 128.
+    if (p.kernel == GpuAttentionKernel::tensor_cores && s.d_head != 64 && s.d_head != 128)
+        throw UsageError(fmt::format("{}: head dim {} is not supported by the tensor-core kernel; expected 64 or 128 "
+                                     "(--kernel cuda-cores takes multiples of 8 up to {})",
+                                     flag_hint, s.d_head, gpu_attention_max_d_head));
     if (s.n_head > 65535 || s.n_head_kv > 65535 || p.n_batch < 1 || p.n_batch > 65535)
         throw UsageError(fmt::format("{}: batch {}, heads {} and KV heads {} must each be 1..65535 (CUDA grid limit)",
                                      flag_hint, p.n_batch, s.n_head, s.n_head_kv));
@@ -225,6 +247,8 @@ std::vector<GpuAttentionCheck> gpu_attention_check(const GpuAttentionProblem& sh
             }
         checks.push_back(compare(GpuAttentionPath::uncached, p, got.n_split, got.out_uncached,
                                  reference_outputs(p, c.in.q, k, v)));
+        checks[checks.size() - 2].kernel = got.kernel;
+        checks.back().kernel = got.kernel;
     }
     return checks;
 }

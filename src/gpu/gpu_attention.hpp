@@ -13,6 +13,19 @@
 
 namespace kvlab {
 
+// Which attention kernel runs (src/gpu/cuda/decode_attention.cu):
+// - cuda_cores: q.k and p.v as fp32 multiply-adds on the CUDA cores; any head dim the path takes.
+// - tensor_cores: q.K^T and P.V as mma.sync m16n8k16 (fp16/bf16 inputs, fp32 sums), 16 query heads of a
+//   KV head per tile; head dim 64 or 128, compute capability 8.0 or later. P is rounded to the storage
+//   type before P.V, as FlashAttention does.
+// - automatic: tensor cores where they can run and the group (query heads per KV head) is at least
+//   gpu_attention_tensor_min_group, else CUDA cores.
+enum class GpuAttentionKernel { automatic, cuda_cores, tensor_cores };
+std::string_view gpu_attention_kernel_name(GpuAttentionKernel kernel);  // "auto", "cuda-cores", "tensor-cores"
+// Throws UsageError naming `flag` and the names it takes.
+GpuAttentionKernel parse_gpu_attention_kernel(std::string_view name, std::string_view flag);
+inline constexpr std::int64_t gpu_attention_tensor_min_group = 8;
+
 // One decode step of one attention layer for a batch of sequences.
 struct GpuAttentionProblem {
     AttentionShape shape;         // H, Hkv, D
@@ -20,6 +33,7 @@ struct GpuAttentionProblem {
     std::int64_t n_batch = 0;     // B sequences, one query token each
     std::int64_t n_tokens = 0;    // T cached positions each query attends to
     DType dtype = DType::fp16;    // storage of q, K, V, X, W and out: fp16 or bf16; arithmetic is fp32
+    GpuAttentionKernel kernel = GpuAttentionKernel::automatic;
 };
 
 enum class GpuAttentionPath { cached, uncached };
@@ -28,7 +42,8 @@ std::string_view gpu_attention_path_name(GpuAttentionPath path);
 // Largest head dim the kernel handles (one 16-byte load of 8 values per lane, at most 32 lanes).
 inline constexpr std::int64_t gpu_attention_max_d_head = 256;
 
-// Throws UsageError naming `flag_hint` when the kernel cannot run the problem (dtype, D, H % Hkv).
+// Throws UsageError naming `flag_hint` when the kernel cannot run the problem (dtype, D, H % Hkv; D 64 or
+// 128 when tensor cores are asked for). Whether the device has them is checked where it runs.
 void validate_gpu_attention_problem(const GpuAttentionProblem& problem, std::string_view flag_hint);
 
 // Counts from the shapes (a multiply-add is 2 FLOPs). Bytes are the fewest each step must move through
@@ -65,6 +80,7 @@ struct GpuAttentionOutputs {
     std::vector<float> out_cached;    // (B, H*D) attention over the given K, V
     std::vector<float> out_uncached;  // (B, H*D) attention over K, V = X W_kv computed on the device
     int n_split = 0;                  // how many pieces T was split into (flash-decoding)
+    GpuAttentionKernel kernel = GpuAttentionKernel::automatic;  // the kernel that ran (never automatic)
 };
 
 // One correctness comparison against attention_decode_ref.
@@ -74,6 +90,7 @@ struct GpuAttentionCheck {
     std::int64_t n_tokens = 0;
     std::int64_t d_model = 0;
     int n_split = 0;
+    GpuAttentionKernel kernel = GpuAttentionKernel::automatic;  // the kernel that ran
     double max_abs_error = 0;
     double tolerance = 0;
     bool passed = false;
@@ -104,6 +121,7 @@ struct GpuTiming {
     double min_ns = 0;
     int n_repeat = 0;
     int n_split = 0;        // attention splits used (0 for a copy or a read)
+    GpuAttentionKernel kernel = GpuAttentionKernel::automatic;  // the attention kernel that ran
     int unroll = 0;         // read reference: 16-byte loads per thread per loop step of the fastest pattern
 };
 

@@ -71,6 +71,8 @@ GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& o) {
         variant_names.push_back(v.label);
         variants.push_back(attention_variant(native, v.label, "--attention"));
     }
+    std::vector<GpuAttentionKernel> kernels;
+    for (const std::string& name : split_list(o.kernel)) kernels.push_back(parse_gpu_attention_kernel(name, "--kernel"));
     const std::vector<std::uint64_t> batches = parse_count_list(o.batch, "--batch");
     const std::vector<std::uint64_t> contexts = parse_count_list(o.context, "--context");
     std::vector<Setting> settings;
@@ -81,8 +83,9 @@ GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& o) {
                     throw UsageError(fmt::format("--batch {} / --context {}: too large for the GPU path", b, t));
                 settings.push_back(Setting{dtype, static_cast<std::int64_t>(b), static_cast<std::int64_t>(t)});
             }
-    auto problem_for = [&](const Setting& s, const AttentionShape& shape) {
+    auto problem_for = [&](const Setting& s, const AttentionShape& shape, GpuAttentionKernel kernel) {
         GpuAttentionProblem p;
+        p.kernel = kernel;
         p.shape = shape;
         p.d_model = d_model;
         p.n_batch = s.n_batch;
@@ -92,11 +95,16 @@ GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& o) {
     };
     // Each part checked under the flag that sets it: the shape, then the dtypes, then the grid.
     const std::string shape_flag = o.model.empty() ? "--heads/--kv-heads/--head-dim" : "--model " + o.model;
-    validate_gpu_attention_problem(problem_for(Setting{DType::fp16, 1, 1}, native), shape_flag);
-    for (const DType dtype : dtypes) validate_gpu_attention_problem(problem_for(Setting{dtype, 1, 1}, native), "--dtype");
+    const Setting one{DType::fp16, 1, 1};
+    validate_gpu_attention_problem(problem_for(one, native, GpuAttentionKernel::automatic), shape_flag);
+    for (const DType dtype : dtypes)
+        validate_gpu_attention_problem(problem_for(Setting{dtype, 1, 1}, native, GpuAttentionKernel::automatic), "--dtype");
+    for (const GpuAttentionKernel kernel : kernels)
+        validate_gpu_attention_problem(problem_for(one, native, kernel),
+                                       "--kernel " + std::string(gpu_attention_kernel_name(kernel)));
     for (const Setting& s : settings)
         for (const AttentionShape& shape : variants) {
-            const GpuAttentionProblem p = problem_for(s, shape);
+            const GpuAttentionProblem p = problem_for(s, shape, GpuAttentionKernel::automatic);
             validate_gpu_attention_problem(p, "--batch/--context");
             (void)gpu_attention_cost(p);  // throws on 64-bit overflow
         }
@@ -108,21 +116,25 @@ GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& o) {
     report.inputs = {{"shape_source", shape_source}, {"n_head", native.n_head},     {"n_head_kv", native.n_head_kv},
                      {"d_head", native.d_head},      {"d_model", d_model},          {"batch", batches},
                      {"context", contexts},          {"dtype", o.dtype},            {"attention", variant_names},
+                     {"kernel", o.kernel},
                      {"warmup", o.n_warmup},         {"repeats", o.n_repeat},       {"seed", o.seed}};
 
     // 4. Correctness first, for every variant and dtype.
     Table checks;
     checks.title = "Correctness against the CPU reference (attention_decode_ref)";
-    checks.columns = {{"attention", "attention", false}, {"n_head_kv", "KV heads"}, {"dtype", "dtype", false},
+    checks.columns = {{"attention", "attention", false}, {"n_head_kv", "KV heads"}, {"kernel", "kernel", false},
+                      {"dtype", "dtype", false},
                       {"path", "path", false},           {"batch", "batch"},        {"context", "context"},
                       {"hidden", "hidden"},              {"splits", "splits"},      {"max_abs_error", "max abs error"},
                       {"tolerance", "tolerance"},        {"passed", "passed", false}};
     std::vector<std::string> failures;
     for (const DType dtype : dtypes)
+        for (const GpuAttentionKernel kernel : kernels)
         for (std::size_t i = 0; i < variants.size(); ++i) {
-            const GpuAttentionProblem p = problem_for(Setting{dtype, 1, 1}, variants[i]);
+            const GpuAttentionProblem p = problem_for(Setting{dtype, 1, 1}, variants[i], kernel);
             for (const GpuAttentionCheck& c : gpu_attention_check(p, o.seed)) {
                 checks.rows.push_back({text_cell(variant_names[i]), int_cell(variants[i].n_head_kv),
+                                       text_cell(std::string(gpu_attention_kernel_name(c.kernel))),
                                        text_cell(std::string(dtype_name(dtype))),
                                        text_cell(std::string(gpu_attention_path_name(c.path))), int_cell(c.n_batch),
                                        int_cell(c.n_tokens), int_cell(c.d_model), int_cell(c.n_split),
@@ -130,8 +142,9 @@ GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& o) {
                                        Cell{fmt::format("{:.3g}", c.tolerance), c.tolerance},
                                        text_cell(c.passed ? "yes" : "NO")});
                 if (!c.passed)
-                    failures.push_back(fmt::format("{} {} {} B={} T={} splits={}: max abs error {:.3g} > {:.3g}",
-                                                   variant_names[i], dtype_name(dtype), gpu_attention_path_name(c.path),
+                    failures.push_back(fmt::format("{} {} {} {} B={} T={} splits={}: max abs error {:.3g} > {:.3g}",
+                                                   variant_names[i], gpu_attention_kernel_name(c.kernel),
+                                                   dtype_name(dtype), gpu_attention_path_name(c.path),
                                                    c.n_batch, c.n_tokens, c.n_split, c.max_abs_error, c.tolerance));
             }
         }
@@ -174,6 +187,7 @@ GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& o) {
     Table timing;
     timing.title = "Decode attention step, cached vs uncached (median of repeats, L2 flushed before each)";
     timing.columns = {{"attention", "attention", false},   {"n_head_kv", "KV heads"},
+                      {"kernel", "kernel", false},
                       {"dtype", "dtype", false},           {"batch", "batch"},
                       {"context", "context"},              {"splits", "splits"},
                       {"cached_us", "cached us"},          {"cached_bytes", "cached bytes"},
@@ -187,10 +201,11 @@ GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& o) {
     for (const Setting& s : settings) {
         double first_ns = 0;
         std::uint64_t first_kv = 0;
+        for (const GpuAttentionKernel kernel : kernels)
         for (std::size_t i = 0; i < variants.size(); ++i) {
-            const GpuAttentionProblem p = problem_for(s, variants[i]);
+            const GpuAttentionProblem p = problem_for(s, variants[i], kernel);
             const GpuAttentionCost cost = gpu_attention_cost(p);
-            std::vector<Cell> row = {text_cell(variant_names[i]), int_cell(p.shape.n_head_kv),
+            std::vector<Cell> row = {text_cell(variant_names[i]), int_cell(p.shape.n_head_kv), Cell{},
                                      text_cell(std::string(dtype_name(s.dtype))), int_cell(s.n_batch),
                                      int_cell(s.n_tokens)};
             if (cost.cached_device_bytes + flush_bytes > dev.memory_free_bytes) {
@@ -202,6 +217,7 @@ GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& o) {
                 continue;
             }
             const GpuTiming cached = gpu_attention_time(p, GpuAttentionPath::cached, o.n_warmup, o.n_repeat);
+            row[2] = text_cell(std::string(gpu_attention_kernel_name(cached.kernel)));
             // bytes per ns = GB/s, FLOPs per ns = GFLOP/s
             const double gb_s = static_cast<double>(cost.cached_bytes) / cached.median_ns;
             row.push_back(int_cell(cached.n_split));
@@ -245,8 +261,11 @@ GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& o) {
     timing.notes.push_back("FLOPs: attention 4*B*H*D*T; uncached adds the K,V GEMM 2*(B*T)*d*(2*Hkv*D); "
                            "uncached/cached = uncached time / cached time");
     if (const std::string note = read_reference_note(read_percent); !note.empty()) timing.notes.push_back(note);
-    timing.notes.push_back("t / t(first) and KV bytes / first compare each attention variant with the first one timed "
-                           "at the same dtype, batch and context");
+    timing.notes.push_back("t / t(first) and KV bytes / first compare each row with the first one timed at the same "
+                           "dtype, batch and context (the first --kernel's first --attention variant)");
+    timing.notes.push_back("kernel: cuda-cores does q.k and p.v as fp32 multiply-adds; tensor-cores as mma.sync on "
+                           "16-head tiles (fp16/bf16 inputs, fp32 sums, P rounded to the dtype); auto picks tensor cores "
+                           "for groups of 8 or more query heads per KV head, head dim 64 or 128, compute capability 8.0+");
     report.tables.push_back(device);
     report.tables.push_back(checks);
     report.tables.push_back(timing);

@@ -20,6 +20,7 @@ struct GpuAttentionRequest {
     std::string context = "1k,8k";
     std::string dtype = "fp16";
     std::string attention = "native";
+    std::string kernel = "auto";       // comma-separated: auto, cuda-cores, tensor-cores
     int n_warmup = 3;
     int n_repeat = 20;
     std::uint64_t seed = 1;

@@ -12,9 +12,14 @@ kvlab_expect(RC 2 ARGS gpu attention --model llama-3-8b --dtype fp32
              ERR "dtype fp32 is not supported on the GPU path; expected fp16 or bf16")
 kvlab_expect(RC 2 ARGS gpu attention --batch 1
              ERR "give --model PRESET, or --heads and --head-dim")
+kvlab_expect(RC 2 ARGS gpu attention --model llama-3-8b --kernel tensor
+             ERR "^kvlab: error: --kernel 'tensor': expected auto, cuda-cores or tensor-cores\n$")
+# The tensor-core kernel's tiles hold q and the output sums in registers, V's columns in blocks of 64.
+kvlab_expect(RC 2 ARGS gpu attention --heads 8 --head-dim 96 --kernel auto,tensor-cores
+             ERR "^kvlab: error: --kernel tensor-cores: head dim 96 is not supported by the tensor-core kernel; expected 64 or 128")
 
 set(tiny gpu attention --heads 8 --kv-heads 2 --head-dim 64 --batch 2 --context 300
-         --attention native,mha,mqa --warmup 1 --repeats 3 --format csv)
+         --attention native,mha,mqa --kernel cuda-cores,tensor-cores --warmup 1 --repeats 3 --format csv)
 if(NOT CUDA_ENABLED)
   kvlab_expect(RC 1 ARGS ${tiny}
                ERR "^kvlab: error: this kvlab was built without CUDA \\(configure with -DKVLAB_CUDA=ON on a machine with nvcc\\)\n$")
@@ -44,11 +49,16 @@ if(probe_err MATCHES "no CUDA device present")
 endif()
 
 kvlab_expect(RC 0 ARGS ${tiny})
-# 3 variants x 4 check cases x 2 paths, every one passed; one timing row per variant.
-string(REGEX MATCHALL "\n(native|mha|mqa),[0-9]+,fp16,(cached|uncached),[^\n]*,yes" passed "${KVLAB_OUT}")
-string(REGEX MATCHALL "\n(native|mha|mqa),[0-9]+,fp16,2,300,[0-9]+,[0-9.]+" timed "${KVLAB_OUT}")
+# 2 kernels x 3 variants x 4 check cases x 2 paths, every one passed; one timing row per kernel and
+# variant, the kernel column naming the one asked for (both run at head dim 64 on compute capability 8.0+).
+string(REGEX MATCHALL "\n(native|mha|mqa),[0-9]+,(cuda-cores|tensor-cores),fp16,(cached|uncached),[^\n]*,yes" passed
+       "${KVLAB_OUT}")
+string(REGEX MATCHALL "\n(native|mha|mqa),[0-9]+,cuda-cores,fp16,2,300,[0-9]+,[0-9.]+" timed_cc "${KVLAB_OUT}")
+string(REGEX MATCHALL "\n(native|mha|mqa),[0-9]+,tensor-cores,fp16,2,300,[0-9]+,[0-9.]+" timed_tc "${KVLAB_OUT}")
 list(LENGTH passed n_passed)
-list(LENGTH timed n_timed)
-if(NOT n_passed EQUAL 24 OR NOT n_timed EQUAL 3)
-  message(FATAL_ERROR "expected 24 passed checks and 3 timing rows, found ${n_passed} and ${n_timed}\n${KVLAB_OUT}")
+list(LENGTH timed_cc n_cc)
+list(LENGTH timed_tc n_tc)
+if(NOT n_passed EQUAL 48 OR NOT n_cc EQUAL 3 OR NOT n_tc EQUAL 3)
+  message(FATAL_ERROR "expected 48 passed checks and 3 timing rows per kernel, found ${n_passed}, ${n_cc} and "
+                      "${n_tc}\n${KVLAB_OUT}")
 endif()

@@ -250,6 +250,258 @@ __global__ void __launch_bounds__(kThreads, GT >= 8 ? 1 : 2) decode_attention_ke
     }
 }
 
+// ---- the tensor-core kernel ----
+//
+// One warp computes S = Q K^T for 16 query heads (rows) and 16 tokens (columns) as two mma.sync m16n8k16
+// per 16 dims, then O += P V as one mma per 8 output columns. The PTX ISA fixes which elements of each
+// fragment a lane holds (g = lane/4, c = lane%4):
+//   A (16x16, row-major): a0 (row g, k 2c, 2c+1), a1 (row g+8, same k), a2 (row g, k 2c+8, 2c+9), a3 (row g+8)
+//   B (16x8, by column):  b0 (k 2c, 2c+1 of column g), b1 (k 2c+8, 2c+9 of column g)
+//   C (16x8, fp32):       c0, c1 (row g, columns 2c, 2c+1), c2, c3 (row g+8, same columns)
+// The sums over k do not depend on the order of k, and the columns of B and C may be any permutation as long
+// as both use it, so the roles are laid on the data as 16-byte loads deliver it:
+// - q.k: lane (g, c) loads 8 consecutive dims 32i+8c .. 32i+8c+7 of a K row; the first mma of that block of
+//   32 dims takes dims +0,1 (k 2c, 2c+1) and +2,3 (k 2c+8, 2c+9), the second +4,5 and +6,7. Q's rows are
+//   loaded the same way, so both sides pair the same dims.
+// - S's columns: in tile 0, column n is token 4(n/2) + n%2 of the 16; in tile 1, that + 2. So a lane's four
+//   scores of a row (c0, c1 of both tiles) are tokens 4c, 4c+1, 4c+2, 4c+3.
+// - p.v: P's A fragment is S's C fragments as they stand (k 2c, 2c+1 = tokens 4c, 4c+1; k 2c+8, 2c+9 =
+//   tokens 4c+2, 4c+3), so lane (g, c) needs V's rows 4c .. 4c+3, and loads 8 consecutive dims 64i+8g ..
+//   64i+8g+7 of each; the j-th of the 8 mmas of that block of 64 dims takes dim 64i+8g+j as its column g,
+//   two tokens' values paired by a byte permute. Its output column n is then dim 64i+8n+j.
+// Scores are in log2 units; P is rounded to the storage type for the mma and the sum of weights adds the
+// rounded values, so numerator and denominator weigh each token alike.
+
+constexpr int kTcThreads = 128;  // 4 warps, each an independent flash-decoding worker over 16-token chunks
+constexpr int kTcWarps = kTcThreads / 32;
+constexpr int kTcHeads = 16;     // query heads per tile: an mma's 16 rows
+
+template <typename T>
+__device__ inline void mma_16816(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2, std::uint32_t a3,
+                                 std::uint32_t b0, std::uint32_t b1);
+
+template <>
+__device__ inline void mma_16816<__half>(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
+                                         std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+    __trap();
+#endif
+}
+
+template <>
+__device__ inline void mma_16816<__nv_bfloat16>(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
+                                                std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+    __trap();
+#endif
+}
+
+// Two values rounded to T, the first in the low 16 bits (the lower k or column of a fragment register);
+// lo_r and hi_r get the rounded values back.
+__device__ inline std::uint32_t pack2(float lo, float hi, float& lo_r, float& hi_r, const __half*) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    const float2 back = __half22float2(h);
+    lo_r = back.x;
+    hi_r = back.y;
+    return *reinterpret_cast<const std::uint32_t*>(&h);
+}
+
+__device__ inline std::uint32_t pack2(float lo, float hi, float& lo_r, float& hi_r, const __nv_bfloat16*) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    const float2 back = __bfloat1622float2(h);
+    lo_r = back.x;
+    hi_r = back.y;
+    return *reinterpret_cast<const std::uint32_t*>(&h);
+}
+
+// The 32-bit word holding 16-bit element j (0..7) of a 16-byte load.
+__device__ inline std::uint32_t word_of(const uint4& x, int j) {
+    const int w = j / 2;
+    return w == 0 ? x.x : (w == 1 ? x.y : (w == 2 ? x.z : x.w));
+}
+
+// Block (tile + n_gtile*split, KV head, sequence): 16 query heads of one KV head over one split of T.
+template <typename T, int D>
+__global__ void __launch_bounds__(kTcThreads, 3) decode_attention_tc_kernel(const KernelParams p) {
+    constexpr int kKBlocks = D / 32;  // a lane's 16-byte pieces of a K row (dims 32i+8c .. +7)
+    constexpr int kVBlocks = D / 64;  // a lane's 16-byte pieces of a V row (dims 64i+8g .. +7)
+    __shared__ float o_s[kTcWarps][kTcHeads][D];  // each warp's p.v sums, merged at the end
+    __shared__ float m_s[kTcWarps][kTcHeads];
+    __shared__ float l_s[kTcWarps][kTcHeads];
+
+    const int tile = blockIdx.x % p.n_gtile;
+    const int split = blockIdx.x / p.n_gtile;
+    const int kvh = blockIdx.y;
+    const int b = blockIdx.z;
+    const int n_group = p.n_head / p.n_head_kv;
+    const int n_g = min(kTcHeads, n_group - tile * kTcHeads);  // heads of this tile; rows past it are zero
+    const int h0 = kvh * n_group + tile * kTcHeads;
+    const int warp = threadIdx.x / 32;
+    const int g = (threadIdx.x % 32) / 4;  // fragment row group
+    const int c = threadIdx.x % 4;         // lane within the group
+
+    // Q fragments: heads g and g+8 of the tile, dims 32i+8c .. +7.
+    const uint4 zero = make_uint4(0, 0, 0, 0);  // +0 in fp16 and bf16
+    uint4 qa[kKBlocks];
+    uint4 qb[kKBlocks];
+    const T* q_t = static_cast<const T*>(p.q) + (static_cast<long long>(b) * p.n_head + h0) * D + 8 * c;
+#pragma unroll
+    for (int i = 0; i < kKBlocks; ++i) {
+        qa[i] = g < n_g ? load16(q_t + g * D + 32 * i) : zero;
+        qb[i] = g + 8 < n_g ? load16(q_t + (g + 8) * D + 32 * i) : zero;
+    }
+
+    float o[D / 8][4];  // O's C fragments: tile 8i+j holds dims 64i+8(2c)+j, 64i+8(2c+1)+j of rows g, g+8
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY;  // running max of rows g and g+8 (the same in the 4 lanes of a group)
+    float l0 = 0.0f, l1 = 0.0f;            // this lane's share of the sums of weights
+
+    const long long t_begin = static_cast<long long>(split) * p.split_rows;
+    const long long t_end = min(p.n_tokens, t_begin + p.split_rows);
+    const long long seq = static_cast<long long>(b) * p.n_tokens * p.ld_kv + static_cast<long long>(kvh) * D;
+    const T* k_seq = static_cast<const T*>(p.k) + seq;
+    const T* v_seq = static_cast<const T*>(p.v) + seq;
+
+    for (long long t0 = t_begin + warp * 16; t0 < t_end; t0 += kTcWarps * 16) {
+        // 1. all loads of the chunk first: K rows for S's column g in both tiles, V rows 4c .. 4c+3
+        const long long tk0 = t0 + 4 * (g / 2) + g % 2;
+        const long long tk1 = tk0 + 2;
+        uint4 k0[kKBlocks];
+        uint4 k1[kKBlocks];
+#pragma unroll
+        for (int i = 0; i < kKBlocks; ++i) {
+            k0[i] = tk0 < t_end ? load16(k_seq + tk0 * p.ld_kv + 32 * i + 8 * c) : zero;
+            k1[i] = tk1 < t_end ? load16(k_seq + tk1 * p.ld_kv + 32 * i + 8 * c) : zero;
+        }
+        uint4 v[4][kVBlocks];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const long long tv = t0 + 4 * c + r;
+#pragma unroll
+            for (int i = 0; i < kVBlocks; ++i) v[r][i] = tv < t_end ? load16(v_seq + tv * p.ld_kv + 64 * i + 8 * g) : zero;
+        }
+        // 2. S = Q K^T, tile 0 (s0) and tile 1 (s1)
+        float s0[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float s1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < kKBlocks; ++i) {
+            mma_16816<T>(s0, qa[i].x, qb[i].x, qa[i].y, qb[i].y, k0[i].x, k0[i].y);
+            mma_16816<T>(s1, qa[i].x, qb[i].x, qa[i].y, qb[i].y, k1[i].x, k1[i].y);
+            mma_16816<T>(s0, qa[i].z, qb[i].z, qa[i].w, qb[i].w, k0[i].z, k0[i].w);
+            mma_16816<T>(s1, qa[i].z, qb[i].z, qa[i].w, qb[i].w, k1[i].z, k1[i].w);
+        }
+        // 3. online softmax: this lane's scores of tokens 4c+r, rows g (x0) and g+8 (x1); -inf past the split
+        float x0[4] = {s0[0], s0[1], s1[0], s1[1]};
+        float x1[4] = {s0[2], s0[3], s1[2], s1[3]};
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const bool valid = t0 + 4 * c + r < t_end;
+            x0[r] = valid ? x0[r] * p.scale_log2 : -INFINITY;
+            x1[r] = valid ? x1[r] * p.scale_log2 : -INFINITY;
+            mx0 = fmaxf(mx0, x0[r]);
+            mx1 = fmaxf(mx1, x1[r]);
+        }
+#pragma unroll
+        for (int off = 1; off < 4; off *= 2) {  // the row's max over the group's 4 lanes (token t0 is valid)
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+        }
+        const float m0_new = fmaxf(m0, mx0);
+        const float m1_new = fmaxf(m1, mx1);
+        const float alpha0 = exp2f(m0 - m0_new);  // 0 on the first chunk (m = -inf)
+        const float alpha1 = exp2f(m1 - m1_new);
+        m0 = m0_new;
+        m1 = m1_new;
+        float p0[4];
+        float p1[4];
+        const std::uint32_t pa0 = pack2(exp2f(x0[0] - m0), exp2f(x0[1] - m0), p0[0], p0[1], k_seq);  // row g, k 2c, 2c+1
+        const std::uint32_t pa1 = pack2(exp2f(x1[0] - m1), exp2f(x1[1] - m1), p1[0], p1[1], k_seq);  // row g+8
+        const std::uint32_t pa2 = pack2(exp2f(x0[2] - m0), exp2f(x0[3] - m0), p0[2], p0[3], k_seq);  // row g, k 2c+8, 2c+9
+        const std::uint32_t pa3 = pack2(exp2f(x1[2] - m1), exp2f(x1[3] - m1), p1[2], p1[3], k_seq);  // row g+8
+        l0 = l0 * alpha0 + (p0[0] + p0[1]) + (p0[2] + p0[3]);
+        l1 = l1 * alpha1 + (p1[0] + p1[1]) + (p1[2] + p1[3]);
+        // 4. O = alpha O + P V
+#pragma unroll
+        for (int i = 0; i < kVBlocks; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                float (&acc)[4] = o[8 * i + j];
+                acc[0] *= alpha0;
+                acc[1] *= alpha0;
+                acc[2] *= alpha1;
+                acc[3] *= alpha1;
+                const unsigned sel = j % 2 == 0 ? 0x5410u : 0x7632u;  // element j of tokens 4c, 4c+1 (and +2, +3)
+                const std::uint32_t b0 = __byte_perm(word_of(v[0][i], j), word_of(v[1][i], j), sel);
+                const std::uint32_t b1 = __byte_perm(word_of(v[2][i], j), word_of(v[3][i], j), sel);
+                mma_16816<T>(acc, pa0, pa1, pa2, pa3, b0, b1);
+            }
+    }
+
+    // The warp's state to shared memory: sums of weights over the group's 4 lanes, O by its column map.
+#pragma unroll
+    for (int off = 1; off < 4; off *= 2) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    }
+    if (c == 0) {
+        m_s[warp][g] = m0;
+        m_s[warp][g + 8] = m1;
+        l_s[warp][g] = l0;
+        l_s[warp][g + 8] = l1;
+    }
+#pragma unroll
+    for (int i = 0; i < kVBlocks; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int d = 64 * i + 8 * (2 * c + e) + j;
+                o_s[warp][g][d] = o[8 * i + j][e];
+                o_s[warp][g + 8][d] = o[8 * i + j][2 + e];
+            }
+    __syncthreads();
+
+    // Merge the warps, weights exp2(m_w - M) (M finite: warp 0 always has tokens; a warp without has m = -inf).
+    for (int idx = threadIdx.x; idx < n_g * D; idx += kTcThreads) {
+        const int row = idx / D;
+        const int d = idx % D;
+        float m_all = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < kTcWarps; ++w) m_all = fmaxf(m_all, m_s[w][row]);
+        float num = 0.0f;
+        float den = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kTcWarps; ++w) {
+            const float weight = exp2f(m_s[w][row] - m_all);
+            num += weight * o_s[w][row][d];
+            den += weight * l_s[w][row];
+        }
+        const long long head = static_cast<long long>(b) * p.n_head + h0 + row;
+        if (p.n_split == 1) {
+            store(static_cast<T*>(p.out) + head * D + d, num / den);
+        } else {
+            float* rec = p.partials + (head * p.n_split + split) * (D + 2);
+            rec[d] = num;
+            if (d == 0) {
+                rec[D] = m_all;
+                rec[D + 1] = den;
+            }
+        }
+    }
+}
+
 // Block (query head, sequence): merges the splits' records, each weighted by exp2(its max - overall max).
 template <typename T>
 __global__ void __launch_bounds__(kReduceThreads)
@@ -305,10 +557,17 @@ void launch_lanes(const KernelParams& kp, dim3 grid, int gt, cudaStream_t stream
 
 template <typename T>
 void launch_typed(const DecodeAttentionArgs& a, const KernelParams& kp, dim3 grid, int gt, cudaStream_t stream) {
-    switch (lanes_for(a.shape.d_head)) {
-        case 8: launch_lanes<T, 8>(kp, grid, gt, stream); break;
-        case 16: launch_lanes<T, 16>(kp, grid, gt, stream); break;
-        default: launch_lanes<T, 32>(kp, grid, gt, stream); break;
+    if (a.tensor_cores) {
+        if (a.shape.d_head == 64)
+            decode_attention_tc_kernel<T, 64><<<grid, kTcThreads, 0, stream>>>(kp);
+        else
+            decode_attention_tc_kernel<T, 128><<<grid, kTcThreads, 0, stream>>>(kp);
+    } else {
+        switch (lanes_for(a.shape.d_head)) {
+            case 8: launch_lanes<T, 8>(kp, grid, gt, stream); break;
+            case 16: launch_lanes<T, 16>(kp, grid, gt, stream); break;
+            default: launch_lanes<T, 32>(kp, grid, gt, stream); break;
+        }
     }
     if (a.n_split > 1)
         decode_attention_reduce_kernel<T><<<dim3(static_cast<unsigned>(a.shape.n_head), static_cast<unsigned>(a.n_batch)),
@@ -319,8 +578,34 @@ void launch_typed(const DecodeAttentionArgs& a, const KernelParams& kp, dim3 gri
 
 }  // namespace
 
+bool decode_attention_use_tensor_cores(GpuAttentionKernel requested, const AttentionShape& shape) {
+    if (requested == GpuAttentionKernel::cuda_cores) return false;
+    const bool shape_ok = shape.d_head == 64 || shape.d_head == 128;
+    // The device, and the machine code this module holds for it (an sm_75 build run through PTX on a newer
+    // GPU has no mma.sync in its kernel: its binaryVersion says so).
+    int device = 0;
+    int cc_major = 0;
+    cudaFuncAttributes attr{};
+    const bool device_ok = cudaGetDevice(&device) == cudaSuccess &&
+                           cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                           cc_major >= 8 &&
+                           cudaFuncGetAttributes(&attr, decode_attention_tc_kernel<__half, 128>) == cudaSuccess &&
+                           attr.binaryVersion >= 80;
+    (void)cudaGetLastError();
+    if (requested == GpuAttentionKernel::automatic)
+        return shape_ok && device_ok && shape.n_head / shape.n_head_kv >= gpu_attention_tensor_min_group;
+    if (!shape_ok)
+        throw UsageError("--kernel tensor-cores: head dim " + std::to_string(shape.d_head) + " is not supported; expected 64 or 128");
+    if (!device_ok)
+        throw UsageError("--kernel tensor-cores: the device's compute capability is " + std::to_string(cc_major) +
+                         ".x and this module's kernel targets " + std::to_string(attr.binaryVersion / 10) + "." +
+                         std::to_string(attr.binaryVersion % 10) + "; mma.sync with bf16 needs 8.0 or later (build with "
+                         "CMAKE_CUDA_ARCHITECTURES including the device's)");
+    return true;
+}
+
 int decode_attention_splits(const AttentionShape& shape, std::int64_t n_batch, std::int64_t n_tokens, int n_sm,
-                            int wanted) {
+                            int wanted, bool tensor_cores) {
     if (n_tokens < 1 || n_batch < 1 || shape.n_head_kv < 1 || shape.n_head < shape.n_head_kv)
         throw IoError("decode attention: context " + std::to_string(n_tokens) + ", batch " + std::to_string(n_batch) +
                       ": expected at least one token, one sequence and a KV head per query group");
@@ -328,10 +613,12 @@ int decode_attention_splits(const AttentionShape& shape, std::int64_t n_batch, s
     long long want = wanted;
     if (want <= 0) {
         // Enough blocks for about eight resident 256-thread blocks per multiprocessor.
+        // (the tensor-core kernel's blocks are 128 threads, so twice as many of them)
         const long long n_group = shape.n_head / shape.n_head_kv;
-        const long long n_gtile = (n_group + gtile_for(n_group) - 1) / gtile_for(n_group);
+        const long long tile = tensor_cores ? kTcHeads : gtile_for(n_group);
+        const long long n_gtile = (n_group + tile - 1) / tile;
         const long long base = static_cast<long long>(n_batch) * shape.n_head_kv * n_gtile;
-        const long long target = 8LL * std::max(n_sm, 1);
+        const long long target = (tensor_cores ? 16LL : 8LL) * std::max(n_sm, 1);
         want = (target + base - 1) / base;
     }
     want = std::clamp(want, 1LL, n_pieces);
@@ -356,8 +643,11 @@ void decode_attention_launch(const DecodeAttentionArgs& a, cudaStream_t stream) 
     if (!aligned(a.q) || !aligned(a.k) || !aligned(a.v) || !aligned(a.out) || a.ld_kv % 8 != 0 || a.shape.d_head % 8 != 0)
         throw IoError("decode attention: q, K, V and out must be 16-byte aligned, with row strides and the head dim "
                       "multiples of 8 values");
+    if (a.tensor_cores && a.shape.d_head != 64 && a.shape.d_head != 128)
+        throw IoError("decode attention: the tensor-core kernel takes head dim 64 or 128, not " +
+                      std::to_string(a.shape.d_head));
     const long long n_group = a.shape.n_head / a.shape.n_head_kv;
-    const int gt = gtile_for(n_group);
+    const int gt = a.tensor_cores ? kTcHeads : gtile_for(n_group);
     const long long n_gtile = (n_group + gt - 1) / gt;
     if (n_gtile * a.n_split > 0x7fffffffLL)
         throw IoError("decode attention: " + std::to_string(n_gtile) + " head tiles x " + std::to_string(a.n_split) +

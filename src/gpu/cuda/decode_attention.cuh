@@ -1,13 +1,16 @@
 // Cached decode attention on the GPU: one query token per sequence over T cached keys and values,
 // GQA-aware (one block serves a KV head's whole group of query heads) and split over T
-// (flash-decoding) with a reduce kernel. Non-goals: paged caches, masks, fp8 storage.
+// (flash-decoding) with a reduce kernel. Two kernels: fp32 multiply-adds on the CUDA cores, and mma.sync
+// on the tensor cores for large groups (gpu_attention.hpp, GpuAttentionKernel). Non-goals: paged caches,
+// masks, fp8 storage.
 #pragma once
 #include <cstdint>
 
 #include <cuda_runtime.h>
 
-#include "model/attention.hpp"
 #include "core/dtype.hpp"
+#include "gpu/gpu_attention.hpp"
+#include "model/attention.hpp"
 
 namespace kvlab::cuda {
 
@@ -23,12 +26,19 @@ struct DecodeAttentionArgs {
     std::int64_t n_batch = 0;
     std::int64_t n_tokens = 0;
     int n_split = 1;            // from decode_attention_splits
+    bool tensor_cores = false;  // from decode_attention_use_tensor_cores
 };
+
+// Whether `requested` runs on the tensor cores for `shape` on the current device: automatic picks them for
+// head dim 64 or 128, groups of at least gpu_attention_tensor_min_group query heads, and a device (and a
+// module built for it) of compute capability 8.0 or later. Throws UsageError when tensor_cores is asked
+// for and cannot run.
+bool decode_attention_use_tensor_cores(GpuAttentionKernel requested, const AttentionShape& shape);
 
 // How many pieces to split T into: `wanted` (0: enough blocks to fill `n_sm` multiprocessors a few
 // times over), rounded so that every piece holds whole 64-token pieces and none is empty.
 int decode_attention_splits(const AttentionShape& shape, std::int64_t n_batch, std::int64_t n_tokens, int n_sm,
-                            int wanted);
+                            int wanted, bool tensor_cores);
 // Bytes of the workspace `partials` needs.
 std::uint64_t decode_attention_workspace_bytes(const AttentionShape& shape, std::int64_t n_batch, int n_split);
 // Enqueues the attention (and the reduce when split) on `stream`; throws IoError on a launch error.

@@ -220,7 +220,7 @@ struct ProblemBuffers {
 };
 
 cuda::DecodeAttentionArgs attention_args(const GpuAttentionProblem& p, GpuAttentionPath path, const ProblemBuffers& b,
-                                         int n_split) {
+                                         int n_split, bool tensor_cores) {
     const std::int64_t d_kv = p.shape.n_head_kv * p.shape.d_head;
     char* kv = static_cast<char*>(b.kv.get());
     cuda::DecodeAttentionArgs a;
@@ -241,6 +241,7 @@ cuda::DecodeAttentionArgs attention_args(const GpuAttentionProblem& p, GpuAttent
     a.n_batch = p.n_batch;
     a.n_tokens = p.n_tokens;
     a.n_split = n_split;
+    a.tensor_cores = tensor_cores;
     return a;
 }
 
@@ -315,7 +316,9 @@ CudaDevice device_info() {
 GpuAttentionOutputs attention_run(const GpuAttentionProblem& p, const GpuAttentionInputs& in, int n_split) {
     const CudaDevice dev = device_info();
     GpuAttentionOutputs result;
-    result.n_split = cuda::decode_attention_splits(p.shape, p.n_batch, p.n_tokens, dev.n_sm, n_split);
+    const bool tensor_cores = cuda::decode_attention_use_tensor_cores(p.kernel, p.shape);
+    result.kernel = tensor_cores ? GpuAttentionKernel::tensor_cores : GpuAttentionKernel::cuda_cores;
+    result.n_split = cuda::decode_attention_splits(p.shape, p.n_batch, p.n_tokens, dev.n_sm, n_split, tensor_cores);
     Blas blas;
     for (const GpuAttentionPath path : {GpuAttentionPath::cached, GpuAttentionPath::uncached}) {
         const ProblemBuffers b(p, path, result.n_split);
@@ -331,7 +334,7 @@ GpuAttentionOutputs attention_run(const GpuAttentionProblem& p, const GpuAttenti
         }
         // All-ones bits are NaN in fp16 and bf16: an output the kernels leave unwritten fails the check.
         check_cuda(cudaMemset(b.out.get(), 0xFF, b.out.bytes()), "cudaMemset");
-        enqueue_step(p, path, b, blas.get(), attention_args(p, path, b, result.n_split));
+        enqueue_step(p, path, b, blas.get(), attention_args(p, path, b, result.n_split, tensor_cores));
         check_cuda(cudaDeviceSynchronize(), "attention run");
         std::vector<float> out = download(b.out, b.n_q, p.dtype);
         (path == GpuAttentionPath::cached ? result.out_cached : result.out_uncached) = std::move(out);
@@ -341,7 +344,8 @@ GpuAttentionOutputs attention_run(const GpuAttentionProblem& p, const GpuAttenti
 
 GpuTiming attention_time(const GpuAttentionProblem& p, GpuAttentionPath path, int n_sm, std::uint64_t flush_bytes,
                          int n_warmup, int n_repeat) {
-    const int n_split = cuda::decode_attention_splits(p.shape, p.n_batch, p.n_tokens, n_sm, 0);
+    const bool tensor_cores = cuda::decode_attention_use_tensor_cores(p.kernel, p.shape);
+    const int n_split = cuda::decode_attention_splits(p.shape, p.n_batch, p.n_tokens, n_sm, 0, tensor_cores);
     const ProblemBuffers b(p, path, n_split);
     DeviceBuffer flush(flush_bytes, "the L2 flush buffer");
     fill_random(b.q.get(), b.n_q, p.dtype, 1, 1.0f);
@@ -353,13 +357,14 @@ GpuTiming attention_time(const GpuAttentionProblem& p, GpuAttentionPath path, in
     }
     check_cuda(cudaDeviceSynchronize(), "random fill");
     Blas blas;
-    const cuda::DecodeAttentionArgs args = attention_args(p, path, b, n_split);
+    const cuda::DecodeAttentionArgs args = attention_args(p, path, b, n_split, tensor_cores);
     GpuTiming t = time_events(
         n_warmup, n_repeat, [&] { enqueue_step(p, path, b, blas.get(), args); },
         [&](int r) {
             check_cuda(cudaMemsetAsync(flush.get(), r & 0xFF, flush.bytes(), nullptr), "L2 flush");
         });
     t.n_split = n_split;
+    t.kernel = tensor_cores ? GpuAttentionKernel::tensor_cores : GpuAttentionKernel::cuda_cores;
     return t;
 }
 
