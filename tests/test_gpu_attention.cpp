@@ -206,12 +206,12 @@ TEST_CASE("The CUDA kernels match the CPU reference on small problems") {
                 CHECK(c.passed);
             }
         }
-    // auto: tensor cores for a group of 8 or more at D 128 (on 8.0+), CUDA cores for smaller groups and D 96.
+    // auto: tensor cores for a group of 4 or more at D 128 (on 8.0+), CUDA cores for smaller groups and D 96.
     GpuAttentionProblem p;
     p.d_model = 128;
-    p.shape = {32, 4, 128};
-    CHECK(gpu_attention_check(p, 3).front().kernel == (dev.cc_major >= 8 ? tc : cc));
     p.shape = {32, 8, 128};
+    CHECK(gpu_attention_check(p, 3).front().kernel == (dev.cc_major >= 8 ? tc : cc));
+    p.shape = {32, 16, 128};
     CHECK(gpu_attention_check(p, 3).front().kernel == cc);
     p.shape = {32, 1, 96};
     CHECK(gpu_attention_check(p, 3).front().kernel == cc);

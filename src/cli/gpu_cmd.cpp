@@ -44,7 +44,7 @@ void setup_gpu(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--kernel", o->kernel,
                     "Attention kernels side by side: auto, cuda-cores, tensor-cores (comma-separated; auto: tensor "
-                    "cores for groups of 8+ query heads per KV head, head dim 64 or 128, compute capability 8.0+)")
+                    "cores for groups of 4+ query heads per KV head, head dim 64 or 128, compute capability 8.0+)")
         ->capture_default_str();
     cmd->add_option("--warmup", o->n_warmup, "Untimed runs before timing")->check(at_least(0))->capture_default_str();
     cmd->add_option("--repeats", o->n_repeat, "Timed runs; the median is reported")->check(at_least(1))->capture_default_str();

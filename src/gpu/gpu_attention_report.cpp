@@ -191,8 +191,8 @@ GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& o) {
                       {"dtype", "dtype", false},           {"batch", "batch"},
                       {"context", "context"},              {"splits", "splits"},
                       {"cached_us", "cached us"},          {"cached_bytes", "cached bytes"},
-                      {"cached_gb_per_s", "GB/s"},         {"copy_fraction", "% of copy"},
-                      {"read_fraction", "% of read"},
+                      {"cached_gb_per_s", "GB/s"},         {"copy_percent", "% of copy"},
+                      {"read_percent", "% of read"},
                       {"cached_gflop_per_s", "GFLOP/s"},   {"uncached_us", "uncached us"},
                       {"uncached_gflop_per_s", "unc. GFLOP/s"}, {"uncached_over_cached", "uncached/cached"},
                       {"time_vs_first", "t / t(first)"},   {"kv_bytes_vs_first", "KV bytes / first"}};
@@ -265,7 +265,7 @@ GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& o) {
                            "dtype, batch and context (the first --kernel's first --attention variant)");
     timing.notes.push_back("kernel: cuda-cores does q.k and p.v as fp32 multiply-adds; tensor-cores as mma.sync on "
                            "16-head tiles (fp16/bf16 inputs, fp32 sums, P rounded to the dtype); auto picks tensor cores "
-                           "for groups of 8 or more query heads per KV head, head dim 64 or 128, compute capability 8.0+");
+                           "for groups of 4 or more query heads per KV head, head dim 64 or 128, compute capability 8.0+");
     report.tables.push_back(device);
     report.tables.push_back(checks);
     report.tables.push_back(timing);
