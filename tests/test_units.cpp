@@ -71,3 +71,17 @@ TEST_CASE("A change that is not zero never prints as +0.000%") {
     CHECK(change_percent_cell(0.00034).text == "+0.0003%");   // bf16 weights: perplexity 1.191794 over 1.191790
     CHECK(change_percent_cell(-0.000041).text == "-0.00004%");
 }
+
+TEST_CASE("Bandwidths print as the datasheets do: decimal units, up to three decimals, rounded exactly") {
+    CHECK(format_rate(1555000000000ull) == "1.555 TB/s");  // A100 40GB: 1,555 GB/s (a double's 1.555 is 1.55499...)
+    CHECK(format_rate(3350000000000ull) == "3.35 TB/s");   // H100 SXM: trailing zero dropped
+    CHECK(format_rate(4800000000000ull) == "4.8 TB/s");
+    CHECK(format_rate(300000000000ull) == "300 GB/s");     // L4
+    CHECK(format_rate(2039000000000ull) == "2.039 TB/s");  // A100 80GB
+    CHECK(format_rate(1008000000000ull) == "1.008 TB/s");
+    CHECK(format_rate(1234567ull) == "1.235 MB/s");        // 1.234567 rounds half up to 1.235
+    CHECK(format_rate(1999600000000ull) == "2 TB/s");      // 1.9996 rounds to 2.000
+    CHECK(format_rate(999999600ull) == "1 GB/s");          // 999.9996 MB/s carries into the next unit
+    CHECK(format_rate(999ull) == "999 B/s");
+    CHECK(format_rate(0) == "0 B/s");
+}

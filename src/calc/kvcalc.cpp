@@ -207,7 +207,7 @@ Report run_kvcalc(const KvcalcRequest& r) {
         gpu_context = Table{"Longest context at each batch on " + on,
                             {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"batch", "batch"},
                              {"max_context", "max context"}}, {}, {}};
-        roofline = Table{fmt::format("Decode roofline on {} ({}/s per GPU)", r.gpu->display_name, format_bytes(r.gpu->bandwidth_bytes_per_s, UnitSystem::si)),
+        roofline = Table{fmt::format("Decode roofline on {} ({} per GPU)", r.gpu->display_name, format_rate(r.gpu->bandwidth_bytes_per_s)),
                          {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"context", "context"},
                           {"batch", "batch"}, {"bytes_weights_read", "weights read"}, {"bytes_kv_read", "KV read"},
                           {"min_ms_per_step", "min ms/step"}, {"max_tokens_per_s", "max tok/s"}, {"kv_fits", "KV fits", false}}, {}, {}};

@@ -44,7 +44,7 @@ Report gpu_presets_report(bool with_sources) {
             text_cell(g.display_name),
             bytes_cell(g.memory_bytes, UnitSystem::iec),
             g.driver_bytes ? Cell{format_bytes(g.driver_bytes, UnitSystem::iec), g.driver_bytes} : Cell{"unknown", nullptr},
-            {format_bytes(g.bandwidth_bytes_per_s, UnitSystem::si) + "/s", g.bandwidth_bytes_per_s},
+            {format_rate(g.bandwidth_bytes_per_s), g.bandwidth_bytes_per_s},
             {fmt::format("{:.1f} TFLOP/s", g.fp16_dense_flops / 1e12), g.fp16_dense_flops},
             text_cell(fmt::format("{}", fmt::join(g.aliases, ", ")))};
         if (with_sources) row.push_back(text_cell(g.source));

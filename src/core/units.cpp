@@ -80,6 +80,32 @@ std::string format_bytes(std::uint64_t bytes, UnitSystem units) {
     return fmt::format("{:.2f} {}", static_cast<double>(v), names[i]);
 }
 
+std::string format_rate(std::uint64_t bytes_per_s) {
+    static const char* si[] = {"B/s", "KB/s", "MB/s", "GB/s", "TB/s", "PB/s", "EB/s"};
+    std::uint64_t unit = 1;
+    int i = 0;
+    while (i < 6 && bytes_per_s / unit >= 1000) {
+        unit *= 1000;
+        ++i;
+    }
+    // thousandths of the unit, rounded half up; unit / 1000 divides exactly for every unit above bytes
+    const std::uint64_t step = unit / 1000;
+    std::uint64_t whole = bytes_per_s / unit;
+    std::uint64_t milli = step == 0 ? 0 : (bytes_per_s % unit + step / 2) / step;
+    if (milli == 1000) {  // 1.9996 TB/s is 2 TB/s; 999.9996 GB/s is 1 TB/s
+        ++whole;
+        milli = 0;
+        if (whole == 1000 && i < 6) {
+            whole = 1;
+            ++i;
+        }
+    }
+    std::string text = fmt::format("{}.{:03d}", whole, milli);
+    while (text.back() == '0') text.pop_back();
+    if (text.back() == '.') text.pop_back();
+    return fmt::format("{} {}", text, si[i]);
+}
+
 std::uint64_t parse_size(std::string_view text, std::string_view flag) {
     const std::string s = trim(text);
     if (!s.empty() && s[0] == '-')
