@@ -266,6 +266,16 @@ TEST_CASE("Parameter counts per family: norms, biases, MLP form, shared experts,
     CHECK(count_params(load_preset("gemma-2-27b")).total() == 27227128320ull);
     CHECK(count_params(load_preset("qwen3-8b")).total() == 8190735360ull);       // q_norm, k_norm: 36 x 2 x 128
     CHECK(count_params(load_preset("gpt-oss-120b")).total() == 116829156672ull); // o, router and expert biases, sinks
+    // Gemma 3 (Gemma3ForConditionalGeneration: sum of parameters() as published for google/gemma-3-{4b,12b,27b}-it) counts its
+    // SigLIP tower: patches 3 x 14^2 x 1152 + 1152, positions 64^2 x 1152, 27 x (4 x (1152^2 + 1152) + 4 x 1152 + 2 x 1152 x 4304
+    // + 4304 + 1152), post-norm 2 x 1152 = 416,866,032; projector 1152 x hidden + 1152
+    const auto g3 = load_preset("gemma-3-27b");
+    CHECK(g3.vision_params == 416866032ull + 1152ull * 5376 + 1152);
+    CHECK(count_params(load_preset("gemma-3-4b")).total() == 4300079472ull);
+    CHECK(count_params(load_preset("gemma-3-12b")).total() == 12187325040ull);
+    CHECK(count_params(g3).total() == 27432406640ull);
+    CHECK(count_params(g3).vision == g3.vision_params);
+    CHECK(decode_params_read(g3, 1) == doctest::Approx(static_cast<double>(27432406640ull - g3.vision_params)));  // decode skips it
     auto count = [](nlohmann::json j) { return count_params(parse_model_config(j, "test.json", "test")).total(); };
     // EleutherAI/pythia-6.9b (published 6,857,302,016): GELU MLP of 2 matrices with biases, LayerNorms with biases,
     // q/k/v/o biases: 32 x (4 x 4096^2 + 4 x 4096 + 2 x 4096 x 16384 + 16384 + 4096 + 4 x 4096) + 2 x 4096 + 2 x 50432 x 4096
@@ -311,4 +321,27 @@ TEST_CASE("Llama 4's chunked attention is sized as full attention, and the rule 
     CHECK(cfg.window_rule.find("attention_chunk_size 8192 sized as full attention") != std::string::npos);
     // 2 x 48 x 8 x 128 x 2 B = 196,608 B a token on every layer, whatever the chunk
     CHECK(kv_bytes_sequence(cfg, DType::bf16, 16384, WindowMode::cap).total() == 16384ull * 196608);
+}
+
+TEST_CASE("A vision tower kvcalc cannot count is named, not guessed") {
+    // a LLaVA-style config: CLIP vision tower around a Llama text model
+    const nlohmann::json llava = {{"model_type", "llava"},
+                                  {"text_config", {{"model_type", "llama"}, {"hidden_size", 4096}, {"num_hidden_layers", 32},
+                                                   {"num_attention_heads", 32}, {"intermediate_size", 11008}, {"vocab_size", 32064},
+                                                   {"max_position_embeddings", 4096}}},
+                                  {"vision_config", {{"model_type", "clip_vision_model"}, {"hidden_size", 1024}}}};
+    const auto cfg = parse_model_config(llava, "llava.json", "llava");
+    CHECK(cfg.vision_params == 0);
+    CHECK(cfg.vision_rule.find("'clip_vision_model') is not counted") != std::string::npos);
+    CHECK(count_params(cfg).vision == 0);
+    // Gemma 3's SigLIP with its pooling head on is not the published layout: named, not counted
+    nlohmann::json g3 = nlohmann::json::parse(R"({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text",
+        "hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 34},
+        "vision_config": {"model_type": "siglip_vision_model", "vision_use_head": true}})");
+    CHECK(parse_model_config(g3, "g3.json", "g3").vision_params == 0);
+    // a text-only config has neither
+    g3.erase("vision_config");
+    const auto text_only = parse_model_config(g3, "g3.json", "g3");
+    CHECK(text_only.vision_params == 0);
+    CHECK(text_only.vision_rule.empty());
 }

@@ -129,8 +129,9 @@ std::uint64_t model_weight_bytes(const ModelConfig& cfg, bool native_layout, con
 }
 
 std::uint64_t decode_weight_bytes(const ModelConfig& cfg, bool native_layout, const KvcalcRequest& r, std::uint64_t batch) {
-    if (cfg.n_expert <= 1) return model_weight_bytes(cfg, native_layout, r, true);
     const bool stored = cfg.stored_weight_bytes && native_layout;
+    // dense: every weight, unless stored bytes hold a vision tower that decoding never reads
+    if (cfg.n_expert <= 1 && !(stored && cfg.vision_params > 0)) return model_weight_bytes(cfg, native_layout, r, true);
     if (batch <= 1 && !stored) return model_weight_bytes(cfg, native_layout, r, true);  // exact: one token's parameters
     // weights as stored (a checkpoint's own dtypes): the step's share of the parameters, in proportion, so
     // that the read never exceeds the weights held; else parameters x --weights-dtype
@@ -239,6 +240,7 @@ Report run_kvcalc(const KvcalcRequest& r) {
         if (r.explain && !base.numeric_defaults.empty())
             report.notes.push_back(fmt::format("{}: defaults that change no size: {}", base.name, fmt::join(base.numeric_defaults, "; ")));
         if (r.gpu && base.stored_weight_bytes) report.notes.push_back(fmt::format("{}: {}", base.name, base.stored_weights_rule));
+        if (r.gpu && !base.vision_rule.empty()) report.notes.push_back(fmt::format("{}: {}", base.name, base.vision_rule));
         if (r.gpu && !base.stored_weight_bytes && !base.quant_method.empty())
             report.notes.push_back(fmt::format("{}: its quantization_config says quant_method {}, so the checkpoint stores most weights narrower "
                                                "than the {} the fit prices every parameter at: give --weights-dtype (e.g. fp8), or --config the "

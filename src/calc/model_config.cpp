@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "calc/config_defaults.hpp"
+#include "core/checked.hpp"
 #include "core/error.hpp"
 #include "core/json_input.hpp"
 #include "core/mapped_file.hpp"
@@ -123,6 +124,48 @@ void read_weight_layout(const FieldReader& f, ModelConfig& cfg) {
         cfg.router_bias = true;
         cfg.attention_sinks = true;
     }
+}
+
+// A multimodal config's vision side (the top level's vision_config). Gemma 3 (transformers
+// models/siglip/modeling_siglip.py and models/gemma3/modeling_gemma3.py, SigLIP without its pooling head):
+//   patch embedding Conv2d(C, h, P, P) + bias: C P^2 h + h; positions (image_size / P)^2 x h
+//   per layer: q, k, v, out Linear(h, h) + bias 4(h^2 + h); two LayerNorms 4h; fc1, fc2 2 h I + I + h
+//   post LayerNorm 2h; projector: mm_input_projection_weight h x text hidden + its RMSNorm h.
+// With google/gemma-3-{4b,12b,27b}-it's configs this makes their published totals exact (test_config.cpp).
+void read_vision_tower(const json& root, const std::string& where, ModelConfig& cfg) {
+    const auto vc = root.find("vision_config");
+    if (vc == root.end() || !vc->is_object()) return;
+    const FieldReader v(*vc, where + ": vision_config");
+    const std::string type = v.string("model_type");
+    const bool gemma3 = FieldReader(root, where).string("model_type") == "gemma3";  // the outer type; cfg's is the text model's
+    const bool siglip = type == "siglip_vision_model" && gemma3 && !v.boolean("vision_use_head", true);
+    if (!siglip) {
+        cfg.vision_rule = fmt::format("its vision_config (model_type {}) is not counted: the weights are the text model's only, "
+                                      "and an engine that loads the vision tower too has less memory left for KV",
+                                      type.empty() ? std::string("unnamed") : quote(type, 40));
+        return;
+    }
+    // SiglipVisionConfig's defaults where Gemma 3's config leaves a field out (num_channels)
+    const auto h = static_cast<std::uint64_t>(v.optional({"hidden_size"}).value_or(768));
+    const auto inner = static_cast<std::uint64_t>(v.optional({"intermediate_size"}).value_or(3072));
+    const auto layers = static_cast<std::uint64_t>(v.optional({"num_hidden_layers"}).value_or(12));
+    const auto channels = static_cast<std::uint64_t>(v.optional({"num_channels"}).value_or(3));
+    const auto image = static_cast<std::uint64_t>(v.optional({"image_size"}).value_or(224));
+    const auto patch = static_cast<std::uint64_t>(v.optional({"patch_size"}).value_or(16));
+    if (image % patch != 0)
+        throw ConfigError(fmt::format("{}: vision_config image_size {} is not a multiple of patch_size {}", where, image, patch));
+    const char* what = "vision tower parameters";
+    const auto grid = image / patch;
+    const std::uint64_t embed = checked_add(checked_add(checked_mul(checked_mul(channels, patch * patch, what), h, what), h, what),
+                                            checked_mul(grid * grid, h, what), what);
+    const std::uint64_t layer = checked_add(checked_add(checked_mul(4, checked_add(checked_mul(h, h, what), h, what), what), 4 * h, what),
+                                            checked_add(checked_mul(2 * h, inner, what), inner + h, what), what);
+    const std::uint64_t tower = checked_add(checked_add(embed, checked_mul(layers, layer, what), what), 2 * h, what);
+    const std::uint64_t projector = checked_add(checked_mul(h, static_cast<std::uint64_t>(cfg.d_model), what), h, what);
+    cfg.vision_params = checked_add(tower, projector, what);
+    cfg.vision_rule = fmt::format("weights include the SigLIP vision tower ({} layers, {} wide, {}x{} patches of {} px) and its "
+                                  "projector: {:.2f} M ({}) parameters, loaded as vLLM loads them; decode reads only the text model's",
+                                  layers, h, grid, grid, patch, static_cast<double>(cfg.vision_params) / 1e6, cfg.vision_params);
 }
 
 // The longest context, as vLLM v0.10.2 derives max_model_len (_get_and_verify_max_len in vllm/config):
@@ -452,6 +495,7 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
         cfg.shared_expert_gate = cfg.model_type.rfind("qwen", 0) == 0;
     }
     read_weight_layout(f, cfg);
+    read_vision_tower(root, where, cfg);
     cfg.rope_theta = f.positive_real({"rope_theta"}, 10000.0);
     cfg.norm_eps = f.positive_real({"rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"}, 1e-5);
     // When a config omits tie_word_embeddings, the model class's default applies: LlamaConfig, MistralConfig

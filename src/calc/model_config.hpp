@@ -95,6 +95,11 @@ struct ModelConfig {
     bool lm_head_bias = false;         // Phi
     bool router_bias = false;          // gpt-oss
     bool attention_sinks = false;      // gpt-oss: one learned sink per head per layer
+    // A multimodal config's vision tower and projector, which engines load beside the text model: counted for
+    // Gemma 3's SigLIP (vision_params > 0, vision_rule says how); other vision_configs are named in
+    // vision_rule and not counted (vision_params 0). Both empty for a text-only config.
+    std::uint64_t vision_params = 0;
+    std::string vision_rule;
 
     // H*D: width of all query heads; Hkv*D: width of one K or V row. Overflow-checked: they throw
     // OverflowError naming the fields when the product passes 2^63-1 (parse_model_config checks them first).

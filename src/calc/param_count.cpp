@@ -54,7 +54,7 @@ std::uint64_t mlp_params(const ModelConfig& c, std::uint64_t f) {
 
 }  // namespace
 
-std::uint64_t ParamCount::total() const { return add(add(add(add(embedding, attention), mlp), norms), lm_head); }
+std::uint64_t ParamCount::total() const { return add(add(add(add(add(embedding, attention), mlp), norms), lm_head), vision); }
 
 ParamCount count_params(const ModelConfig& c) {
     if (c.d_ff == 0)
@@ -97,6 +97,7 @@ ParamCount count_params(const ModelConfig& c) {
         if (n_moe_layer > 0) p.routed_expert = moe_expert, p.n_moe_layer = n_moe_layer;
     }
     if (c.lm_head_bias && !c.tied_embeddings) p.lm_head = add(p.lm_head, V);
+    p.vision = c.vision_params;
     p.active_per_token = add(add(add(add(p.embedding, p.attention), active_mlp), p.norms), p.lm_head);
     return p;
 }

@@ -13,8 +13,9 @@ struct ParamCount {
     std::uint64_t mlp = 0;         // all layers' MLPs, every expert counted (+ routers)
     std::uint64_t norms = 0;
     std::uint64_t lm_head = 0;     // 0 when tied to the embedding
-    std::uint64_t total() const;
-    std::uint64_t active_per_token = 0;  // MoE: parameters a token touches (top-k experts); = total for dense
+    std::uint64_t vision = 0;      // a multimodal model's vision tower and projector (ModelConfig::vision_params)
+    std::uint64_t total() const;   // every weight, vision included
+    std::uint64_t active_per_token = 0;  // parameters a decoded token touches: MoE's top-k experts; never the vision tower
     std::uint64_t routed_expert = 0;     // MoE: parameters of one routed expert; 0 for dense
     std::uint64_t n_moe_layer = 0;       // MoE: layers with routed experts
 };
