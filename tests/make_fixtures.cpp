@@ -225,6 +225,22 @@ int main(int argc, char** argv) {
     write_file(dir / "gguf_tensor_dims.gguf", with_tensors(std::nullopt, 5));              // more dimensions than GGML has
     write_file(dir / "deepseek2-mla.gguf", deepseek(true));
     write_file(dir / "deepseek2-legacy.gguf", deepseek(false));
+    // MiniCPM3-4B as llama.cpp's convert_hf_to_gguf.py writes it (MiniCPM3Model.set_gguf_parameters): key_length
+    // qk_nope + qk_rope = 96 and no value_length, so llama.cpp's V head is embedding_length / head_count = 64
+    write_file(dir / "minicpm3.gguf", GgufWriter()
+                                          .str("general.architecture", "minicpm3")
+                                          .u32("minicpm3.block_count", 62)
+                                          .u32("minicpm3.context_length", 32768)
+                                          .u32("minicpm3.embedding_length", 2560)
+                                          .u32("minicpm3.feed_forward_length", 6400)
+                                          .u32("minicpm3.attention.head_count", 40)
+                                          .u32("minicpm3.attention.head_count_kv", 40)
+                                          .u32("minicpm3.attention.q_lora_rank", 768)
+                                          .u32("minicpm3.attention.kv_lora_rank", 256)
+                                          .u32("minicpm3.attention.key_length", 96)
+                                          .u32("minicpm3.rope.dimension_count", 32)
+                                          .u32("minicpm3.vocab_size", 73448)
+                                          .bytes());
     write_file(dir / "gguf_truncated.gguf", gguf.substr(0, gguf.size() - 5));
     std::string huge = gguf;
     std::memcpy(huge.data() + 16, "\xff\xff\xff\xff\xff\xff\xff\x0f", 8);  // a metadata count the file cannot hold

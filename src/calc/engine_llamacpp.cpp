@@ -72,6 +72,10 @@ EngineAnswer llamacpp_answer(const EngineCase& c, const EngineSettings& s) {
         v_row = row_bytes(c.dtype, checked_mul(heads, static_cast<std::uint64_t>(cfg.mla->v_head_dim), "V row"));
     } else if (cfg.mla) {
         k_row = row_bytes(c.dtype, static_cast<std::uint64_t>(cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim));
+    } else if (cfg.lora_attention) {  // MiniCPM3: every head's K (nope + rope) and V at its own width, which vLLM pads to K's
+        const auto heads = static_cast<std::uint64_t>(cfg.n_head_kv);
+        k_row = row_bytes(c.dtype, checked_mul(heads, static_cast<std::uint64_t>(cfg.d_head), "K row"));
+        v_row = row_bytes(c.dtype, checked_mul(heads, static_cast<std::uint64_t>(cfg.lora_attention->v_head_dim), "V row"));
     } else {
         k_row = v_row = row_bytes(c.dtype, static_cast<std::uint64_t>(cfg.d_kv()));
     }
@@ -119,6 +123,10 @@ EngineAnswer llamacpp_answer(const EngineCase& c, const EngineSettings& s) {
                                       "caches full K ({} x {}) and V ({} x {}) per layer, not the {}-wide latent",
                                       cfg.name, cfg.n_head_kv, cfg.mla->qk_nope_head_dim + cfg.mla->qk_rope_head_dim, cfg.n_head_kv,
                                       cfg.mla->v_head_dim, cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim));
+    else if (cfg.lora_attention && cfg.lora_attention->v_head_dim != cfg.d_head)
+        a.notes.push_back(fmt::format("{}: llama.cpp caches every head's K at {} (qk_nope + qk_rope) and V at its own {}, where vLLM pads "
+                                      "V to {} (the kvcalc tables above)",
+                                      cfg.name, cfg.d_head, cfg.lora_attention->v_head_dim, cfg.d_head));
     else if (cfg.mla)
         a.notes.push_back(fmt::format("{}: MLA cache of K rows of {} (kv_lora_rank + rope) and no V, as llama.cpp b7832+ stores GGUFs with "
                                       "the MLA split; GGUFs converted before b5137 store full K/V per head",

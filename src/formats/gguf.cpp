@@ -266,7 +266,9 @@ ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& 
         const auto key_mla = uniform("attention.key_length_mla", false), value_mla = uniform("attention.value_length_mla", false);
         const auto per_head_k = key_mla ? key_mla : key_len, per_head_v = value_mla ? value_mla : value_len;
         if (per_head_k && *per_head_k > rope) j["qk_nope_head_dim"] = *per_head_k - rope;
-        if (per_head_v) j["v_head_dim"] = *per_head_v;
+        // no value_length (MiniCPM3's converter writes none): llama.cpp's default head width, embedding_length / head_count
+        // (llama-model.cpp, load_hparams: n_embd_head_v = n_embd / n_head unless the key is set)
+        j["v_head_dim"] = per_head_v ? *per_head_v : j["hidden_size"].get<std::int64_t>() / j["num_attention_heads"].get<std::int64_t>();
         mla_full_kv = !key_mla;
     } else if (key_len && value_len && *key_len != *value_len) {
         throw ConfigError(fmt::format("{}: key_length {} and value_length {} differ; kvlab sizes K and V of one head size", where, *key_len, *value_len));

@@ -210,6 +210,11 @@ kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/deepseek2-mla.gguf" --engine ll
 kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/deepseek2-legacy.gguf" --engine llama.cpp --context 4096
              OUT "llama_kv_cache: size = 1080\\.00 MiB \\(  4096 cells,  27 layers,  1/1 seqs\\), K \\(f16\\):  648\\.00 MiB, V \\(f16\\):  432\\.00 MiB"
                  "no MLA split")
+# MiniCPM3-4B in llama.cpp: 40 heads of K at 96 (key_length) and of V at 2560 / 40 = 64 (no value_length):
+# 62 x 4096 x 3840 x 2 B = 1860 MiB of K, 62 x 4096 x 2560 x 2 B = 1240 MiB of V (vLLM pads V to 96: 1860 MiB)
+kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/minicpm3.gguf" --engine llama.cpp --context 4096
+             OUT "llama_kv_cache: size = 3100\\.00 MiB \\(  4096 cells,  62 layers,  1/1 seqs\\), K \\(f16\\): 1860\\.00 MiB, V \\(f16\\): 1240\\.00 MiB"
+                 "V at its own 64, where vLLM pads V to 96")
 kvlab_expect(RC 2 ARGS kvcalc --gguf "${WORK}/fx/gguf_truncated.gguf" ERR "gguf_truncated.gguf': GGUF header at byte [0-9]+: .* needs [0-9]+ bytes, [0-9]+ are left in the file")
 kvlab_expect(RC 2 ARGS kvcalc --gguf "${WORK}/fx/gguf_huge_count.gguf" ERR "GGUF header at byte 24: the metadata needs [0-9]+ bytes, [0-9]+ are left in the file")
 kvlab_expect(RC 2 ARGS kvcalc --gguf "${WORK}/fx/gguf_v1.gguf" ERR "version 1; kvlab reads GGUF versions 2 and 3")
