@@ -268,7 +268,10 @@ ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& 
         if (per_head_k && *per_head_k > rope) j["qk_nope_head_dim"] = *per_head_k - rope;
         // no value_length (MiniCPM3's converter writes none): llama.cpp's default head width, embedding_length / head_count
         // (llama-model.cpp, load_hparams: n_embd_head_v = n_embd / n_head unless the key is set)
-        j["v_head_dim"] = per_head_v ? *per_head_v : j["hidden_size"].get<std::int64_t>() / j["num_attention_heads"].get<std::int64_t>();
+        // (a head count of 0 or below is refused with its own message when the fields are read)
+        const auto hidden = j["hidden_size"].get<std::int64_t>(), heads = j["num_attention_heads"].get<std::int64_t>();
+        if (per_head_v) j["v_head_dim"] = *per_head_v;
+        else if (heads > 0 && hidden >= heads) j["v_head_dim"] = hidden / heads;
         mla_full_kv = !key_mla;
     } else if (key_len && value_len && *key_len != *value_len) {
         throw ConfigError(fmt::format("{}: key_length {} and value_length {} differ; kvlab sizes K and V of one head size", where, *key_len, *value_len));
