@@ -323,6 +323,30 @@ TEST_CASE("Llama 4's chunked attention is sized as full attention, and the rule 
     CHECK(kv_bytes_sequence(cfg, DType::bf16, 16384, WindowMode::cap).total() == 16384ull * 196608);
 }
 
+TEST_CASE("Qwen2.5-VL counts its vision transformer and patch merger: the published 8,292,166,656 of Qwen2.5-VL-7B") {
+    // Qwen/Qwen2.5-VL-7B-Instruct's config.json (the fields the count reads), text at the top level as published
+    const nlohmann::json vl = nlohmann::json::parse(R"({"architectures": ["Qwen2_5_VLForConditionalGeneration"],
+        "model_type": "qwen2_5_vl", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+        "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064, "max_position_embeddings": 128000,
+        "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768, "use_sliding_window": false,
+        "tie_word_embeddings": false, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+        "vision_config": {"depth": 32, "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16,
+                          "in_chans": 3, "out_hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2,
+                          "spatial_patch_size": 14, "window_size": 112, "temporal_patch_size": 2}})");
+    const auto cfg = parse_model_config(vl, "qwen2.5-vl-7b.json", "qwen2.5-vl-7b");
+    // patches 3 x 2 x 14^2 x 1280 = 1,505,280; 32 blocks x (4 x 1280^2 + 3 x 1280 x 3420 + 7 x 1280 + 2 x 3420) = 32 x 19,702,200;
+    // merger 1280 + 5120^2 + 5120 + 5120 x 3584 + 3584 = 44,574,464: 676,550,144 (the model's `visual` module)
+    CHECK(cfg.vision_params == 676550144ull);
+    CHECK(count_params(cfg).total() == 8292166656ull);  // = Qwen2.5-7B's 7,615,616,512 + the vision side
+    CHECK(cfg.attention_bias);                           // the text model is Qwen2's: q/k/v biases
+    // a vision_config without its depth is named, not counted
+    nlohmann::json partial = vl;
+    partial["vision_config"].erase("depth");
+    const auto p = parse_model_config(partial, "p.json", "p");
+    CHECK(p.vision_params == 0);
+    CHECK(p.vision_rule.find("has no depth") != std::string::npos);
+}
+
 TEST_CASE("A vision tower kvcalc cannot count is named, not guessed") {
     // a LLaVA-style config: CLIP vision tower around a Llama text model
     const nlohmann::json llava = {{"model_type", "llava"},

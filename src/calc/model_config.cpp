@@ -101,7 +101,9 @@ void read_weight_layout(const FieldReader& f, ModelConfig& cfg) {
     const std::string& t = cfg.model_type;
     // q/k/v biases: Qwen2 and Qwen2-MoE always (Qwen2Attention); Llama-style attention_bias adds o_proj's too
     const bool bias = f.boolean("attention_bias", false);
-    cfg.attention_bias = bias || t == "qwen2" || t == "qwen2_moe";
+    // (Qwen2-VL and Qwen2.5-VL's text models are Qwen2's)
+    cfg.attention_bias = bias || t == "qwen2" || t == "qwen2_moe" || t == "qwen2_vl" || t == "qwen2_5_vl" || t == "qwen2_vl_text" ||
+                         t == "qwen2_5_vl_text";
     cfg.out_bias = bias;
     if (t == "gpt_neox" || t == "phi") {
         // GPTNeoXMLP / PhiMLP: dense_h_to_4h (fc1) and dense_4h_to_h (fc2) with biases, GELU; LayerNorms with
@@ -132,13 +134,51 @@ void read_weight_layout(const FieldReader& f, ModelConfig& cfg) {
 //   per layer: q, k, v, out Linear(h, h) + bias 4(h^2 + h); two LayerNorms 4h; fc1, fc2 2 h I + I + h
 //   post LayerNorm 2h; projector: mm_input_projection_weight h x text hidden + its RMSNorm h.
 // With google/gemma-3-{4b,12b,27b}-it's configs this makes their published totals exact (test_config.cpp).
+// Qwen2.5-VL (transformers models/qwen2_5_vl/modeling_qwen2_5_vl.py, Qwen2_5_VisionTransformerPretrainedModel):
+//   patch embedding Conv3d(C, h, (T, P, P)) without bias: C T P^2 h
+//   per block: two RMSNorms 2h; qkv Linear(h, 3h) + bias; proj Linear(h, h) + bias; gated MLP gate, up Linear(h, I) + bias,
+//   down Linear(I, h) + bias: 4h^2 + 3hI + 7h + 2I
+//   merger: RMSNorm h; Linear(h m^2, h m^2) + bias; Linear(h m^2, out) + bias, m = spatial_merge_size
+// With Qwen/Qwen2.5-VL-7B-Instruct's config: 676,550,144, and 8,292,166,656 in all, the published total.
+std::uint64_t qwen25_vl_vision_params(const FieldReader& v, const ModelConfig& cfg, std::string& missing) {
+    const auto depth = v.optional({"depth"}), hidden = v.optional({"hidden_size"}), inner = v.optional({"intermediate_size"});
+    if (!depth || !hidden || !inner) {
+        missing = !depth ? "depth" : (!hidden ? "hidden_size" : "intermediate_size");
+        return 0;
+    }
+    const char* what = "vision tower parameters";
+    const auto h = static_cast<std::uint64_t>(*hidden), i = static_cast<std::uint64_t>(*inner);
+    const auto c = static_cast<std::uint64_t>(v.optional({"in_channels", "in_chans"}).value_or(3));
+    const auto t = static_cast<std::uint64_t>(v.optional({"temporal_patch_size"}).value_or(2));
+    const auto p = static_cast<std::uint64_t>(v.optional({"patch_size"}).value_or(14));
+    const auto m = static_cast<std::uint64_t>(v.optional({"spatial_merge_size"}).value_or(2));
+    const auto out = static_cast<std::uint64_t>(v.optional({"out_hidden_size"}).value_or(cfg.d_model));
+    const std::uint64_t patch = checked_mul(checked_mul(c * t, checked_mul(p, p, what), what), h, what);
+    const std::uint64_t block = checked_add(checked_add(checked_mul(4 * h, h, what), checked_mul(3 * h, i, what), what), 7 * h + 2 * i, what);
+    const std::uint64_t wide = checked_mul(h, m * m, what);
+    const std::uint64_t merger = checked_add(checked_add(h, checked_add(checked_mul(wide, wide, what), wide, what), what),
+                                             checked_add(checked_mul(wide, out, what), out, what), what);
+    return checked_add(checked_add(patch, checked_mul(static_cast<std::uint64_t>(*depth), block, what), what), merger, what);
+}
+
 void read_vision_tower(const json& root, const std::string& where, ModelConfig& cfg) {
     const auto vc = root.find("vision_config");
     if (vc == root.end() || !vc->is_object()) return;
     const FieldReader v(*vc, where + ": vision_config");
     const std::string type = v.string("model_type");
-    const bool gemma3 = FieldReader(root, where).string("model_type") == "gemma3";  // the outer type; cfg's is the text model's
-    const bool siglip = type == "siglip_vision_model" && gemma3 && !v.boolean("vision_use_head", true);
+    const std::string outer = FieldReader(root, where).string("model_type");  // cfg's model_type may be the text model's
+    if (outer == "qwen2_5_vl") {
+        std::string missing;
+        cfg.vision_params = qwen25_vl_vision_params(v, cfg, missing);
+        cfg.vision_rule = cfg.vision_params > 0
+                              ? fmt::format("weights include Qwen2.5-VL's vision transformer and patch merger: {:.2f} M ({}) "
+                                            "parameters, loaded as vLLM loads them; decode reads only the text model's",
+                                            static_cast<double>(cfg.vision_params) / 1e6, cfg.vision_params)
+                              : fmt::format("its vision_config has no {}, so the vision transformer is not counted: the weights "
+                                            "are the text model's only", missing);
+        return;
+    }
+    const bool siglip = type == "siglip_vision_model" && outer == "gemma3" && !v.boolean("vision_use_head", true);
     if (!siglip) {
         cfg.vision_rule = fmt::format("its vision_config (model_type {}) is not counted: the weights are the text model's only, "
                                       "and an engine that loads the vision tower too has less memory left for KV",

@@ -24,8 +24,9 @@ enum class GpuAttentionKernel { automatic, cuda_cores, tensor_cores };
 std::string_view gpu_attention_kernel_name(GpuAttentionKernel kernel);  // "auto", "cuda-cores", "tensor-cores"
 // Throws UsageError naming `flag` and the names it takes.
 GpuAttentionKernel parse_gpu_attention_kernel(std::string_view name, std::string_view flag);
-// 4: at Llama-3-8B's group of 4 the tensor cores were as fast as the CUDA cores on an H100 and 13-18 % faster
-// on an H200; at a group of 1 (MHA) 3-8 % slower on both (docs/cuda-timing.md).
+// 4: at Llama-3-8B's group of 4 the tensor cores took as long as the CUDA cores on an H100 (-5 % to +1 %) and
+// 13-27 % less time on an H200; at a group of 1 (MHA) they took 2-8 % longer, except the H200's bf16 at 8k
+// (5 % less) (docs/cuda-timing.md).
 inline constexpr std::int64_t gpu_attention_tensor_min_group = 4;
 
 // One decode step of one attention layer for a batch of sequences.

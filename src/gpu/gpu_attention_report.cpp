@@ -209,9 +209,10 @@ GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& o) {
                                      text_cell(std::string(dtype_name(s.dtype))), int_cell(s.n_batch),
                                      int_cell(s.n_tokens)};
             if (cost.cached_device_bytes + flush_bytes > dev.memory_free_bytes) {
-                timing.notes.push_back(fmt::format("{} {} B={} T={}: skipped, the cached step needs {} of device "
+                timing.notes.push_back(fmt::format("{} {} {} B={} T={}: skipped, the cached step needs {} of device "
                                                    "memory and {} are free",
-                                                   variant_names[i], dtype_name(s.dtype), s.n_batch, s.n_tokens,
+                                                   variant_names[i], gpu_attention_kernel_name(kernel), dtype_name(s.dtype),
+                                                   s.n_batch, s.n_tokens,
                                                    format_bytes(cost.cached_device_bytes + flush_bytes, UnitSystem::iec),
                                                    format_bytes(dev.memory_free_bytes, UnitSystem::iec)));
                 continue;
@@ -237,9 +238,10 @@ GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& o) {
                 row.push_back(Cell{"n/a", nullptr});
                 row.push_back(Cell{"n/a", nullptr});
                 row.push_back(Cell{"n/a", nullptr});
-                timing.notes.push_back(fmt::format("{} {} B={} T={}: uncached not timed, it needs {} of device memory "
+                timing.notes.push_back(fmt::format("{} {} {} B={} T={}: uncached not timed, it needs {} of device memory "
                                                    "and {} are free",
-                                                   variant_names[i], dtype_name(s.dtype), s.n_batch, s.n_tokens,
+                                                   variant_names[i], gpu_attention_kernel_name(kernel), dtype_name(s.dtype),
+                                                   s.n_batch, s.n_tokens,
                                                    format_bytes(cost.uncached_device_bytes + flush_bytes, UnitSystem::iec),
                                                    format_bytes(dev.memory_free_bytes, UnitSystem::iec)));
             }

@@ -581,26 +581,34 @@ void launch_typed(const DecodeAttentionArgs& a, const KernelParams& kp, dim3 gri
 bool decode_attention_use_tensor_cores(GpuAttentionKernel requested, const AttentionShape& shape) {
     if (requested == GpuAttentionKernel::cuda_cores) return false;
     const bool shape_ok = shape.d_head == 64 || shape.d_head == 128;
-    // The device, and the machine code this module holds for it (an sm_75 build run through PTX on a newer
-    // GPU has no mma.sync in its kernel: its binaryVersion says so).
+    // The device, and the code this module holds for it: the kernel's mma.sync exists only where it was compiled
+    // for a virtual architecture of 8.0 or later, which ptxVersion gives (binaryVersion gives the device's own
+    // architecture when the driver compiles older PTX for it, so it cannot tell an sm_75 build on an H100).
     int device = 0;
     int cc_major = 0;
+    int cc_minor = 0;
     cudaFuncAttributes attr{};
-    const bool device_ok = cudaGetDevice(&device) == cudaSuccess &&
-                           cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-                           cc_major >= 8 &&
-                           cudaFuncGetAttributes(&attr, decode_attention_tc_kernel<__half, 128>) == cudaSuccess &&
-                           attr.binaryVersion >= 80;
+    const bool queried = cudaGetDevice(&device) == cudaSuccess &&
+                         cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                         cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
+                         cudaFuncGetAttributes(&attr, decode_attention_tc_kernel<__half, 128>) == cudaSuccess;
     (void)cudaGetLastError();
+    const bool device_ok = queried && cc_major >= 8 && attr.ptxVersion >= 80;
     if (requested == GpuAttentionKernel::automatic)
         return shape_ok && device_ok && shape.n_head / shape.n_head_kv >= gpu_attention_tensor_min_group;
     if (!shape_ok)
         throw UsageError("--kernel tensor-cores: head dim " + std::to_string(shape.d_head) + " is not supported; expected 64 or 128");
+    if (!queried)
+        throw UsageError("--kernel tensor-cores: the device's compute capability or the kernel's attributes could not be "
+                         "read; use --kernel cuda-cores");
+    if (cc_major < 8)
+        throw UsageError("--kernel tensor-cores: the device's compute capability is " + std::to_string(cc_major) + "." +
+                         std::to_string(cc_minor) + "; the kernel's mma.sync.m16n8k16 needs 8.0 or later (use --kernel cuda-cores)");
     if (!device_ok)
-        throw UsageError("--kernel tensor-cores: the device's compute capability is " + std::to_string(cc_major) +
-                         ".x and this module's kernel targets " + std::to_string(attr.binaryVersion / 10) + "." +
-                         std::to_string(attr.binaryVersion % 10) + "; mma.sync with bf16 needs 8.0 or later (build with "
-                         "CMAKE_CUDA_ARCHITECTURES including the device's)");
+        throw UsageError("--kernel tensor-cores: this CUDA module was compiled for compute capability " +
+                         std::to_string(attr.ptxVersion / 10) + "." + std::to_string(attr.ptxVersion % 10) +
+                         ", without the kernel's mma.sync (8.0 or later): rebuild with CMAKE_CUDA_ARCHITECTURES including " +
+                         std::to_string(cc_major) + std::to_string(cc_minor) + ", or use --kernel cuda-cores");
     return true;
 }
 
