@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "core/error.hpp"
 
@@ -276,52 +277,42 @@ constexpr int kTcThreads = 128;  // 4 warps, each an independent flash-decoding 
 constexpr int kTcWarps = kTcThreads / 32;
 constexpr int kTcHeads = 16;     // query heads per tile: an mma's 16 rows
 
+// D += A B for one m16n8k16 tile (fp16 or bf16 inputs by T, fp32 sums); compiled for compute capability 8.0+
 template <typename T>
 __device__ inline void mma_16816(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2, std::uint32_t a3,
-                                 std::uint32_t b0, std::uint32_t b1);
-
-template <>
-__device__ inline void mma_16816<__half>(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
-                                         std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
+                                 std::uint32_t b0, std::uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    if constexpr (std::is_same_v<T, __half>)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 #else
-    __trap();
-#endif
-}
-
-template <>
-__device__ inline void mma_16816<__nv_bfloat16>(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
-                                                std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-    __trap();
+    __trap();  // not reached: decode_attention_use_tensor_cores refuses modules compiled for less than 8.0
 #endif
 }
 
 // Two values rounded to T, the first in the low 16 bits (the lower k or column of a fragment register);
 // lo_r and hi_r get the rounded values back.
-__device__ inline std::uint32_t pack2(float lo, float hi, float& lo_r, float& hi_r, const __half*) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    const float2 back = __half22float2(h);
+template <typename T>
+__device__ inline std::uint32_t pack2(float lo, float hi, float& lo_r, float& hi_r) {
+    std::uint32_t bits = 0;
+    float2 back;
+    if constexpr (std::is_same_v<T, __half>) {
+        const __half2 h = __floats2half2_rn(lo, hi);
+        back = __half22float2(h);
+        bits = *reinterpret_cast<const std::uint32_t*>(&h);
+    } else {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        back = __bfloat1622float2(h);
+        bits = *reinterpret_cast<const std::uint32_t*>(&h);
+    }
     lo_r = back.x;
     hi_r = back.y;
-    return *reinterpret_cast<const std::uint32_t*>(&h);
-}
-
-__device__ inline std::uint32_t pack2(float lo, float hi, float& lo_r, float& hi_r, const __nv_bfloat16*) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    const float2 back = __bfloat1622float2(h);
-    lo_r = back.x;
-    hi_r = back.y;
-    return *reinterpret_cast<const std::uint32_t*>(&h);
+    return bits;
 }
 
 // The 32-bit word holding 16-bit element j (0..7) of a 16-byte load.
@@ -426,10 +417,10 @@ __global__ void __launch_bounds__(kTcThreads, 3) decode_attention_tc_kernel(cons
         m1 = m1_new;
         float p0[4];
         float p1[4];
-        const std::uint32_t pa0 = pack2(exp2f(x0[0] - m0), exp2f(x0[1] - m0), p0[0], p0[1], k_seq);  // row g, k 2c, 2c+1
-        const std::uint32_t pa1 = pack2(exp2f(x1[0] - m1), exp2f(x1[1] - m1), p1[0], p1[1], k_seq);  // row g+8
-        const std::uint32_t pa2 = pack2(exp2f(x0[2] - m0), exp2f(x0[3] - m0), p0[2], p0[3], k_seq);  // row g, k 2c+8, 2c+9
-        const std::uint32_t pa3 = pack2(exp2f(x1[2] - m1), exp2f(x1[3] - m1), p1[2], p1[3], k_seq);  // row g+8
+        const std::uint32_t pa0 = pack2<T>(exp2f(x0[0] - m0), exp2f(x0[1] - m0), p0[0], p0[1]);  // row g, k 2c, 2c+1
+        const std::uint32_t pa1 = pack2<T>(exp2f(x1[0] - m1), exp2f(x1[1] - m1), p1[0], p1[1]);  // row g+8
+        const std::uint32_t pa2 = pack2<T>(exp2f(x0[2] - m0), exp2f(x0[3] - m0), p0[2], p0[3]);  // row g, k 2c+8, 2c+9
+        const std::uint32_t pa3 = pack2<T>(exp2f(x1[2] - m1), exp2f(x1[3] - m1), p1[2], p1[3]);  // row g+8
         l0 = l0 * alpha0 + (p0[0] + p0[1]) + (p0[2] + p0[3]);
         l1 = l1 * alpha1 + (p1[0] + p1[1]) + (p1[2] + p1[3]);
         // 4. O = alpha O + P V
