@@ -247,6 +247,23 @@ int main(int argc, char** argv) {
     write_file(dir / "gguf_huge_count.gguf", huge);
     write_file(dir / "gguf_v1.gguf", GgufWriter().str("general.architecture", "llama").bytes(1));
 
+    // A quantized multimodal checkpoint's headers (only they are read for the fit): the text model packed in U8
+    // (1000 B), the vision tower and projector kept in BF16 (200 + 100 B), as int4 Gemma 3 checkpoints store them
+    {
+        const fs::path mm = dir / "hf_gemma3_vision";
+        fs::create_directories(mm);
+        const nlohmann::json config = nlohmann::json::parse(R"({"model_type": "gemma3",
+            "text_config": {"model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                            "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 100,
+                            "max_position_embeddings": 256, "sliding_window": 64},
+            "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 16, "intermediate_size": 32,
+                              "num_hidden_layers": 1, "image_size": 28, "patch_size": 14, "vision_use_head": false}})");
+        write_file(mm / "config.json", config.dump(2));
+        write_file(mm / "model.safetensors",
+                   safetensors({{"language_model.model.embed_tokens.weight", "U8", {1000}, std::string(1000, '\1')},
+                                {"vision_tower.vision_model.embeddings.patch_embedding.weight", "BF16", {100}, std::string(200, '\0')},
+                                {"multi_modal_projector.mm_input_projection_weight", "BF16", {50}, std::string(100, '\0')}}));
+    }
     write_hf(dir / "hf_ok", w, [](std::vector<StTensor>&) {});
     write_hf(dir / "hf_missing", w, [](std::vector<StTensor>& t) { t.pop_back(); });  // model.norm.weight
     write_hf(dir / "hf_shape", w, [](std::vector<StTensor>& t) { t[3].shape = {16, 8}; });  // k_proj is (8, 16)

@@ -130,7 +130,10 @@ std::uint64_t model_weight_bytes(const ModelConfig& cfg, bool native_layout, con
 
 std::uint64_t decode_weight_bytes(const ModelConfig& cfg, bool native_layout, const KvcalcRequest& r, std::uint64_t batch) {
     const bool stored = cfg.stored_weight_bytes && native_layout;
-    // dense: every weight, unless stored bytes hold a vision tower that decoding never reads
+    // dense: every weight, less the stored vision tower's tensors (named in the checkpoint), which decoding never reads;
+    // a vision tower counted from the config but not found by name is taken out in proportion below
+    if (cfg.n_expert <= 1 && stored && cfg.stored_vision_bytes > 0 && cfg.stored_vision_bytes <= *cfg.stored_weight_bytes)
+        return *cfg.stored_weight_bytes - cfg.stored_vision_bytes;
     if (cfg.n_expert <= 1 && !(stored && cfg.vision_params > 0)) return model_weight_bytes(cfg, native_layout, r, true);
     if (batch <= 1 && !stored) return model_weight_bytes(cfg, native_layout, r, true);  // exact: one token's parameters
     // weights as stored (a checkpoint's own dtypes): the step's share of the parameters, in proportion, so

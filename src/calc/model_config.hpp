@@ -82,6 +82,7 @@ struct ModelConfig {
     // The weights' bytes as stored beside the config (safetensors headers), when a caller read them:
     // the GPU fit then uses them instead of parameters x --weights-dtype. With the rule said to the user.
     std::optional<std::uint64_t> stored_weight_bytes;
+    std::uint64_t stored_vision_bytes = 0;  // the part of stored_weight_bytes a vision tower holds (never read by decode)
     std::string quant_method;   // quantization_config.quant_method ("fp8", "mxfp4", "awq", ...), "" when none
     std::string stored_weights_rule;
     bool gguf_mla_full_kv = false;  // a GGUF without llama.cpp's MLA split: llama.cpp caches full K and V per head

@@ -61,10 +61,14 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
         // a checkpoint directory: its safetensors headers give the weights' exact bytes (no tensor is read)
         if (const auto stored = stored_weights(c)) {
             cfg.stored_weight_bytes = stored->bytes;
+            cfg.stored_vision_bytes = stored->vision_bytes;
             std::vector<std::string> parts;
             for (const auto& [dtype, bytes] : stored->bytes_by_dtype) parts.push_back(fmt::format("{} {} B", dtype, bytes));
             cfg.stored_weights_rule = fmt::format("weights {} B as stored ({}; from the headers of {}), used by the GPU fit instead of "
                                                   "parameters x --weights-dtype", stored->bytes, fmt::join(parts, ", "), stored->where);
+            if (stored->vision_bytes > 0)
+                cfg.stored_weights_rule += fmt::format("; {} B of them the vision tower's, which a decode step does not read",
+                                                       stored->vision_bytes);
         }
         r.models.push_back(std::move(cfg));
     }

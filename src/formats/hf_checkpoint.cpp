@@ -55,6 +55,19 @@ public:
 
     const std::string& where() const { return where_; }
 
+    // the stored bytes of the tensors whose names start with one of `prefixes`
+    std::uint64_t bytes_under(const std::vector<std::string>& prefixes) const {
+        std::uint64_t out = 0;
+        for (const auto& [name, file] : owner_)
+            for (const auto& prefix : prefixes)
+                if (name.rfind(prefix, 0) == 0) {
+                    const SafetensorsTensor* t = (*files_)[file]->find(name);
+                    out = checked_add(out, t->end_bytes - t->begin_bytes, "stored vision bytes");
+                    break;
+                }
+        return out;
+    }
+
     // every tensor's stored bytes, summed per dtype (a tensor counted once, in the file that holds it)
     std::map<std::string, std::uint64_t> bytes_by_dtype() const {
         std::map<std::string, std::uint64_t> out;
@@ -185,6 +198,10 @@ std::optional<StoredWeights> stored_weights(const std::filesystem::path& dir) {
     w.where = src.where();
     w.bytes_by_dtype = src.bytes_by_dtype();
     for (const auto& [dtype, bytes] : w.bytes_by_dtype) w.bytes = checked_add(w.bytes, bytes, "stored weight bytes");
+    // the vision side as transformers names it: Gemma 3 (vision_tower., multi_modal_projector.), Qwen2.5-VL
+    // (visual.), with the model. prefix checkpoints saved by transformers 4.52+ carry
+    w.vision_bytes = src.bytes_under({"vision_tower.", "multi_modal_projector.", "visual.", "model.vision_tower.",
+                                      "model.multi_modal_projector.", "model.visual."});
     return w;
 }
 

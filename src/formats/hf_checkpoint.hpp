@@ -25,6 +25,7 @@ LoadedModel load_hf_checkpoint(const std::filesystem::path& dir, std::optional<s
 struct StoredWeights {
     std::uint64_t bytes = 0;
     std::map<std::string, std::uint64_t> bytes_by_dtype;
+    std::uint64_t vision_bytes = 0;  // the vision tower's and projector's tensors (a multimodal checkpoint), part of `bytes`
     std::string where;  // the file or index read
 };
 std::optional<StoredWeights> stored_weights(const std::filesystem::path& dir);

@@ -231,3 +231,9 @@ kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/fx/hf_ok" -d fp16 --context 64 -
              OUT "weights 48448 B as stored \\(F32 48448 B; from the headers of .*model.safetensors\\)")
 kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/fx/hf_ok" -a mha -d fp16 --context 64 --gpu-mem 1GiB --format csv OUT ",fp16,[0-9]+,[0-9]+,yes,")
 kvlab_expect(RC 2 ARGS kvcalc --config "${WORK}/fx/hf_dtype" --gpu-mem 1GiB ERR "hf_dtype/model.safetensors")
+# A multimodal checkpoint: its 1300 stored bytes are the fit's weights, but a decode step reads only the text model's
+# 1000 (the 200 + 100 B of tensors under vision_tower. and multi_modal_projector. are the vision side)
+kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/fx/hf_gemma3_vision" -d fp16 --context 64 --gpu h100 --format csv
+             OUT ",fp16,[0-9]+,1300,yes," ",fp16,64,1,1000,")
+kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/fx/hf_gemma3_vision" -d fp16 --context 64 --gpu h100
+             OUT "300 B of them the vision tower's, which a decode step does not read")
