@@ -363,6 +363,10 @@ TEST_CASE("A vision tower kvcalc cannot count is named, not guessed") {
         "hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 34},
         "vision_config": {"model_type": "siglip_vision_model", "vision_use_head": true}})");
     CHECK(parse_model_config(g3, "g3.json", "g3").vision_params == 0);
+    // sizes whose products pass 64 bits are a config error naming the file, not a wrapped count
+    nlohmann::json huge = g3;
+    huge["vision_config"] = {{"model_type", "siglip_vision_model"}, {"image_size", 1ll << 40}, {"patch_size", 1}, {"vision_use_head", false}};
+    CHECK_THROWS_WITH_AS(parse_model_config(huge, "huge.json", "huge"), doctest::Contains("huge.json: vision_config:"), ConfigError);
     // a text-only config has neither
     g3.erase("vision_config");
     const auto text_only = parse_model_config(g3, "g3.json", "g3");

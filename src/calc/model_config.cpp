@@ -153,9 +153,9 @@ std::uint64_t qwen25_vl_vision_params(const FieldReader& v, const ModelConfig& c
     const auto p = static_cast<std::uint64_t>(v.optional({"patch_size"}).value_or(14));
     const auto m = static_cast<std::uint64_t>(v.optional({"spatial_merge_size"}).value_or(2));
     const auto out = static_cast<std::uint64_t>(v.optional({"out_hidden_size"}).value_or(cfg.d_model));
-    const std::uint64_t patch = checked_mul(checked_mul(c * t, checked_mul(p, p, what), what), h, what);
+    const std::uint64_t patch = checked_mul(checked_mul(checked_mul(c, t, what), checked_mul(p, p, what), what), h, what);
     const std::uint64_t block = checked_add(checked_add(checked_mul(4 * h, h, what), checked_mul(3 * h, i, what), what), 7 * h + 2 * i, what);
-    const std::uint64_t wide = checked_mul(h, m * m, what);
+    const std::uint64_t wide = checked_mul(h, checked_mul(m, m, what), what);
     const std::uint64_t merger = checked_add(checked_add(h, checked_add(checked_mul(wide, wide, what), wide, what), what),
                                              checked_add(checked_mul(wide, out, what), out, what), what);
     return checked_add(checked_add(patch, checked_mul(static_cast<std::uint64_t>(*depth), block, what), what), merger, what);
@@ -196,8 +196,8 @@ void read_vision_tower(const json& root, const std::string& where, ModelConfig& 
         throw ConfigError(fmt::format("{}: vision_config image_size {} is not a multiple of patch_size {}", where, image, patch));
     const char* what = "vision tower parameters";
     const auto grid = image / patch;
-    const std::uint64_t embed = checked_add(checked_add(checked_mul(checked_mul(channels, patch * patch, what), h, what), h, what),
-                                            checked_mul(grid * grid, h, what), what);
+    const std::uint64_t embed = checked_add(checked_add(checked_mul(checked_mul(channels, checked_mul(patch, patch, what), what), h, what), h, what),
+                                            checked_mul(checked_mul(grid, grid, what), h, what), what);
     const std::uint64_t layer = checked_add(checked_add(checked_mul(4, checked_add(checked_mul(h, h, what), h, what), what), 4 * h, what),
                                             checked_add(checked_mul(2 * h, inner, what), inner + h, what), what);
     const std::uint64_t tower = checked_add(checked_add(embed, checked_mul(layers, layer, what), what), 2 * h, what);
@@ -535,7 +535,11 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
         cfg.shared_expert_gate = cfg.model_type.rfind("qwen", 0) == 0;
     }
     read_weight_layout(f, cfg);
-    read_vision_tower(root, where, cfg);
+    try {
+        read_vision_tower(root, where, cfg);
+    } catch (const OverflowError& e) {
+        throw ConfigError(fmt::format("{}: vision_config: {}", where, e.what()));
+    }
     cfg.rope_theta = f.positive_real({"rope_theta"}, 10000.0);
     cfg.norm_eps = f.positive_real({"rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"}, 1e-5);
     // When a config omits tie_word_embeddings, the model class's default applies: LlamaConfig, MistralConfig

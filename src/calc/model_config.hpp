@@ -97,8 +97,8 @@ struct ModelConfig {
     bool router_bias = false;          // gpt-oss
     bool attention_sinks = false;      // gpt-oss: one learned sink per head per layer
     // A multimodal config's vision tower and projector, which engines load beside the text model: counted for
-    // Gemma 3's SigLIP (vision_params > 0, vision_rule says how); other vision_configs are named in
-    // vision_rule and not counted (vision_params 0). Both empty for a text-only config.
+    // Gemma 3's SigLIP and Qwen2.5-VL's vision transformer (vision_params > 0, vision_rule says how); other
+    // vision_configs are named in vision_rule and not counted (vision_params 0). Both empty for a text-only config.
     std::uint64_t vision_params = 0;
     std::string vision_rule;
 
