@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -102,6 +103,10 @@ GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& o) {
     for (const GpuAttentionKernel kernel : kernels)
         validate_gpu_attention_problem(problem_for(one, native, kernel),
                                        "--kernel " + std::string(gpu_attention_kernel_name(kernel)));
+    // every kernel with every variant, kernel-major: the rows of the check and timing tables in order
+    std::vector<std::pair<GpuAttentionKernel, std::size_t>> runs;
+    for (const GpuAttentionKernel kernel : kernels)
+        for (std::size_t i = 0; i < variants.size(); ++i) runs.emplace_back(kernel, i);
     for (const Setting& s : settings)
         for (const AttentionShape& shape : variants) {
             const GpuAttentionProblem p = problem_for(s, shape, GpuAttentionKernel::automatic);
@@ -129,8 +134,7 @@ GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& o) {
                       {"tolerance", "tolerance"},        {"passed", "passed", false}};
     std::vector<std::string> failures;
     for (const DType dtype : dtypes)
-        for (const GpuAttentionKernel kernel : kernels)
-        for (std::size_t i = 0; i < variants.size(); ++i) {
+        for (const auto& [kernel, i] : runs) {
             const GpuAttentionProblem p = problem_for(Setting{dtype, 1, 1}, variants[i], kernel);
             for (const GpuAttentionCheck& c : gpu_attention_check(p, o.seed)) {
                 checks.rows.push_back({text_cell(variant_names[i]), int_cell(variants[i].n_head_kv),
@@ -201,8 +205,7 @@ GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& o) {
     for (const Setting& s : settings) {
         double first_ns = 0;
         std::uint64_t first_kv = 0;
-        for (const GpuAttentionKernel kernel : kernels)
-        for (std::size_t i = 0; i < variants.size(); ++i) {
+        for (const auto& [kernel, i] : runs) {
             const GpuAttentionProblem p = problem_for(s, variants[i], kernel);
             const GpuAttentionCost cost = gpu_attention_cost(p);
             std::vector<Cell> row = {text_cell(variant_names[i]), int_cell(p.shape.n_head_kv), Cell{},
