@@ -321,12 +321,107 @@ __device__ inline std::uint32_t word_of(const uint4& x, int j) {
     return w == 0 ? x.x : (w == 1 ? x.y : (w == 2 ? x.z : x.w));
 }
 
-// Block (tile + n_gtile*split, KV head, sequence): 16 query heads of one KV head over one split of T.
+// ---- K and V staged through shared memory by cp.async ----
+//
+// A warp cannot compute a chunk before its K and V rows have arrived. Loading them straight into the fragment
+// registers made every warp wait for each chunk in turn, and loading the next chunk into registers while
+// computing this one cost a block per multiprocessor and was no faster (docs/cuda-timing.md). So the rows go
+// to shared memory instead, by cp.async.cg (16 bytes from global to shared memory through L2, no register
+// involved), and a warp keeps chunks in flight while it computes, with the registers of the arithmetic only.
+//
+// The pipeline: every warp is an independent flash-decoding worker over 16-token chunks (t_begin + 16w,
+// + 64, ...) and owns a ring of kStages stages, each the 16 K rows and the 16 V rows of one chunk. Before its
+// first chunk a warp issues chunks 0 .. kStages-2, one commit group each. At the top of the step for chunk k
+// it issues chunk k+kStages-1 into the stage chunk k-1 used (after a __syncwarp: every lane has read that
+// stage's fragments), commits, waits until at most kStages-1 groups are outstanding (so chunk k's group is
+// done: groups are chunks in order), and passes a second __syncwarp so that every lane sees every other lane's
+// copies. A chunk at or past t_end still commits an empty group, so there is one group per chunk to the end.
+// While waiting for chunk k, kStages chunks are in flight; while computing it, kStages-1. The stages are the
+// warp's own, so no barrier stops the other warps. Rows past t_end are copied with a source size of 0 (16
+// zero bytes; the address is the chunk's first row, which is valid, so none past the split is formed).
+//
+// A lane copies 16-byte unit u of row r (8 values, dims 8u .. 8u+7) for r = lane/(D/8) + (32/(D/8))j, so the
+// warp copies whole rows, and reads back the fragments of the layout above: K units 4i+c of rows tk and tk+2,
+// V units 8i+g of rows 4c .. 4c+3.
+//
+// Bank conflicts: a warp's 16-byte shared-memory accesses are served a quarter-warp (8 lanes: g = 2q, 2q+1,
+// c = 0..3) at a time, conflict-free when the 8 lanes' addresses fall in the 8 different 16-byte columns
+// of a 128-byte line. Rows are D*2 bytes, a multiple of 128, so unpadded every row starts in column 0:
+// K's two rows 4q, 4q+1 of a quarter would both take columns c+4i (2-way), V's rows 4c+r would all take
+// column g (4-way). Padding rows cannot cure V: its lanes c and c+2 are 8 rows apart, and 8 rows of any
+// stride R move by 8R/16 columns = 0 mod 8 when R is a multiple of 16 bytes. So unit u of row r is stored
+// in column (u mod 8) XOR f(r), f(r) = 2(r/4) XOR 4(r%2) (a permutation of the row's units within each
+// aligned 8 of them):
+// - K, rows 4q and 4q+1 (or 4q+2 and 4q+3): f = 2q and 2q^4. Units c+4i (c = 0..3) are an aligned 4 of
+//   columns; XOR keeps them an aligned 4, whose half (bit 2) the two rows' f flips apart: 8 columns.
+// - V, row 4c+r, unit 8i+g: column g ^ 2c ^ 4(r%2) = 2(q^c) + g%2, XOR 4(r%2): q^c runs over 0..3 as c does,
+//   so the 8 lanes take 8 columns.
+// The copies write 8 consecutive units of one row per quarter-warp, XOR f(r): 8 columns too.
+//
+// Shared memory: kStages stages x 16 rows x D*2 bytes x 2 (K, V) x 4 warps = 64 KiB (D 128: 2 stages; D 64: 4),
+// so that three blocks share an H100's 228 KiB, as many as the registers allow (96 KiB, 3 stages at D 128 and
+// two blocks per SM, timed no faster). At the end a warp writes its p.v sums over its own stages (a row stride
+// of D+1 floats: 2-way bank conflicts), so it needs only its own __syncwarp before the block's merge.
+constexpr int kTcStagingBytes = 64 * 1024;
+
+template <int D>
+struct TcLayout {
+    static constexpr int kRowBytes = 2 * D;                   // one K or V row (fp16 and bf16 are 2 bytes)
+    static constexpr int kHalfStageBytes = 16 * kRowBytes;    // a chunk's 16 K rows (V's follow)
+    static constexpr int kStageBytes = 2 * kHalfStageBytes;
+    static constexpr int kStages = kTcStagingBytes / (kTcWarps * kStageBytes);
+    static constexpr int kWarpBytes = kStages * kStageBytes;  // one warp's ring
+    static constexpr int kSmemBytes = kTcWarps * kWarpBytes;  // dynamic shared memory per block
+    static constexpr int kOStride = D + 1;                    // floats per row of a warp's p.v sums at the end
+    // Blocks per SM on 228 KiB (1 KiB reserved per block, 512 bytes of m_s and l_s), at most 3 (168 registers).
+    static constexpr int kFit = 228 * 1024 / (kSmemBytes + 1024 + 512);
+    static constexpr int kMinBlocks = kFit < 3 ? kFit : 3;
+    static constexpr int kUnits = D / 8;         // 16-byte units per row
+    static constexpr int kCopyRows = 32 / kUnits;  // rows one pass of the warp's copies covers
+    static_assert(kStages >= 2, "kTcStagingBytes too small for two stages");
+    static_assert(kTcHeads * kOStride * 4 <= kWarpBytes, "a warp's p.v sums must fit in its stages");
+    static_assert(kMinBlocks >= 1, "kTcStagingBytes too large for a multiprocessor");
+};
+
+// Column XOR of row r of a stage (see above).
+__device__ __host__ constexpr int tc_swizzle(int r) { return ((r >> 2) << 1) ^ ((r & 1) << 2); }
+
+// 16 bytes from global to shared memory, L2 only; src_bytes 0 writes 16 zero bytes (and reads nothing).
+__device__ inline void cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes) : "memory");
+#else
+    __trap();  // not reached: decode_attention_use_tensor_cores refuses modules compiled for less than 8.0
+#endif
+}
+
+__device__ inline void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Wait until at most N of this thread's commit groups are outstanding.
+template <int N>
+__device__ inline void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// Block (tile + n_gtile*split, KV head, sequence): 16 query heads of one KV head over one split of T, with
+// TcLayout<D>::kSmemBytes of dynamic shared memory.
 template <typename T, int D>
-__global__ void __launch_bounds__(kTcThreads, 3) decode_attention_tc_kernel(const KernelParams p) {
+__global__ void __launch_bounds__(kTcThreads, TcLayout<D>::kMinBlocks)
+    decode_attention_tc_kernel(const KernelParams p) {
+    using L = TcLayout<D>;
+    static_assert(sizeof(T) == 2, "16-bit storage");
     constexpr int kKBlocks = D / 32;  // a lane's 16-byte pieces of a K row (dims 32i+8c .. +7)
     constexpr int kVBlocks = D / 64;  // a lane's 16-byte pieces of a V row (dims 64i+8g .. +7)
-    __shared__ float o_s[kTcWarps][kTcHeads][D];  // each warp's p.v sums, merged at the end
+    constexpr int R = L::kRowBytes;
+    constexpr int kStages = L::kStages;
+    extern __shared__ __align__(16) unsigned char stage_s[];  // [warp][stage][K 16 rows, V 16 rows], swizzled
     __shared__ float m_s[kTcWarps][kTcHeads];
     __shared__ float l_s[kTcWarps][kTcHeads];
 
@@ -338,8 +433,10 @@ __global__ void __launch_bounds__(kTcThreads, 3) decode_attention_tc_kernel(cons
     const int n_g = min(kTcHeads, n_group - tile * kTcHeads);  // heads of this tile; rows past it are zero
     const int h0 = kvh * n_group + tile * kTcHeads;
     const int warp = threadIdx.x / 32;
-    const int g = (threadIdx.x % 32) / 4;  // fragment row group
-    const int c = threadIdx.x % 4;         // lane within the group
+    const int lane = threadIdx.x % 32;
+    const int g = lane / 4;  // fragment row group
+    const int c = lane % 4;  // lane within the group
+    unsigned char* const ring = stage_s + warp * L::kWarpBytes;
 
     // Q fragments: heads g and g+8 of the tile, dims 32i+8c .. +7.
     const uint4 zero = make_uint4(0, 0, 0, 0);  // +0 in fp16 and bf16
@@ -361,28 +458,66 @@ __global__ void __launch_bounds__(kTcThreads, 3) decode_attention_tc_kernel(cons
     const long long t_begin = static_cast<long long>(split) * p.split_rows;
     const long long t_end = min(p.n_tokens, t_begin + p.split_rows);
     const long long seq = static_cast<long long>(b) * p.n_tokens * p.ld_kv + static_cast<long long>(kvh) * D;
-    const T* k_seq = static_cast<const T*>(p.k) + seq;
-    const T* v_seq = static_cast<const T*>(p.v) + seq;
 
-    for (long long t0 = t_begin + warp * 16; t0 < t_end; t0 += kTcWarps * 16) {
-        // 1. all loads of the chunk first: K rows for S's column g in both tiles, V rows 4c .. 4c+3
-        const long long tk0 = t0 + 4 * (g / 2) + g % 2;
-        const long long tk1 = tk0 + 2;
+    // This lane's copies: unit cu of rows cr + kCopyRows*j of a chunk, to the same place in every stage.
+    const int cr = lane / L::kUnits;
+    const int cu = lane % L::kUnits;
+    const T* const k_lane = static_cast<const T*>(p.k) + seq + 8 * cu;
+    const T* const v_lane = static_cast<const T*>(p.v) + seq + 8 * cu;
+    // Issues chunk t0's K and V rows (rows at or past t_end as zeros) into one stage; commits nothing.
+    const auto issue = [&](long long t0, unsigned char* stage) {
+        const long long rows_valid = t_end - t0;  // >= 1
+#pragma unroll
+        for (int j = 0; j < 16 / L::kCopyRows; ++j) {
+            const int r = cr + L::kCopyRows * j;
+            const bool ok = r < rows_valid;
+            const long long src = (t0 + (ok ? r : 0)) * p.ld_kv;
+            const int dst = r * R + 16 * (cu ^ tc_swizzle(r));
+            cp_async16(stage + dst, k_lane + src, ok ? 16 : 0);
+            cp_async16(stage + L::kHalfStageBytes + dst, v_lane + src, ok ? 16 : 0);
+        }
+    };
+
+    // This lane's fragment reads in a stage, by the swizzle (unit u of row r at r*R + 16*(u ^ tc_swizzle(r))):
+    // K row rk (tile 1: rk + 2, the same swizzle), unit 4i+c = 4(i ^ kb) + (c ^ (sk & 3)) with kb = bit 2 of sk:
+    // k_off[i % 2] + 64 (i - i % 2); V row 4c+r, unit 8i+g at v_off[r % 2] + r R + 128 i.
+    const int rk = 4 * (g / 2) + g % 2;
+    const int sk = tc_swizzle(rk);
+    const int kb = (sk >> 2) & 1;
+    const int k_off[2] = {rk * R + 16 * (4 * kb + (c ^ (sk & 3))), rk * R + 16 * (4 * (kb ^ 1) + (c ^ (sk & 3)))};
+    const int v_off[2] = {4 * c * R + 16 * (g ^ (2 * c)), 4 * c * R + 16 * (g ^ (2 * c) ^ 4)};
+
+    const long long t_first = t_begin + warp * 16;
+    constexpr long long kStep = kTcWarps * 16;
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+        const long long t0 = t_first + s * kStep;
+        if (t0 < t_end) issue(t0, ring + s * L::kStageBytes);
+        cp_async_commit();
+    }
+    int stage = 0;          // chunk k's stage
+    int fill = kStages - 1; // chunk k+kStages-1's stage: chunk k-1's
+    for (long long t0 = t_first; t0 < t_end; t0 += kStep) {
+        // 1. refill the stage chunk k-1 used, then wait for chunk k (one commit group per chunk, in order)
+        __syncwarp();  // every lane has read chunk k-1's fragments
+        const long long t_next = t0 + (kStages - 1) * kStep;
+        if (t_next < t_end) issue(t_next, ring + fill * L::kStageBytes);
+        cp_async_commit();
+        cp_async_wait<kStages - 1>();
+        __syncwarp();  // every lane's copies of chunk k are visible to the warp
+        const unsigned char* const ks = ring + stage * L::kStageBytes;
+        const unsigned char* const vs = ks + L::kHalfStageBytes;
+        stage = stage + 1 == kStages ? 0 : stage + 1;
+        fill = fill + 1 == kStages ? 0 : fill + 1;
+
+        // 2. S = Q K^T, tile 0 (s0) and tile 1 (s1); K's fragments from the stage
         uint4 k0[kKBlocks];
         uint4 k1[kKBlocks];
 #pragma unroll
         for (int i = 0; i < kKBlocks; ++i) {
-            k0[i] = tk0 < t_end ? load16(k_seq + tk0 * p.ld_kv + 32 * i + 8 * c) : zero;
-            k1[i] = tk1 < t_end ? load16(k_seq + tk1 * p.ld_kv + 32 * i + 8 * c) : zero;
+            k0[i] = *reinterpret_cast<const uint4*>(ks + k_off[i % 2] + 64 * (i - i % 2));
+            k1[i] = *reinterpret_cast<const uint4*>(ks + k_off[i % 2] + 64 * (i - i % 2) + 2 * R);
         }
-        uint4 v[4][kVBlocks];
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const long long tv = t0 + 4 * c + r;
-#pragma unroll
-            for (int i = 0; i < kVBlocks; ++i) v[r][i] = tv < t_end ? load16(v_seq + tv * p.ld_kv + 64 * i + 8 * g) : zero;
-        }
-        // 2. S = Q K^T, tile 0 (s0) and tile 1 (s1)
         float s0[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         float s1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -423,9 +558,12 @@ __global__ void __launch_bounds__(kTcThreads, 3) decode_attention_tc_kernel(cons
         const std::uint32_t pa3 = pack2<T>(exp2f(x1[2] - m1), exp2f(x1[3] - m1), p1[2], p1[3]);  // row g+8
         l0 = l0 * alpha0 + (p0[0] + p0[1]) + (p0[2] + p0[3]);
         l1 = l1 * alpha1 + (p1[0] + p1[1]) + (p1[2] + p1[3]);
-        // 4. O = alpha O + P V
+        // 4. O = alpha O + P V; V's fragments (rows 4c .. 4c+3, dims 64i+8g .. +7) from the stage
 #pragma unroll
-        for (int i = 0; i < kVBlocks; ++i)
+        for (int i = 0; i < kVBlocks; ++i) {
+            uint4 v[4];
+#pragma unroll
+            for (int r = 0; r < 4; ++r) v[r] = *reinterpret_cast<const uint4*>(vs + v_off[r % 2] + r * R + 128 * i);
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 float (&acc)[4] = o[8 * i + j];
@@ -434,13 +572,19 @@ __global__ void __launch_bounds__(kTcThreads, 3) decode_attention_tc_kernel(cons
                 acc[2] *= alpha1;
                 acc[3] *= alpha1;
                 const unsigned sel = j % 2 == 0 ? 0x5410u : 0x7632u;  // element j of tokens 4c, 4c+1 (and +2, +3)
-                const std::uint32_t b0 = __byte_perm(word_of(v[0][i], j), word_of(v[1][i], j), sel);
-                const std::uint32_t b1 = __byte_perm(word_of(v[2][i], j), word_of(v[3][i], j), sel);
+                const std::uint32_t b0 = __byte_perm(word_of(v[0], j), word_of(v[1], j), sel);
+                const std::uint32_t b1 = __byte_perm(word_of(v[2], j), word_of(v[3], j), sel);
                 mma_16816<T>(acc, pa0, pa1, pa2, pa3, b0, b1);
             }
+        }
     }
+    // Chunks at or past t_end committed empty groups; the rest were waited for. Nothing is outstanding, but
+    // the ring is about to be overwritten, so say so.
+    cp_async_wait<0>();
+    __syncwarp();  // every lane has read the last chunk's fragments
 
-    // The warp's state to shared memory: sums of weights over the group's 4 lanes, O by its column map.
+    // The warp's state to shared memory: sums of weights over the group's 4 lanes, O by its column map
+    // (over the warp's own ring, rows of D+1 floats).
 #pragma unroll
     for (int off = 1; off < 4; off *= 2) {
         l0 += __shfl_xor_sync(0xffffffffu, l0, off);
@@ -452,6 +596,7 @@ __global__ void __launch_bounds__(kTcThreads, 3) decode_attention_tc_kernel(cons
         l_s[warp][g] = l0;
         l_s[warp][g + 8] = l1;
     }
+    float* const o_w = reinterpret_cast<float*>(ring);
 #pragma unroll
     for (int i = 0; i < kVBlocks; ++i)
 #pragma unroll
@@ -459,8 +604,8 @@ __global__ void __launch_bounds__(kTcThreads, 3) decode_attention_tc_kernel(cons
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int d = 64 * i + 8 * (2 * c + e) + j;
-                o_s[warp][g][d] = o[8 * i + j][e];
-                o_s[warp][g + 8][d] = o[8 * i + j][2 + e];
+                o_w[g * L::kOStride + d] = o[8 * i + j][e];
+                o_w[(g + 8) * L::kOStride + d] = o[8 * i + j][2 + e];
             }
     __syncthreads();
 
@@ -476,7 +621,7 @@ __global__ void __launch_bounds__(kTcThreads, 3) decode_attention_tc_kernel(cons
 #pragma unroll
         for (int w = 0; w < kTcWarps; ++w) {
             const float weight = exp2f(m_s[w][row] - m_all);
-            num += weight * o_s[w][row][d];
+            num += weight * reinterpret_cast<const float*>(stage_s + w * L::kWarpBytes)[row * L::kOStride + d];
             den += weight * l_s[w][row];
         }
         const long long head = static_cast<long long>(b) * p.n_head + h0 + row;
@@ -546,13 +691,31 @@ void launch_lanes(const KernelParams& kp, dim3 grid, int gt, cudaStream_t stream
     }
 }
 
+// The tensor-core kernel takes more than the 48 KiB of dynamic shared memory a launch gets without asking, and
+// as much of the L1/shared split as shared memory as it can (its K and V copies bypass L1): both asked once per
+// instantiation (a static's initialiser runs once, thread-safe).
+template <typename T, int D>
+void launch_tc(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
+    constexpr int kBytes = TcLayout<D>::kSmemBytes;
+    const auto kernel = decode_attention_tc_kernel<T, D>;
+    static const cudaError_t e = [&] {
+        const cudaError_t r = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+        return r != cudaSuccess ? r : cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                          cudaSharedmemCarveoutMaxShared);
+    }();
+    if (e != cudaSuccess)
+        throw IoError("CUDA decode attention: " + std::to_string(kBytes) + " bytes of shared memory per block refused: " +
+                      cudaGetErrorString(e));
+    kernel<<<grid, kTcThreads, kBytes, stream>>>(kp);
+}
+
 template <typename T>
 void launch_typed(const DecodeAttentionArgs& a, const KernelParams& kp, dim3 grid, int gt, cudaStream_t stream) {
     if (a.tensor_cores) {
         if (a.shape.d_head == 64)
-            decode_attention_tc_kernel<T, 64><<<grid, kTcThreads, 0, stream>>>(kp);
+            launch_tc<T, 64>(kp, grid, stream);
         else
-            decode_attention_tc_kernel<T, 128><<<grid, kTcThreads, 0, stream>>>(kp);
+            launch_tc<T, 128>(kp, grid, stream);
     } else {
         switch (lanes_for(a.shape.d_head)) {
             case 8: launch_lanes<T, 8>(kp, grid, gt, stream); break;
