@@ -219,13 +219,49 @@ struct PeerResult {
     Stat kvlab_tok, peer_tok;
     double bytes_per_token = 0;  // weights + KV read + KV written per decode step, as counted
     std::uint64_t kvlab_rss = 0, peer_rss = 0, model_bytes = 0;  // peak RSS (median); weights + KV + logits
-    Stat ceiling_tok;  // the decode replay of the same positions (steps per second), sampled after the runs
-    ReadPattern ceiling_pattern{};
+    // the decode replay of the same positions (steps per second), sampled after the runs, over each program's
+    // own memory: kvlab's copy of the matrices in huge pages, and the mapped file run.c reads in place
+    Stat ceiling_tok, file_ceiling_tok;
+    ReadPattern ceiling_pattern{}, file_ceiling_pattern{};
     std::vector<WholeProcess> whole;
     std::string command_kvlab, command_peer;
-    std::shared_ptr<const bench::TempDir> dir;  // holds the checkpoint until the ceiling replay has read it
-    std::filesystem::path checkpoint;
 };
+
+// A ceiling sample, in a child process of this benchmark (`--replay-child`, below), so that it can be taken
+// in the same round as the runs it divides while this process stays small: it loads the checkpoint with
+// the placement given (kvlab's huge-page copy, or the file mapped in place as run.c reads it) and replays
+// positions 1 .. steps - 1 once; the child prints "replay <steps per second> <read pattern index>" on stderr.
+struct ReplaySample {
+    double steps_per_s = 0;
+    std::size_t pattern = 0;
+};
+
+ReplaySample replay_in_child(const std::filesystem::path& checkpoint, WeightPlacement placement, int steps, int threads) {
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+    const ChildRun c = run_child({self, "--replay-child", checkpoint.string(), "--replay-placement",
+                                  placement == WeightPlacement::huge_pages ? "huge-pages" : "mapped-file", "--peer-steps",
+                                  std::to_string(steps), "--threads", std::to_string(threads)});
+    const auto at = c.err.find("replay ");
+    if (at == std::string::npos) throw IoError(fmt::format("the replay child printed no result: {}", c.err.substr(0, 200)));
+    char* end = nullptr;
+    ReplaySample s;
+    s.steps_per_s = std::strtod(c.err.c_str() + at + 7, &end);
+    s.pattern = static_cast<std::size_t>(std::strtoul(end, nullptr, 10));
+    if (!(s.steps_per_s > 0) || s.pattern >= kNumPatterns) throw IoError(fmt::format("the replay child printed '{}'", c.err.substr(at, 80)));
+    return s;
+}
+
+// The child's side: one replay sample of the checkpoint as placed.
+void replay_child(const std::filesystem::path& checkpoint, WeightPlacement placement, int steps) {
+    const LoadedModel model = load_llama2c_checkpoint(checkpoint, std::nullopt, placement);
+    DecodeReplay replay(model.config, model.weights, 1, steps - 1);
+    double rate = 0;
+    for (int i = 0; i < 3; ++i) rate = std::max(rate, replay.steps_per_s());
+    std::size_t index = 0;
+    for (std::size_t i = 0; i < kNumPatterns; ++i)
+        if (kReadPatterns[i].streams == replay.pattern().streams && kReadPatterns[i].prefetch == replay.pattern().prefetch) index = i;
+    std::cerr << fmt::format("replay {:.6f} {}\n", rate, index);
+}
 
 std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
     const PeerProgram runc = find_peer("KVLAB_PEER_RUNC", "run.c");
@@ -241,9 +277,8 @@ std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
         const ModelConfig cfg = simulation_config(load_model(shape), std::nullopt);
         p.preset = shape;
         p.shape = cfg.display_name;
-        p.dir = std::make_shared<const bench::TempDir>();  // unique names: two benches on one machine do not collide
-        const std::filesystem::path ckpt = p.dir->path() / (shape + ".bin"), trace = p.dir->path() / (shape + ".csv");
-        p.checkpoint = ckpt;
+        const bench::TempDir dir;  // unique names: two benches on one machine do not collide
+        const std::filesystem::path ckpt = dir.path() / (shape + ".bin"), trace = dir.path() / (shape + ".csv");
         save_llama2c_v0(ckpt, cfg, random_weights(cfg, 42));  // the weights are freed before any child forks
         p.model_bytes = weights_bytes(cfg) +
                         kv_bytes_sequence(cfg, DType::fp32, static_cast<std::uint64_t>(o.peer_steps - 1), WindowMode::cap).total() +
@@ -263,7 +298,7 @@ std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
         p.command_peer = omp_env(n_threads);
         for (const auto& a : peer_args) p.command_peer += " " + a;
 
-        std::vector<double> ours, theirs, rss_ours, rss_theirs;
+        std::vector<double> ours, theirs, rss_ours, rss_theirs, ceil_copy, ceil_file;
         for (int r = 0; r < o.repeats; ++r) {
             const ChildRun k = run_child(kvlab_args(n_threads, true));
             const StepTrace t = read_step_trace(trace);
@@ -283,9 +318,19 @@ std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
             const ChildRun c = run_child(peer_args, {omp_env(n_threads)});
             theirs.push_back(peer_tokens_per_s(c, p.command_peer));
             rss_theirs.push_back(static_cast<double>(c.peak_rss));
+
+            // each program's ceiling in the same round: the timed positions' reads over the memory it reads
+            const ReplaySample copy = replay_in_child(ckpt, WeightPlacement::huge_pages, o.peer_steps, n_threads);
+            const ReplaySample file = replay_in_child(ckpt, WeightPlacement::mapped_file, o.peer_steps, n_threads);
+            ceil_copy.push_back(copy.steps_per_s);
+            ceil_file.push_back(file.steps_per_s);
+            p.ceiling_pattern = kReadPatterns[copy.pattern];
+            p.file_ceiling_pattern = kReadPatterns[file.pattern];
         }
         p.kvlab_tok = stat_of(ours);
         p.peer_tok = stat_of(theirs);
+        p.ceiling_tok = stat_of(ceil_copy);
+        p.file_ceiling_tok = stat_of(ceil_file);
         p.kvlab_rss = static_cast<std::uint64_t>(stat_of(rss_ours).median);
         p.peer_rss = static_cast<std::uint64_t>(stat_of(rss_theirs).median);
 
@@ -361,8 +406,8 @@ Report make_report(const BenchOptions& o, int n_threads, const References& ref, 
     }
     for (const PeerResult& p : peers)
         if (p.ran) {
-            check(p.shape + " kvlab --checkpoint decode", p.kvlab_tok.median, p.ceiling_tok, "its replay");
-            check(p.shape + " run.c decode", p.peer_tok.median, p.ceiling_tok, "its replay");
+            check(p.shape + " kvlab --checkpoint decode", p.kvlab_tok.median, p.ceiling_tok, "its replay (huge-page copy)");
+            check(p.shape + " run.c decode", p.peer_tok.median, p.file_ceiling_tok, "its replay (mapped file)");
         }
     const bool refs_valid = beaten.empty();
     report.inputs["references_valid"] = refs_valid;
@@ -499,21 +544,26 @@ Report make_report(const BenchOptions& o, int n_threads, const References& ref, 
         t.title = fmt::format("decode vs llama2.c run.c, {} checkpoint, {} threads, greedy, same positions", peer.shape, n_threads);
         t.columns = {{"program", "program", false}, {"tokens_per_s", "tok/s"}, {"speedup", "vs run.c"},
                      {"of_ceiling", "of ceiling"}, {"spread_percent", "spread (%)"}};
-        // the fastest any program reading these bytes per token can decode on this host: their replay
-        const double ceiling = peer.ceiling_tok.median;
+        // the fastest a program reading these bytes per token from the same memory can decode on this host:
+        // their replay, over kvlab's huge-page copy and over the mapped file run.c reads
+        const double ceiling = peer.ceiling_tok.median, file_ceiling = peer.file_ceiling_tok.median;
         const double speedup = peer.kvlab_tok.median / peer.peer_tok.median;
         t.rows.push_back({text_cell("kvlab simulate --checkpoint (counting on)"), real_cell(peer.kvlab_tok.median, 1),
                           ratio_cell(speedup), real_cell(peer.kvlab_tok.median / ceiling, 3),
                           real_cell(spread_percent(peer.kvlab_tok), 1)});
         t.rows.push_back({text_cell("llama2.c run.c"), real_cell(peer.peer_tok.median, 1), ratio_cell(1.0),
-                          real_cell(peer.peer_tok.median / ceiling, 3), real_cell(spread_percent(peer.peer_tok), 1)});
-        t.rows.push_back({text_cell("ceiling: decode replay"), real_cell(ceiling, 1), ratio_cell(ceiling / peer.peer_tok.median),
-                          real_cell(1.0, 3), real_cell(spread_percent(peer.ceiling_tok), 1)});
-        t.notes.push_back(fmt::format("ceiling: the same positions' reads replayed ({:.2f} MB per token as kvlab counts them, "
-                                      "weights + KV; run.c reads the same fp32 bytes), {}, no arithmetic; median of {}",
-                                      peer.bytes_per_token * 1e-6,
-                                      pattern_name(peer.ceiling_pattern),
-                                      peer.ceiling_tok.n));
+                          real_cell(peer.peer_tok.median / file_ceiling, 3), real_cell(spread_percent(peer.peer_tok), 1)});
+        t.rows.push_back({text_cell("ceiling: replay, huge-page copy (kvlab's)"), real_cell(ceiling, 1),
+                          ratio_cell(ceiling / peer.peer_tok.median), real_cell(1.0, 3), real_cell(spread_percent(peer.ceiling_tok), 1)});
+        t.rows.push_back({text_cell("ceiling: replay, mapped file (run.c's)"), real_cell(file_ceiling, 1),
+                          ratio_cell(file_ceiling / peer.peer_tok.median), real_cell(1.0, 3),
+                          real_cell(spread_percent(peer.file_ceiling_tok), 1)});
+        t.notes.push_back(fmt::format("ceilings: the same positions' reads replayed ({:.2f} MB per token as kvlab counts them, "
+                                      "weights + KV; run.c reads the same fp32 bytes), no arithmetic, median of {}: over the "
+                                      "matrices as kvlab holds them (copied into huge pages at load; {}) and over the checkpoint "
+                                      "file mapped as run.c maps it ({}); 'of ceiling' divides each program by the replay of its own memory",
+                                      peer.bytes_per_token * 1e-6, peer.ceiling_tok.n, pattern_name(peer.ceiling_pattern),
+                                      pattern_name(peer.file_ceiling_pattern)));
         t.notes.push_back("kvlab's tok/s times its forward calls; run.c's also its argmax and printf (~10 us per token)");
         t.notes.push_back("kvlab: " + peer.command_kvlab);
         t.notes.push_back("run.c: " + peer.command_peer);
@@ -565,10 +615,20 @@ int main(int argc, char** argv) {
     app.add_option("--peer-steps", o.peer_steps, "Steps of the llama2.c comparison")->check(CLI::Range(2, 256))->capture_default_str();
     app.add_option("--json", o.json, "Also write the report as JSON to this file");
     app.add_option("-f,--format", o.format, "table, csv, json or markdown")->capture_default_str();
+    std::string replay_child_path, replay_placement = "huge-pages";
+    app.add_option("--replay-child", replay_child_path, "(internal) one ceiling sample of this llama2.c checkpoint, in a child process")
+        ->group("");
+    app.add_option("--replay-placement", replay_placement, "(internal) huge-pages or mapped-file")
+        ->check(CLI::IsMember({"huge-pages", "mapped-file"}))->group("");
     CLI11_PARSE(app, argc, argv);
     try {
         const Format format = parse_choice(format_choices, o.format, "--format");
         const int n_threads = fix_threads(o.threads);
+        if (!replay_child_path.empty()) {
+            replay_child(replay_child_path, replay_placement == "huge-pages" ? WeightPlacement::huge_pages : WeightPlacement::mapped_file,
+                         o.peer_steps);
+            return 0;
+        }
         if (!o.json.empty()) check_output_path(o.json, "--json");  // before minutes of measuring
 
         // child processes first, while this process is small (a forked child's peak RSS counts the pages
@@ -581,18 +641,6 @@ int main(int argc, char** argv) {
         References refs(o.stream_mib, o.gemm_sizes);
         std::vector<ModelResult> models;
         for (const auto& name : o.models) models.push_back(bench_model(name, o, refs));
-        // each peer shape's ceiling: the replay of the timed positions (1 .. peer_steps - 1) over the very
-        // checkpoint both programs read, mapped here: the same page-cache pages, whose physical layout
-        // (large folios or not) moves read speed as much as huge pages do (docs/performance.md)
-        for (PeerResult& p : peers)
-            if (p.ran) {
-                const LoadedModel model = load_llama2c_checkpoint(p.checkpoint);
-                DecodeReplay replay(model.config, model.weights, 1, o.peer_steps - 1);
-                for (int r = 0; r < o.repeats; ++r) replay.steps_per_s();
-                p.ceiling_tok = stat_of(replay.samples);
-                p.ceiling_pattern = replay.pattern();
-                p.dir.reset();
-            }
         const Report report = make_report(o, n_threads, refs, models, rss, rss_floor, peers);
         bench::emit_report(report, format, o.json);
     } catch (const kvlab::Error& e) {

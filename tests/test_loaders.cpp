@@ -27,6 +27,7 @@
 #include "core/error.hpp"
 #include "formats/hf_checkpoint.hpp"
 #include "formats/llama2c_checkpoint.hpp"
+#include "core/huge_pages.hpp"
 #include "core/mapped_file.hpp"
 #include "formats/safetensors.hpp"
 #include "formats/tokenizer.hpp"
@@ -239,18 +240,51 @@ TEST_CASE("A tied llama2.c v0 checkpoint loads every tensor as written") {
     CHECK(fs::file_size(path) == llama2c_file_bytes(m.config, Llama2cVersion::v0));
 }
 
-TEST_CASE("A llama2.c checkpoint's matrices are used in place: views into the mapped file, which the weights keep") {
+TEST_CASE("A llama2.c checkpoint's matrices are copied into one huge-page arena, in forward order, kept by the weights") {
+    TempDir dir;
+    const TinyDims t;
+    const fs::path path = dir / "tiny.bin";
+    write_file(path, tiny_v0(t, false));
+    const Weights w = load_llama2c_checkpoint(path).weights;
+    REQUIRE(w.backing != nullptr);
+    const LayerWeights& l0 = w.layers[0];
+    const LayerWeights& l1 = w.layers[1];
+    for (const WeightMatrix* x : {&w.tok_embed, &l0.wq, &l1.w2, &w.lm_head}) CHECK(x->is_view());
+    // forward order, whatever the file's (v0 stores each tensor for all layers in turn): tok_embed, then
+    // layer 0's wq wk wv wo w1 w3 w2, then layer 1's, then the classifier, each right after the last one's
+    // footprint, the first on a huge-page boundary
+    auto at = [](const WeightMatrix& m) { return reinterpret_cast<std::uintptr_t>(m.data()); };
+    auto after = [&](const WeightMatrix& prev) { return at(prev) + HugeArena::footprint(static_cast<std::size_t>(prev.size()) * sizeof(float)); };
+    CHECK(at(w.tok_embed) % huge_page_bytes == 0);
+    CHECK(at(l0.wq) == after(w.tok_embed));
+    CHECK(at(l0.wk) == after(l0.wq));
+    CHECK(at(l0.w1) == after(l0.wo));
+    CHECK(at(l0.w3) == after(l0.w1));
+    CHECK(at(l0.w2) == after(l0.w3));
+    CHECK(at(l1.wq) == after(l0.w2));
+    CHECK(at(w.lm_head) == after(l1.w2));
+    // a copy, not a view of the file: the values stay when the file is gone
+    fs::remove(path);
+    CHECK(holds_tag(w.tok_embed, tag_of(k_embed), 10, 8));
+    CHECK(holds_tag(l1.w2, tag_of(k_w2, 1), 8, 12));
+    CHECK(holds_tag(w.lm_head, tag_of(k_cls), 10, 8));
+}
+
+TEST_CASE("WeightPlacement::mapped_file uses a llama2.c checkpoint's matrices in place, views into the mapping the weights keep") {
     TempDir dir;
     const TinyDims t;
     const fs::path path = dir / "tiny.bin";
     write_file(path, tiny_v0(t, false));
     std::optional<LoadedModel> m;
-    m.emplace(load_llama2c_checkpoint(path));
+    m.emplace(load_llama2c_checkpoint(path, std::nullopt, WeightPlacement::mapped_file));
     const Weights w = m->weights;  // a copy shares the mapping
     m.reset();
     REQUIRE(w.backing != nullptr);
     for (const WeightMatrix* x : {&w.tok_embed, &w.layers[0].wq, &w.layers[1].w2, &w.lm_head}) CHECK(x->is_view());
-    // v0 layout: 28-byte header, then tok_embed (10 x 8 floats) where the file has them
+    // where the file has them: layer 0's wq after the 28-byte v0 header, tok_embed (10 x 8 floats) and both
+    // layers' attn_norm (2 x 8): 28 + 4 * (80 + 16) = 412 bytes in
+    const auto file = std::static_pointer_cast<const MappedFile>(w.backing);
+    CHECK(reinterpret_cast<const std::byte*>(w.layers[0].wq.data()) == file->bytes().data() + 412);
     CHECK(holds_tag(w.tok_embed, tag_of(k_embed), 10, 8));
     CHECK(holds_tag(w.lm_head, tag_of(k_cls), 10, 8));
     // written to: a view becomes its own copy, the file untouched
@@ -258,7 +292,10 @@ TEST_CASE("A llama2.c checkpoint's matrices are used in place: views into the ma
     changed.layers[0].wq(0, 0) = 42.0f;
     CHECK_FALSE(changed.layers[0].wq.is_view());
     CHECK(w.layers[0].wq(0, 0) != 42.0f);
-    CHECK(load_llama2c_checkpoint(path).weights.layers[0].wq == w.layers[0].wq);
+    // both placements hold the file's values
+    const Weights copied = load_llama2c_checkpoint(path).weights;
+    CHECK(copied.layers[0].wq == w.layers[0].wq);
+    CHECK(copied.layers[1].w3 == w.layers[1].w3);
 }
 
 TEST_CASE("An untied llama2.c v0 checkpoint (negative vocab_size) loads its separate classifier") {
@@ -970,6 +1007,34 @@ TEST_CASE("A mapped file's bytes read the same after their pages are given back"
     file.drop_pages(data.size() + 5, 100);     // beyond the end: nothing to do
     file.drop_pages(page, ~std::uint64_t{0});  // a length past the end stops at the end
     CHECK(same());
+}
+
+TEST_CASE("copy_file_ranges copies each span with pread, and names the file when one runs past its end") {
+    TempDir dir;
+    const fs::path path = dir / "spans.bin";
+    std::vector<std::uint8_t> data(5000);
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint8_t>(i * 13 + 5);
+    {
+        std::ofstream out(path, std::ios::binary);
+        out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+    }
+    std::vector<std::byte> a(100), b(4000);
+    const std::vector<FileCopy> copies = {{4900, 100, a.data()}, {7, 4000, b.data()}};  // the tail, then from byte 7
+    copy_file_ranges(path, copies, "test file");
+    CHECK(std::memcmp(a.data(), data.data() + 4900, 100) == 0);
+    CHECK(std::memcmp(b.data(), data.data() + 7, 4000) == 0);
+    // 200 bytes from 4900 of a 5000-byte file: the read comes up short, an error naming the file and offsets
+    std::vector<std::byte> c(200);
+    const std::vector<FileCopy> past = {{4900, 200, c.data()}};
+    try {
+        copy_file_ranges(path, past, "test file");
+        FAIL("expected IoError");
+    } catch (const IoError& e) {
+        const std::string what = e.what();
+        CHECK(what.find("spans.bin") != std::string::npos);
+        CHECK(what.find("ended at offset 5000") != std::string::npos);
+    }
+    CHECK_THROWS_AS(copy_file_ranges(dir / "missing.bin", copies, "test file"), InputError);
 }
 
 TEST_CASE("A mapped file is consumed in 1 MiB spans, in order, each readable while it is handed out") {

@@ -80,6 +80,26 @@ std::string read_input_head(const std::filesystem::path& path, std::string_view 
     return head;
 }
 
+void copy_file_ranges(const std::filesystem::path& path, std::span<const FileCopy> copies, std::string_view what) {
+    const InputFd in(path, what);
+    for (const FileCopy& c : copies) {
+        std::uint64_t done = 0;
+        while (done < c.bytes) {
+            const std::uint64_t want = std::min<std::uint64_t>(c.bytes - done, std::uint64_t{1} << 30);  // pread's limit is below 2 GiB
+            const ssize_t got = ::pread(in.fd, c.dst + done, static_cast<std::size_t>(want), static_cast<off_t>(c.offset + done));
+            if (got < 0 && errno == EINTR) continue;
+            if (got < 0)
+                throw IoError(fmt::format("{}: reading {} bytes of the {} at offset {} failed: {}", quote(path.string()), c.bytes, what,
+                                          c.offset, std::strerror(errno)));
+            if (got == 0)
+                throw IoError(fmt::format("{}: the {} ended at offset {} while {} bytes from offset {} were read; expected a file "
+                                          "that does not change while kvlab reads it", quote(path.string()), what, c.offset + done,
+                                          c.bytes, c.offset));
+            done += static_cast<std::uint64_t>(got);
+        }
+    }
+}
+
 MappedFile::MappedFile(const std::filesystem::path& path, std::string_view what) : path_(path) {
     const InputFd in(path, what);
     const int fd = in.fd;

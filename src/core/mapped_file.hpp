@@ -51,6 +51,19 @@ private:
     std::uint64_t size_bytes_ = 0;
 };
 
+// A span of a file to copy into memory: `bytes` bytes from `offset` to `dst`.
+struct FileCopy {
+    std::uint64_t offset = 0;
+    std::uint64_t bytes = 0;
+    std::byte* dst = nullptr;
+};
+
+// Copies each span of the file at `path` with pread: the kernel copies from its page cache, nothing of the
+// file is mapped into this process (none of it counts as resident here) and no page fault is taken on the
+// source. The spans must lie inside the file (callers check them against its size first). Throws
+// InputError when the file cannot be opened, IoError naming it when a read fails or comes up short.
+void copy_file_ranges(const std::filesystem::path& path, std::span<const FileCopy> copies, std::string_view what);
+
 // The whole of a regular file as text. `what` names the file's role in messages ("config file", "trace
 // file"); a file over `max_bytes` is refused before anything is read.
 std::string read_input_file(const std::filesystem::path& path, std::string_view what, std::uint64_t max_bytes);

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <limits>
+#include <map>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "core/atomic_write.hpp"
 #include "core/checked.hpp"
 #include "core/error.hpp"
+#include "core/huge_pages.hpp"
 #include "core/mapped_file.hpp"
 #include "model/tensor_table.hpp"
 
@@ -132,7 +134,17 @@ public:
         offset_ += n_bytes;
         return at;
     }
+    // The next n_values floats, to be copied to `out` later by copy_file_ranges (the caller's list `copies`).
+    void defer(float* out, std::uint64_t n_values, std::vector<FileCopy>& copies) {
+        const std::uint64_t n_bytes = checked_mul(n_values, 4, "tensor bytes");
+        if (n_bytes > file_.size_bytes() - std::min(offset_, file_.size_bytes()))
+            throw FormatError(fmt::format("{}: truncated: {} bytes needed at offset {}, file has {} bytes",
+                                          file_.path().string(), n_bytes, offset_, file_.size_bytes()));
+        copies.push_back(FileCopy{offset_, n_bytes, reinterpret_cast<std::byte*>(out)});
+        offset_ += n_bytes;
+    }
     void skip(std::uint64_t n_values) { offset_ += n_values * 4; }
+    const std::filesystem::path& path() const { return file_.path(); }
     std::uint64_t offset() const { return offset_; }
 
 private:
@@ -176,14 +188,37 @@ void for_each_stored(const std::vector<TensorSpec>& specs, Llama2cVersion versio
 
 // The first w.layers.size() layers are read, the tensors of the layers after them skipped.
 // The matrices are the file's fp32 values in kvlab's own layout (row-major, (out, in), llama2.c's RoPE
-// pairing): they are used in place, views into the mapping, as run.c does; the norm vectors are copied.
-void read_weights(FloatReader& in, const ModelConfig& cfg, Llama2cVersion version, Weights& w) {
+// pairing), so they need no transformation, only a place (WeightPlacement): pieces of one arena of huge
+// pages, back to back in the order the forward pass reads them (core/huge_pages.hpp), as random weights
+// get, filled with pread so that nothing of the file is mapped in their stead; or views into the mapping.
+// The norm vectors are copied as they are read.
+void read_weights(FloatReader& in, const ModelConfig& cfg, Llama2cVersion version, WeightPlacement placement, Weights& w) {
+    const std::vector<TensorSpec> specs = tensor_specs(cfg);
+    std::shared_ptr<HugeArena> arena;
+    std::map<std::pair<std::string_view, std::size_t>, float*> place;  // (matrix, layer) -> its piece of the arena
+    if (placement == WeightPlacement::huge_pages) {
+        std::uint64_t arena_bytes = 0;
+        for_each_tensor(specs, w.layers.size(), [&](const TensorSpec& s, std::size_t) {
+            if (s.is_matrix())
+                arena_bytes = checked_add(arena_bytes, HugeArena::footprint(checked_mul(s.n_values(), sizeof(float), "weight bytes")),
+                                          "weight bytes");
+        });
+        arena = std::make_shared<HugeArena>(static_cast<std::size_t>(arena_bytes));
+        for_each_tensor(specs, w.layers.size(), [&](const TensorSpec& s, std::size_t layer) {
+            if (!s.is_matrix()) return;
+            float* data = static_cast<float*>(arena->take(s.n_values() * sizeof(float)));
+            place[{s.name, layer}] = data;
+            matrix_of(w, s, layer) = WeightMatrix::view(data, s.rows, s.cols);
+        });
+    }
+    std::vector<FileCopy> copies;
     const std::uint64_t n_skipped = static_cast<std::uint64_t>(cfg.n_layer) - w.layers.size();
-    for_each_stored(tensor_specs(cfg), version, [&](const TensorSpec* s) {
+    for_each_stored(specs, version, [&](const TensorSpec* s) {
         if (s == nullptr) return in.skip(rope_table_floats(cfg));
         for (std::size_t layer = 0; layer < (s->per_layer ? w.layers.size() : 1); ++layer) {
             if (s->is_matrix()) {
-                matrix_of(w, *s, layer) = WeightMatrix::view(in.view(s->n_values()), s->rows, s->cols);
+                if (arena) in.defer(place.at({s->name, layer}), s->n_values(), copies);
+                else matrix_of(w, *s, layer) = WeightMatrix::view(in.view(s->n_values()), s->rows, s->cols);
                 continue;
             }
             allocate_tensor(w, *s, layer);
@@ -191,6 +226,10 @@ void read_weights(FloatReader& in, const ModelConfig& cfg, Llama2cVersion versio
         }
         if (s->per_layer) in.skip(n_skipped * s->n_values());
     });
+    if (arena) {
+        copy_file_ranges(in.path(), copies, "llama2.c checkpoint");
+        w.backing = std::move(arena);  // the matrices are views into it
+    }
 }
 
 // ---- writing ----
@@ -335,7 +374,7 @@ Llama2cLayout read_layout(const MappedFile& file) {
 
 ModelConfig load_llama2c_config(const std::filesystem::path& path) { return read_layout(MappedFile(path, "llama2.c checkpoint")).config; }
 
-LoadedModel load_llama2c_checkpoint(const std::filesystem::path& path, std::optional<std::int64_t> n_layers) {
+LoadedModel load_llama2c_checkpoint(const std::filesystem::path& path, std::optional<std::int64_t> n_layers, WeightPlacement placement) {
     auto file = std::make_shared<const MappedFile>(path, "llama2.c checkpoint");
     Llama2cLayout layout = read_layout(*file);
     LoadedModel model{std::move(layout.config), {}};
@@ -343,8 +382,8 @@ LoadedModel load_llama2c_checkpoint(const std::filesystem::path& path, std::opti
     model.weights.rope_pairing = RopePairing::neighbours;
     model.weights.layers.resize(static_cast<std::size_t>(layers_to_read(cfg, n_layers, path)));
     FloatReader in(*file, layout.version == Llama2cVersion::v0 ? llama2c_v0_header_bytes : llama2c_v1_header_bytes);
-    read_weights(in, cfg, layout.version, model.weights);
-    model.weights.backing = std::move(file);  // the matrices are views into it
+    read_weights(in, cfg, layout.version, placement, model.weights);
+    if (placement == WeightPlacement::mapped_file) model.weights.backing = std::move(file);  // the matrices are views into it
     return model;
 }
 
