@@ -129,8 +129,8 @@ void gemv8_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[8], con
         // AVX-512: a 64-byte line of each row per pass, 32 values. bf16 needs no shuffle: the even values are
         // each 32-bit lane's low half shifted up, the odd ones its high half with the low half masked off,
         // multiplied by x's even and odd values (two permutes per pass, shared by the 8 rows); fp16: F16C on
-        // each 32-byte half. No software prefetch: on the Zen 5 host the 256-bit loop below (with it) left
-        // bf16 at 1.54-1.68x fp32's decode; this loop without it gave 1.76x (docs/performance.md).
+        // each 32-byte half. No software prefetch: in the one comparison made (Zen 5, a host shared with a
+        // compile) bf16 decoded at 248 tok/s without it and 230 with it (docs/performance.md).
         __m512 acc16[8];
         for (auto& a : acc16) a = _mm512_setzero_ps();
         const __m512i even_idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
