@@ -106,6 +106,7 @@ void gemv8_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[8], con
     const std::int64_t cols = w.cols();
     __m256 acc[8];
     for (auto& a : acc) a = _mm256_setzero_ps();
+    float tail[8] = {};  // the AVX-512 pass's sums, where it runs
     std::int64_t j = 0;
     if (w.dtype() == DType::q8_0) {
         for (; j + kv_block_values <= cols; j += kv_block_values) {
@@ -141,16 +142,22 @@ void gemv8_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[8], con
             const __m512 x0 = bf16 ? _mm512_permutex2var_ps(xa, even_idx, xb) : xa;
             const __m512 x1 = bf16 ? _mm512_permutex2var_ps(xa, odd_idx, xb) : xb;
             for (int r = 0; r < 8; ++r) {
-                const __m512i h = _mm512_loadu_si512(row[r] + 2 * j);
-                const __m512 w0 = bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(h, 16)) : _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+                // (the maskz forms: GCC 12's plain ones start from an undefined register and warn)
+                const std::uint8_t* at = row[r] + 2 * j;
+                const __m512i h = _mm512_loadu_si512(at);
+                const __m512 w0 = bf16 ? _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, h, 16))
+                                       : _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
                 const __m512 w1 = bf16 ? _mm512_castsi512_ps(_mm512_and_si512(h, high_half))
-                                       : _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+                                       : _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 32)));
                 acc16[r] = _mm512_fmadd_ps(w0, x0, acc16[r]);
                 acc16[r] = _mm512_fmadd_ps(w1, x1, acc16[r]);
             }
         }
-        for (int r = 0; r < 8; ++r)
-            acc[r] = _mm256_add_ps(_mm512_castps512_ps256(acc16[r]), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc16[r]), 1)));
+        for (int r = 0; r < 8; ++r) {  // (not _mm512_reduce_add_ps: GCC 12's warns, as above)
+            alignas(64) float lanes[16];
+            _mm512_store_ps(lanes, acc16[r]);
+            for (const float v : lanes) tail[r] += v;
+        }
 #endif
         auto widen = [bf16](__m128i h) { return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h); };
         for (; j + 16 <= cols; j += 16) {  // 32 bytes of each row per pass, the next lines prefetched
@@ -164,6 +171,7 @@ void gemv8_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[8], con
         }
     }
     _mm256_storeu_ps(y, sum8(acc));
+    for (int r = 0; r < 8; ++r) y[r] += tail[r];
     for (; j < cols; ++j)  // columns past the last 16 (bf16, fp16): one by one
         for (int r = 0; r < 8; ++r) {
             std::uint16_t c;
