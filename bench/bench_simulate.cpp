@@ -219,8 +219,9 @@ struct PeerResult {
     Stat kvlab_tok, peer_tok;
     double bytes_per_token = 0;  // weights + KV read + KV written per decode step, as counted
     std::uint64_t kvlab_rss = 0, peer_rss = 0, model_bytes = 0;  // peak RSS (median); weights + KV + logits
-    // the decode replay of the same positions (steps per second), sampled after the runs, over each program's
-    // own memory: kvlab's copy of the matrices in huge pages, and the mapped file run.c reads in place
+    // the decode replay of the same positions (steps per second), sampled in every round right after the
+    // runs, over each program's own memory: kvlab's copy of the matrices in huge pages, and the mapped file
+    // run.c reads in place
     Stat ceiling_tok, file_ceiling_tok;
     ReadPattern ceiling_pattern{}, file_ceiling_pattern{};
     std::vector<WholeProcess> whole;
@@ -230,7 +231,8 @@ struct PeerResult {
 // A ceiling sample, in a child process of this benchmark (`--replay-child`, below), so that it can be taken
 // in the same round as the runs it divides while this process stays small: it loads the checkpoint with
 // the placement given (kvlab's huge-page copy, or the file mapped in place as run.c reads it) and replays
-// positions 1 .. steps - 1 once; the child prints "replay <steps per second> <read pattern index>" on stderr.
+// positions 1 .. steps - 1 three times; the child prints "kvlab-replay <steps per second, the best of the
+// three> <read pattern index>" as the last line on stderr.
 struct ReplaySample {
     double steps_per_s = 0;
     std::size_t pattern = 0;
@@ -241,11 +243,12 @@ ReplaySample replay_in_child(const std::filesystem::path& checkpoint, WeightPlac
     const ChildRun c = run_child({self, "--replay-child", checkpoint.string(), "--replay-placement",
                                   placement == WeightPlacement::huge_pages ? "huge-pages" : "mapped-file", "--peer-steps",
                                   std::to_string(steps), "--threads", std::to_string(threads)});
-    const auto at = c.err.find("replay ");
+    const std::string tag = "kvlab-replay ";
+    const auto at = c.err.rfind(tag);
     if (at == std::string::npos) throw IoError(fmt::format("the replay child printed no result: {}", c.err.substr(0, 200)));
     char* end = nullptr;
     ReplaySample s;
-    s.steps_per_s = std::strtod(c.err.c_str() + at + 7, &end);
+    s.steps_per_s = std::strtod(c.err.c_str() + at + tag.size(), &end);
     s.pattern = static_cast<std::size_t>(std::strtoul(end, nullptr, 10));
     if (!(s.steps_per_s > 0) || s.pattern >= kNumPatterns) throw IoError(fmt::format("the replay child printed '{}'", c.err.substr(at, 80)));
     return s;
@@ -257,10 +260,11 @@ void replay_child(const std::filesystem::path& checkpoint, WeightPlacement place
     DecodeReplay replay(model.config, model.weights, 1, steps - 1);
     double rate = 0;
     for (int i = 0; i < 3; ++i) rate = std::max(rate, replay.steps_per_s());
-    std::size_t index = 0;
+    std::size_t index = kNumPatterns;
     for (std::size_t i = 0; i < kNumPatterns; ++i)
         if (kReadPatterns[i].streams == replay.pattern().streams && kReadPatterns[i].prefetch == replay.pattern().prefetch) index = i;
-    std::cerr << fmt::format("replay {:.6f} {}\n", rate, index);
+    if (index == kNumPatterns) throw Error("decode replay: its read pattern is not in the list");
+    std::cerr << fmt::format("kvlab-replay {:.6f} {}\n", rate, index);
 }
 
 std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
@@ -559,7 +563,8 @@ Report make_report(const BenchOptions& o, int n_threads, const References& ref, 
                           ratio_cell(file_ceiling / peer.peer_tok.median), real_cell(1.0, 3),
                           real_cell(spread_percent(peer.file_ceiling_tok), 1)});
         t.notes.push_back(fmt::format("ceilings: the same positions' reads replayed ({:.2f} MB per token as kvlab counts them, "
-                                      "weights + KV; run.c reads the same fp32 bytes), no arithmetic, median of {}: over the "
+                                      "weights + KV; run.c reads the same fp32 bytes), no arithmetic, median of {} rounds (each the best of 3 "
+                                      "replays in a child process, right after the round's runs): over the "
                                       "matrices as kvlab holds them (copied into huge pages at load; {}) and over the checkpoint "
                                       "file mapped as run.c maps it ({}); 'of ceiling' divides each program by the replay of its own memory",
                                       peer.bytes_per_token * 1e-6, peer.ceiling_tok.n, pattern_name(peer.ceiling_pattern),

@@ -23,11 +23,12 @@ std::uint64_t llama2c_file_bytes(const ModelConfig& cfg, Llama2cVersion version)
 
 // Reads either layout (v1 recognised by its magic). Config: family llama, rope_theta 10000, eps 1e-5,
 // n_ctx_max = seq_len, name = file stem; weights use RopePairing::neighbours.
-// Throws FormatError naming the file for any header, size or dimension problem; IoError if unreadable.
+// Throws FormatError naming the file for any header, size or dimension problem; InputError if it cannot be
+// opened, IoError if a read fails.
 // n_layers: see load_checkpoint.
 // Where the matrices live (the file holds them in kvlab's own layout, so either works):
 // - huge_pages (the default): copied into one arena of huge pages in forward order. On a host whose page
-//   cache maps part of the file in 4 KiB pages the decode reads them up to 1.65x faster than in place
+//   cache maps part of the file in 4 KiB pages the decode read them 1.6-1.7x faster than in place
 //   (docs/performance.md, "llama2.c checkpoints are copied into huge pages").
 // - mapped_file: used in place, views into the mapped file, as llama2.c's run.c reads them (the benchmark
 //   replays run.c's reads this way); Weights::backing keeps the mapping.

@@ -373,7 +373,9 @@ struct TcLayout {
     static constexpr int kWarpBytes = kStages * kStageBytes;  // one warp's ring
     static constexpr int kSmemBytes = kTcWarps * kWarpBytes;  // dynamic shared memory per block
     static constexpr int kOStride = D + 1;                    // floats per row of a warp's p.v sums at the end
-    // Blocks per SM on 228 KiB (1 KiB reserved per block, 512 bytes of m_s and l_s), at most 3 (168 registers).
+    // Blocks per SM on sm_90's 228 KiB (1 KiB reserved per block, 512 bytes of m_s and l_s), at most 3 (168
+    // registers); the launch bound then caps the registers on every architecture, though an A100 (164 KiB)
+    // fits 2 blocks and sm_86/89 (100 KiB) 1: slower there, not wrong.
     static constexpr int kFit = 228 * 1024 / (kSmemBytes + 1024 + 512);
     static constexpr int kMinBlocks = kFit < 3 ? kFit : 3;
     static constexpr int kUnits = D / 8;         // 16-byte units per row
@@ -692,20 +694,19 @@ void launch_lanes(const KernelParams& kp, dim3 grid, int gt, cudaStream_t stream
 }
 
 // The tensor-core kernel takes more than the 48 KiB of dynamic shared memory a launch gets without asking, and
-// as much of the L1/shared split as shared memory as it can (its K and V copies bypass L1): both asked once per
-// instantiation (a static's initialiser runs once, thread-safe).
+// as much of the L1/shared split as shared memory as it can (its K and V copies bypass L1). The attributes are
+// set before every launch (a few microseconds): they belong to the current device's context, which a
+// process may change.
 template <typename T, int D>
 void launch_tc(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
     constexpr int kBytes = TcLayout<D>::kSmemBytes;
     const auto kernel = decode_attention_tc_kernel<T, D>;
-    static const cudaError_t e = [&] {
-        const cudaError_t r = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-        return r != cudaSuccess ? r : cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                          cudaSharedmemCarveoutMaxShared);
-    }();
-    if (e != cudaSuccess)
-        throw IoError("CUDA decode attention: " + std::to_string(kBytes) + " bytes of shared memory per block refused: " +
+    if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes); e != cudaSuccess)
+        throw IoError("CUDA decode attention: " + std::to_string(kBytes) + " bytes of dynamic shared memory per block refused: " +
                       cudaGetErrorString(e));
+    if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+        e != cudaSuccess)
+        throw IoError(std::string("CUDA decode attention: the shared-memory carveout was refused: ") + cudaGetErrorString(e));
     kernel<<<grid, kTcThreads, kBytes, stream>>>(kp);
 }
 
