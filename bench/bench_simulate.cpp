@@ -260,11 +260,7 @@ void replay_child(const std::filesystem::path& checkpoint, WeightPlacement place
     DecodeReplay replay(model.config, model.weights, 1, steps - 1);
     double rate = 0;
     for (int i = 0; i < 3; ++i) rate = std::max(rate, replay.steps_per_s());
-    std::size_t index = kNumPatterns;
-    for (std::size_t i = 0; i < kNumPatterns; ++i)
-        if (kReadPatterns[i].streams == replay.pattern().streams && kReadPatterns[i].prefetch == replay.pattern().prefetch) index = i;
-    if (index == kNumPatterns) throw Error("decode replay: its read pattern is not in the list");
-    std::cerr << fmt::format("kvlab-replay {:.6f} {}\n", rate, index);
+    std::cerr << fmt::format("kvlab-replay {:.6f} {}\n", rate, replay.pattern_index());
 }
 
 std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {

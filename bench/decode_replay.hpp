@@ -79,6 +79,7 @@ public:
     std::uint64_t bytes() const { return bytes_; }  // read by one replay of every step
     std::int64_t waits_per_step() const { return n_waits_ / n_steps_; }
     ReadPattern pattern() const { return kReadPatterns[pattern_]; }
+    std::size_t pattern_index() const { return pattern_; }  // into kReadPatterns
     std::vector<double> samples;       // steps per second
     std::vector<double> wait_samples;  // steps per second, with the decode's waits
 

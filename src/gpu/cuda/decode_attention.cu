@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <string>
 #include <type_traits>
@@ -694,19 +695,27 @@ void launch_lanes(const KernelParams& kp, dim3 grid, int gt, cudaStream_t stream
 }
 
 // The tensor-core kernel takes more than the 48 KiB of dynamic shared memory a launch gets without asking, and
-// as much of the L1/shared split as shared memory as it can (its K and V copies bypass L1). The attributes are
-// set before every launch (a few microseconds): they belong to the current device's context, which a
-// process may change.
+// as much of the L1/shared split as shared memory as it can (its K and V copies bypass L1). The attributes
+// belong to the current device's context: they are set again whenever the device differs from the one they
+// were last set for (kvlab uses one device, so once per instantiation), not before every launch, which would
+// put two driver calls inside each timed step.
 template <typename T, int D>
 void launch_tc(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
     constexpr int kBytes = TcLayout<D>::kSmemBytes;
     const auto kernel = decode_attention_tc_kernel<T, D>;
-    if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes); e != cudaSuccess)
-        throw IoError("CUDA decode attention: " + std::to_string(kBytes) + " bytes of dynamic shared memory per block refused: " +
-                      cudaGetErrorString(e));
-    if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-        e != cudaSuccess)
-        throw IoError(std::string("CUDA decode attention: the shared-memory carveout was refused: ") + cudaGetErrorString(e));
+    static std::atomic<int> set_for{-1};  // the device the attributes were set for
+    int device = 0;
+    if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
+        throw IoError(std::string("CUDA decode attention: cudaGetDevice failed: ") + cudaGetErrorString(e));
+    if (set_for.load(std::memory_order_acquire) != device) {
+        if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes); e != cudaSuccess)
+            throw IoError("CUDA decode attention: " + std::to_string(kBytes) + " bytes of dynamic shared memory per block refused: " +
+                          cudaGetErrorString(e));
+        if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+            e != cudaSuccess)
+            throw IoError(std::string("CUDA decode attention: the shared-memory carveout was refused: ") + cudaGetErrorString(e));
+        set_for.store(device, std::memory_order_release);
+    }
     kernel<<<grid, kTcThreads, kBytes, stream>>>(kp);
 }
 
