@@ -1041,6 +1041,35 @@ TEST_CASE("copy_file_ranges copies each span with pread, and names the file when
     CHECK_THROWS_AS(copy_file_ranges(dir / "missing.bin", copies, "test file"), InputError);
 }
 
+TEST_CASE("split_copies cuts the bytes into equal parts, in order, splitting a copy at a cut") {
+    std::vector<std::byte> a(100), b(4000);
+    const std::vector<FileCopy> copies = {{4900, 100, a.data()}, {7, 4000, b.data()}};  // 4100 bytes
+    // two parts of 4100 / 2 = 2050 bytes: all of `a` and the first 1950 of `b`; then b's other 2050
+    const auto two = split_copies(copies, 2);
+    REQUIRE(two.size() == 2);
+    REQUIRE(two[0].size() == 2);
+    CHECK((two[0][0].offset == 4900 && two[0][0].bytes == 100 && two[0][0].dst == a.data()));
+    CHECK((two[0][1].offset == 7 && two[0][1].bytes == 1950 && two[0][1].dst == b.data()));
+    REQUIRE(two[1].size() == 1);
+    CHECK((two[1][0].offset == 7 + 1950 && two[1][0].bytes == 2050 && two[1][0].dst == b.data() + 1950));
+    // three parts: 4100 / 3 = 1366 bytes each, the last also the remainder 2 (1368)
+    const auto three = split_copies(copies, 3);
+    REQUIRE(three.size() == 3);
+    std::vector<std::uint64_t> sizes;
+    for (const auto& part : three) {
+        std::uint64_t n = 0;
+        for (const FileCopy& c : part) n += c.bytes;
+        sizes.push_back(n);
+    }
+    CHECK(sizes == std::vector<std::uint64_t>{1366, 1366, 1368});
+    CHECK((three[2].back().offset + three[2].back().bytes == 4007 && three[2].back().dst + three[2].back().bytes == b.data() + 4000));
+    // one part is the list itself; more parts than bytes give one byte each; no bytes, no parts
+    CHECK(split_copies(copies, 1).front().size() == 2);
+    const std::vector<FileCopy> tiny = {{0, 3, a.data()}};
+    CHECK(split_copies(tiny, 8).size() == 3);
+    CHECK(split_copies(std::span<const FileCopy>(), 4).empty());
+}
+
 TEST_CASE("A mapped file is consumed in 1 MiB spans, in order, each readable while it is handed out") {
     TempDir dir;
     const fs::path path = dir.path() / "spans.bin";

@@ -100,6 +100,24 @@ void copy_file_ranges(const std::filesystem::path& path, std::span<const FileCop
     }
 }
 
+std::vector<std::vector<FileCopy>> split_copies(std::span<const FileCopy> copies, int parts) {
+    std::uint64_t total = 0;
+    for (const FileCopy& c : copies) total += c.bytes;  // the spans lie in one file: no overflow
+    const auto n = std::min<std::uint64_t>(static_cast<std::uint64_t>(std::max(parts, 1)), total);
+    std::vector<std::vector<FileCopy>> out(static_cast<std::size_t>(n));
+    std::uint64_t at = 0;  // bytes given out so far
+    std::size_t part = 0;
+    for (FileCopy c : copies)
+        while (c.bytes > 0) {
+            const std::uint64_t end = total / n * (part + 1) + (part + 1 == n ? total % n : 0);  // this part's last byte + 1
+            const std::uint64_t take = std::min(c.bytes, end - at);
+            out[part].push_back({c.offset, take, c.dst});
+            c.offset += take, c.bytes -= take, c.dst += take, at += take;
+            if (at == end) ++part;
+        }
+    return out;
+}
+
 MappedFile::MappedFile(const std::filesystem::path& path, std::string_view what) : path_(path) {
     const InputFd in(path, what);
     const int fd = in.fd;

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kvlab {
 
@@ -63,6 +64,11 @@ struct FileCopy {
 // source. The spans must lie inside the file (callers check them against its size first). Throws
 // InputError when the file cannot be opened, IoError naming it when a read fails or comes up short.
 void copy_file_ranges(const std::filesystem::path& path, std::span<const FileCopy> copies, std::string_view what);
+
+// The copies cut into `parts` lists of (nearly) equal bytes, for that many threads to copy at once: the
+// bytes in order, the first list taking the first total/parts of them, a copy that straddles a cut split
+// there. Fewer lists when there are fewer bytes than parts; none when there are no bytes.
+std::vector<std::vector<FileCopy>> split_copies(std::span<const FileCopy> copies, int parts);
 
 // The whole of a regular file as text. `what` names the file's role in messages ("config file", "trace
 // file"); a file over `max_bytes` is refused before anything is read.
