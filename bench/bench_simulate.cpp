@@ -219,9 +219,9 @@ struct PeerResult {
     Stat kvlab_tok, peer_tok;
     double bytes_per_token = 0;  // weights + KV read + KV written per decode step, as counted
     std::uint64_t kvlab_rss = 0, peer_rss = 0, model_bytes = 0;  // peak RSS (median); weights + KV + logits
-    // the decode replay of the same positions (steps per second), sampled in every round right after the
-    // runs, over each program's own memory: kvlab's copy of the matrices in huge pages, and the mapped file
-    // run.c reads in place
+    // the decode replay of the same positions (steps per second), in every round the better of two samples
+    // taken right before and right after the program's run, over each program's own memory: kvlab's copy
+    // of the matrices in huge pages, and the mapped file run.c reads in place
     Stat ceiling_tok, file_ceiling_tok;
     ReadPattern ceiling_pattern{}, file_ceiling_pattern{};
     std::vector<WholeProcess> whole;
