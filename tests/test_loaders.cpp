@@ -841,13 +841,29 @@ TEST_CASE("A Hugging Face Llama directory with one F32 model.safetensors loads e
     const LoadedModel m = load_hf_checkpoint(dir.path());
     CHECK(m.config.n_head_kv == 1);
     check_llama_weights(m, false);
-    // F32 in kvlab's layout: the matrices are views into the mapped file, kept by the weights. (This writer
-    // pads the header to 8 bytes, as safetensors writers do, so every F32 tensor starts 4-byte aligned;
-    // tests/test_checkpoint_logits.cpp's does not, and its unaligned tensors are read by copying.)
-    REQUIRE(m.weights.backing != nullptr);
-    CHECK(m.weights.layers[0].wq.is_view());
-    CHECK(m.weights.layers[1].w2.is_view());
-    CHECK(m.weights.tok_embed.is_view());
+    // F32 in kvlab's layout: the matrices are copied into one huge-page arena the weights keep, in forward
+    // order (the file stores tok_embed, then each layer's tensors, then lm_head), each after the last one's
+    // footprint, the first on a huge-page boundary
+    const Weights& w = m.weights;
+    REQUIRE(w.backing != nullptr);
+    const LayerWeights& l0 = w.layers[0];
+    const LayerWeights& l1 = w.layers[1];
+    for (const WeightMatrix* x : {&w.tok_embed, &l0.wq, &l1.w2, &w.lm_head}) CHECK(x->is_view());
+    auto at = [](const WeightMatrix& x) { return reinterpret_cast<std::uintptr_t>(x.data()); };
+    auto after = [&](const WeightMatrix& prev) { return at(prev) + HugeArena::footprint(static_cast<std::size_t>(prev.size()) * sizeof(float)); };
+    CHECK(at(w.tok_embed) % huge_page_bytes == 0);
+    CHECK(at(l0.wq) == after(w.tok_embed));
+    CHECK(at(l0.wk) == after(l0.wq));
+    CHECK(at(l0.w2) == after(l0.w3));
+    CHECK(at(l1.wq) == after(l0.w2));
+    CHECK(at(w.lm_head) == after(l1.w2));
+    // a copy, not a view of the file: the values stay when the file's bytes change (the same size, so a
+    // mapping of it would show the new bytes)
+    const fs::path file = dir / "model.safetensors";
+    const std::string original = read_file(file);
+    write_file(file, std::string(original.size(), '\0'));
+    check_llama_weights(m, false);
+    write_file(file, original);
     check_llama_weights(load_checkpoint(dir.path()), false);  // the generic entry point picks the HF reader
     check_llama_weights(load_checkpoint(dir / "model.safetensors"), false);
 }

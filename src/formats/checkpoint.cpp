@@ -1,6 +1,10 @@
 #include "formats/checkpoint.hpp"
 
+#include <exception>
+#include <vector>
+
 #include <fmt/format.h>
+#include <omp.h>
 
 #include "core/error.hpp"
 #include "core/mapped_file.hpp"
@@ -48,6 +52,23 @@ std::int64_t layers_to_read(const ModelConfig& cfg, std::optional<std::int64_t> 
     if (*n_layers < 1 || *n_layers > cfg.n_layer)
         throw UsageError(fmt::format("--layers: {}; expected 1..{} (the layers of {})", *n_layers, cfg.n_layer, path.string()));
     return *n_layers;
+}
+
+void copy_checkpoint_ranges(const std::filesystem::path& path, std::span<const FileCopy> copies, std::string_view what) {
+    const std::vector<std::vector<FileCopy>> parts = split_copies(copies, omp_get_max_threads());
+    std::vector<std::exception_ptr> errors(parts.size());
+    const auto n = static_cast<std::int64_t>(parts.size());
+#pragma omp parallel for schedule(static, 1)
+    for (std::int64_t i = 0; i < n; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        try {
+            copy_file_ranges(path, parts[k], what);
+        } catch (...) {  // an exception must not leave an OpenMP region: kept, and the first rethrown below
+            errors[k] = std::current_exception();
+        }
+    }
+    for (const std::exception_ptr& e : errors)
+        if (e) std::rethrow_exception(e);
 }
 
 ModelConfig load_checkpoint_config(const std::filesystem::path& path) {

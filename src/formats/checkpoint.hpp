@@ -3,8 +3,11 @@
 #pragma once
 #include <filesystem>
 #include <optional>
+#include <span>
+#include <string_view>
 
 #include "calc/model_config.hpp"
+#include "core/mapped_file.hpp"
 #include "model/weights.hpp"
 
 namespace kvlab {
@@ -26,5 +29,12 @@ LoadedModel load_checkpoint(const std::filesystem::path& path, std::optional<std
 std::int64_t layers_to_read(const ModelConfig& cfg, std::optional<std::int64_t> n_layers, const std::filesystem::path& path);
 // The same choice of reader, config only (no tensor is read): for checks before allocating.
 ModelConfig load_checkpoint_config(const std::filesystem::path& path);
+
+// Copies spans of a checkpoint file into memory (copy_file_ranges: pread, nothing of the file mapped),
+// every thread of the team its share of the bytes (split_copies). Most of a copy's time is the kernel
+// faulting fresh huge pages in (and, in a virtual machine, the host backing them), which two threads do
+// faster than one (docs/performance.md, "llama2.c checkpoints are copied into huge pages"). Throws what
+// copy_file_ranges throws (the first part's error when several fail).
+void copy_checkpoint_ranges(const std::filesystem::path& path, std::span<const FileCopy> copies, std::string_view what);
 
 }  // namespace kvlab

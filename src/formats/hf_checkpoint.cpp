@@ -3,6 +3,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "core/json_input.hpp"
+#include "core/huge_pages.hpp"
 #include "core/mapped_file.hpp"
 #include "formats/safetensors.hpp"
 #include "model/tensor_table.hpp"
@@ -45,12 +47,15 @@ public:
     MatrixRM matrix(const std::string& name, std::int64_t rows, std::int64_t cols) const {
         return file_for(name, {rows, cols}).read_matrix(name, rows, cols);
     }
-    // An F32 tensor in place (a view into its shard's mapping; `backing()` keeps the shards), or a copy.
-    WeightMatrix weight(const std::string& name, std::int64_t rows, std::int64_t cols) const {
-        if (const float* at = file_for(name, {rows, cols}).f32_view(name, rows, cols)) return WeightMatrix::view(at, rows, cols);
-        return matrix(name, rows, cols);
+    // Where an F32 matrix of exactly (rows, cols) lies: its shard and its first byte there, for the loader
+    // to copy as it is stored; nullopt for another dtype. Throws FormatError when missing or of another shape.
+    std::optional<FileCopy> f32_span(const std::string& name, std::int64_t rows, std::int64_t cols, std::filesystem::path& shard) const {
+        const SafetensorsFile& file = file_for(name, {rows, cols});
+        const std::optional<std::uint64_t> at = file.f32_offset(name, rows, cols);
+        if (!at) return std::nullopt;
+        shard = file.path();
+        return FileCopy{*at, static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(cols) * sizeof(float), nullptr};
     }
-    std::shared_ptr<const void> backing() const { return files_; }
     VectorF vector(const std::string& name, std::int64_t n) const { return file_for(name, {n}).read_vector(name, n); }
 
     const std::string& where() const { return where_; }
@@ -117,24 +122,43 @@ private:
         return *(*files_)[it->second];
     }
 
-    // shared: the weights' views into the mappings keep them (Weights::backing)
     std::shared_ptr<std::vector<std::unique_ptr<SafetensorsFile>>> files_ = std::make_shared<std::vector<std::unique_ptr<SafetensorsFile>>>();
     std::map<std::string, std::size_t> owner_;  // tensor name -> index into files_
     std::string where_;
 };
 
-// Every tensor of the table from the checkpoint, in forward order. GPT-2's Conv1D weights are stored
-// (in, out) and transposed to kvlab's (out, in); its c_attn holds q, k and v (weights and biases) fused,
-// read once per layer and sliced. `root` prefixes the names ("transformer." in GPT2LMHeadModel files).
+// Every tensor of the table from the checkpoint, in forward order. F32 matrices in kvlab's layout need no
+// transformation, only a place: pieces of one arena of huge pages, back to back in forward order, filled
+// from the shards with pread (copy_checkpoint_ranges), as llama2.c checkpoints get; each starts on a
+// 64-byte line whatever its offset in the file. The rest is converted as it is read: BF16/F16 widened,
+// GPT-2's Conv1D weights stored (in, out) transposed to kvlab's (out, in), its c_attn (q, k and v
+// weights and biases fused) read once per layer and sliced. `root` prefixes the names ("transformer." in
+// GPT2LMHeadModel files).
 Weights read_weights(const TensorSource& src, const ModelConfig& cfg, std::int64_t n_read, const std::string& root) {
     const std::vector<TensorSpec> specs = tensor_specs(cfg);
     Weights w;
     w.layers.resize(static_cast<std::size_t>(n_read));
+    auto name_of = [&](const TensorSpec& s, std::size_t layer) {  // lm_head sits beside the transformer module, never under its root
+        return (s.name == "lm_head" ? "" : root) + fmt::format(fmt::runtime(s.hf_name), layer);
+    };
+    // the F32 matrices stored as kvlab holds them, and the arena they are copied into
+    auto stored_as_is = [&](const TensorSpec& s, std::size_t layer, std::filesystem::path& shard) -> std::optional<FileCopy> {
+        const std::string name = name_of(s, layer);
+        if (!s.is_matrix() || s.hf_slice >= 0 || s.hf_transposed || !src.contains(name)) return std::nullopt;
+        return src.f32_span(name, s.rows, s.cols, shard);
+    };
+    std::uint64_t arena_bytes = 0;
+    for_each_tensor(specs, w.layers.size(), [&](const TensorSpec& s, std::size_t layer) {
+        std::filesystem::path shard;
+        if (const auto span = stored_as_is(s, layer, shard))
+            arena_bytes = checked_add(arena_bytes, HugeArena::footprint(span->bytes), "weight bytes");
+    });
+    const auto arena = arena_bytes > 0 ? std::make_shared<HugeArena>(static_cast<std::size_t>(arena_bytes)) : nullptr;
+    std::map<std::filesystem::path, std::vector<FileCopy>> copies;  // per shard
     MatrixRM fused_w;  // this layer's c_attn weight (3 x out, in) and bias (3 x out), kept for the slices after the first
     VectorF fused_b;
     for_each_tensor(specs, w.layers.size(), [&](const TensorSpec& s, std::size_t layer) {
-        // lm_head sits beside the transformer module, never under its root
-        const std::string name = (s.name == "lm_head" ? "" : root) + fmt::format(fmt::runtime(s.hf_name), layer);
+        const std::string name = name_of(s, layer);
         if (s.name == "lm_head" && !src.contains(name)) {
             if (cfg.family == Family::gpt2) return;  // GPT-2 files tie it to wte whatever the config says
             throw FormatError(fmt::format("{}: tensor '{}' is missing (expected shape [{}, {}]) and config.json does not set "
@@ -144,15 +168,23 @@ Weights read_weights(const TensorSource& src, const ModelConfig& cfg, std::int64
         if (s.hf_slice == 0 && !s.is_matrix()) fused_b = src.vector(name, 3 * s.rows);
         if (s.is_matrix()) {
             WeightMatrix& m = matrix_of(w, s, layer);
+            std::filesystem::path shard;
             if (s.hf_slice >= 0) m = fused_w.middleRows(s.hf_slice * s.rows, s.rows);  // slice of the fused rows
             else if (s.hf_transposed) m = src.matrix(name, s.cols, s.rows).transpose();
-            else m = src.weight(name, s.rows, s.cols);  // F32 in kvlab's layout: used in place
+            else if (std::optional<FileCopy> span = stored_as_is(s, layer, shard)) {  // F32 in kvlab's layout: copied below
+                span->dst = static_cast<std::byte*>(arena->take(span->bytes));
+                m = WeightMatrix::view(reinterpret_cast<const float*>(span->dst), s.rows, s.cols);
+                copies[shard].push_back(*span);
+            } else {
+                m = src.matrix(name, s.rows, s.cols);  // BF16 or F16, widened
+            }
         } else {
             VectorF& v = vector_of(w, s, layer);
             v = s.hf_slice >= 0 ? VectorF(fused_b.segment(s.hf_slice * s.rows, s.rows)) : src.vector(name, s.rows);
         }
     });
-    w.backing = src.backing();
+    for (const auto& [shard, spans] : copies) copy_checkpoint_ranges(shard, spans, "safetensors file");
+    w.backing = arena;  // the F32 matrices are views into it
     return w;
 }
 

@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <memory>
 #include <limits>
 #include <map>
@@ -19,13 +18,13 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <omp.h>
 
 #include "core/atomic_write.hpp"
 #include "core/checked.hpp"
 #include "core/error.hpp"
 #include "core/huge_pages.hpp"
 #include "core/mapped_file.hpp"
+#include "formats/checkpoint.hpp"
 #include "model/tensor_table.hpp"
 
 static_assert(std::endian::native == std::endian::little, "llama2.c files are little-endian; so must the host be");
@@ -188,26 +187,6 @@ void for_each_stored(const std::vector<TensorSpec>& specs, Llama2cVersion versio
     }
 }
 
-// The copies, each thread of the team its share of the bytes. Most of a copy's time is the kernel
-// faulting the fresh huge pages in (and, in a virtual machine, the host backing them), which two threads
-// do faster than one (docs/performance.md, "llama2.c checkpoints are copied into huge pages").
-void copy_in_parallel(const std::filesystem::path& path, std::span<const FileCopy> copies, std::string_view what) {
-    const std::vector<std::vector<FileCopy>> parts = split_copies(copies, omp_get_max_threads());
-    std::vector<std::exception_ptr> errors(parts.size());
-    const auto n = static_cast<std::int64_t>(parts.size());
-#pragma omp parallel for schedule(static, 1)
-    for (std::int64_t i = 0; i < n; ++i) {
-        const auto k = static_cast<std::size_t>(i);
-        try {
-            copy_file_ranges(path, parts[k], what);
-        } catch (...) {  // an exception must not leave an OpenMP region: rethrown below, the first part's first
-            errors[k] = std::current_exception();
-        }
-    }
-    for (const std::exception_ptr& e : errors)
-        if (e) std::rethrow_exception(e);
-}
-
 // The first w.layers.size() layers are read, the tensors of the layers after them skipped.
 // The matrices are the file's fp32 values in kvlab's own layout (row-major, (out, in), llama2.c's RoPE
 // pairing), so they need no transformation, only a place (WeightPlacement): pieces of one arena of huge
@@ -249,7 +228,7 @@ void read_weights(FloatReader& in, const ModelConfig& cfg, Llama2cVersion versio
         if (s->per_layer) in.skip(n_skipped * s->n_values());
     });
     if (arena) {
-        copy_in_parallel(in.path(), copies, "llama2.c checkpoint");
+        copy_checkpoint_ranges(in.path(), copies, "llama2.c checkpoint");
         w.backing = std::move(arena);  // the matrices are views into it
     }
 }

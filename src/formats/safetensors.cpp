@@ -131,11 +131,10 @@ void SafetensorsFile::read_f32(const SafetensorsTensor& t, float* out) const {
     });
 }
 
-const float* SafetensorsFile::f32_view(const std::string& name, std::int64_t rows, std::int64_t cols) const {
+std::optional<std::uint64_t> SafetensorsFile::f32_offset(const std::string& name, std::int64_t rows, std::int64_t cols) const {
     const SafetensorsTensor& t = require(name, {rows, cols});
-    const std::byte* at = file_.bytes().data() + t.begin_bytes;
-    if (t.dtype != "F32" || reinterpret_cast<std::uintptr_t>(at) % alignof(float) != 0) return nullptr;
-    return reinterpret_cast<const float*>(at);
+    if (t.dtype != "F32") return std::nullopt;
+    return t.begin_bytes;
 }
 
 MatrixRM SafetensorsFile::read_matrix(const std::string& name, std::int64_t rows, std::int64_t cols) const {

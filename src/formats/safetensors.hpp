@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <map>
 #include <string>
 #include <vector>
@@ -34,9 +35,10 @@ public:
     // Reads an F32, F16 or BF16 tensor as fp32 after checking its shape is exactly `shape`.
     // Throws FormatError for a missing tensor, another shape or another dtype.
     MatrixRM read_matrix(const std::string& name, std::int64_t rows, std::int64_t cols) const;  // (rows, cols)
-    // An F32 matrix of exactly (rows, cols) where it lies in the mapping, to be used in place; nullptr for
-    // another dtype or a start that is not 4-byte aligned (read_matrix then). The file must outlive it.
-    const float* f32_view(const std::string& name, std::int64_t rows, std::int64_t cols) const;
+    // Where an F32 matrix of exactly (rows, cols) starts in the file (its first byte's offset), for a
+    // loader to copy its bytes as they are (copy_file_ranges); nullopt for another dtype (read_matrix then).
+    // Throws FormatError for a missing tensor or another shape.
+    std::optional<std::uint64_t> f32_offset(const std::string& name, std::int64_t rows, std::int64_t cols) const;
     VectorF read_vector(const std::string& name, std::int64_t n) const;                       // (n)
 
 private:
