@@ -48,7 +48,7 @@ MatrixRM widened_by_codec(const MatrixRM& w, DType dtype) {
 }  // namespace
 
 TEST_CASE("Narrow weight kernels equal a double-precision product over the stored values") {
-    // 150 rows: the GEMV over rows 3..146 is 8 streams of 18 rows; the GEMM's panels hold
+    // 150 rows: the GEMV over rows 3..146 is 8 streams of 18 rows (or 4 of 36); the GEMM's panels hold
     // 65536 / 1056 = 62 rows, so 144 rows take three panels (62, 62, 20). 1056 columns = 33 blocks of 32.
     const MatrixRM w = random_matrix(150, 1056, 3);
     const MatrixRM x = random_matrix(5, 1056, 4);  // 5 tokens
@@ -83,6 +83,37 @@ TEST_CASE("Narrow weight kernels equal a double-precision product over the store
     CHECK_THROWS_AS(NarrowMatrix(random_matrix(2, 48, 5), DType::q8_0, "w", arena), UsageError);  // 48 is not a multiple of 32
     CHECK(arena.used() == 0);  // refused before taking any bytes
     CHECK_THROWS_AS(check_weight_dtype(DType::q4_0), UsageError);
+}
+
+TEST_CASE("The narrow GEMV's result depends neither on its stream count nor on where its rows start") {
+    // rows 3..149 (147 = 8 x 18 + 3 = 4 x 36 + 3): with 8 streams rows 147..149 are left over, with 4
+    // rows 147..149 too but the streams hold other rows; split at row 70, each half leaves others over
+    const MatrixRM w = random_matrix(150, 1056, 7);
+    const MatrixRM x = random_matrix(1, 1056, 8);
+    for (const DType dtype : {DType::bf16, DType::fp16, DType::q8_0}) {
+        CAPTURE(dtype_name(dtype));
+        HugeArena arena(HugeArena::footprint(NarrowMatrix::bytes(dtype, 150, 1056)));
+        const NarrowMatrix nm(w, dtype, "w", arena);
+        std::vector<float> y8(147), y4(147), split(147), dflt(147);
+        gemv_narrow(nm, 3, 147, x.data(), y8.data(), 8);
+        gemv_narrow(nm, 3, 147, x.data(), y4.data(), 4);
+        gemv_narrow(nm, 3, 67, x.data(), split.data(), 8);
+        gemv_narrow(nm, 70, 80, x.data(), split.data() + 67, 4);
+        gemv_narrow(nm, 3, 147, x.data(), dflt.data());
+        CHECK(y4 == y8);  // bit for bit
+        CHECK(split == y8);
+        CHECK(dflt == y8);
+        CHECK(y8[146] != 0.0f);  // the last row was computed
+    }
+    const MatrixRM w2 = random_matrix(8, 64, 9);
+    HugeArena arena(HugeArena::footprint(NarrowMatrix::bytes(DType::bf16, 8, 64)));
+    const NarrowMatrix nm(w2, DType::bf16, "w", arena);
+    std::vector<float> y(8);
+    CHECK_THROWS_AS(gemv_narrow(nm, 0, 8, w2.data(), y.data(), 6), std::logic_error);
+    // bf16 and fp16 read as many streams as the fp32 GEMV; q8_0 always 8
+    CHECK(narrow_gemv_streams(DType::bf16) == gemv_streams());
+    CHECK(narrow_gemv_streams(DType::fp16) == gemv_streams());
+    CHECK(narrow_gemv_streams(DType::q8_0) == 8);
 }
 
 TEST_CASE("Narrow weight bytes: stories15M by hand") {

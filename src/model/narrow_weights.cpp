@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 #include <utility>
 
 #include <fmt/format.h>
@@ -74,13 +75,14 @@ void NarrowMatrix::decode(std::int64_t r, std::int64_t c0, std::int64_t n, float
 
 namespace {
 
-constexpr std::int64_t kGemvRows = 8;      // rows widened side by side (gemv_rows reads 4 or 8 streams; narrow rows were measured at 8 only)
-constexpr std::int64_t kGemvCols = 512;    // columns per pass: 8 x 512 floats = 16 KiB, in L1
 constexpr std::int64_t kPanelFloats = 64 * 1024;  // a gemm panel of rows: 256 KiB, in L2
-constexpr std::int64_t kPrefetchBytes = 512;      // how far ahead in each row the fused GEMV asks for lines
+
+#if !(defined(__AVX2__) && defined(__F16C__) && defined(__FMA__))
+constexpr std::int64_t kGemvRows = 8;      // rows widened per pass
+constexpr std::int64_t kGemvCols = 512;    // columns per pass: 8 x 512 floats = 16 KiB, in L1
 
 // y[0..nr) = w rows r0.. . x, widening `kGemvCols` columns of the rows at a time into an L1 buffer and
-// running the fp32 kernel on it: the portable path, and the tail of the fused one.
+// running the fp32 kernel on it: the portable path, where the fused one (AVX2, F16C, FMA) is not built.
 void gemv_buffered(const NarrowMatrix& w, std::int64_t r0, std::int64_t nr, const float* x, float* y) {
     alignas(64) float buf[kGemvRows * kGemvCols];
     float part[kGemvRows];
@@ -96,13 +98,19 @@ void gemv_buffered(const NarrowMatrix& w, std::int64_t r0, std::int64_t nr, cons
         }
     }
 }
+#endif
 
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
-// 8 rows side by side (8 streams in flight, gemv_rows' count on Intel), each 8 weights widened in a
-// register and multiplied into the row's accumulator; one tree sums the 8 accumulators at the end.
+constexpr std::int64_t kPrefetchBytes = 512;  // how far ahead in each row the fused GEMV asks for lines (q8_0, the 256-bit pass)
+
+// R rows side by side (R streams in flight: narrow_gemv_streams, or one for the rows left over), each
+// 8 weights widened in a register and multiplied into the row's accumulator; one tree sums the
+// accumulators at the end (sum8, the rows past R zero: a row's sum is the same whatever R).
 // bf16: a 16-bit shift into the top of an fp32; fp16: F16C; q8_0: per block of 32, the codes' dot
-// product with x, times the block's scale d.
-void gemv8_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[8], const float* x, float* y) {
+// product with x, times the block's scale d. Writes y[0..7].
+template <int R>
+void gemv_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[R], const float* x, float* y) {
+    static_assert(R == 1 || R == 4 || R == 8, "1, 4 or 8 rows side by side");
     const std::int64_t cols = w.cols();
     __m256 acc[8];
     for (auto& a : acc) a = _mm256_setzero_ps();
@@ -111,7 +119,7 @@ void gemv8_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[8], con
     if (w.dtype() == DType::q8_0) {
         for (; j + kv_block_values <= cols; j += kv_block_values) {
             const std::int64_t off = j / kv_block_values * static_cast<std::int64_t>(sizeof(BlockQ8_0));
-            for (int r = 0; r < 8; ++r) {
+            for (int r = 0; r < R; ++r) {
                 const std::uint8_t* blk = row[r] + off;
                 _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes), _MM_HINT_T0);
                 std::uint16_t dc;
@@ -141,7 +149,7 @@ void gemv8_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[8], con
             const __m512 xa = _mm512_loadu_ps(x + j), xb = _mm512_loadu_ps(x + j + 16);
             const __m512 x0 = bf16 ? _mm512_permutex2var_ps(xa, even_idx, xb) : xa;
             const __m512 x1 = bf16 ? _mm512_permutex2var_ps(xa, odd_idx, xb) : xb;
-            for (int r = 0; r < 8; ++r) {
+            for (int r = 0; r < R; ++r) {
                 // (the maskz forms: GCC 12's plain ones start from an undefined register and warn)
                 const std::uint8_t* at = row[r] + 2 * j;
                 const __m512i h = _mm512_loadu_si512(at);
@@ -153,7 +161,7 @@ void gemv8_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[8], con
                 acc16[r] = _mm512_fmadd_ps(w1, x1, acc16[r]);
             }
         }
-        for (int r = 0; r < 8; ++r) {  // (not _mm512_reduce_add_ps: GCC 12's warns, as above)
+        for (int r = 0; r < R; ++r) {  // (not _mm512_reduce_add_ps: GCC 12's warns, as above)
             alignas(64) float lanes[16];
             _mm512_store_ps(lanes, acc16[r]);
             for (const float v : lanes) tail[r] += v;
@@ -162,7 +170,7 @@ void gemv8_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[8], con
         auto widen = [bf16](__m128i h) { return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h); };
         for (; j + 16 <= cols; j += 16) {  // 32 bytes of each row per pass, the next lines prefetched
             const __m256 x0 = _mm256_loadu_ps(x + j), x1 = _mm256_loadu_ps(x + j + 8);
-            for (int r = 0; r < 8; ++r) {
+            for (int r = 0; r < R; ++r) {
                 _mm_prefetch(reinterpret_cast<const char*>(row[r] + 2 * j + kPrefetchBytes), _MM_HINT_T0);
                 const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[r] + 2 * j));
                 acc[r] = _mm256_fmadd_ps(widen(_mm256_castsi256_si128(h)), x0, acc[r]);
@@ -171,34 +179,52 @@ void gemv8_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[8], con
         }
     }
     _mm256_storeu_ps(y, sum8(acc));
-    for (int r = 0; r < 8; ++r) y[r] += tail[r];
+    for (int r = 0; r < R; ++r) y[r] += tail[r];
     for (; j < cols; ++j)  // columns past the last 16 (bf16, fp16): one by one
-        for (int r = 0; r < 8; ++r) {
+        for (int r = 0; r < R; ++r) {
             std::uint16_t c;
             std::memcpy(&c, row[r] + 2 * j, 2);
             y[r] += (w.dtype() == DType::bf16 ? bf16_decode(c) : fp16_decode(c)) * x[j];
         }
 }
+
+// As gemv_rows: rows = S * per + rest, stream s walks rows s*per .. (s+1)*per-1, so each of the S
+// streams is one long sequential run of memory the prefetchers follow; then the rest one by one. Every
+// row is summed by the same arithmetic, so y does not depend on S or on where the rows start.
+template <int S>
+void gemv_streams_fused(const NarrowMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, float* y) {
+    const std::int64_t per = rows / S;
+    float out[8];
+    for (std::int64_t i = 0; i < per; ++i) {
+        const std::uint8_t* row[S];
+        for (int s = 0; s < S; ++s) row[s] = w.row_data(r0 + s * per + i);
+        gemv_fused<S>(w, row, x, out);
+        for (int s = 0; s < S; ++s) y[s * per + i] = out[s];
+    }
+    for (std::int64_t i = S * per; i < rows; ++i) {
+        const std::uint8_t* row[1] = {w.row_data(r0 + i)};
+        gemv_fused<1>(w, row, x, out);
+        y[i] = out[0];
+    }
+}
 #endif
 
 }  // namespace
 
+int narrow_gemv_streams(DType dtype) { return dtype == DType::q8_0 ? 8 : gemv_streams(); }
+
 void gemv_narrow(const NarrowMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, float* y) {
-    std::int64_t done = 0;
+    gemv_narrow(w, r0, rows, x, y, narrow_gemv_streams(w.dtype()));
+}
+
+void gemv_narrow(const NarrowMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, float* y, int streams) {
+    if (streams != 4 && streams != 8) throw std::logic_error(fmt::format("gemv_narrow: {} streams; expected 4 or 8", streams));
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
-    // as gemv_rows: rows = 8 * per + rest, stream s walks rows s*per .. (s+1)*per-1, so each of the 8
-    // streams is one long sequential run of memory the prefetchers follow
-    const std::int64_t per = rows / 8;
-    for (std::int64_t i = 0; i < per; ++i) {
-        const std::uint8_t* row[8];
-        float out[8];
-        for (int s = 0; s < 8; ++s) row[s] = w.row_data(r0 + s * per + i);
-        gemv8_fused(w, row, x, out);
-        for (int s = 0; s < 8; ++s) y[s * per + i] = out[s];
-    }
-    done = 8 * per;
+    if (streams == 4) gemv_streams_fused<4>(w, r0, rows, x, y);
+    else gemv_streams_fused<8>(w, r0, rows, x, y);
+#else
+    gemv_buffered(w, r0, rows, x, y);
 #endif
-    if (done < rows) gemv_buffered(w, r0 + done, rows - done, x, y + done);
 }
 
 std::int64_t narrow_panel_floats(std::int64_t cols) {

@@ -11,6 +11,7 @@
 
 #include "core/dtype.hpp"
 #include "core/huge_pages.hpp"
+#include "model/matmul.hpp"
 #include "model/weights.hpp"
 
 namespace kvlab {
@@ -58,11 +59,18 @@ struct NarrowWeights {
 };
 
 // The matmul kernels over a narrow matrix, for its rows r0..r0+rows-1 (model/matmul.hpp's, on widened rows):
-// one token: y[i] = w_i . x, 8 rows at a time, widened in registers (AVX2; elsewhere 512 columns at a
-// time into an L1 buffer for the fp32 kernel);
+// one token: y[i] = w_i . x, `streams` rows side by side (4 or 8; narrow_gemv_streams by default),
+// widened in registers (AVX2; elsewhere 512 columns at a time into an L1 buffer for the fp32 kernel);
+// neither the stream count nor where the rows start changes a bit of y;
 // n tokens: out (n, rows) = x W^T, a panel of rows widened into `panel` (narrow_panel_floats) and
 // multiplied by gemm_rows with its `scratch` (gemm_scratch_floats).
+void gemv_narrow(const NarrowMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, float* y, int streams);
 void gemv_narrow(const NarrowMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, float* y);
+// The rows gemv_narrow reads side by side for a dtype on this CPU: bf16 and fp16 as many as gemv_rows
+// reads fp32 (gemv_streams(): 4 on AMD, 8 elsewhere); q8_0 8 everywhere. On the Zen 5 host, in six
+// alternated rounds each, 4 streams decoded stories110M faster than 8 in bf16 (all six) and fp16 (five),
+// slower in q8_0 (all six), whose per-block arithmetic gains from more independent rows.
+int narrow_gemv_streams(DType dtype);
 std::int64_t narrow_panel_floats(std::int64_t cols);
 void gemm_narrow(const NarrowMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, std::int64_t ldx, std::int64_t n,
                  float* out, std::int64_t ldo, float* panel, float* scratch);
