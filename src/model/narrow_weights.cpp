@@ -114,7 +114,6 @@ void gemv_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[R], cons
     const std::int64_t cols = w.cols();
     __m256 acc[8];
     for (auto& a : acc) a = _mm256_setzero_ps();
-    float tail[8] = {};  // the AVX-512 pass's sums, where it runs
     std::int64_t j = 0;
     if (w.dtype() == DType::q8_0) {
         for (; j + kv_block_values <= cols; j += kv_block_values) {
@@ -161,11 +160,9 @@ void gemv_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[R], cons
                 acc16[r] = _mm512_fmadd_ps(w1, x1, acc16[r]);
             }
         }
-        for (int r = 0; r < R; ++r) {  // (not _mm512_reduce_add_ps: GCC 12's warns, as above)
-            alignas(64) float lanes[16];
-            _mm512_store_ps(lanes, acc16[r]);
-            for (const float v : lanes) tail[r] += v;
-        }
+        for (int r = 0; r < R; ++r)  // each row's 16 lanes folded onto the 8 of its 256-bit accumulator
+            acc[r] = _mm256_add_ps(_mm512_castps512_ps256(acc16[r]),
+                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc16[r]), 1)));
 #endif
         auto widen = [bf16](__m128i h) { return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h); };
         for (; j + 16 <= cols; j += 16) {  // 32 bytes of each row per pass, the next lines prefetched
@@ -179,7 +176,6 @@ void gemv_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[R], cons
         }
     }
     _mm256_storeu_ps(y, sum8(acc));
-    for (int r = 0; r < R; ++r) y[r] += tail[r];
     for (; j < cols; ++j)  // columns past the last 16 (bf16, fp16): one by one
         for (int r = 0; r < R; ++r) {
             std::uint16_t c;
