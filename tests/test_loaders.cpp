@@ -240,19 +240,16 @@ TEST_CASE("A tied llama2.c v0 checkpoint loads every tensor as written") {
     CHECK(fs::file_size(path) == llama2c_file_bytes(m.config, Llama2cVersion::v0));
 }
 
-TEST_CASE("A llama2.c checkpoint's matrices are copied into one huge-page arena, in forward order, kept by the weights") {
-    TempDir dir;
-    const TinyDims t;
-    const fs::path path = dir / "tiny.bin";
-    write_file(path, tiny_v0(t, false));
-    const Weights w = load_llama2c_checkpoint(path).weights;
+namespace {
+
+// The matrices of a two-layer model placed in one huge-page arena the weights keep: views, in forward
+// order (tok_embed, then layer 0's wq wk wv wo w1 w3 w2, then layer 1's, then the classifier), each
+// right after the last one's footprint, the first on a huge-page boundary.
+void check_forward_arena(const Weights& w) {
     REQUIRE(w.backing != nullptr);
     const LayerWeights& l0 = w.layers[0];
     const LayerWeights& l1 = w.layers[1];
     for (const WeightMatrix* x : {&w.tok_embed, &l0.wq, &l1.w2, &w.lm_head}) CHECK(x->is_view());
-    // forward order, whatever the file's (v0 stores each tensor for all layers in turn): tok_embed, then
-    // layer 0's wq wk wv wo w1 w3 w2, then layer 1's, then the classifier, each right after the last one's
-    // footprint, the first on a huge-page boundary
     auto at = [](const WeightMatrix& m) { return reinterpret_cast<std::uintptr_t>(m.data()); };
     auto after = [&](const WeightMatrix& prev) { return at(prev) + HugeArena::footprint(static_cast<std::size_t>(prev.size()) * sizeof(float)); };
     CHECK(at(w.tok_embed) % huge_page_bytes == 0);
@@ -265,6 +262,18 @@ TEST_CASE("A llama2.c checkpoint's matrices are copied into one huge-page arena,
     CHECK(at(l0.w2) == after(l0.w3));
     CHECK(at(l1.wq) == after(l0.w2));
     CHECK(at(w.lm_head) == after(l1.w2));
+}
+
+}  // namespace
+
+TEST_CASE("A llama2.c checkpoint's matrices are copied into one huge-page arena, in forward order, kept by the weights") {
+    TempDir dir;
+    const TinyDims t;
+    const fs::path path = dir / "tiny.bin";
+    write_file(path, tiny_v0(t, false));
+    const Weights w = load_llama2c_checkpoint(path).weights;
+    check_forward_arena(w);  // forward order, whatever the file's (v0 stores each tensor for all layers in turn)
+    const LayerWeights& l1 = w.layers[1];
     // a copy, not a view of the file: the values stay when the file's bytes change (the same size, so a
     // mapping of it would show the new bytes)
     const std::string original = read_file(path);
@@ -841,22 +850,8 @@ TEST_CASE("A Hugging Face Llama directory with one F32 model.safetensors loads e
     const LoadedModel m = load_hf_checkpoint(dir.path());
     CHECK(m.config.n_head_kv == 1);
     check_llama_weights(m, false);
-    // F32 in kvlab's layout: the matrices are copied into one huge-page arena the weights keep, in forward
-    // order (the file stores tok_embed, then each layer's tensors, then lm_head), each after the last one's
-    // footprint, the first on a huge-page boundary
-    const Weights& w = m.weights;
-    REQUIRE(w.backing != nullptr);
-    const LayerWeights& l0 = w.layers[0];
-    const LayerWeights& l1 = w.layers[1];
-    for (const WeightMatrix* x : {&w.tok_embed, &l0.wq, &l1.w2, &w.lm_head}) CHECK(x->is_view());
-    auto at = [](const WeightMatrix& x) { return reinterpret_cast<std::uintptr_t>(x.data()); };
-    auto after = [&](const WeightMatrix& prev) { return at(prev) + HugeArena::footprint(static_cast<std::size_t>(prev.size()) * sizeof(float)); };
-    CHECK(at(w.tok_embed) % huge_page_bytes == 0);
-    CHECK(at(l0.wq) == after(w.tok_embed));
-    CHECK(at(l0.wk) == after(l0.wq));
-    CHECK(at(l0.w2) == after(l0.w3));
-    CHECK(at(l1.wq) == after(l0.w2));
-    CHECK(at(w.lm_head) == after(l1.w2));
+    // F32 in kvlab's layout: the matrices are copied into one huge-page arena, as llama2.c checkpoints are
+    check_forward_arena(m.weights);
     // a copy, not a view of the file: the values stay when the file's bytes change (the same size, so a
     // mapping of it would show the new bytes)
     const fs::path file = dir / "model.safetensors";
