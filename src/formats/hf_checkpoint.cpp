@@ -32,7 +32,7 @@ public:
         std::error_code ec;  // no-throw overloads: a bad name is a format error naming the file, not a filesystem_error
         if (std::filesystem::is_regular_file(single, ec)) {
             add_file(single);
-            for (const auto& [name, t] : files_->back()->tensors()) owner_[name] = 0;
+            for (const auto& [name, t] : files_.back().tensors()) owner_[name] = 0;
             where_ = single.string();
         } else if (std::filesystem::is_regular_file(index, ec)) {
             read_index(dir, index);
@@ -66,7 +66,7 @@ public:
         for (const auto& [name, file] : owner_)
             for (const auto& prefix : prefixes)
                 if (name.rfind(prefix, 0) == 0) {
-                    const SafetensorsTensor* t = (*files_)[file]->find(name);
+                    const SafetensorsTensor* t = files_[file].find(name);
                     out = checked_add(out, t->end_bytes - t->begin_bytes, "stored vision bytes");
                     break;
                 }
@@ -77,14 +77,14 @@ public:
     std::map<std::string, std::uint64_t> bytes_by_dtype() const {
         std::map<std::string, std::uint64_t> out;
         for (const auto& [name, file] : owner_) {
-            const SafetensorsTensor* t = (*files_)[file]->find(name);
+            const SafetensorsTensor* t = files_[file].find(name);
             out[t->dtype] = checked_add(out[t->dtype], t->end_bytes - t->begin_bytes, "stored weight bytes");
         }
         return out;
     }
 
 private:
-    void add_file(const std::filesystem::path& path) { files_->push_back(std::make_unique<SafetensorsFile>(path)); }
+    void add_file(const std::filesystem::path& path) { files_.emplace_back(path); }
 
     void read_index(const std::filesystem::path& dir, const std::filesystem::path& index) {
         const nlohmann::json j = parse_json(read_input_file(index, "shard index", 64 << 20), index.string());
@@ -106,11 +106,11 @@ private:
                 if (!std::filesystem::is_regular_file(path, ec))
                     throw FormatError(fmt::format("{}: shard {} (holding {}) does not exist", index.string(), quote(file), quote(name)));
                 add_file(path);
-                it = shard_ids.emplace(file, files_->size() - 1).first;
+                it = shard_ids.emplace(file, files_.size() - 1).first;
             }
-            if ((*files_)[it->second]->find(name) == nullptr)
+            if (files_[it->second].find(name) == nullptr)
                 throw FormatError(fmt::format("{}: the index puts tensor {} in {}, which has no such tensor", index.string(), quote(name),
-                                              (*files_)[it->second]->path().string()));
+                                              files_[it->second].path().string()));
             owner_[name] = it->second;
         }
     }
@@ -119,10 +119,10 @@ private:
         const auto it = owner_.find(name);
         if (it == owner_.end())
             throw FormatError(fmt::format("{}: tensor '{}' is missing (expected shape [{}])", where_, name, fmt::join(shape, ", ")));
-        return *(*files_)[it->second];
+        return files_[it->second];
     }
 
-    std::shared_ptr<std::vector<std::unique_ptr<SafetensorsFile>>> files_ = std::make_shared<std::vector<std::unique_ptr<SafetensorsFile>>>();
+    std::vector<SafetensorsFile> files_;  // one per shard, mapped while the weights are read
     std::map<std::string, std::size_t> owner_;  // tensor name -> index into files_
     std::string where_;
 };
