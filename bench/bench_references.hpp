@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdint>
 #include <iterator>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,29 +45,27 @@ inline Stat stat_of(std::vector<double> values) {
 constexpr std::int64_t kLine = 16;            // floats per 64-byte line
 constexpr std::int64_t kStep = 4 * kLine;     // floats each stream advances per visit (4 lines)
 constexpr std::int64_t kPrefetchAhead = 512;  // floats (2 KiB, 32 lines) ahead in each stream
-// x[0] + ... + x[n-1], read as `streams` contiguous sub-ranges side by side, 4 lines of each in turn
-// into 4 independent vector accumulators per stream (so the adds never limit the rate; the tail after
-// the last whole step of every sub-range is summed alone).
-template <bool Prefetch>
-double sum_streams(const float* x, std::int64_t n, int streams) {
+// x[0] + ... + x[n-1], read as S contiguous sub-ranges side by side, 4 lines of each in turn, summed in
+// pairs and then into the stream's one accumulator (the tail after the last whole step of every
+// sub-range is summed alone). S is a template argument so that the accumulators stay in registers:
+// with a run-time count they lived on the stack, every add waited on a store, and the kernel read
+// 15-45 % slower than the decode it was the ceiling of (docs/performance.md, "Tried").
+template <int S, bool Prefetch>
+double sum_streams(const float* x, std::int64_t n) {
     using Line = Eigen::Array<float, kLine, 1>;
-    const std::int64_t per = n / (streams * kStep) * kStep;  // floats per sub-range
-    Line acc[8][4];
-    for (auto& a : acc)
-        for (auto& l : a) l.setZero();
+    using Map = Eigen::Map<const Line>;
+    const std::int64_t per = n / (S * kStep) * kStep;  // floats per sub-range
+    Line acc[S];
+    for (Line& a : acc) a.setZero();
     for (std::int64_t i = 0; i < per; i += kStep)
-        for (int s = 0; s < streams; ++s) {
+        for (int s = 0; s < S; ++s) {
             const float* p = x + s * per + i;
             if constexpr (Prefetch) __builtin_prefetch(p + kPrefetchAhead);
-            acc[s][0] += Eigen::Map<const Line>(p);
-            acc[s][1] += Eigen::Map<const Line>(p + kLine);
-            acc[s][2] += Eigen::Map<const Line>(p + 2 * kLine);
-            acc[s][3] += Eigen::Map<const Line>(p + 3 * kLine);
+            acc[s] += (Map(p) + Map(p + kLine)) + (Map(p + 2 * kLine) + Map(p + 3 * kLine));
         }
     double sum = 0.0;
-    for (const auto& a : acc)
-        for (const auto& l : a) sum += static_cast<double>(l.sum());
-    for (std::int64_t i = streams * per; i < n; ++i) sum += x[i];
+    for (const Line& a : acc) sum += static_cast<double>(a.sum());
+    for (std::int64_t i = S * per; i < n; ++i) sum += x[i];
     return sum;
 }
 
@@ -77,8 +74,9 @@ double sum_streams(const float* x, std::int64_t n, int streams) {
 // real workload may exceed it. Read bandwidth is therefore the best of several patterns, each thread
 // summing its static share of a buffer far larger than the last-level cache (first touched by the same
 // thread): 1, 2, 4 or 8 sub-ranges read side by side (a core keeps more misses in flight over several
-// streams on some parts, fewer on others), with and without software prefetch. Every pattern is
-// measured at the start; the best one is then sampled before each measurement. FLOP/s is the best of
+// streams on some parts, fewer on others), with and without software prefetch. Every sample tries every
+// pattern and keeps the best, since which one wins moves with the host's phases (on the Zen 5 host the
+// winner of one sample read 30 % below another pattern's a minute later). FLOP/s is the best of
 // Eigen's (n, n) @ (n, n) at a few sizes (one product on Eigen's threads, or one per thread at once) and
 // the FMA units' own rate in registers, where the build has vector FMA.
 struct ReadPattern {
@@ -91,6 +89,21 @@ constexpr std::size_t kNumPatterns = std::size(kReadPatterns);
 inline std::string pattern_name(ReadPattern p) {
     return std::to_string(p.streams) + (p.streams > 1 ? " streams" : " stream") + " per thread" + (p.prefetch ? ", prefetch" : "");
 }
+// sum_streams with pattern kReadPatterns[p].
+inline double sum_pattern(std::size_t p, const float* x, std::int64_t n) {
+    switch (p) {
+    case 0: return sum_streams<1, false>(x, n);
+    case 1: return sum_streams<2, false>(x, n);
+    case 2: return sum_streams<4, false>(x, n);
+    case 3: return sum_streams<8, false>(x, n);
+    case 4: return sum_streams<1, true>(x, n);
+    case 5: return sum_streams<2, true>(x, n);
+    case 6: return sum_streams<4, true>(x, n);
+    case 7: return sum_streams<8, true>(x, n);
+    default: throw Error("read pattern: no such pattern");
+    }
+}
+static_assert(kNumPatterns == 8, "sum_pattern has a case for every pattern");
 
 class References {
 public:
@@ -137,23 +150,17 @@ public:
             if (i != best_gemm) gemms_[i] = {};  // only the winner is sampled again
     }
 
-    // One sample of the winning pattern or size, in bytes/s and FLOP/s; every sample is kept.
+    // One sample of read bandwidth (every pattern, the best kept) and of FLOP/s (the winning size); every
+    // sample is kept.
     double read_bandwidth() {
-        bw_samples.push_back(read_rate(best_pattern));
+        bw_samples.push_back(best_read_rate(n_stream_));
         return bw_samples.back();
     }
     // The read bandwidth over the first `bytes` of the buffer, read again and again as a decode step
     // re-reads a model's weights: the ceiling for a working set of that size, which is the cache's when it
-    // fits the last-level cache. The best pattern for each size is found on its first use.
+    // fits the last-level cache. Every pattern, the best kept.
     double read_bandwidth_over(std::uint64_t bytes) {
-        const std::int64_t n = std::min<std::int64_t>(n_stream_, static_cast<std::int64_t>(bytes / sizeof(float)));
-        auto [it, fresh] = set_pattern_.try_emplace(n, 0);
-        if (fresh) {
-            double best = 0;
-            for (std::size_t p = 0; p < kNumPatterns; ++p)
-                if (const double r = read_rate(p, n); r > best) best = r, it->second = p;
-        }
-        return read_rate(it->second, n);
+        return best_read_rate(std::min<std::int64_t>(n_stream_, static_cast<std::int64_t>(bytes / sizeof(float))));
     }
     double gemm_rate() {
         gemm_samples.push_back(gemm_once(best_gemm));
@@ -170,7 +177,8 @@ public:
     std::vector<GemmCase> gemm_cases;
 
     double pattern_bw[kNumPatterns] = {};      // median bytes/s of each pattern at the start
-    std::size_t best_pattern = 0;
+    std::size_t best_pattern = 0;               // the best of them
+    std::size_t bw_wins[kNumPatterns] = {};     // read_bandwidth() samples each pattern won
     std::vector<double> gemm_case_rate;         // median FLOP/s of each GEMM case at the start
     std::size_t best_gemm = 0;
     std::vector<double> bw_samples, gemm_samples;
@@ -269,7 +277,6 @@ private:
     double read_rate(std::size_t p, std::int64_t n = -1) const {
         const float* data = stream_.get();
         if (n < 0) n = n_stream_;
-        const ReadPattern pattern = kReadPatterns[p];
         const auto t0 = clock_type::now();
         double sum = 0.0;
         std::int64_t passes = 0;
@@ -278,8 +285,7 @@ private:
             {
                 const std::int64_t n_threads = omp_get_num_threads(), t = omp_get_thread_num();
                 const std::int64_t i0 = n * t / n_threads, i1 = n * (t + 1) / n_threads;
-                sum += pattern.prefetch ? sum_streams<true>(data + i0, i1 - i0, pattern.streams)
-                                        : sum_streams<false>(data + i0, i1 - i0, pattern.streams);
+                sum += sum_pattern(p, data + i0, i1 - i0);
             }
             ++passes;
         } while (seconds_since(t0) < 0.05);
@@ -287,11 +293,19 @@ private:
         if (!(sum > 0.0)) throw Error("read bandwidth: the sum of ones is not positive");  // keeps the reads live
         return static_cast<double>(passes) * static_cast<double>(n) * sizeof(float) / s;
     }
+    // The best read_rate(p, n) of every pattern p; counts the winner in bw_wins when n is the whole buffer.
+    double best_read_rate(std::int64_t n) {
+        double best = 0;
+        std::size_t won = 0;
+        for (std::size_t p = 0; p < kNumPatterns; ++p)
+            if (const double r = read_rate(p, n); r > best) best = r, won = p;
+        if (n == n_stream_) ++bw_wins[won];
+        return best;
+    }
 
     std::int64_t n_stream_;
     std::unique_ptr<float[]> stream_;  // (n_stream_) ones
     std::vector<std::vector<Gemm>> gemms_;  // per case: its products (one, or one per thread)
-    std::map<std::int64_t, std::size_t> set_pattern_;  // working-set floats -> best pattern
 };
 
 }  // namespace kvlab::bench

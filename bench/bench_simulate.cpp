@@ -121,7 +121,8 @@ SimulateOptions sim_options(SimMode mode, std::int64_t prompt_len, std::int64_t 
 struct ModelResult {
     std::string name;
     std::uint64_t weights_bytes = 0;
-    std::uint64_t replay_bytes_per_step = 0;   // what the decode replay reads per step (mean over the steps)
+    std::uint64_t replay_bytes_per_step = 0;   // what the decode replay reads per step (mean over its sampled steps)
+    std::int64_t replay_sample_steps = 0;      // steps in one replay sample
     ReadPattern replay_pattern{};
     Stat decode_tok, decode_bytes, uncached_tok, uncached_flops, prefill_tok, prefill_flops;
     Stat decode_tok_nocount, uncached_tok_nocount;
@@ -140,7 +141,7 @@ ModelResult bench_model(const std::string& model, const BenchOptions& o, Referen
     m.weights_bytes = weights_bytes(cfg);
     // the decode's ceiling: its own reads replayed, positions prompt_len .. prompt_len + steps - 2
     DecodeReplay replay(cfg, weights, o.prompt_len, o.steps - 1);
-    m.replay_bytes_per_step = replay.bytes() / static_cast<std::uint64_t>(o.steps - 1);
+    m.replay_bytes_per_step = replay.bytes_per_step();
     std::vector<double> decode_tok, decode_bytes, decode_tok_off, unc_tok, unc_flops, unc_tok_off, pre_tok, pre_flops;
     std::vector<double> decode_of_replay, waits_of_replay, unc_of_gemm, pre_of_gemm, decode_overhead, unc_overhead;
     for (int r = 0; r < o.repeats; ++r) {
@@ -202,6 +203,7 @@ ModelResult bench_model(const std::string& model, const BenchOptions& o, Referen
     m.waits_of_replay = stat_of(waits_of_replay);
     m.waits_per_step = replay.waits_per_step();
     m.replay_pattern = replay.pattern();
+    m.replay_sample_steps = replay.sample_steps();
     m.uncached_of_gemm = stat_of(unc_of_gemm);
     m.prefill_of_gemm = stat_of(pre_of_gemm);
     m.decode_overhead = stat_of(decode_overhead);
@@ -235,8 +237,8 @@ struct PeerResult {
 // A ceiling sample, in a child process of this benchmark (`--replay-child`, below), so that it can be taken
 // in the same round as the runs it divides while this process stays small: it loads the checkpoint with
 // the placement given (kvlab's huge-page copy, or the file mapped in place as run.c reads it) and replays
-// positions 1 .. steps - 1 three times; the child prints "kvlab-replay <steps per second, the best of the
-// three> <read pattern index>" as the last line on stderr.
+// three samples of positions 1 .. steps - 1; the child prints "kvlab-replay <steps per second, the best of
+// the three> <the read pattern that won most often>" as the last line on stderr.
 struct ReplaySample {
     double steps_per_s = 0;
     std::size_t pattern = 0;
@@ -426,14 +428,15 @@ Report make_report(const BenchOptions& o, int n_threads, const References& ref, 
     refs.title = fmt::format("references, {} threads (medians of their samples, each taken right before a measurement it "
                              "divides, a decode's replay also right after it; spread = (max - min) / median)", n_threads);
     refs.columns = {{"reference", "reference", false}, {"value", "median"}, {"unit", "unit", false}, {"spread_percent", "spread (%)"}};
-    const ReadPattern best = kReadPatterns[ref.best_pattern];
-    refs.rows.push_back({text_cell(fmt::format("read bandwidth, sum over {} MiB, best pattern: {}", o.stream_mib, pattern_name(best))),
+    const std::size_t most_won = static_cast<std::size_t>(std::max_element(std::begin(ref.bw_wins), std::end(ref.bw_wins)) - std::begin(ref.bw_wins));
+    refs.rows.push_back({text_cell(fmt::format("read bandwidth, sum over {} MiB, best of {} patterns in each sample (most often: {})", o.stream_mib,
+                                               kNumPatterns, pattern_name(kReadPatterns[most_won]))),
                          real_cell(bw.median * 1e-9, 2), text_cell("GB/s"), real_cell(spread_percent(bw), 1)});
     for (const ModelResult& m : models) {
         const double bytes_per_s = m.replay_tok.median * static_cast<double>(m.replay_bytes_per_step);
-        refs.rows.push_back({text_cell(fmt::format("  decode replay of {}: {} per step, {} steps, {}", m.name,
-                                                   format_bytes(m.replay_bytes_per_step, UnitSystem::iec), o.steps - 1,
-                                                   pattern_name(m.replay_pattern))),
+        refs.rows.push_back({text_cell(fmt::format("  decode replay of {}: {} per step, {} of the {} steps, best pattern in each sample (most often: {})",
+                                                   m.name, format_bytes(m.replay_bytes_per_step, UnitSystem::iec), m.replay_sample_steps,
+                                                   o.steps - 1, pattern_name(m.replay_pattern))),
                              real_cell(bytes_per_s * 1e-9, 2), text_cell("GB/s"), real_cell(spread_percent(m.replay_tok), 1)});
         refs.rows.push_back({text_cell(fmt::format("  = {}'s decode ceiling", m.name)), real_cell(m.replay_tok.median, 1),
                              text_cell("tok/s"), real_cell(spread_percent(m.replay_tok), 1)});
@@ -444,8 +447,9 @@ Report make_report(const BenchOptions& o, int n_threads, const References& ref, 
     refs.rows.push_back({text_cell("FLOP/s reference (GEMM), best case: " + References::gemm_name(ref.gemm_cases[ref.best_gemm])), real_cell(gemm.median * 1e-9, 2),
                          text_cell("GFLOP/s"), real_cell(spread_percent(gemm), 1)});
     refs.notes.push_back("decode replay: the step's own reads (each layer's wq, wk, wv, its cached keys and values, wo, w1, w3, "
-                         "w2; then the classifier) for the same positions, read in that order with the best pattern, no "
-                         "arithmetic and no waiting between matrices: a measured ceiling for a decode of these bytes (checked below)");
+                         "w2; then the classifier) for evenly spaced positions of the decode's, read in that order, no arithmetic and no "
+                         "waiting between matrices; each sample reads them with every read pattern in turn and keeps the best: a "
+                         "measured ceiling for a decode of these bytes (checked below)");
     refs.notes.push_back("(diagnostic) with the decode's waits: the same replay with a barrier wherever the decode's threads wait "
                          "for each other (after q/k/v, the attention, wo, w1/w3 and w2 of each layer, and the classifier): how much "
                          "of the gap between a decode and its replay waiting alone explains. Not a reference; nothing is judged by it");
@@ -454,11 +458,13 @@ Report make_report(const BenchOptions& o, int n_threads, const References& ref, 
     report.tables.push_back(std::move(refs));
 
     Table patterns;
-    patterns.title = "read patterns tried at the start (median of 3; the best is the bandwidth reference)";
-    patterns.columns = {{"streams_per_thread", "streams/thread"}, {"prefetch", "prefetch", false}, {"bytes_per_s", "GB/s"}, {"best", "best", false}};
+    patterns.title = "read patterns over the bandwidth buffer (at the start: median of 3; later, every sample tries each and keeps the best)";
+    patterns.columns = {{"streams_per_thread", "streams/thread"}, {"prefetch", "prefetch", false}, {"bytes_per_s", "GB/s at start"},
+                        {"best", "best at start", false}, {"samples_won", "samples won"}};
     for (std::size_t i = 0; i < kNumPatterns; ++i)
         patterns.rows.push_back({int_cell(kReadPatterns[i].streams), text_cell(kReadPatterns[i].prefetch ? "yes" : "no"),
-                                 real_cell(ref.pattern_bw[i] * 1e-9, 2), text_cell(i == ref.best_pattern ? "<-" : "")});
+                                 real_cell(ref.pattern_bw[i] * 1e-9, 2), text_cell(i == ref.best_pattern ? "<-" : ""),
+                                 int_cell(static_cast<std::int64_t>(ref.bw_wins[i]))});
     report.tables.push_back(std::move(patterns));
     Table gemms;
     gemms.title = "FLOP/s cases tried at the start (median of 3; the best is the FLOP/s reference)";
@@ -570,10 +576,12 @@ Report make_report(const BenchOptions& o, int n_threads, const References& ref, 
                           real_cell(spread_percent(peer.file_ceiling_tok), 1)});
         t.notes.push_back(fmt::format("ceilings: the same positions' reads replayed ({:.2f} MB per token as kvlab counts them, "
                                       "weights + KV; run.c reads the same fp32 bytes), no arithmetic, median of {} rounds (in each, the better of two "
-                                      "samples, right before and right after that program's run, each the best of 3 replays in a child process): over the "
+                                      "samples, right before and right after that program's run, each the best of 3 in a child process; a sample reads {} evenly "
+                                      "spaced positions with each read pattern and keeps the best; the pattern named won most often): over the "
                                       "matrices as kvlab holds them (copied into huge pages at load; {}) and over the checkpoint "
                                       "file mapped as run.c maps it ({}); 'of ceiling' divides each program by the replay of its own memory",
-                                      peer.bytes_per_token * 1e-6, peer.ceiling_tok.n, pattern_name(peer.ceiling_pattern),
+                                      peer.bytes_per_token * 1e-6, peer.ceiling_tok.n, std::min<std::int64_t>(o.peer_steps - 1, DecodeReplay::kSampleSteps),
+                                      pattern_name(peer.ceiling_pattern),
                                       pattern_name(peer.file_ceiling_pattern)));
         t.notes.push_back("kvlab's tok/s times its forward calls; run.c's also its argmax and printf (~10 us per token)");
         t.notes.push_back("kvlab: " + peer.command_kvlab);
