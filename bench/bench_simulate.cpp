@@ -309,15 +309,19 @@ std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
         // sampled right before and right after its run; the round's ceiling is the better of the two, so
         // that a host slowing down or speeding up during the run does not leave the run above its ceiling
         auto sample = [&](WeightPlacement placement) { return replay_in_child(ckpt, placement, o.peer_steps, n_threads); };
-        auto keep_better = [](const ReplaySample& before, const ReplaySample& after, std::vector<double>& out, ReadPattern& pattern) {
+        std::size_t wins_copy[kNumPatterns] = {}, wins_file[kNumPatterns] = {};  // kept samples per winning pattern
+        auto keep_better = [](const ReplaySample& before, const ReplaySample& after, std::vector<double>& out, std::size_t (&wins)[kNumPatterns]) {
             const ReplaySample& best = after.steps_per_s >= before.steps_per_s ? after : before;
             out.push_back(best.steps_per_s);
-            pattern = kReadPatterns[best.pattern];
+            ++wins[best.pattern];
+        };
+        auto most_won = [](const std::size_t (&wins)[kNumPatterns]) {
+            return kReadPatterns[std::max_element(std::begin(wins), std::end(wins)) - std::begin(wins)];
         };
         for (int r = 0; r < o.repeats; ++r) {
             const ReplaySample copy_before = sample(WeightPlacement::huge_pages);
             const ChildRun k = run_child(kvlab_args(n_threads, true));
-            keep_better(copy_before, sample(WeightPlacement::huge_pages), ceil_copy, p.ceiling_pattern);
+            keep_better(copy_before, sample(WeightPlacement::huge_pages), ceil_copy, wins_copy);
             const StepTrace t = read_step_trace(trace);
             std::int64_t wall_ns = 0;
             std::uint64_t bytes = 0;
@@ -334,7 +338,7 @@ std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
 
             const ReplaySample file_before = sample(WeightPlacement::mapped_file);
             const ChildRun c = run_child(peer_args, {omp_env(n_threads)});
-            keep_better(file_before, sample(WeightPlacement::mapped_file), ceil_file, p.file_ceiling_pattern);
+            keep_better(file_before, sample(WeightPlacement::mapped_file), ceil_file, wins_file);
             theirs.push_back(peer_tokens_per_s(c, p.command_peer));
             rss_theirs.push_back(static_cast<double>(c.peak_rss));
         }
@@ -342,6 +346,8 @@ std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
         p.peer_tok = stat_of(theirs);
         p.ceiling_tok = stat_of(ceil_copy);
         p.file_ceiling_tok = stat_of(ceil_file);
+        p.ceiling_pattern = most_won(wins_copy);
+        p.file_ceiling_pattern = most_won(wins_file);
         p.kvlab_rss = static_cast<std::uint64_t>(stat_of(rss_ours).median);
         p.peer_rss = static_cast<std::uint64_t>(stat_of(rss_theirs).median);
 
@@ -577,7 +583,7 @@ Report make_report(const BenchOptions& o, int n_threads, const References& ref, 
         t.notes.push_back(fmt::format("ceilings: the same positions' reads replayed ({:.2f} MB per token as kvlab counts them, "
                                       "weights + KV; run.c reads the same fp32 bytes), no arithmetic, median of {} rounds (in each, the better of two "
                                       "samples, right before and right after that program's run, each the best of 3 in a child process; a sample reads {} evenly "
-                                      "spaced positions with each read pattern and keeps the best; the pattern named won most often): over the "
+                                      "spaced positions with each read pattern and keeps the best; the pattern named won the most kept samples): over the "
                                       "matrices as kvlab holds them (copied into huge pages at load; {}) and over the checkpoint "
                                       "file mapped as run.c maps it ({}); 'of ceiling' divides each program by the replay of its own memory",
                                       peer.bytes_per_token * 1e-6, peer.ceiling_tok.n, std::min<std::int64_t>(o.peer_steps - 1, DecodeReplay::kSampleSteps),

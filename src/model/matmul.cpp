@@ -32,7 +32,6 @@ constexpr int streams_for(int N) { return std::clamp((kRegisters - N - 1) / N, 1
 // Tokens gemm_rows runs this way. Up to 4, each token's weights come once from memory for all of them;
 // at 5..8 on AVX-512 (2 rows in flight) the packed tiles measured as fast or faster (docs/serving.md)
 constexpr std::int64_t kGemvMaxTokens = 4;
-constexpr std::int64_t kLineFloats = 16;           // a 64-byte cache line
 constexpr std::int64_t kGemvPrefetchFloats = 512;  // how far ahead in each row one token's GEMV asks for lines (2 KiB)
 
 template <int S, int N>
@@ -42,14 +41,14 @@ void dot_rows_n(const float* const (&row)[S], std::int64_t cols, const float* x,
         for (int t = 0; t < N; ++t) acc[s][t] = ei::pset1<Packet>(0.0f);
     std::int64_t j = 0;
     if constexpr (N == 1) {
-        // one token: 4 packets of each row per visit, with a prefetch of the lines kGemvPrefetchFloats ahead
+        // one token: 4 packets of each row per visit, with a prefetch of a line kGemvPrefetchFloats ahead
         // (the read pattern that won the bench's decode replay on the Zen 5 host); the same multiply-adds
         // in the same order as the loop below, so the sums do not change
         for (; j + 4 * kPacket <= cols; j += 4 * kPacket) {
             Packet xj[4];
             for (int u = 0; u < 4; ++u) xj[u] = ei::ploadu<Packet>(x + j + u * kPacket);
             for (int s = 0; s < S; ++s) {
-                for (std::int64_t k = 0; k < 4 * kPacket; k += kLineFloats) ei::prefetch(row[s] + j + kGemvPrefetchFloats + k);
+                ei::prefetch(row[s] + j + kGemvPrefetchFloats);
                 for (int u = 0; u < 4; ++u) acc[s][0] = ei::pmadd(ei::ploadu<Packet>(row[s] + j + u * kPacket), xj[u], acc[s][0]);
             }
         }
