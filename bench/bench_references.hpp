@@ -76,7 +76,7 @@ double sum_streams(const float* x, std::int64_t n) {
 // thread): 1, 2, 4 or 8 sub-ranges read side by side (a core keeps more misses in flight over several
 // streams on some parts, fewer on others), with and without software prefetch. Every sample tries every
 // pattern and keeps the best, since which one wins moves with the host's phases (on the Zen 5 host the
-// winner of one sample read 30 % below another pattern's a minute later). FLOP/s is the best of
+// winner of one sample read 26 % below another pattern a few minutes later). FLOP/s is the best of
 // Eigen's (n, n) @ (n, n) at a few sizes (one product on Eigen's threads, or one per thread at once) and
 // the FMA units' own rate in registers, where the build has vector FMA.
 struct ReadPattern {
