@@ -5,12 +5,14 @@
 // each is a ceiling and how a run checks that it was one.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <iterator>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <Eigen/Core>
@@ -48,8 +50,8 @@ constexpr std::int64_t kPrefetchAhead = 512;  // floats (2 KiB, 32 lines) ahead 
 // x[0] + ... + x[n-1], read as S contiguous sub-ranges side by side, 4 lines of each in turn, summed in
 // pairs and then into the stream's one accumulator (the tail after the last whole step of every
 // sub-range is summed alone). S is a template argument so that the accumulators stay in registers:
-// with a run-time count they lived on the stack, every add waited on a store, and the kernel read
-// 15-45 % slower than the decode it was the ceiling of (docs/performance.md, "Tried").
+// with a run-time count they lived on the stack, every add waited on a store, and the decode met or
+// beat the ceiling built on it (docs/performance.md, "Why the references are what they are", step 6).
 template <int S, bool Prefetch>
 double sum_streams(const float* x, std::int64_t n) {
     using Line = Eigen::Array<float, kLine, 1>;
@@ -89,21 +91,25 @@ constexpr std::size_t kNumPatterns = std::size(kReadPatterns);
 inline std::string pattern_name(ReadPattern p) {
     return std::to_string(p.streams) + (p.streams > 1 ? " streams" : " stream") + " per thread" + (p.prefetch ? ", prefetch" : "");
 }
+// sum_streams instantiated for every entry of kReadPatterns, in its order.
+template <std::size_t P>
+double sum_with(const float* x, std::int64_t n) {
+    return sum_streams<kReadPatterns[P].streams, kReadPatterns[P].prefetch>(x, n);
+}
+template <std::size_t... P>
+constexpr auto sum_table(std::index_sequence<P...>) {
+    return std::array<double (*)(const float*, std::int64_t), sizeof...(P)>{&sum_with<P>...};
+}
+inline constexpr auto kSumWith = sum_table(std::make_index_sequence<kNumPatterns>{});
 // sum_streams with pattern kReadPatterns[p].
 inline double sum_pattern(std::size_t p, const float* x, std::int64_t n) {
-    switch (p) {
-    case 0: return sum_streams<1, false>(x, n);
-    case 1: return sum_streams<2, false>(x, n);
-    case 2: return sum_streams<4, false>(x, n);
-    case 3: return sum_streams<8, false>(x, n);
-    case 4: return sum_streams<1, true>(x, n);
-    case 5: return sum_streams<2, true>(x, n);
-    case 6: return sum_streams<4, true>(x, n);
-    case 7: return sum_streams<8, true>(x, n);
-    default: throw Error("read pattern: no such pattern");
-    }
+    if (p >= kNumPatterns) throw Error("read pattern: no such pattern");
+    return kSumWith[p](x, n);
 }
-static_assert(kNumPatterns == 8, "sum_pattern has a case for every pattern");
+// The pattern that won the most samples, given each pattern's count (ties: the first).
+inline std::size_t most_won(const std::size_t (&wins)[kNumPatterns]) {
+    return static_cast<std::size_t>(std::max_element(std::begin(wins), std::end(wins)) - std::begin(wins));
+}
 
 class References {
 public:

@@ -315,9 +315,6 @@ std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
             out.push_back(best.steps_per_s);
             ++wins[best.pattern];
         };
-        auto most_won = [](const std::size_t (&wins)[kNumPatterns]) {
-            return kReadPatterns[std::max_element(std::begin(wins), std::end(wins)) - std::begin(wins)];
-        };
         for (int r = 0; r < o.repeats; ++r) {
             const ReplaySample copy_before = sample(WeightPlacement::huge_pages);
             const ChildRun k = run_child(kvlab_args(n_threads, true));
@@ -346,8 +343,8 @@ std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
         p.peer_tok = stat_of(theirs);
         p.ceiling_tok = stat_of(ceil_copy);
         p.file_ceiling_tok = stat_of(ceil_file);
-        p.ceiling_pattern = most_won(wins_copy);
-        p.file_ceiling_pattern = most_won(wins_file);
+        p.ceiling_pattern = kReadPatterns[most_won(wins_copy)];
+        p.file_ceiling_pattern = kReadPatterns[most_won(wins_file)];
         p.kvlab_rss = static_cast<std::uint64_t>(stat_of(rss_ours).median);
         p.peer_rss = static_cast<std::uint64_t>(stat_of(rss_theirs).median);
 
@@ -434,9 +431,8 @@ Report make_report(const BenchOptions& o, int n_threads, const References& ref, 
     refs.title = fmt::format("references, {} threads (medians of their samples, each taken right before a measurement it "
                              "divides, a decode's replay also right after it; spread = (max - min) / median)", n_threads);
     refs.columns = {{"reference", "reference", false}, {"value", "median"}, {"unit", "unit", false}, {"spread_percent", "spread (%)"}};
-    const std::size_t most_won = static_cast<std::size_t>(std::max_element(std::begin(ref.bw_wins), std::end(ref.bw_wins)) - std::begin(ref.bw_wins));
     refs.rows.push_back({text_cell(fmt::format("read bandwidth, sum over {} MiB, best of {} patterns in each sample (most often: {})", o.stream_mib,
-                                               kNumPatterns, pattern_name(kReadPatterns[most_won]))),
+                                               kNumPatterns, pattern_name(kReadPatterns[most_won(ref.bw_wins)]))),
                          real_cell(bw.median * 1e-9, 2), text_cell("GB/s"), real_cell(spread_percent(bw), 1)});
     for (const ModelResult& m : models) {
         const double bytes_per_s = m.replay_tok.median * static_cast<double>(m.replay_bytes_per_step);

@@ -4,7 +4,6 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
-#include <iterator>
 #include <vector>
 
 #include <omp.h>
@@ -85,7 +84,7 @@ public:
     std::int64_t sample_steps() const { return n_sample_; }
     std::int64_t waits_per_step() const { return n_waits_ / n_sample_; }
     // The pattern that won the most samples so far (ties: the first in kReadPatterns).
-    std::size_t pattern_index() const { return static_cast<std::size_t>(std::max_element(std::begin(wins_), std::end(wins_)) - std::begin(wins_)); }
+    std::size_t pattern_index() const { return most_won(wins_); }
     ReadPattern pattern() const { return kReadPatterns[pattern_index()]; }
     std::size_t wins(std::size_t p) const { return wins_[p]; }  // samples pattern p won
     std::vector<double> samples;       // steps per second
