@@ -82,28 +82,30 @@ void axpy_rows(const float* x, std::int64_t stride, std::int64_t n, std::int64_t
 }  // namespace
 
 std::int64_t attention_scratch_floats(const AttentionShape& shape, std::int64_t n_keys) {
-    const std::uint64_t scores = checked_mul(static_cast<std::uint64_t>(shape.n_head / shape.n_head_kv), static_cast<std::uint64_t>(padded(n_keys)), "attention scratch");
+    const std::uint64_t scores = checked_mul(static_cast<std::uint64_t>(shape.n_head), static_cast<std::uint64_t>(padded(n_keys)), "attention scratch");
     return static_cast<std::int64_t>(checked_add(scores, static_cast<std::uint64_t>(chunk_rows(shape.d_head) * shape.d_head), "attention scratch"));
 }
 
 void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t nh, const float* q, const KvSource& k,
                      const KvSource& v, std::int64_t r0, std::int64_t n_tokens, float* out, float* scratch) {
-    const std::int64_t D = shape.d_head, kvh = h0 / (shape.n_head / shape.n_head_kv), T = n_tokens;
+    const std::int64_t D = shape.d_head, n_group = shape.n_head / shape.n_head_kv, T = n_tokens;
+    const std::int64_t kv0 = h0 / n_group, kv1 = (h0 + nh - 1) / n_group + 1;  // the KV heads the query heads read
     const std::int64_t chunk = chunk_rows(D);  // fp32 rows are read in place; the chunk stays in L1 for the group
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    const float* q_g = q + h0 * D;  // (nh, D) the group's queries
-    float* out_g = out + h0 * D;      // (nh, D)
     const std::int64_t s_stride = padded(T);
-    float* s = scratch;               // (nh, T) scores, one padded row per head
-    float* buf = scratch + nh * s_stride;  // one decoded chunk
-    // rows c0..c0+n-1 of this KV head: fp32 rows in place, or a narrow cache's decoded into buf
-    auto rows = [&](const KvSource& src, std::int64_t c0, std::int64_t n, std::int64_t& stride) -> const float* {
+    float* s = scratch;                    // (nh, T) scores, one padded row per query head
+    float* buf = scratch + nh * s_stride;  // one KV head's decoded chunk
+    // the query heads of KV head g in this call: [first, last)
+    auto first = [&](std::int64_t g) { return std::max(h0, g * n_group); };
+    auto last = [&](std::int64_t g) { return std::min(h0 + nh, (g + 1) * n_group); };
+    // rows c0..c0+n-1 of KV head g: fp32 rows in place, or a narrow cache's decoded into buf
+    auto rows = [&](const KvSource& src, std::int64_t g, std::int64_t c0, std::int64_t n, std::int64_t& stride) -> const float* {
         const std::int64_t row = kv_pool_row(src.block_rows, src.block_size, r0 + c0);
         if (!src.store) {
             stride = src.stride;
-            return src.rows + row * src.stride + kvh * D;
+            return src.rows + row * src.stride + g * D;
         }
-        src.store->read_head(row, n, kvh, buf);
+        src.store->read_head(row, n, g, buf);
         stride = D;
         return buf;
     };
@@ -113,12 +115,15 @@ void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t 
         const std::int64_t n = std::min(chunk, T - c0);
         return k.block_rows ? std::min(n, k.block_size - (r0 + c0) % k.block_size) : n;
     };
-    // scores = K q / sqrt(D) for every head of the group, a chunk of keys at a time
+    // scores = K q / sqrt(D) for every query head, a chunk of keys at a time: within a chunk the KV heads
+    // in order, so the call reads each row's slice of KV heads kv0..kv1-1 in one run of memory
     for (std::int64_t c0 = 0, n = 0; c0 < T; c0 += n) {
         n = chunk_at(c0);
-        std::int64_t stride = 0;
-        const float* k_c = rows(k, c0, n, stride);
-        for (std::int64_t j = 0; j < nh; ++j) dot_rows(k_c, stride, n, D, q_g + j * D, s + j * s_stride + c0);
+        for (std::int64_t g = kv0; g < kv1; ++g) {
+            std::int64_t stride = 0;
+            const float* k_c = rows(k, g, c0, n, stride);
+            for (std::int64_t h = first(g); h < last(g); ++h) dot_rows(k_c, stride, n, D, q + h * D, s + (h - h0) * s_stride + c0);
+        }
     }
     // softmax per head, max-subtracted
     for (std::int64_t j = 0; j < nh; ++j) {
@@ -128,12 +133,14 @@ void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t 
         p /= p.sum();
     }
     // out = V^T p, a chunk of values at a time
-    std::fill(out_g, out_g + nh * D, 0.0f);
+    std::fill(out + h0 * D, out + (h0 + nh) * D, 0.0f);
     for (std::int64_t c0 = 0, n = 0; c0 < T; c0 += n) {
         n = chunk_at(c0);
-        std::int64_t stride = 0;
-        const float* v_c = rows(v, c0, n, stride);
-        for (std::int64_t j = 0; j < nh; ++j) axpy_rows(v_c, stride, n, D, s + j * s_stride + c0, out_g + j * D);
+        for (std::int64_t g = kv0; g < kv1; ++g) {
+            std::int64_t stride = 0;
+            const float* v_c = rows(v, g, c0, n, stride);
+            for (std::int64_t h = first(g); h < last(g); ++h) axpy_rows(v_c, stride, n, D, s + (h - h0) * s_stride + c0, out + h * D);
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 // Attention for one query position over T stored positions: softmax(q K^T / sqrt(D)) V per head.
-// attention_heads is the forward pass's: the query heads that share one KV head in one call, so each
-// key and value is read (and, from a narrow cache, decoded) once for all of them, a chunk at a time;
+// attention_heads is the forward pass's: a range of query heads in one call, a chunk of rows at a time,
+// so each key and value is read (and, from a narrow cache, decoded) once for the heads that share it and
+// a row's slice of the call's KV heads is read in one run of memory;
 // attention_decode_ref is the same math in plain loops, which the tests and the CUDA path's
 // correctness check hold the fast version to.
 #pragma once
@@ -33,11 +34,12 @@ inline std::int64_t kv_pool_row(const std::int64_t* block_rows, std::int64_t blo
 }
 
 // Floats of scratch one attention_heads call needs for up to n_keys keys: the scores of every query
-// head of a group, and one decoded chunk of rows.
+// head, and one KV head's decoded chunk of rows.
 std::int64_t attention_scratch_floats(const AttentionShape& shape, std::int64_t n_keys);
 
-// Query heads h0..h0+nh-1, which must share one KV head: q (H*D) for one position; rows r0..r0+T-1 of
-// k and v are the attended keys; writes out[h*D .. h*D+D-1] for those heads. fp32 arithmetic.
+// Query heads h0..h0+nh-1 (any contiguous range: part of a group, whole groups, or both): q (H*D) for
+// one position; rows r0..r0+T-1 of k and v are the attended keys; writes out[h*D .. h*D+D-1] for those
+// heads. fp32 arithmetic; a head's numbers do not depend on which heads share its call.
 void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t nh, const float* q, const KvSource& k,
                      const KvSource& v, std::int64_t r0, std::int64_t n_tokens, float* out, float* scratch);
 

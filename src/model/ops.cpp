@@ -1,10 +1,11 @@
 // The named ops of the forward pass: the math of each, its threading, and the one line that records
-// its cost. Threads: a matmul runs in one parallel region where each thread computes its block of
-// output features, with the elementwise work that follows on the same block; attention runs one task
-// per (query, head); row-wise work over several tokens is split by rows.
+// its cost. Threads: a matmul runs in one parallel region where each thread computes its shares of the
+// output features (Shares), with the elementwise work that follows on the same share; attention runs one
+// task per (query, part of its heads); row-wise work over several tokens is split by rows.
 #include "model/ops.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include <omp.h>
@@ -90,24 +91,60 @@ Block thread_block(std::int64_t n) {
     return {begin, end - begin};
 }
 
-// W (d_out, d_in) @ x (d_in) -> y (d_out), this thread's block of output features, one token.
-Block gemv_block(const WeightRef& w, const float* x, float* y) {
-    const Block b = thread_block(w.rows());
-    if (b.size == 0) return b;
+// One op's rows, handed out to a team in shares (declared before the op's region, shared by its
+// threads). A one-token step's GEMVs are memory-bound and the threads meet at the region's end, so a
+// thread that runs slower (a shared host's vCPUs do, by tens of percent for seconds at a time) holds the
+// others up. There each thread claims the next share when it is done with its last: what is left over
+// the team's size, rounded up to whole lines of output (16 rows), at least kMinShareRows; the first
+// shares are long runs of memory, the last ones small enough to even out the finish. Several tokens (a
+// GEMM, compute-bound, packing the tokens per share) take the static thread_block. Every row is summed
+// the same way whatever share it falls in, so no output depends on the split (model/matmul.hpp).
+class Shares {
+public:
+    Shares(std::int64_t n_rows, bool claimed) : n_(n_rows), claimed_(claimed) {}
+
+    // f(block) for each share this thread gets; call on every thread of the team
+    template <typename F>
+    void each(F f) {
+        const std::int64_t n_threads = omp_get_num_threads();
+        if (!claimed_ || n_threads == 1) {
+            if (const Block b = thread_block(n_); b.size > 0) f(b);
+            return;
+        }
+        std::int64_t begin = next_.load(std::memory_order_relaxed);
+        for (;;) {
+            std::int64_t size = 0;
+            do {
+                if (begin >= n_) return;
+                const std::int64_t fair = ((n_ - begin) / n_threads + 15) / 16 * 16;  // in whole lines
+                size = std::min(n_ - begin, std::max(kMinShareRows, fair));
+            } while (!next_.compare_exchange_weak(begin, begin + size, std::memory_order_relaxed));
+            f(Block{begin, size});
+            begin = next_.load(std::memory_order_relaxed);
+        }
+    }
+
+private:
+    static constexpr std::int64_t kMinShareRows = 64;
+    const std::int64_t n_;
+    const bool claimed_;
+    std::atomic<std::int64_t> next_{0};
+};
+
+// W (d_out, d_in) @ x (d_in) -> y (d_out), rows b of output features, one token.
+void gemv_block(const WeightRef& w, const float* x, float* y, Block b) {
     if (w.narrow) gemv_narrow(*w.narrow, b.begin, b.size, x, y + b.begin);
     else gemv_rows(w.f32.row(b.begin).data(), w.f32.cols(), b.size, w.f32.cols(), x, y + b.begin);
-    return b;
 }
 
-// out rows (n, d_out) = x rows (n, d_in) W^T (+ bias), this thread's block of output features; called
-// inside a parallel region, where every thread computes its own block. Both kernels read the block's
-// weights in place, once per call (model/matmul.hpp): one token is a GEMV (memory-bound), several
-// tokens a GEMM that packs them into this thread's row of scratch.gemm and reuses each weight for all.
+// out rows (n, d_out) = x rows (n, d_in) W^T (+ bias), output features b (a share of the op's rows, inside
+// its parallel region). Both kernels read the share's weights in place, once per call (model/matmul.hpp):
+// one token is a GEMV (memory-bound), several tokens a GEMM that packs them into this thread's row of
+// scratch.gemm and reuses each weight for all.
 // Narrow weights are widened inside the kernels (model/narrow_weights.hpp).
-Block matmul_block(MatrixRM& out, const MatrixRM& x, std::int64_t n, const WeightRef& w, const VectorF& bias,
-                   const OpScratch& scratch) {
-    const Block b = n == 1 ? gemv_block(w, x.row(0).data(), out.row(0).data()) : thread_block(w.rows());
-    if (b.size == 0) return b;
+void matmul_block(MatrixRM& out, const MatrixRM& x, std::int64_t n, const WeightRef& w, const VectorF& bias,
+                  const OpScratch& scratch, Block b) {
+    if (n == 1) gemv_block(w, x.row(0).data(), out.row(0).data(), b);
     float* gemm_scratch = n > 1 ? scratch.gemm->row(omp_get_thread_num()).data() : nullptr;
     if (n > 1 && w.narrow)
         gemm_narrow(*w.narrow, b.begin, b.size, x.data(), x.cols(), n, out.data() + b.begin, out.cols(),
@@ -116,7 +153,6 @@ Block matmul_block(MatrixRM& out, const MatrixRM& x, std::int64_t n, const Weigh
         gemm_rows(w.f32.row(b.begin).data(), w.f32.cols(), b.size, w.f32.cols(), x.data(), x.cols(), n, out.data() + b.begin,
                   out.cols(), gemm_scratch);
     if (bias.size() != 0) out.block(0, b.begin, n, b.size).rowwise() += bias.segment(b.begin, b.size).transpose();
-    return b;
 }
 
 // The counted cost, the weights at their stored width.
@@ -204,10 +240,11 @@ void norm(NormKind kind, MatrixRM& out, const MatrixRM& x, std::int64_t row0, st
 void qkv_projections(MatrixRM& q, MatrixRM& k, MatrixRM& v, const MatrixRM& x, std::int64_t n, const LayerWeights& lw,
                      const NarrowLayer* nl, const OpScratch& scratch, OpRecorder& rec) {
     const WeightRef wq{lw.wq, nl ? &nl->wq : nullptr}, wk{lw.wk, nl ? &nl->wk : nullptr}, wv{lw.wv, nl ? &nl->wv : nullptr};
+    Shares sq(wq.rows(), n == 1), sk(wk.rows(), n == 1), sv(wv.rows(), n == 1);
     on_threads([&] {  // one pass over the three weight matrices
-        matmul_block(q, x, n, wq, lw.bq, scratch);
-        matmul_block(k, x, n, wk, lw.bk, scratch);
-        matmul_block(v, x, n, wv, lw.bv, scratch);
+        sq.each([&](Block b) { matmul_block(q, x, n, wq, lw.bq, scratch, b); });
+        sk.each([&](Block b) { matmul_block(k, x, n, wk, lw.bk, scratch, b); });
+        sv.each([&](Block b) { matmul_block(v, x, n, wv, lw.bv, scratch, b); });
     });
     rec.record({{Op::q_proj, matmul_cost(n, wq, lw.bq)},
                 {Op::k_proj, matmul_cost(n, wk, lw.bk)},
@@ -262,8 +299,7 @@ void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const Ma
     auto first_row_of = [&](const TokenRun& r, std::int64_t i) {
         return r.kv.place == KvPlace::cache ? 0 : r.pos0 + i - r.row0 + 1 - n_keys_of(r, i);
     };
-    // query row i, query heads h0..h0+nh-1 of one KV head's group
-    const std::int64_t n_group = shape.n_head / shape.n_head_kv;
+    // query row i, query heads h0..h0+nh-1
     auto attend = [&](const TokenRun& r, std::int64_t i, std::int64_t h0, std::int64_t nh, float* work) {
         attention_heads(shape, h0, nh, q.row(i).data(), source(r.kv, r.kv.k, r.kv.k_store), source(r.kv, r.kv.v, r.kv.v_store),
                         first_row_of(r, i), n_keys_of(r, i), out.row(i).data(), work);
@@ -282,20 +318,25 @@ void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const Ma
         if (!wraps(r)) continue;
         for (std::int64_t i = r.row0; i < r.row0 + r.n; ++i) {
             store(r, i);
-            for (std::int64_t g = 0; g < shape.n_head_kv; ++g) attend(r, i, g * n_group, n_group, scratch.scores->row(0).data());
+            attend(r, i, 0, shape.n_head, scratch.scores->row(0).data());
         }
     }
     if (n_parallel > 0) {
-        // one task per (query, KV head): each key is read once for the query heads sharing it. When that
-        // leaves threads idle (a decode step with fewer KV heads than threads), the groups are split.
-        const std::int64_t tasks = n * shape.n_head_kv;
-        const std::int64_t split = std::min(n_group, (omp_get_max_threads() + tasks - 1) / tasks);
-        for_each_task(tasks * split, [&](std::int64_t task) {
-            const std::int64_t i = task / (shape.n_head_kv * split), g = task / split % shape.n_head_kv, part = task % split;
+        // one task per (query, part of its heads): as few parts as keep every thread busy (one per thread
+        // in a decode step, one per query in a prefill), so that a task reads each row's slice of its KV
+        // heads in one run and each key once for the query heads that share it. Parts are whole groups
+        // while there are enough KV heads; past that (fewer KV heads than threads) groups are split.
+        const std::int64_t n_group = shape.n_head / shape.n_head_kv;
+        const std::int64_t parts = std::min(shape.n_head, (omp_get_max_threads() + n - 1) / n);
+        auto first_head = [&](std::int64_t p) {
+            return parts <= shape.n_head_kv ? p * shape.n_head_kv / parts * n_group : p * shape.n_head / parts;
+        };
+        for_each_task(n * parts, [&](std::int64_t task) {
+            const std::int64_t i = task / parts, p = task % parts;
             const TokenRun& r = run_of(runs, i);
             if (wraps(r)) return;
-            const std::int64_t h0 = g * n_group + part * n_group / split, h1 = g * n_group + (part + 1) * n_group / split;
-            attend(r, i, h0, h1 - h0, scratch.scores->row(omp_get_thread_num()).data());
+            const std::int64_t h0 = first_head(p);
+            attend(r, i, h0, first_head(p + 1) - h0, scratch.scores->row(omp_get_thread_num()).data());
         });
     }
     // costs per run: each reads its own sequence's keys
@@ -316,9 +357,12 @@ void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const Ma
 
 void project_add(MatrixRM& x, MatrixRM& tmp, const MatrixRM& in, std::int64_t n, const WeightRef& w, const VectorF& b,
                  const OpScratch& scratch, Op proj, Op residual, OpRecorder& rec) {
+    Shares sh(w.rows(), n == 1);
     on_threads([&] {  // the residual on each thread's block of the output, while it is in cache
-        const Block blk = matmul_block(tmp, in, n, w, b, scratch);
-        x.block(0, blk.begin, n, blk.size) += tmp.block(0, blk.begin, n, blk.size);
+        sh.each([&](Block blk) {
+            matmul_block(tmp, in, n, w, b, scratch, blk);
+            x.block(0, blk.begin, n, blk.size) += tmp.block(0, blk.begin, n, blk.size);
+        });
     });
     rec.record({{proj, matmul_cost(n, w, b)}, {residual, cost_residual(n, x.cols())}});
 }
@@ -327,11 +371,14 @@ void swiglu_mlp_in(MatrixRM& h, MatrixRM& h2, const MatrixRM& x, std::int64_t n,
                    const NarrowLayer* nl, const OpScratch& scratch, OpRecorder& rec) {
     const WeightRef w1{lw.w1, nl ? &nl->w1 : nullptr}, w3{lw.w3, nl ? &nl->w3 : nullptr};
     const VectorF no_bias;
+    Shares sh(w1.rows(), n == 1);
     on_threads([&] {  // gate and up share the block split, so SwiGLU runs on each thread's block in cache
-        const Block blk = matmul_block(h, x, n, w1, lw.b1, scratch);
-        matmul_block(h2, x, n, w3, no_bias, scratch);
-        auto g = h.block(0, blk.begin, n, blk.size).array();
-        g = g / (1.0f + (-g).exp()) * h2.block(0, blk.begin, n, blk.size).array();
+        sh.each([&](Block blk) {
+            matmul_block(h, x, n, w1, lw.b1, scratch, blk);
+            matmul_block(h2, x, n, w3, no_bias, scratch, blk);
+            auto g = h.block(0, blk.begin, n, blk.size).array();
+            g = g / (1.0f + (-g).exp()) * h2.block(0, blk.begin, n, blk.size).array();
+        });
     });
     rec.record({{Op::mlp_gate, matmul_cost(n, w1, lw.b1)},
                 {Op::mlp_up, matmul_cost(n, w3, no_bias)},
@@ -341,23 +388,28 @@ void swiglu_mlp_in(MatrixRM& h, MatrixRM& h2, const MatrixRM& x, std::int64_t n,
 void gelu_mlp_in(MatrixRM& h, const MatrixRM& x, std::int64_t n, const LayerWeights& lw, const NarrowLayer* nl,
                  const OpScratch& scratch, OpRecorder& rec) {
     const WeightRef w1{lw.w1, nl ? &nl->w1 : nullptr};
+    Shares sh(w1.rows(), n == 1);
     on_threads([&] {  // GELU on each thread's block while it is in cache
-        const Block blk = matmul_block(h, x, n, w1, lw.b1, scratch);
-        auto u = h.block(0, blk.begin, n, blk.size).array();
-        constexpr float c = 0.7978845608028654f;  // sqrt(2/pi)
-        u = 0.5f * u * (1.0f + (c * (u + 0.044715f * u * u * u)).tanh());
+        sh.each([&](Block blk) {
+            matmul_block(h, x, n, w1, lw.b1, scratch, blk);
+            auto u = h.block(0, blk.begin, n, blk.size).array();
+            constexpr float c = 0.7978845608028654f;  // sqrt(2/pi)
+            u = 0.5f * u * (1.0f + (c * (u + 0.044715f * u * u * u)).tanh());
+        });
     });
     rec.record({{Op::mlp_up, matmul_cost(n, w1, lw.b1)}, {Op::activation, cost_gelu_tanh(n, h.cols())}});
 }
 
 void classify(VectorF& logits, const MatrixRM& x, const WeightRef& w, OpRecorder& rec) {
-    on_threads([&] { gemv_block(w, x.row(0).data(), logits.data()); });
+    Shares sh(w.rows(), true);
+    on_threads([&] { sh.each([&](Block b) { gemv_block(w, x.row(0).data(), logits.data(), b); }); });
     rec.record(Op::lm_head, matmul_cost(1, w, VectorF()));
 }
 
 void classify_rows(MatrixRM& logits, const MatrixRM& x, std::int64_t m, const WeightRef& w, const OpScratch& scratch, OpRecorder& rec) {
     const VectorF no_bias;
-    on_threads([&] { matmul_block(logits, x, m, w, no_bias, scratch); });
+    Shares sh(w.rows(), m == 1);
+    on_threads([&] { sh.each([&](Block b) { matmul_block(logits, x, m, w, no_bias, scratch, b); }); });
     rec.record(Op::lm_head, matmul_cost(m, w, no_bias));
 }
 
