@@ -113,12 +113,17 @@ TEST_CASE("Grouped, chunked attention matches the plain-loop reference, from fp3
             work(static_cast<std::size_t>(attention_scratch_floats(shape, n_keys)));
         attention_decode_ref(shape, q.data(), k.data(), v.data(), n_keys, out_ref.data(), scores.data());
         const KvSource k_src{k.data(), d_kv, nullptr}, v_src{v.data(), d_kv, nullptr};
-        // whole groups (heads 0-3 and 4-7), then one head per call: the same numbers either way
-        for (const std::int64_t nh : {4, 1}) {
+        // whole groups (heads 0-3 and 4-7), one head per call, every head in one call, and ranges that
+        // cut groups (0-2, 3-6 across the two KV heads, 7): the same numbers every way, bit for bit
+        std::vector<float> first;
+        for (const std::vector<std::int64_t>& cuts : std::vector<std::vector<std::int64_t>>{
+                 {0, 4, 8}, {0, 1, 2, 3, 4, 5, 6, 7, 8}, {0, 8}, {0, 3, 7, 8}}) {
             std::fill(out.begin(), out.end(), 0.0f);
-            for (std::int64_t h0 = 0; h0 < shape.n_head; h0 += nh)
-                attention_heads(shape, h0, nh, q.data(), k_src, v_src, 0, n_keys, out.data(), work.data());
+            for (std::size_t c = 0; c + 1 < cuts.size(); ++c)
+                attention_heads(shape, cuts[c], cuts[c + 1] - cuts[c], q.data(), k_src, v_src, 0, n_keys, out.data(), work.data());
             for (std::size_t i = 0; i < out.size(); ++i) CHECK(out[i] == doctest::Approx(out_ref[i]).epsilon(1e-5));
+            if (first.empty()) first = out;
+            CHECK(out == first);
         }
         // a narrow cache read chunk by chunk equals the reference over its rows decoded one by one;
         // q4_0's blocks of 32 hold two heads of D = 16, so each head reads half a block
