@@ -73,7 +73,9 @@ public:
     // One sample of the same reads with the decode's waits: every thread stops at a barrier wherever the
     // decode's threads wait for each other (5 per layer and one after the classifier), with the pattern that
     // won the last steps_per_s(). Not a ceiling for the decode (its threads split the attention by heads,
-    // not by rows), but the part of the gap between the decode and its replay that waiting alone explains.
+    // not by rows), but the part of the gap between the decode and its replay that waiting explains. Its
+    // shares are static, so a slower thread holds the others up at every barrier; the decode's matmuls
+    // claim their rows as threads finish (model/ops.cpp), so it can lose less to waiting than this does.
     double waits_steps_per_s() {
         if (!warm_) throw Error("decode replay: waits_steps_per_s() follows a steps_per_s()");
         wait_samples.push_back(static_cast<double>(n_sample_) / replay(last_pattern_, true));
