@@ -228,7 +228,6 @@ private:
     // current x86 cores need 8-10 chains. AVX-512 has 32 vector registers, so 16 chains; AVX2 has 16, so
     // 12, leaving room for the two constants: more would spill chains to the stack and halve the rate.)
     static double fma_peak_rate() {
-        constexpr std::int64_t kRounds = 1 << 16;  // between clock reads
 #if defined(__AVX512F__)
         constexpr int kFmaChains = 16;
         using Vec = __m512;
@@ -253,6 +252,7 @@ private:
         return 0.0;  // never called: has_fma_peak() is false
 #endif
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+        constexpr std::int64_t kRounds = 1 << 16;  // between clock reads
         const auto t0 = clock_type::now();
         std::int64_t rounds = 0;
         int team = 0;
