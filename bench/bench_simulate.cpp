@@ -595,24 +595,25 @@ Report make_report(const BenchOptions& o, int n_threads, const References& ref, 
                               "alternating order, medians)", peer.shape, o.peer_steps);
         w.columns = {{"threads", "threads"}, {"kvlab_s", "kvlab (s)"}, {"peer_s", "run.c (s)"}, {"speedup", "run.c / kvlab"},
                      {"kvlab_cores", "kvlab cores"}, {"peer_cores", "run.c cores"}, {"target", "target", false}, {"met", "met", false},
-                     {"spread_percent", "spread (%)"}, {"kvlab_range_s", "kvlab min-max (s)"},
-                     {"peer_range_s", "run.c min-max (s)"}};
-        auto range = [](const Stat& s) { return text_cell(fmt::format("{:.3f}-{:.3f}", s.min, s.max)); };
+                     {"spread_percent", "spread (%)"}, {"kvlab_min_s", "kvlab min (s)"}, {"kvlab_max_s", "kvlab max (s)"},
+                     {"peer_min_s", "run.c min (s)"}, {"peer_max_s", "run.c max (s)"}};
         for (const WholeProcess& x : peer.whole) {
             if (!x.skipped.empty() && x.kvlab_s.n == 0) {
                 w.rows.push_back({int_cell(x.threads), text_cell("-"), text_cell("-"), text_cell("-"), text_cell("-"), text_cell("-"),
-                                  text_cell(">= 1.50x"), text_cell("skipped: " + x.skipped), text_cell("-"), text_cell("-"), text_cell("-")});
+                                  text_cell(">= 1.50x"), text_cell("skipped: " + x.skipped), text_cell("-"), text_cell("-"), text_cell("-"),
+                                  text_cell("-"), text_cell("-")});
                 continue;
             }
             const bool compared = x.skipped.empty();
             w.rows.push_back({int_cell(x.threads), real_cell(x.kvlab_s.median, 3), real_cell(x.peer_s.median, 3),
                               ratio_cell(x.speedup.median), real_cell(x.kvlab_cores, 2), real_cell(x.peer_cores, 2),
                               text_cell(">= 1.50x"), compared ? judged(x.speedup.median >= 1.5) : text_cell("skipped: " + x.skipped),
-                              real_cell(spread_percent(x.speedup), 1), range(x.kvlab_s), range(x.peer_s)});
+                              real_cell(spread_percent(x.speedup), 1), real_cell(x.kvlab_s.min, 3), real_cell(x.kvlab_s.max, 3),
+                              real_cell(x.peer_s.min, 3), real_cell(x.peer_s.max, 3)});
         }
         w.notes.push_back("wall time from fork to exit of each process; cores = its CPU time (user + system) / wall time; a "
                           "thread count run.c does not use (cores well below it) is not compared");
-        w.notes.push_back("min-max: each program's fastest and slowest run, so that a median between two groups of runs "
+        w.notes.push_back("min, max: each program's fastest and slowest run, so that a median between two groups of runs "
                           "(a host that is sometimes slower for one program than the other) shows (docs/performance.md)");
         report.tables.push_back(std::move(w));
     }
