@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -359,13 +360,30 @@ std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
 // The host, for the JSON report: the CPU's model, the vector ISA flags that matter to these kernels, the
 // huge-page mode and the decode GEMV's stream count on this CPU.
 nlohmann::json host_info() {
+    // the first processor's flags and identity: a VM's "model name" is often generic ("AMD EPYC"), while
+    // vendor, family, model and stepping still tell the core apart (AMD family 25 is Zen 3 and 4, 26 Zen 5)
     std::ifstream in("/proc/cpuinfo");
     std::string line, flags;
-    while (std::getline(in, line))
-        if (line.rfind("flags", 0) == 0) {
-            flags = line.substr(line.find(':') + 1);
+    nlohmann::json id = nlohmann::json::object();
+    auto value = [&] {
+        const auto colon = line.find(':');
+        const auto start = colon == std::string::npos ? line.size() : line.find_first_not_of(" \t", colon + 1);
+        return start == std::string::npos ? std::string() : line.substr(start);
+    };
+    auto key_is = [&](const char* key) {  // "cpu family\t: 26": the key, then only tabs or spaces up to the colon
+        const std::size_t n = std::strlen(key);
+        return line.compare(0, n, key) == 0 && line.find_first_not_of(" \t", n) == line.find(':');
+    };
+    while (std::getline(in, line)) {
+        if (key_is("vendor_id")) id["vendor"] = value();
+        else if (key_is("cpu family")) id["family"] = std::atoi(value().c_str());
+        else if (key_is("model")) id["model"] = std::atoi(value().c_str());
+        else if (key_is("stepping")) id["stepping"] = std::atoi(value().c_str());
+        else if (key_is("flags")) {
+            flags = value();
             break;
         }
+    }
     std::vector<std::string> isa;
     for (const char* f : {"sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16", "amx_bf16"})
         if ((" " + flags + " ").find(std::string(" ") + f + " ") != std::string::npos) isa.emplace_back(f);
@@ -375,7 +393,7 @@ nlohmann::json host_info() {
     if (std::ifstream mode("/sys/kernel/mm/transparent_hugepage/enabled"); std::getline(mode, line))
         if (const auto open = line.find('['), close = line.find(']'); open != std::string::npos && close > open)
             thp = line.substr(open + 1, close - open - 1);
-    return {{"cores", omp_get_num_procs()}, {"isa", isa}, {"transparent_hugepages", thp.empty() ? "unknown" : thp},
+    return {{"cores", omp_get_num_procs()}, {"cpu_id", id}, {"isa", isa}, {"transparent_hugepages", thp.empty() ? "unknown" : thp},
             {"gemv_streams", gemv_streams()}};
 }
 
