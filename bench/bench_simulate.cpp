@@ -631,8 +631,8 @@ Report make_report(const BenchOptions& o, int n_threads, const References& ref, 
         }
         w.notes.push_back("wall time from fork to exit of each process; cores = its CPU time (user + system) / wall time; a "
                           "thread count run.c does not use (cores well below it) is not compared");
-        w.notes.push_back("min, max: each program's fastest and slowest run, so that a median between two groups of runs "
-                          "(a host that is sometimes slower for one program than the other) shows (docs/performance.md)");
+        w.notes.push_back("min, max: each program's fastest and slowest run; a wide range for one program and not the other "
+                          "means its runs fell into groups that the median hides (docs/performance.md)");
         report.tables.push_back(std::move(w));
     }
     return report;
