@@ -61,7 +61,14 @@ void dot_rows_n(const float* const (&row)[S], std::int64_t cols, const float* x,
             for (int t = 0; t < N; ++t) acc[s][t] = ei::pmadd(w, xj[t], acc[s][t]);
         }
     }
+    // Unrolled, like the loops above, so that no accumulator is indexed at run time: otherwise GCC 12
+    // keeps the array in memory and, for one token on 4 streams, stored and reloaded three of the four
+    // accumulators at every visit, a store-to-load round trip in each FMA chain. Over stories110M-shaped
+    // matrices (438 MB, 2 threads, Zen 5) the GEMV read at 0.83-0.91 of a plain 4-stream read with that,
+    // at 0.92-0.96 without; the sums are the same (docs/performance.md, "Accumulators in registers").
+#pragma GCC unroll 8
     for (int s = 0; s < S; ++s)
+#pragma GCC unroll 4
         for (int t = 0; t < N; ++t) {
             float sum = ei::predux(acc[s][t]);
             for (std::int64_t k = j; k < cols; ++k) sum += row[s][k] * x[t * ldx + k];
