@@ -32,7 +32,6 @@ constexpr int streams_for(int N) { return std::clamp((kRegisters - N - 1) / N, 1
 // Tokens gemm_rows runs this way. Up to 4, each token's weights come once from memory for all of them;
 // at 5..8 on AVX-512 (2 rows in flight) the packed tiles measured as fast or faster (docs/serving.md)
 constexpr std::int64_t kGemvMaxTokens = 4;
-constexpr std::int64_t kGemvPrefetchFloats = 512;  // how far ahead in each row one token's GEMV asks for lines (2 KiB)
 
 template <int S, int N>
 void dot_rows_n(const float* const (&row)[S], std::int64_t cols, const float* x, std::int64_t ldx, float* const (&out)[S], std::int64_t ldo) {
@@ -41,16 +40,14 @@ void dot_rows_n(const float* const (&row)[S], std::int64_t cols, const float* x,
         for (int t = 0; t < N; ++t) acc[s][t] = ei::pset1<Packet>(0.0f);
     std::int64_t j = 0;
     if constexpr (N == 1) {
-        // one token: 4 packets of each row per visit, with a prefetch of a line kGemvPrefetchFloats ahead
-        // (the read pattern that won the bench's decode replay on the Zen 5 host); the same multiply-adds
-        // in the same order as the loop below, so the sums do not change
+        // one token: 4 packets of each row per visit (the same multiply-adds in the same order as the loop
+        // below, so the sums do not change), no software prefetch: with the accumulators in registers
+        // (below) a prefetch 2 KiB ahead per visit made decodes 3-8 % slower (docs/performance.md)
         for (; j + 4 * kPacket <= cols; j += 4 * kPacket) {
             Packet xj[4];
             for (int u = 0; u < 4; ++u) xj[u] = ei::ploadu<Packet>(x + j + u * kPacket);
-            for (int s = 0; s < S; ++s) {
-                ei::prefetch(row[s] + j + kGemvPrefetchFloats);
+            for (int s = 0; s < S; ++s)
                 for (int u = 0; u < 4; ++u) acc[s][0] = ei::pmadd(ei::ploadu<Packet>(row[s] + j + u * kPacket), xj[u], acc[s][0]);
-            }
         }
     }
     for (; j + kPacket <= cols; j += kPacket) {
@@ -61,11 +58,11 @@ void dot_rows_n(const float* const (&row)[S], std::int64_t cols, const float* x,
             for (int t = 0; t < N; ++t) acc[s][t] = ei::pmadd(w, xj[t], acc[s][t]);
         }
     }
-    // Unrolled, like the loops above, so that no accumulator is indexed at run time: otherwise GCC 12
-    // keeps the array in memory and, for one token on 4 streams, stored and reloaded three of the four
-    // accumulators at every visit, a store-to-load round trip in each FMA chain. Over stories110M-shaped
-    // matrices (438 MB, 2 threads, Zen 5) the GEMV read at 0.83-0.91 of a plain 4-stream read with that,
-    // at 0.92-0.96 without; the sums are the same (docs/performance.md, "Accumulators in registers").
+    // Unrolled (as the compiler unrolls the loops above) so that no accumulator is indexed at run time:
+    // otherwise GCC 12 keeps the array in memory and, for one token on 4 streams, stored and reloaded
+    // three of the four accumulators at every visit, a store-to-load round trip in each FMA chain. Over
+    // stories110M-shaped matrices (438 MB, 2 threads, Zen 5) the GEMV read at 0.83-0.91 of a plain
+    // 4-stream read with that, at 0.92-0.96 without; the sums are the same (docs/performance.md).
 #pragma GCC unroll 8
     for (int s = 0; s < S; ++s)
 #pragma GCC unroll 4
