@@ -42,7 +42,7 @@ void dot_rows_n(const float* const (&row)[S], std::int64_t cols, const float* x,
     if constexpr (N == 1) {
         // one token: 4 packets of each row per visit (the same multiply-adds in the same order as the loop
         // below, so the sums do not change), no software prefetch: with the accumulators in registers
-        // (below) a prefetch 2 KiB ahead per visit made decodes 3-8 % slower (docs/performance.md)
+        // (below) a prefetch 2 KiB ahead per visit made decodes 3-13 % slower on Zen 5 (docs/performance.md)
         for (; j + 4 * kPacket <= cols; j += 4 * kPacket) {
             Packet xj[4];
             for (int u = 0; u < 4; ++u) xj[u] = ei::ploadu<Packet>(x + j + u * kPacket);
