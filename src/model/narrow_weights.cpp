@@ -102,6 +102,14 @@ void gemv_buffered(const NarrowMatrix& w, std::int64_t r0, std::int64_t nr, cons
 
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
 constexpr std::int64_t kPrefetchBytes = 512;  // how far ahead in each row the fused GEMV asks for lines (q8_0, the 256-bit pass)
+// The same for bf16 and fp16's AVX-512 pass. Without it their kernel read weights at 0.80-0.87 of a plain
+// 4-stream read on the Zen 5 host (six rounds), while fp32's, with half the arithmetic per byte, kept up
+// with the read: each row's chain of two multiply-adds per line waits for lines the hardware prefetchers
+// had not yet brought. 1024 bytes ahead (16 lines) read at 0.93-1.08 of the plain read, and decoded stories110M
+// 1.055x faster in bf16 (8 alternated rounds, all faster) and 1.067x in fp16 (6 of 6); 512 and 2048 bytes
+// ahead were slower than 1024 (docs/performance.md). Past a stream's last row it asks for lines it will
+// not read, which costs bandwidth but cannot fault.
+constexpr std::int64_t kWidePrefetchBytes = 1024;
 
 // R rows side by side (R streams in flight: narrow_gemv_streams, or one for the rows left over), each
 // 8 weights widened in a register and multiplied into the row's accumulator; one tree sums the
@@ -137,8 +145,7 @@ void gemv_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[R], cons
         // AVX-512: a 64-byte line of each row per pass, 32 values. bf16 needs no shuffle: the even values are
         // each 32-bit lane's low half shifted up, the odd ones its high half with the low half masked off,
         // multiplied by x's even and odd values (two permutes per pass, shared by the 8 rows); fp16: F16C on
-        // each 32-byte half. No software prefetch: in the one comparison made (Zen 5, a host shared with a
-        // compile) bf16 decoded at 248 tok/s without it and 230 with it (docs/performance.md).
+        // each 32-byte half. Each row's line kWidePrefetchBytes ahead is asked for at every pass.
         __m512 acc16[8];
         for (auto& a : acc16) a = _mm512_setzero_ps();
         const __m512i even_idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -151,6 +158,7 @@ void gemv_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[R], cons
             for (int r = 0; r < R; ++r) {
                 // (the maskz forms: GCC 12's plain ones start from an undefined register and warn)
                 const std::uint8_t* at = row[r] + 2 * j;
+                _mm_prefetch(reinterpret_cast<const char*>(at + kWidePrefetchBytes), _MM_HINT_T0);
                 const __m512i h = _mm512_loadu_si512(at);
                 const __m512 w0 = bf16 ? _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, h, 16))
                                        : _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
