@@ -102,20 +102,22 @@ void gemv_buffered(const NarrowMatrix& w, std::int64_t r0, std::int64_t nr, cons
 
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
 constexpr std::int64_t kPrefetchBytes = 512;  // how far ahead in each row the fused GEMV asks for lines (q8_0, the 256-bit pass)
-// The same for bf16 and fp16's AVX-512 pass. Without it their kernel read weights at 0.80-0.87 of a plain
+// The same for the AVX-512 passes. bf16 and fp16: without it their kernel read weights at 0.80-0.87 of a plain
 // 4-stream read on the Zen 5 host (six rounds), while fp32's, with half the arithmetic per byte, kept up
 // with the read: each row's chain of two multiply-adds per line waits for lines the hardware prefetchers
 // had not yet brought. 1024 bytes ahead (16 lines) read at 0.93-1.08 of the plain read, and decoded stories110M
 // 1.055x faster in bf16 (8 alternated rounds, all faster) and 1.067x in fp16 (6 of 6); 512 and 2048 bytes
-// ahead were slower than 1024 (docs/performance.md). Past a stream's last row it asks for lines it will
-// not read, which costs bandwidth but cannot fault.
+// ahead were slower than 1024 (docs/performance.md). q8_0 (a prefetch per 34-byte block): 1024 bytes ahead
+// decoded faster than 512 in 8 of 8 rounds (1.04x, median). Past a stream's last row it asks for lines
+// it will not read, which costs bandwidth but cannot fault.
 constexpr std::int64_t kWidePrefetchBytes = 1024;
 
 // R rows side by side (R streams in flight: narrow_gemv_streams, or one for the rows left over), each
-// 8 weights widened in a register and multiplied into the row's accumulator; one tree sums the
-// accumulators at the end (sum8, the rows past R zero: a row's sum is the same whatever R).
+// 8 weights (16 with AVX-512) widened in a register and multiplied into the row's accumulator; one tree
+// sums the accumulators at the end (sum8, the rows past R zero: a row's sum is the same whatever R).
 // bf16: a 16-bit shift into the top of an fp32; fp16: F16C; q8_0: per block of 32, the codes' dot
-// product with x, times the block's scale d. Writes y[0..7].
+// product with x, times the block's scale d. Writes y[0..7]. The AVX-512 passes add in another order
+// than the 256-bit ones, so the last bits of y depend on which one the build has.
 template <int R>
 void gemv_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[R], const float* x, float* y) {
     static_assert(R == 1 || R == 4 || R == 8, "1, 4 or 8 rows side by side");
@@ -124,6 +126,32 @@ void gemv_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[R], cons
     for (auto& a : acc) a = _mm256_setzero_ps();
     std::int64_t j = 0;
     if (w.dtype() == DType::q8_0) {
+#if defined(__AVX512F__)
+        // AVX-512: a block per pass, its 32 codes as two 16-lane halves, each widened int8 -> int32 -> fp32
+        // (exact) and multiplied by x; the halves' sum times d into the row's 16-lane accumulator. Half the
+        // instructions per block of the 256-bit pass below: stories110M decoded 1.38x faster with it
+        // (Zen 5, 6 alternated rounds, all faster), and reading 4 rows side by side instead of 8 was slower
+        // (6 of 8 rounds, 0.95x median).
+        __m512 acc16[8];
+        for (auto& a : acc16) a = _mm512_setzero_ps();
+        for (; j + kv_block_values <= cols; j += kv_block_values) {
+            const std::int64_t off = j / kv_block_values * static_cast<std::int64_t>(sizeof(BlockQ8_0));
+            const __m512 x0 = _mm512_loadu_ps(x + j), x1 = _mm512_loadu_ps(x + j + 16);
+            for (int r = 0; r < R; ++r) {
+                const std::uint8_t* blk = row[r] + off;
+                _mm_prefetch(reinterpret_cast<const char*>(blk + kWidePrefetchBytes), _MM_HINT_T0);
+                std::uint16_t dc;
+                std::memcpy(&dc, blk, 2);
+                const __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2))));
+                const __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18))));
+                const __m512 dot = _mm512_fmadd_ps(q1, x1, _mm512_mul_ps(q0, x0));
+                acc16[r] = _mm512_fmadd_ps(dot, _mm512_set1_ps(_cvtsh_ss(dc)), acc16[r]);
+            }
+        }
+        for (int r = 0; r < R; ++r)
+            acc[r] = _mm256_add_ps(_mm512_castps512_ps256(acc16[r]),
+                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc16[r]), 1)));
+#else
         for (; j + kv_block_values <= cols; j += kv_block_values) {
             const std::int64_t off = j / kv_block_values * static_cast<std::int64_t>(sizeof(BlockQ8_0));
             for (int r = 0; r < R; ++r) {
@@ -139,6 +167,7 @@ void gemv_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[R], cons
                 acc[r] = _mm256_fmadd_ps(dot, _mm256_set1_ps(_cvtsh_ss(dc)), acc[r]);
             }
         }
+#endif
     } else {
         const bool bf16 = w.dtype() == DType::bf16;
 #if defined(__AVX512F__)
