@@ -42,9 +42,9 @@ Reader pick_reader(const std::filesystem::path& path, std::filesystem::path& hf_
 
 }  // namespace
 
-LoadedModel load_checkpoint(const std::filesystem::path& path, std::optional<std::int64_t> n_layers) {
+LoadedModel load_checkpoint(const std::filesystem::path& path, std::optional<std::int64_t> n_layers, WeightPlacement placement) {
     std::filesystem::path hf_dir;
-    return pick_reader(path, hf_dir) == Reader::hf ? load_hf_checkpoint(hf_dir, n_layers) : load_llama2c_checkpoint(path, n_layers);
+    return pick_reader(path, hf_dir) == Reader::hf ? load_hf_checkpoint(hf_dir, n_layers) : load_llama2c_checkpoint(path, n_layers, placement);
 }
 
 std::int64_t layers_to_read(const ModelConfig& cfg, std::optional<std::int64_t> n_layers, const std::filesystem::path& path) {

@@ -18,12 +18,23 @@ struct LoadedModel {
     Weights weights;
 };
 
+// Where a llama2.c checkpoint's matrices live:
+// - huge_pages (the default): copied into one arena of huge pages in forward order. On a host whose page
+//   cache maps part of the file in 4 KiB pages the decode read them 1.6-1.7x faster than in place
+//   (docs/performance.md, "llama2.c checkpoints are copied into huge pages").
+// - mapped_file: used in place, views into the mapped file, as llama2.c's run.c reads them (the benchmark
+//   replays run.c's reads this way; simulate when only narrow copies of them are decoded); Weights::backing
+//   keeps the mapping.
+// A Hugging Face checkpoint's tensors are converted to fp32 as they are read, so they are always copied.
+enum class WeightPlacement { huge_pages, mapped_file };
+
 // A directory (or a *.safetensors file inside one) -> load_hf_checkpoint; any other file ->
 // load_llama2c_checkpoint. Throws FormatError / ConfigError on bad contents, IoError when unreadable.
 // With n_layers, only the first n_layers layers' tensors are read into weights.layers (simulate
 // --layers: the rest are never allocated); the config still describes the whole model.
 // Throws UsageError for n_layers outside 1..L.
-LoadedModel load_checkpoint(const std::filesystem::path& path, std::optional<std::int64_t> n_layers = std::nullopt);
+LoadedModel load_checkpoint(const std::filesystem::path& path, std::optional<std::int64_t> n_layers = std::nullopt,
+                            WeightPlacement placement = WeightPlacement::huge_pages);
 
 // How many layers a loader reads: n_layers, or all of them. Throws UsageError naming --layers.
 std::int64_t layers_to_read(const ModelConfig& cfg, std::optional<std::int64_t> n_layers, const std::filesystem::path& path);

@@ -26,13 +26,8 @@ std::uint64_t llama2c_file_bytes(const ModelConfig& cfg, Llama2cVersion version)
 // Throws FormatError naming the file for any header, size or dimension problem; InputError if it cannot be
 // opened, IoError if a read fails.
 // n_layers: see load_checkpoint.
-// Where the matrices live (the file holds them in kvlab's own layout, so either works):
-// - huge_pages (the default): copied into one arena of huge pages in forward order. On a host whose page
-//   cache maps part of the file in 4 KiB pages the decode read them 1.6-1.7x faster than in place
-//   (docs/performance.md, "llama2.c checkpoints are copied into huge pages").
-// - mapped_file: used in place, views into the mapped file, as llama2.c's run.c reads them (the benchmark
-//   replays run.c's reads this way); Weights::backing keeps the mapping.
-enum class WeightPlacement { huge_pages, mapped_file };
+// placement: where the matrices live (formats/checkpoint.hpp; the file holds them in kvlab's own layout,
+// so either works).
 LoadedModel load_llama2c_checkpoint(const std::filesystem::path& path, std::optional<std::int64_t> n_layers = std::nullopt,
                                     WeightPlacement placement = WeightPlacement::huge_pages);
 // The config alone (header checked against the file size, no tensor read): what a run must know

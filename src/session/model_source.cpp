@@ -28,9 +28,9 @@ ModelConfig resolve_model(ModelSource& src) {
     return real;
 }
 
-Weights load_model_weights(const ModelSource& src, const ModelConfig& cfg, std::uint64_t seed) {
+Weights load_model_weights(const ModelSource& src, const ModelConfig& cfg, std::uint64_t seed, WeightPlacement placement) {
     if (src.checkpoint.empty()) return random_weights(cfg, seed);
-    return load_checkpoint(src.checkpoint, cfg.n_layer).weights;  // --layers: only the first N are read
+    return load_checkpoint(src.checkpoint, cfg.n_layer, placement).weights;  // --layers: only the first N are read
 }
 
 std::uint64_t default_max_memory() {

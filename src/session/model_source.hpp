@@ -6,6 +6,7 @@
 
 #include "calc/model_config.hpp"
 #include "core/core_use.hpp"
+#include "formats/checkpoint.hpp"
 #include "model/weights.hpp"
 
 namespace kvlab {
@@ -21,8 +22,10 @@ struct ModelSource {
 // checkpoint, and its tokenizer unless one is named, as if given with --checkpoint (both filled in `src`).
 ModelConfig resolve_model(ModelSource& src);
 
-// The weights of `cfg` (its first cfg.n_layer layers): the checkpoint's, or random ones from `seed`.
-Weights load_model_weights(const ModelSource& src, const ModelConfig& cfg, std::uint64_t seed);
+// The weights of `cfg` (its first cfg.n_layer layers): the checkpoint's (a llama2.c file's matrices
+// placed as `placement` says), or random ones from `seed`.
+Weights load_model_weights(const ModelSource& src, const ModelConfig& cfg, std::uint64_t seed,
+                           WeightPlacement placement = WeightPlacement::huge_pages);
 
 // --max-memory's default: 75% of physical memory.
 std::uint64_t default_max_memory();

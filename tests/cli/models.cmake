@@ -50,6 +50,10 @@ kvlab_expect(RC 0 ARGS simulate --model tiny-llama --prompt "Once upon a time" -
              OUT "^Once upon a time" "fp32 +fp32 .* 4\\.69 MiB +[0-9.]+ +1\\.00x +- " "fp32 +q8_0 .* 1\\.25 MiB .* not measured"
                  "--no-quality: each format ran alone")
 kvlab_expect(RC 2 ARGS simulate --model tiny-llama --eval ${MODELS}/heldout.txt --no-quality ERR "--eval excludes --no-quality")
+# narrow weights alone: the checkpoint's fp32 matrices are read in place, only to be rounded (no fp32 copy in
+# memory), and the decode still writes PyTorch's greedy text (the fp32 reference's words, as above)
+kvlab_expect(RC 0 ARGS simulate --model tiny-llama --prompt "Once upon a time" -n 48 -q --threads 1 --weight-dtype q8_0 --no-quality
+             OUT "^Once upon a time, in a small village, there lived a little boy named Tom\\. He lived with his")
 # and their perplexity beside the fp32 model's (1.1918, the PyTorch value above)
 kvlab_expect(RC 0 ARGS simulate --model tiny-llama --eval ${MODELS}/heldout.txt --weight-dtype bf16
              OUT "fp32 weights, fp32 full cache \\(reference\\) +255 +1 +254 .* 1\\.1917[89][0-9]" "fp32, bf16 weights +255 +1 +254 ")
