@@ -32,6 +32,7 @@ struct ChildRun {
     std::uint64_t peak_rss = 0;
     double wall_s = 0;  // fork to exit
     double cpu_s = 0;   // user + system time of the child and its threads
+    double sys_s = 0;   // of which system time (the kernel's: page faults, zeroing fresh pages, file reads)
 };
 
 inline ChildRun run_child(const std::vector<std::string>& args, const std::vector<std::string>& env_extra = {}) {
@@ -86,7 +87,8 @@ inline ChildRun run_child(const std::vector<std::string>& args, const std::vecto
     run.wall_s = seconds_since(t0);
     run.peak_rss = static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // ru_maxrss is in KiB on Linux
     auto secs = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + 1e-6 * static_cast<double>(tv.tv_usec); };
-    run.cpu_s = secs(usage.ru_utime) + secs(usage.ru_stime);
+    run.sys_s = secs(usage.ru_stime);
+    run.cpu_s = secs(usage.ru_utime) + run.sys_s;
     return run;
 }
 
@@ -132,6 +134,9 @@ struct WholeProcess {
     std::string skipped;            // why not compared, when not empty
     Stat kvlab_s, peer_s, speedup;  // wall seconds; speedup per pair = peer wall / kvlab wall
     double kvlab_cores = 0, peer_cores = 0;  // CPU time / wall time (medians)
+    // system time (medians): where a program's wall time goes to the kernel, faulting in fresh memory above
+    // all (on a virtual machine the host may have to back each new huge page first; docs/performance.md)
+    double kvlab_sys_s = 0, peer_sys_s = 0;
 };
 
 inline WholeProcess compare_whole_process(int threads, int repeats, const std::vector<std::string>& kvlab_args,
@@ -143,7 +148,7 @@ inline WholeProcess compare_whole_process(int threads, int repeats, const std::v
         w.skipped = fmt::format("this machine has {} core(s)", omp_get_num_procs());
         return w;
     }
-    std::vector<double> ks, ps, ratio, kc, pc;
+    std::vector<double> ks, ps, ratio, kc, pc, ksys, psys;
     for (int r = 0; r < repeats; ++r) {
         ChildRun k, c;
         if (r % 2 == 0) {
@@ -158,12 +163,16 @@ inline WholeProcess compare_whole_process(int threads, int repeats, const std::v
         ratio.push_back(c.wall_s / k.wall_s);
         kc.push_back(k.cpu_s / k.wall_s);
         pc.push_back(c.cpu_s / c.wall_s);
+        ksys.push_back(k.sys_s);
+        psys.push_back(c.sys_s);
     }
     w.kvlab_s = stat_of(ks);
     w.peer_s = stat_of(ps);
     w.speedup = stat_of(ratio);
     w.kvlab_cores = stat_of(kc).median;
     w.peer_cores = stat_of(pc).median;
+    w.kvlab_sys_s = stat_of(ksys).median;
+    w.peer_sys_s = stat_of(psys).median;
     if (threads > 1 && w.peer_cores < 0.75 * threads)
         w.skipped = fmt::format("{} used {:.2f} cores of {} (CPU time / wall time): built without -fopenmp?", peer_name, w.peer_cores, threads);
     return w;
