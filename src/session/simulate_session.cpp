@@ -244,7 +244,7 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     // With --no-quality and narrow weights only, no run decodes with the fp32 matrices: they are read once,
     // to build the narrow copies, so a llama2.c checkpoint's are used in place (its page cache) instead of
     // being copied into fresh memory first, which on a virtual machine can cost more than the decode
-    // (docs/performance.md, "Fresh memory").
+    // (docs/performance.md, "llama2.c checkpoints are copied into huge pages").
     const bool fp32_read_once = o.no_quality && std::none_of(p.policies.begin(), p.policies.end(), [](const PreparedSimulation::Policy& k) {
                                     return k.weights == DType::fp32;
                                 });
