@@ -112,6 +112,13 @@ constexpr std::int64_t kPrefetchBytes = 512;  // how far ahead in each row the f
 // it will not read, which costs bandwidth but cannot fault.
 constexpr std::int64_t kWidePrefetchBytes = 1024;
 
+#if defined(__AVX512F__)
+// A row's 16-lane accumulator folded onto the 8 lanes of its 256-bit one (lane i + lane i+8), which sum8 adds up.
+__m256 fold_halves(__m512 v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+#endif
+
 // R rows side by side (R streams in flight: narrow_gemv_streams, or one for the rows left over), each
 // 8 weights (16 with AVX-512) widened in a register and multiplied into the row's accumulator; one tree
 // sums the accumulators at the end (sum8, the rows past R zero: a row's sum is the same whatever R).
@@ -148,9 +155,7 @@ void gemv_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[R], cons
                 acc16[r] = _mm512_fmadd_ps(dot, _mm512_set1_ps(_cvtsh_ss(dc)), acc16[r]);
             }
         }
-        for (int r = 0; r < R; ++r)
-            acc[r] = _mm256_add_ps(_mm512_castps512_ps256(acc16[r]),
-                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc16[r]), 1)));
+        for (int r = 0; r < R; ++r) acc[r] = fold_halves(acc16[r]);
 #else
         for (; j + kv_block_values <= cols; j += kv_block_values) {
             const std::int64_t off = j / kv_block_values * static_cast<std::int64_t>(sizeof(BlockQ8_0));
@@ -197,9 +202,7 @@ void gemv_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[R], cons
                 acc16[r] = _mm512_fmadd_ps(w1, x1, acc16[r]);
             }
         }
-        for (int r = 0; r < R; ++r)  // each row's 16 lanes folded onto the 8 of its 256-bit accumulator
-            acc[r] = _mm256_add_ps(_mm512_castps512_ps256(acc16[r]),
-                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc16[r]), 1)));
+        for (int r = 0; r < R; ++r) acc[r] = fold_halves(acc16[r]);
 #endif
         auto widen = [bf16](__m128i h) { return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h); };
         for (; j + 16 <= cols; j += 16) {  // 32 bytes of each row per pass, the next lines prefetched
