@@ -213,11 +213,12 @@ ModelResult bench_model(const std::string& model, const BenchOptions& o, Referen
 }
 
 // llama2.c comparison: `kvlab simulate --checkpoint` (the binary of this build) and run.c decode the same
-// random-weight checkpoint of each shape, greedy from BOS, the same positions. Two questions:
+// random-weight checkpoint of each shape, greedy from BOS, the same positions. Three questions:
 // - decode speed as each program prints it (forward calls only), at the bench's thread count;
 // - whole-process wall time of the same generation (start, load, decode, exit), kvlab and run.c run in
 //   pairs in alternating order, at 1 and 2 threads; a thread count run.c cannot use (CPU time / wall
-//   time well below it: built without OpenMP) is skipped, not compared.
+//   time well below it: built without OpenMP) is skipped, not compared;
+// - the same for one token (`-n 1`: start, load, one forward, exit), the time to the first token.
 struct PeerResult {
     std::string preset;   // the shape's preset
     std::string shape;    // display name of the shape
@@ -232,6 +233,9 @@ struct PeerResult {
     Stat ceiling_tok, file_ceiling_tok;
     ReadPattern ceiling_pattern{}, file_ceiling_pattern{};
     std::vector<WholeProcess> whole;
+    // the same with one token (start, load, one forward, exit): issue 19's "time to the first token at most
+    // run.c's"; a thread count skipped above is skipped here too
+    std::vector<WholeProcess> first_token;
     std::string command_kvlab, command_peer;
 };
 
@@ -291,17 +295,20 @@ std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
                         kv_bytes_sequence(cfg, DType::fp32, static_cast<std::uint64_t>(o.peer_steps - 1), WindowMode::cap).total() +
                         static_cast<std::uint64_t>(cfg.n_vocab) * sizeof(float);
         const std::string steps = std::to_string(o.peer_steps);
-        auto kvlab_args = [&](int threads, bool with_trace) {
+        auto kvlab_args = [&](int threads, bool with_trace, const std::string& n) {
             // prompt = BOS, greedy; with a trace: per-step forward times, steps 1.. (positions 1..steps-1)
             std::vector<std::string> a = {KVLAB_CLI_PATH, "simulate", "-q", "--checkpoint", ckpt.string(), "--mode", "cached",
-                                          "--prompt-ids", "1", "-n", steps, "--threads", std::to_string(threads), "-f", "json"};
+                                          "--prompt-ids", "1", "-n", n, "--threads", std::to_string(threads), "-f", "json"};
             if (with_trace) a.insert(a.end(), {"--trace", trace.string()});
             return a;
         };
         // run.c: empty prompt = BOS, greedy; it times forwards 1..steps-1 and prints tok/s on stderr
-        const std::vector<std::string> peer_args = {run_path.string(), ckpt.string(), "-z", tokenizer.string(), "-t", "0", "-n", steps};
+        auto run_args = [&](const std::string& n) {
+            return std::vector<std::string>{run_path.string(), ckpt.string(), "-z", tokenizer.string(), "-t", "0", "-n", n};
+        };
+        const std::vector<std::string> peer_args = run_args(steps);
         auto omp_env = [](int threads) { return "OMP_NUM_THREADS=" + std::to_string(threads); };
-        for (const auto& a : kvlab_args(n_threads, true)) p.command_kvlab += (p.command_kvlab.empty() ? "" : " ") + a;
+        for (const auto& a : kvlab_args(n_threads, true, steps)) p.command_kvlab += (p.command_kvlab.empty() ? "" : " ") + a;
         p.command_peer = omp_env(n_threads);
         for (const auto& a : peer_args) p.command_peer += " " + a;
 
@@ -318,7 +325,7 @@ std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
         };
         for (int r = 0; r < o.repeats; ++r) {
             const ReplaySample copy_before = sample(WeightPlacement::huge_pages);
-            const ChildRun k = run_child(kvlab_args(n_threads, true));
+            const ChildRun k = run_child(kvlab_args(n_threads, true, steps));
             keep_better(copy_before, sample(WeightPlacement::huge_pages), ceil_copy, wins_copy);
             const StepTrace t = read_step_trace(trace);
             std::int64_t wall_ns = 0;
@@ -350,7 +357,18 @@ std::vector<PeerResult> bench_peer(const BenchOptions& o, int n_threads) {
         p.peer_rss = static_cast<std::uint64_t>(stat_of(rss_theirs).median);
 
         for (const int threads : {1, 2})
-            p.whole.push_back(compare_whole_process(threads, o.repeats, kvlab_args(threads, false), peer_args, {omp_env(threads)}, "run.c"));
+            p.whole.push_back(compare_whole_process(threads, o.repeats, kvlab_args(threads, false, steps), peer_args, {omp_env(threads)}, "run.c"));
+        // one token each (`-n 1`: BOS in, one forward, one token out), the peer's threads checked above
+        for (const WholeProcess& w : p.whole) {
+            WholeProcess f;
+            if (w.skipped.empty())
+                f = compare_whole_process(w.threads, o.repeats, kvlab_args(w.threads, false, "1"), run_args("1"), {omp_env(w.threads)}, "run.c", false);
+            else {
+                f.threads = w.threads;
+                f.skipped = w.skipped;
+            }
+            p.first_token.push_back(f);
+        }
         p.ran = true;
         out.push_back(std::move(p));
     }
@@ -413,6 +431,43 @@ std::string utc_now() {
 }
 
 double spread_percent(const Stat& s) { return s.median > 0 ? 100.0 * (s.max - s.min) / s.median : 0.0; }
+
+// One whole-process comparison with run.c as a table: per thread count the medians, each program's CPU use
+// and system time, run.c / kvlab against `target` (judged by `judged`, which knows whether the references
+// held), and each program's fastest and slowest run.
+template <typename Judge>
+Table whole_process_table(std::string title, const std::vector<WholeProcess>& rows, double target, Judge judged) {
+    Table w;
+    w.title = std::move(title);
+    w.columns = {{"threads", "threads"}, {"kvlab_s", "kvlab (s)"}, {"peer_s", "run.c (s)"}, {"speedup", "run.c / kvlab"},
+                 {"kvlab_cores", "kvlab cores"}, {"peer_cores", "run.c cores"}, {"kvlab_sys_s", "kvlab sys (s)"},
+                 {"peer_sys_s", "run.c sys (s)"}, {"target", "target", false}, {"met", "met", false},
+                 {"spread_percent", "spread (%)"}, {"kvlab_min_s", "kvlab min (s)"}, {"kvlab_max_s", "kvlab max (s)"},
+                 {"peer_min_s", "run.c min (s)"}, {"peer_max_s", "run.c max (s)"}};
+    const std::string target_text = fmt::format(">= {:.2f}x", target);
+    for (const WholeProcess& x : rows) {
+        if (!x.skipped.empty() && x.kvlab_s.n == 0) {
+            w.rows.push_back({int_cell(x.threads), text_cell("-"), text_cell("-"), text_cell("-"), text_cell("-"), text_cell("-"),
+                              text_cell("-"), text_cell("-"), text_cell(target_text), text_cell("skipped: " + x.skipped), text_cell("-"),
+                              text_cell("-"), text_cell("-"), text_cell("-"), text_cell("-")});
+            continue;
+        }
+        const bool compared = x.skipped.empty();
+        w.rows.push_back({int_cell(x.threads), real_cell(x.kvlab_s.median, 3), real_cell(x.peer_s.median, 3),
+                          ratio_cell(x.speedup.median), real_cell(x.kvlab_cores, 2), real_cell(x.peer_cores, 2),
+                          real_cell(x.kvlab_sys_s, 3), real_cell(x.peer_sys_s, 3),
+                          text_cell(target_text), compared ? judged(x.speedup.median >= target) : text_cell("skipped: " + x.skipped),
+                          real_cell(spread_percent(x.speedup), 1), real_cell(x.kvlab_s.min, 3), real_cell(x.kvlab_s.max, 3),
+                          real_cell(x.peer_s.min, 3), real_cell(x.peer_s.max, 3)});
+    }
+    w.notes.push_back("wall time from fork to exit of each process; cores = its CPU time (user + system) / wall time; a "
+                      "thread count run.c does not use (cores well below it over the long generation) is not compared; sys: its "
+                      "system time (median), mostly page faults: kvlab copies the weights into fresh huge pages, run.c maps the "
+                      "file's page cache");
+    w.notes.push_back("min, max: each program's fastest and slowest run; a wide range for one program and not the other "
+                      "means its runs fell into groups that the median hides (docs/performance.md)");
+    return w;
+}
 
 Report make_report(const BenchOptions& o, int n_threads, const References& ref, const std::vector<ModelResult>& models,
                    const std::vector<RssResult>& rss, std::uint64_t rss_floor, const std::vector<PeerResult>& peers) {
@@ -608,35 +663,12 @@ Report make_report(const BenchOptions& o, int n_threads, const References& ref, 
         t.notes.push_back("run.c: " + peer.command_peer);
         report.tables.push_back(std::move(t));
 
-        Table w;
-        w.title = fmt::format("whole process vs llama2.c run.c, {} checkpoint: start, load, {} steps, exit (pairs in "
-                              "alternating order, medians)", peer.shape, o.peer_steps);
-        w.columns = {{"threads", "threads"}, {"kvlab_s", "kvlab (s)"}, {"peer_s", "run.c (s)"}, {"speedup", "run.c / kvlab"},
-                     {"kvlab_cores", "kvlab cores"}, {"peer_cores", "run.c cores"}, {"kvlab_sys_s", "kvlab sys (s)"},
-                     {"peer_sys_s", "run.c sys (s)"}, {"target", "target", false}, {"met", "met", false},
-                     {"spread_percent", "spread (%)"}, {"kvlab_min_s", "kvlab min (s)"}, {"kvlab_max_s", "kvlab max (s)"},
-                     {"peer_min_s", "run.c min (s)"}, {"peer_max_s", "run.c max (s)"}};
-        for (const WholeProcess& x : peer.whole) {
-            if (!x.skipped.empty() && x.kvlab_s.n == 0) {
-                w.rows.push_back({int_cell(x.threads), text_cell("-"), text_cell("-"), text_cell("-"), text_cell("-"), text_cell("-"),
-                                  text_cell("-"), text_cell("-"), text_cell(">= 1.50x"), text_cell("skipped: " + x.skipped), text_cell("-"), text_cell("-"), text_cell("-"),
-                                  text_cell("-"), text_cell("-")});
-                continue;
-            }
-            const bool compared = x.skipped.empty();
-            w.rows.push_back({int_cell(x.threads), real_cell(x.kvlab_s.median, 3), real_cell(x.peer_s.median, 3),
-                              ratio_cell(x.speedup.median), real_cell(x.kvlab_cores, 2), real_cell(x.peer_cores, 2),
-                              real_cell(x.kvlab_sys_s, 3), real_cell(x.peer_sys_s, 3),
-                              text_cell(">= 1.50x"), compared ? judged(x.speedup.median >= 1.5) : text_cell("skipped: " + x.skipped),
-                              real_cell(spread_percent(x.speedup), 1), real_cell(x.kvlab_s.min, 3), real_cell(x.kvlab_s.max, 3),
-                              real_cell(x.peer_s.min, 3), real_cell(x.peer_s.max, 3)});
-        }
-        w.notes.push_back("wall time from fork to exit of each process; cores = its CPU time (user + system) / wall time; a "
-                          "thread count run.c does not use (cores well below it) is not compared; sys: its system time (median), "
-                          "mostly page faults: kvlab copies the weights into fresh huge pages, run.c maps the file's page cache");
-        w.notes.push_back("min, max: each program's fastest and slowest run; a wide range for one program and not the other "
-                          "means its runs fell into groups that the median hides (docs/performance.md)");
-        report.tables.push_back(std::move(w));
+        report.tables.push_back(whole_process_table(fmt::format("whole process vs llama2.c run.c, {} checkpoint: start, load, {} steps, "
+                                                                "exit (pairs in alternating order, medians)", peer.shape, o.peer_steps),
+                                                    peer.whole, 1.5, judged));
+        report.tables.push_back(whole_process_table(fmt::format("time to the first token vs llama2.c run.c, {} checkpoint: start, load, "
+                                                                "one forward, exit (-n 1; pairs in alternating order, medians)", peer.shape),
+                                                    peer.first_token, 1.0, judged));
     }
     return report;
 }
