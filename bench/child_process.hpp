@@ -129,8 +129,8 @@ inline double peer_tokens_per_s(const ChildRun& run, const std::string& command)
 // `repeats` pairs whose order alternates, both with `threads` threads (the peer through `peer_env`). A
 // peer that does not use the threads it is given (CPU time / wall time well below them: built without
 // OpenMP) is marked skipped rather than compared; so is a thread count the machine does not have. A run
-// too short for that test (one token: loading, which no program spreads over threads, is most of it)
-// passes check_peer_threads = false, its caller having checked the peer on a long generation.
+// too short for that test (one token: loading is most of it, and run.c loads on one thread) passes
+// check_peer_threads = false, its caller having checked the peer on a long generation.
 struct WholeProcess {
     int threads = 0;
     std::string skipped;            // why not compared, when not empty
