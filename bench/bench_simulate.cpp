@@ -430,45 +430,6 @@ std::string utc_now() {
     return buf;
 }
 
-double spread_percent(const Stat& s) { return s.median > 0 ? 100.0 * (s.max - s.min) / s.median : 0.0; }
-
-// One whole-process comparison with run.c as a table: per thread count the medians, each program's CPU use
-// and system time, run.c / kvlab against `target` (judged by `judged`, which knows whether the references
-// held), and each program's fastest and slowest run.
-template <typename Judge>
-Table whole_process_table(std::string title, const std::vector<WholeProcess>& rows, double target, Judge judged) {
-    Table w;
-    w.title = std::move(title);
-    w.columns = {{"threads", "threads"}, {"kvlab_s", "kvlab (s)"}, {"peer_s", "run.c (s)"}, {"speedup", "run.c / kvlab"},
-                 {"kvlab_cores", "kvlab cores"}, {"peer_cores", "run.c cores"}, {"kvlab_sys_s", "kvlab sys (s)"},
-                 {"peer_sys_s", "run.c sys (s)"}, {"target", "target", false}, {"met", "met", false},
-                 {"spread_percent", "spread (%)"}, {"kvlab_min_s", "kvlab min (s)"}, {"kvlab_max_s", "kvlab max (s)"},
-                 {"peer_min_s", "run.c min (s)"}, {"peer_max_s", "run.c max (s)"}};
-    const std::string target_text = fmt::format(">= {:.2f}x", target);
-    for (const WholeProcess& x : rows) {
-        if (!x.skipped.empty() && x.kvlab_s.n == 0) {
-            w.rows.push_back({int_cell(x.threads), text_cell("-"), text_cell("-"), text_cell("-"), text_cell("-"), text_cell("-"),
-                              text_cell("-"), text_cell("-"), text_cell(target_text), text_cell("skipped: " + x.skipped), text_cell("-"),
-                              text_cell("-"), text_cell("-"), text_cell("-"), text_cell("-")});
-            continue;
-        }
-        const bool compared = x.skipped.empty();
-        w.rows.push_back({int_cell(x.threads), real_cell(x.kvlab_s.median, 3), real_cell(x.peer_s.median, 3),
-                          ratio_cell(x.speedup.median), real_cell(x.kvlab_cores, 2), real_cell(x.peer_cores, 2),
-                          real_cell(x.kvlab_sys_s, 3), real_cell(x.peer_sys_s, 3),
-                          text_cell(target_text), compared ? judged(x.speedup.median >= target) : text_cell("skipped: " + x.skipped),
-                          real_cell(spread_percent(x.speedup), 1), real_cell(x.kvlab_s.min, 3), real_cell(x.kvlab_s.max, 3),
-                          real_cell(x.peer_s.min, 3), real_cell(x.peer_s.max, 3)});
-    }
-    w.notes.push_back("wall time from fork to exit of each process; cores = its CPU time (user + system) / wall time; a "
-                      "thread count run.c does not use (cores well below it over the long generation) is not compared; sys: its "
-                      "system time (median), mostly page faults: kvlab copies the weights into fresh huge pages, run.c maps the "
-                      "file's page cache");
-    w.notes.push_back("min, max: each program's fastest and slowest run; a wide range for one program and not the other "
-                      "means its runs fell into groups that the median hides (docs/performance.md)");
-    return w;
-}
-
 Report make_report(const BenchOptions& o, int n_threads, const References& ref, const std::vector<ModelResult>& models,
                    const std::vector<RssResult>& rss, std::uint64_t rss_floor, const std::vector<PeerResult>& peers) {
     const Stat bw = stat_of(ref.bw_samples), gemm = stat_of(ref.gemm_samples);
@@ -663,12 +624,17 @@ Report make_report(const BenchOptions& o, int n_threads, const References& ref, 
         t.notes.push_back("run.c: " + peer.command_peer);
         report.tables.push_back(std::move(t));
 
-        report.tables.push_back(whole_process_table(fmt::format("whole process vs llama2.c run.c, {} checkpoint: start, load, {} steps, "
-                                                                "exit (pairs in alternating order, medians)", peer.shape, o.peer_steps),
-                                                    peer.whole, 1.5, judged));
-        report.tables.push_back(whole_process_table(fmt::format("time to the first token vs llama2.c run.c, {} checkpoint: start, load, "
-                                                                "one forward, exit (-n 1; pairs in alternating order, medians)", peer.shape),
-                                                    peer.first_token, 1.0, judged));
+        const std::string loads = "at load, kvlab copies the weights into fresh huge pages and run.c maps the file's page cache";
+        Table w = whole_process_table(fmt::format("whole process vs llama2.c run.c, {} checkpoint: start, load, {} steps, exit (pairs "
+                                                  "in alternating order, medians)", peer.shape, o.peer_steps),
+                                      peer.whole, "run.c", 1.5, judged);
+        w.notes.push_back(loads);
+        report.tables.push_back(std::move(w));
+        Table f = whole_process_table(fmt::format("time to the first token vs llama2.c run.c, {} checkpoint: start, load, one forward, "
+                                                  "exit (-n 1; pairs in alternating order, medians)", peer.shape),
+                                      peer.first_token, "run.c", 1.0, judged);
+        f.notes.push_back(loads);
+        report.tables.push_back(std::move(f));
     }
     return report;
 }

@@ -105,37 +105,19 @@ std::vector<Table> peer_tables(const ModelConfig& cfg, const Weights& w, int n_t
     if (!peer_threads_real)
         t.notes.push_back(fmt::format("runq used {:.2f} cores of {}: built without -fopenmp? Not compared", cores, n_threads));
 
-    Table wt;
-    wt.title = fmt::format("whole process, q8_0 vs llama2.c runq.c: {}, start, load, {} steps, exit (pairs in alternating order, medians)",
-                           cfg.display_name, steps);
-    wt.columns = {{"threads", "threads"}, {"kvlab_s", "kvlab (s)"}, {"peer_s", "runq.c (s)"}, {"speedup", "runq.c / kvlab"},
-                  {"kvlab_cores", "kvlab cores"}, {"peer_cores", "runq.c cores"}, {"kvlab_sys_s", "kvlab sys (s)"}, {"peer_sys_s", "runq.c sys (s)"},
-                  {"compared", "compared", false}, {"spread_percent", "spread (%)"},
-                  {"kvlab_min_s", "kvlab min (s)"}, {"kvlab_max_s", "kvlab max (s)"}, {"peer_min_s", "runq.c min (s)"},
-                  {"peer_max_s", "runq.c max (s)"}};
+    std::vector<bench::WholeProcess> whole;
     for (const int threads : {1, 2}) {
         const std::vector<std::string> kvlab_args = {KVLAB_CLI_PATH, "simulate", "-q", "--checkpoint", fp32_ckpt.string(), "--mode", "cached",
                                                      "--prompt-ids", "1", "-n", n, "--threads", std::to_string(threads),
                                                      "--weight-dtype", "q8_0", "--no-quality", "-f", "json"};
-        const bench::WholeProcess x = bench::compare_whole_process(threads, repeats, kvlab_args, runq_args, omp_env(threads), "runq.c");
-        if (x.kvlab_s.n == 0) {
-            wt.rows.push_back({int_cell(threads), text_cell("-"), text_cell("-"), text_cell("-"), text_cell("-"), text_cell("-"),
-                               text_cell("-"), text_cell("-"), text_cell("skipped: " + x.skipped), text_cell("-"), text_cell("-"), text_cell("-"), text_cell("-"),
-                               text_cell("-")});
-            continue;
-        }
-        const double spread = x.speedup.median > 0 ? 100.0 * (x.speedup.max - x.speedup.min) / x.speedup.median : 0.0;
-        wt.rows.push_back({int_cell(threads), real_cell(x.kvlab_s.median, 3), real_cell(x.peer_s.median, 3), ratio_cell(x.speedup.median),
-                           real_cell(x.kvlab_cores, 2), real_cell(x.peer_cores, 2), real_cell(x.kvlab_sys_s, 3), real_cell(x.peer_sys_s, 3),
-                           text_cell(x.skipped.empty() ? "yes" : "skipped: " + x.skipped),
-                           real_cell(spread, 1), real_cell(x.kvlab_s.min, 3), real_cell(x.kvlab_s.max, 3), real_cell(x.peer_s.min, 3),
-                           real_cell(x.peer_s.max, 3)});
+        whole.push_back(bench::compare_whole_process(threads, repeats, kvlab_args, runq_args, omp_env(threads), "runq.c"));
     }
-    wt.notes.push_back("kvlab: simulate --checkpoint (the fp32 llama2.c file) --weight-dtype q8_0 --no-quality: it reads the fp32 weights "
+    Table wt = bench::whole_process_table(fmt::format("whole process, q8_0 vs llama2.c runq.c: {}, start, load, {} steps, exit (pairs in "
+                                                      "alternating order, medians)", cfg.display_name, steps),
+                                          whole, "runq.c", 0.0, [](bool) { return text_cell("-"); });
+    wt.notes.insert(wt.notes.begin(), "kvlab: simulate --checkpoint (the fp32 llama2.c file) --weight-dtype q8_0 --no-quality: it reads the fp32 weights "
                        "in place (mapped) and quantizes them at load into fresh huge pages; runq maps its int8 file (llama2.c v2) of the "
                        "same weights and uses it in place, but for the token embedding, widened to fp32 into its heap");
-    wt.notes.push_back("wall time from fork to exit of each process; cores = CPU time (user + system) / wall time; sys: system time "
-                       "(median), mostly page faults; min, max: each program's fastest and slowest run");
     return {t, wt};
 }
 

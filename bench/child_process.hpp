@@ -21,6 +21,7 @@
 
 #include "bench_references.hpp"
 #include "core/error.hpp"
+#include "core/printer.hpp"
 
 namespace kvlab::bench {
 
@@ -177,6 +178,49 @@ inline WholeProcess compare_whole_process(int threads, int repeats, const std::v
     w.peer_sys_s = stat_of(psys).median;
     if (check_peer_threads && threads > 1 && w.peer_cores < 0.75 * threads)
         w.skipped = fmt::format("{} used {:.2f} cores of {} (CPU time / wall time): built without -fopenmp?", peer_name, w.peer_cores, threads);
+    return w;
+}
+
+// (max - min) / median of repeats, in percent: how far a figure moved between them.
+inline double spread_percent(const Stat& s) { return s.median > 0 ? 100.0 * (s.max - s.min) / s.median : 0.0; }
+
+// compare_whole_process's results as a table, a row per thread count: both programs' medians, the ratio
+// (peer / kvlab), each one's CPU use and system time, and each one's fastest and slowest run. With a
+// target (> 0) the ratio is judged against it by `judged(bool)` (which knows whether the bench's
+// references held); without, a column says whether the pair was compared. The caller adds a note on
+// what each program does at load.
+template <typename Judge>
+Table whole_process_table(std::string title, const std::vector<WholeProcess>& rows, const std::string& peer, double target, Judge judged) {
+    Table w;
+    w.title = std::move(title);
+    const bool judging = target > 0;
+    w.columns = {{"threads", "threads"}, {"kvlab_s", "kvlab (s)"}, {"peer_s", peer + " (s)"}, {"speedup", peer + " / kvlab"},
+                 {"kvlab_cores", "kvlab cores"}, {"peer_cores", peer + " cores"}, {"kvlab_sys_s", "kvlab sys (s)"},
+                 {"peer_sys_s", peer + " sys (s)"}};
+    if (judging) w.columns.insert(w.columns.end(), {{"target", "target", false}, {"met", "met", false}});
+    else w.columns.push_back({"compared", "compared", false});
+    w.columns.insert(w.columns.end(), {{"spread_percent", "spread (%)"}, {"kvlab_min_s", "kvlab min (s)"}, {"kvlab_max_s", "kvlab max (s)"},
+                                       {"peer_min_s", peer + " min (s)"}, {"peer_max_s", peer + " max (s)"}});
+    const std::string target_text = fmt::format(">= {:.2f}x", target);
+    for (const WholeProcess& x : rows) {
+        const bool ran = x.kvlab_s.n > 0, compared = x.skipped.empty();
+        const Cell skipped = text_cell("skipped: " + x.skipped);
+        std::vector<Cell> row = {int_cell(x.threads)};
+        auto real_or_dash = [&](double v, int decimals) { return ran ? real_cell(v, decimals) : text_cell("-"); };
+        row.insert(row.end(), {real_or_dash(x.kvlab_s.median, 3), real_or_dash(x.peer_s.median, 3),
+                               ran ? ratio_cell(x.speedup.median) : text_cell("-"), real_or_dash(x.kvlab_cores, 2),
+                               real_or_dash(x.peer_cores, 2), real_or_dash(x.kvlab_sys_s, 3), real_or_dash(x.peer_sys_s, 3)});
+        if (judging) row.insert(row.end(), {text_cell(target_text), compared ? judged(x.speedup.median >= target) : skipped});
+        else row.push_back(compared ? text_cell("yes") : skipped);
+        row.insert(row.end(), {real_or_dash(spread_percent(x.speedup), 1), real_or_dash(x.kvlab_s.min, 3), real_or_dash(x.kvlab_s.max, 3),
+                               real_or_dash(x.peer_s.min, 3), real_or_dash(x.peer_s.max, 3)});
+        w.rows.push_back(std::move(row));
+    }
+    w.notes.push_back(fmt::format("wall time from fork to exit of each process; cores = its CPU time (user + system) / wall time; a "
+                                  "thread count {} does not use (cores well below it over a long generation) is not compared; sys: "
+                                  "its system time (median), mostly page faults", peer));
+    w.notes.push_back("min, max: each program's fastest and slowest run; a wide range for one program and not the other "
+                      "means its runs fell into groups that the median hides (docs/performance.md)");
     return w;
 }
 
