@@ -292,11 +292,12 @@ TEST_CASE("WeightPlacement::mapped_file uses a llama2.c checkpoint's matrices in
     m.emplace(load_llama2c_checkpoint(path, std::nullopt, WeightPlacement::mapped_file));
     const Weights w = m->weights;  // a copy shares the mapping
     m.reset();
-    REQUIRE(w.backing != nullptr);
+    REQUIRE(w.mapped != nullptr);
+    CHECK(w.backing == nullptr);
     for (const WeightMatrix* x : {&w.tok_embed, &w.layers[0].wq, &w.layers[1].w2, &w.lm_head}) CHECK(x->is_view());
     // where the file has them: layer 0's wq after the 28-byte v0 header, tok_embed (10 x 8 floats) and both
     // layers' attn_norm (2 x 8): 28 + 4 * (80 + 16) = 412 bytes in
-    const auto file = std::static_pointer_cast<const MappedFile>(w.backing);
+    const std::shared_ptr<const MappedFile> file = w.mapped;
     CHECK(reinterpret_cast<const std::byte*>(w.layers[0].wq.data()) == file->bytes().data() + 412);
     CHECK(holds_tag(w.tok_embed, tag_of(k_embed), 10, 8));
     CHECK(holds_tag(w.lm_head, tag_of(k_cls), 10, 8));
@@ -309,6 +310,30 @@ TEST_CASE("WeightPlacement::mapped_file uses a llama2.c checkpoint's matrices in
     const Weights copied = load_llama2c_checkpoint(path).weights;
     CHECK(copied.layers[0].wq == w.layers[0].wq);
     CHECK(copied.layers[1].w3 == w.layers[1].w3);
+}
+
+TEST_CASE("copy_mapped_matrices moves a checkpoint read in place into a huge-page arena and releases the mapping") {
+    TempDir dir;
+    const TinyDims t;
+    const fs::path path = dir / "tiny.bin";
+    write_file(path, tiny_v0(t, false));
+    LoadedModel m = load_llama2c_checkpoint(path, std::nullopt, WeightPlacement::mapped_file);
+    const std::weak_ptr<const MappedFile> file = m.weights.mapped;
+    const float* wq_in_file = m.weights.layers[0].wq.data();
+    copy_mapped_matrices(m.config, m.weights);
+    CHECK(file.expired());  // nothing holds the mapping any more
+    CHECK(m.weights.mapped == nullptr);
+    CHECK(m.weights.layers[0].wq.data() != wq_in_file);
+    check_forward_arena(m.weights);  // where WeightPlacement::huge_pages puts them
+    // the file's values, no longer read from it
+    write_file(path, std::string(fs::file_size(path), '\0'));
+    CHECK(holds_tag(m.weights.tok_embed, tag_of(k_embed), 10, 8));
+    CHECK(holds_tag(m.weights.layers[1].w2, tag_of(k_w2, 1), 8, 12));
+    CHECK(holds_tag(m.weights.lm_head, tag_of(k_cls), 10, 8));
+    // once moved, nothing is left to move
+    const float* wq_in_arena = m.weights.layers[0].wq.data();
+    copy_mapped_matrices(m.config, m.weights);
+    CHECK(m.weights.layers[0].wq.data() == wq_in_arena);
 }
 
 TEST_CASE("An untied llama2.c v0 checkpoint (negative vocab_size) loads its separate classifier") {

@@ -6,11 +6,14 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include "core/checked.hpp"
 #include "core/error.hpp"
+#include "core/huge_pages.hpp"
 #include "core/mapped_file.hpp"
 #include "core/text.hpp"
 #include "formats/hf_checkpoint.hpp"
 #include "formats/llama2c_checkpoint.hpp"
+#include "model/tensor_table.hpp"
 
 namespace kvlab {
 
@@ -69,6 +72,42 @@ void copy_checkpoint_ranges(const std::filesystem::path& path, std::span<const F
     }
     for (const std::exception_ptr& e : errors)
         if (e) std::rethrow_exception(e);
+}
+
+void copy_mapped_matrices(const ModelConfig& cfg, Weights& w) {
+    if (!w.mapped) return;
+    const MappedFile& file = *w.mapped;
+    const std::byte* base = file.bytes().data();
+    const std::vector<TensorSpec> specs = tensor_specs(cfg);
+    // the arena: a piece for each matrix that is a view into the file, in forward order
+    const auto in_file = [&](const WeightMatrix& m) {
+        const auto* at = reinterpret_cast<const std::byte*>(m.data());
+        return m.is_view() && m.size() > 0 && at >= base && at < base + file.size_bytes();
+    };
+    std::uint64_t arena_bytes = 0;
+    for_each_tensor(specs, w.layers.size(), [&](const TensorSpec& s, std::size_t layer) {
+        if (s.is_matrix() && in_file(matrix_of(w, s, layer)))
+            arena_bytes = checked_add(arena_bytes, HugeArena::footprint(checked_mul(s.n_values(), sizeof(float), "weight bytes")),
+                                      "weight bytes");
+    });
+    auto arena = std::make_shared<HugeArena>(static_cast<std::size_t>(arena_bytes));
+    std::vector<FileCopy> copies;
+    std::vector<std::pair<WeightMatrix*, const float*>> moved;  // each view and its place in the arena
+    for_each_tensor(specs, w.layers.size(), [&](const TensorSpec& s, std::size_t layer) {
+        if (!s.is_matrix()) return;
+        WeightMatrix& m = matrix_of(w, s, layer);
+        if (!in_file(m)) return;
+        const auto n_bytes = static_cast<std::size_t>(m.size()) * sizeof(float);
+        auto* data = static_cast<float*>(arena->take(n_bytes));
+        const auto offset = static_cast<std::uint64_t>(reinterpret_cast<const std::byte*>(m.data()) - base);
+        copies.push_back(FileCopy{offset, n_bytes, reinterpret_cast<std::byte*>(data)});
+        moved.emplace_back(&m, data);
+    });
+    file.drop_pages(0, file.size_bytes());  // the views are not read again; the copy reads the page cache
+    copy_checkpoint_ranges(file.path(), copies, "checkpoint");
+    for (const auto& [m, data] : moved) *m = WeightMatrix::view(data, m->rows(), m->cols());
+    w.backing = std::move(arena);
+    w.mapped.reset();
 }
 
 ModelConfig load_checkpoint_config(const std::filesystem::path& path) {

@@ -23,8 +23,9 @@ struct LoadedModel {
 //   cache maps part of the file in 4 KiB pages the decode read them 1.6-1.7x faster than in place
 //   (docs/performance.md, "llama2.c checkpoints are copied into huge pages").
 // - mapped_file: used in place, views into the mapped file, as llama2.c's run.c reads them (the benchmark
-//   replays run.c's reads this way; simulate when only narrow copies of them are decoded); Weights::backing
-//   keeps the mapping.
+//   replays run.c's reads this way; simulate decodes its first token so, and all of them when only narrow
+//   copies of the matrices are decoded); Weights::mapped keeps the mapping, and copy_mapped_matrices moves
+//   them where huge_pages puts them.
 // A Hugging Face checkpoint's tensors are converted to fp32 as they are read, so they are always copied.
 enum class WeightPlacement { huge_pages, mapped_file };
 
@@ -40,6 +41,13 @@ LoadedModel load_checkpoint(const std::filesystem::path& path, std::optional<std
 std::int64_t layers_to_read(const ModelConfig& cfg, std::optional<std::int64_t> n_layers, const std::filesystem::path& path);
 // The same choice of reader, config only (no tensor is read): for checks before allocating.
 ModelConfig load_checkpoint_config(const std::filesystem::path& path);
+
+// Weights loaded with WeightPlacement::mapped_file moved to where huge_pages puts them: every matrix that
+// reads the mapped checkpoint in place (Weights::mapped) copied with pread into one arena of huge pages,
+// back to back in forward order (model/tensor_table.hpp), the views pointed there and the mapping released.
+// The mapping's resident pages are given back before the arena is touched, so the process never holds
+// the weights twice. Nothing happens when no matrix is mapped. Throws what copy_checkpoint_ranges throws.
+void copy_mapped_matrices(const ModelConfig& cfg, Weights& w);
 
 // Copies spans of a checkpoint file into memory (copy_file_ranges: pread, nothing of the file mapped),
 // every thread of the team its share of the bytes (split_copies). Most of a copy's time is the kernel

@@ -12,7 +12,6 @@
 #include <cstring>
 #include <memory>
 #include <limits>
-#include <map>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -22,7 +21,6 @@
 #include "core/atomic_write.hpp"
 #include "core/checked.hpp"
 #include "core/error.hpp"
-#include "core/huge_pages.hpp"
 #include "core/mapped_file.hpp"
 #include "formats/checkpoint.hpp"
 #include "model/tensor_table.hpp"
@@ -125,7 +123,7 @@ public:
         offset_ += n_bytes;
     }
     // The next n_values floats where they lie in the mapping, to be used in place (the file outlives the
-    // weights: Weights::backing holds it). The format's offsets are multiples of 4 bytes.
+    // weights: Weights::mapped holds it). The format's offsets are multiples of 4 bytes.
     const float* view(std::uint64_t n_values) {
         const std::uint64_t n_bytes = checked_mul(n_values, 4, "tensor bytes");
         if (n_bytes > file_.size_bytes() - std::min(offset_, file_.size_bytes()))
@@ -135,17 +133,7 @@ public:
         offset_ += n_bytes;
         return at;
     }
-    // The next n_values floats, to be copied to `out` later by copy_file_ranges (the caller's list `copies`).
-    void defer(float* out, std::uint64_t n_values, std::vector<FileCopy>& copies) {
-        const std::uint64_t n_bytes = checked_mul(n_values, 4, "tensor bytes");
-        if (n_bytes > file_.size_bytes() - std::min(offset_, file_.size_bytes()))
-            throw FormatError(fmt::format("{}: truncated: {} bytes needed at offset {}, file has {} bytes",
-                                          file_.path().string(), n_bytes, offset_, file_.size_bytes()));
-        copies.push_back(FileCopy{offset_, n_bytes, reinterpret_cast<std::byte*>(out)});
-        offset_ += n_bytes;
-    }
     void skip(std::uint64_t n_values) { offset_ += n_values * 4; }
-    const std::filesystem::path& path() const { return file_.path(); }
     std::uint64_t offset() const { return offset_; }
 
 private:
@@ -189,37 +177,17 @@ void for_each_stored(const std::vector<TensorSpec>& specs, Llama2cVersion versio
 
 // The first w.layers.size() layers are read, the tensors of the layers after them skipped.
 // The matrices are the file's fp32 values in kvlab's own layout (row-major, (out, in), llama2.c's RoPE
-// pairing), so they need no transformation, only a place (WeightPlacement): pieces of one arena of huge
-// pages, back to back in the order the forward pass reads them (core/huge_pages.hpp), as random weights
-// get, filled with pread so that nothing of the file is mapped in their stead; or views into the mapping.
-// The norm vectors are copied as they are read.
-void read_weights(FloatReader& in, const ModelConfig& cfg, Llama2cVersion version, WeightPlacement placement, Weights& w) {
+// pairing), so they need no transformation, only a place: here views into the mapping, which the caller
+// keeps (Weights::mapped) or moves into huge pages (copy_mapped_matrices). The norm vectors are copied
+// as they are read.
+void read_weights(FloatReader& in, const ModelConfig& cfg, Llama2cVersion version, Weights& w) {
     const std::vector<TensorSpec> specs = tensor_specs(cfg);
-    std::shared_ptr<HugeArena> arena;
-    std::map<std::pair<std::string_view, std::size_t>, float*> place;  // (matrix, layer) -> its piece of the arena
-    if (placement == WeightPlacement::huge_pages) {
-        std::uint64_t arena_bytes = 0;
-        for_each_tensor(specs, w.layers.size(), [&](const TensorSpec& s, std::size_t) {
-            if (s.is_matrix())
-                arena_bytes = checked_add(arena_bytes, HugeArena::footprint(checked_mul(s.n_values(), sizeof(float), "weight bytes")),
-                                          "weight bytes");
-        });
-        arena = std::make_shared<HugeArena>(static_cast<std::size_t>(arena_bytes));
-        for_each_tensor(specs, w.layers.size(), [&](const TensorSpec& s, std::size_t layer) {
-            if (!s.is_matrix()) return;
-            float* data = static_cast<float*>(arena->take(s.n_values() * sizeof(float)));
-            place[{s.name, layer}] = data;
-            matrix_of(w, s, layer) = WeightMatrix::view(data, s.rows, s.cols);
-        });
-    }
-    std::vector<FileCopy> copies;
     const std::uint64_t n_skipped = static_cast<std::uint64_t>(cfg.n_layer) - w.layers.size();
     for_each_stored(specs, version, [&](const TensorSpec* s) {
         if (s == nullptr) return in.skip(rope_table_floats(cfg));
         for (std::size_t layer = 0; layer < (s->per_layer ? w.layers.size() : 1); ++layer) {
             if (s->is_matrix()) {
-                if (arena) in.defer(place.at({s->name, layer}), s->n_values(), copies);
-                else matrix_of(w, *s, layer) = WeightMatrix::view(in.view(s->n_values()), s->rows, s->cols);
+                matrix_of(w, *s, layer) = WeightMatrix::view(in.view(s->n_values()), s->rows, s->cols);
                 continue;
             }
             allocate_tensor(w, *s, layer);
@@ -227,10 +195,6 @@ void read_weights(FloatReader& in, const ModelConfig& cfg, Llama2cVersion versio
         }
         if (s->per_layer) in.skip(n_skipped * s->n_values());
     });
-    if (arena) {
-        copy_checkpoint_ranges(in.path(), copies, "llama2.c checkpoint");
-        w.backing = std::move(arena);  // the matrices are views into it
-    }
 }
 
 // ---- writing ----
@@ -383,8 +347,9 @@ LoadedModel load_llama2c_checkpoint(const std::filesystem::path& path, std::opti
     model.weights.rope_pairing = RopePairing::neighbours;
     model.weights.layers.resize(static_cast<std::size_t>(layers_to_read(cfg, n_layers, path)));
     FloatReader in(*file, layout.version == Llama2cVersion::v0 ? llama2c_v0_header_bytes : llama2c_v1_header_bytes);
-    read_weights(in, cfg, layout.version, placement, model.weights);
-    if (placement == WeightPlacement::mapped_file) model.weights.backing = std::move(file);  // the matrices are views into it
+    read_weights(in, cfg, layout.version, model.weights);
+    model.weights.mapped = std::move(file);  // the matrices are views into it
+    if (placement == WeightPlacement::huge_pages) copy_mapped_matrices(cfg, model.weights);
     return model;
 }
 

@@ -12,6 +12,8 @@
 
 namespace kvlab {
 
+class MappedFile;  // core/mapped_file.hpp
+
 using MatrixRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using VectorF = Eigen::VectorXf;
 
@@ -111,7 +113,9 @@ struct Weights {
     VectorF final_norm_bias;  // (d) gpt2 only
     WeightMatrix lm_head;     // (V, d); empty when tied: the classifier is tok_embed
     RopePairing rope_pairing = RopePairing::neighbours;
-    std::shared_ptr<const void> backing;  // what views among the matrices point into (a mapped checkpoint, an arena), or null
+    std::shared_ptr<const void> backing;  // the arena views among the matrices point into, or null
+    // WeightPlacement::mapped_file (formats/checkpoint.hpp): the checkpoint the views read in place, or null
+    std::shared_ptr<const MappedFile> mapped;
 
     const WeightMatrix& classifier() const { return lm_head.size() ? lm_head : tok_embed; }
 };
