@@ -229,7 +229,8 @@ struct PeerResult {
     std::uint64_t kvlab_rss = 0, peer_rss = 0, model_bytes = 0;  // peak RSS (median); weights + KV + logits
     // the decode replay of the same positions (steps per second), in every round the better of two samples
     // taken right before and right after the program's run, over each program's own memory: kvlab's copy
-    // of the matrices in huge pages, and the mapped file run.c reads in place
+    // of the matrices in huge pages (what it decodes from after the first token), and the mapped file run.c
+    // reads in place
     Stat ceiling_tok, file_ceiling_tok;
     ReadPattern ceiling_pattern{}, file_ceiling_pattern{};
     std::vector<WholeProcess> whole;
@@ -614,7 +615,7 @@ Report make_report(const BenchOptions& o, int n_threads, const References& ref, 
                                       "weights + KV; run.c reads the same fp32 bytes), no arithmetic, median of {} rounds (in each, the better of two "
                                       "samples, right before and right after that program's run, each the best of 3 in a child process; a sample reads {} evenly "
                                       "spaced positions with each read pattern and keeps the best; the pattern named won the most kept samples): over the "
-                                      "matrices as kvlab holds them (copied into huge pages at load; {}) and over the checkpoint "
+                                      "matrices as kvlab decodes from them after the first token (copied into huge pages; {}) and over the checkpoint "
                                       "file mapped as run.c maps it ({}); 'of ceiling' divides each program by the replay of its own memory",
                                       peer.bytes_per_token * 1e-6, peer.ceiling_tok.n, std::min<std::int64_t>(o.peer_steps - 1, DecodeReplay::kSampleSteps),
                                       pattern_name(peer.ceiling_pattern),
@@ -624,7 +625,8 @@ Report make_report(const BenchOptions& o, int n_threads, const References& ref, 
         t.notes.push_back("run.c: " + peer.command_peer);
         report.tables.push_back(std::move(t));
 
-        const std::string loads = "at load, kvlab copies the weights into fresh huge pages and run.c maps the file's page cache";
+        const std::string loads = "both map the file's page cache and run the first forward from it; then kvlab copies the matrices "
+                                  "into fresh huge pages (with more tokens to come)";
         Table w = whole_process_table(fmt::format("whole process vs llama2.c run.c, {} checkpoint: start, load, {} steps, exit (pairs "
                                                   "in alternating order, medians)", peer.shape, o.peer_steps),
                                       peer.whole, "run.c", 1.5, judged);

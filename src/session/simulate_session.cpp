@@ -241,10 +241,10 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     // mallopt's ceiling; the embedding table, larger, keeps a mapping.) docs/performance.md, peak RSS.
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
 #endif
-    // Where a llama2.c checkpoint's fp32 matrices live (docs/performance.md, "Where a checkpoint's matrices
-    // live"). Copying them into fresh memory can cost more than a forward on a virtual machine, so the first
-    // forward reads the file in place (its page cache, as run.c does) and they are copied into huge pages
-    // once the first token is out, when more forwards follow. With --no-quality and narrow weights only, no
+    // Where a llama2.c checkpoint's fp32 matrices live (docs/performance.md, "The first token reads the file
+    // in place"). Copying them into fresh memory can cost more than a forward on a virtual machine, so the
+    // first forward reads the file in place (its page cache, as run.c does) and they are copied into huge
+    // pages once the first token is out, when more forwards follow. With --no-quality and narrow weights only, no
     // run decodes with the fp32 matrices: they are read once, to build the narrow copies, and never copied.
     // --eval reads them for every position with nothing streamed, so it copies them at load.
     const bool fp32_read_once = o.no_quality && std::none_of(p.policies.begin(), p.policies.end(), [](const PreparedSimulation::Policy& k) {
