@@ -143,6 +143,30 @@ TEST_CASE("write_atomically: the old file survives a failed write, and no tempor
     CHECK(kvlab::test::slurp(out) == "new");
 }
 
+TEST_CASE("write_atomically keeps every byte in order across its 2 MiB pieces") {
+    TempDir dir("kvlab-hostile");
+    const fs::path out = dir / "big.bin";
+    // single characters, short writes and one write longer than a piece, ending off a piece's boundary:
+    // 1 + 1000 + 3 MiB + 1 MiB + 5 bytes = 4195310 bytes, the pieces cut at 2 MiB and 4 MiB
+    std::string expected;
+    auto pattern = [](std::size_t n, char seed) {
+        std::string s(n, '\0');
+        for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>(seed + static_cast<char>(i % 251));
+        return s;
+    };
+    const std::string small = pattern(1000, 'a'), long_write = pattern(3 << 20, 'b'), mid = pattern(1 << 20, 'c');
+    expected = "x" + small + long_write + mid + "tail!";
+    write_atomically(out, "--save-checkpoint", [&](std::ostream& o) {
+        o.put('x');
+        o.write(small.data(), static_cast<std::streamsize>(small.size()));
+        o.write(long_write.data(), static_cast<std::streamsize>(long_write.size()));
+        o.write(mid.data(), static_cast<std::streamsize>(mid.size()));
+        o << "tail!";
+    });
+    CHECK(fs::file_size(out) == 4195310);
+    CHECK(kvlab::test::slurp(out) == expected);
+}
+
 TEST_CASE("check_output_path refuses what a rename would destroy") {
     TempDir dir("kvlab-hostile");
     CHECK(message_of([] { check_output_path("/dev/null", "-o"); }) == "-o: '/dev/null' is a device or special file; expected a regular file");

@@ -4,7 +4,10 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
+#include <streambuf>
+#include <vector>
 #include <system_error>
 #include <fcntl.h>
 #include <unistd.h>
@@ -99,15 +102,70 @@ void TempFile::commit() {
     committed_ = true;
 }
 
+namespace {
+
+// Hands a file its bytes in whole, aligned pieces of 2 MiB (the last one shorter), one write() each. The
+// page cache then holds the file in 2 MiB folios, which a reader that maps it (kvlab reading a checkpoint
+// in place, llama2.c's run.c) maps with one fault per 2 MiB instead of one per 64 KiB: on the Zen 5 host
+// a 418 MiB checkpoint written a tensor at a time took 6465 faults and 190 ms to touch, the same bytes
+// written in 2 MiB pieces 211 faults and 6.5 ms (docs/performance.md, "The first token reads the file in
+// place"). The stream it writes to must be unbuffered, so each piece reaches the file as one write().
+class AlignedPieces : public std::streambuf {
+public:
+    static constexpr std::size_t piece = std::size_t{2} << 20;
+    explicit AlignedPieces(std::ostream& file) : file_(file), buf_(piece) { setp(buf_.data(), buf_.data() + buf_.size()); }
+    // Writes what is held; false when the file refused it.
+    bool drain() {
+        const std::ptrdiff_t n = pptr() - pbase();
+        if (n > 0) file_.write(pbase(), n);
+        setp(buf_.data(), buf_.data() + buf_.size());
+        return static_cast<bool>(file_);
+    }
+
+protected:
+    int_type overflow(int_type c) override {
+        if (!drain()) return traits_type::eof();
+        if (!traits_type::eq_int_type(c, traits_type::eof())) {
+            *pptr() = traits_type::to_char_type(c);
+            pbump(1);
+        }
+        return traits_type::not_eof(c);
+    }
+    std::streamsize xsputn(const char* s, std::streamsize n) override {
+        std::streamsize done = 0;
+        while (done < n) {
+            if (pptr() == epptr() && !drain()) break;
+            const std::streamsize k = std::min<std::streamsize>(n - done, epptr() - pptr());
+            std::memcpy(pptr(), s + done, static_cast<std::size_t>(k));
+            pbump(static_cast<int>(k));  // k <= 2 MiB
+            done += k;
+        }
+        return done;
+    }
+    int sync() override { return drain() ? 0 : -1; }
+
+private:
+    std::ostream& file_;
+    std::vector<char> buf_;
+};
+
+}  // namespace
+
 void write_atomically(const fs::path& path, std::string_view flag, const std::function<void(std::ostream&)>& write) {
     TempFile temp(path, flag);
     {
-        std::ofstream out(temp.path(), std::ios::binary | std::ios::trunc);
+        std::ofstream out;
+        out.rdbuf()->pubsetbuf(nullptr, 0);  // unbuffered: AlignedPieces hands it whole pieces
+        out.open(temp.path(), std::ios::binary | std::ios::trunc);
         if (!out) {
             const int err = errno;
             throw IoError(fmt::format("{}: cannot write {}: {}", flag, quote(path.string()), std::strerror(err)));
         }
-        write(out);
+        AlignedPieces pieces(out);
+        std::ostream staged(&pieces);
+        write(staged);
+        staged.flush();
+        if (!staged) out.setstate(std::ios::badbit);
         out.flush();
         int err = out ? 0 : errno;
         out.close();  // a full disk may show only now
