@@ -52,6 +52,36 @@ TEST_CASE("gemv_rows: every row's dot product, for row counts around the stream 
             }
 }
 
+TEST_CASE("gemv_rows: rows that start off a SIMD boundary (a checkpoint read in place) give every row's dot product") {
+    // the matrix inside a larger buffer, `shift` floats past an aligned start, with NaN in the floats
+    // before and after it: the aligned chunks that read them must count them as nothing
+    const std::int64_t packet = gemm_tile_tokens() / 4;  // floats per SIMD register
+    for (const int streams : gemv_stream_choices)
+        for (std::int64_t shift = 1; shift < packet; shift += (packet > 4 ? 3 : 1))
+            for (const std::int64_t rows : {1, 5, 9, 23})
+                for (const std::int64_t cols : {packet, 2 * packet, std::int64_t{288}, std::int64_t{768}}) {
+                    CAPTURE(streams);
+                    CAPTURE(shift);
+                    CAPTURE(rows);
+                    CAPTURE(cols);
+                    std::srand(static_cast<unsigned>(rows * 7 + cols + shift));
+                    VectorF buf = VectorF::Constant(rows * cols + 2 * packet, std::nanf(""));  // Eigen aligns it to the SIMD width
+                    const VectorF values = VectorF::Random(rows * cols);
+                    buf.segment(shift, rows * cols) = values;
+                    const VectorF x = VectorF::Random(cols);
+                    std::vector<float> y(static_cast<std::size_t>(rows));
+                    gemv_rows(buf.data() + shift, cols, rows, cols, x.data(), y.data(), streams);
+                    for (std::int64_t i = 0; i < rows; ++i) {
+                        double exact = 0.0, magnitude = 0.0;
+                        for (std::int64_t j = 0; j < cols; ++j) {
+                            exact += static_cast<double>(values[i * cols + j]) * x[j];
+                            magnitude += std::abs(static_cast<double>(values[i * cols + j]) * x[j]);
+                        }
+                        CHECK(std::abs(y[static_cast<std::size_t>(i)] - exact) <= magnitude * static_cast<double>(cols) * 0x1p-24 + 1e-30);
+                    }
+                }
+}
+
 TEST_CASE("gemv_rows: with zero rows writes nothing") {
     for (const int streams : gemv_stream_choices) check_gemv(0, 16, 16, streams);
 }

@@ -92,27 +92,6 @@ TEST_CASE("A stop request ends the run after the current step with the steps don
     CHECK(r.records.size() == 6);
 }
 
-TEST_CASE("The after-first-token hook runs once, after the first token, only when more steps follow") {
-    const auto cfg = tiny_config(Family::llama, 4, 2);
-    const Weights w = random_weights(cfg, 4);
-    for (const std::int64_t n_steps : {1, 2, 9}) {
-        CAPTURE(n_steps);
-        auto o = small_options();
-        o.n_steps = n_steps;
-        o.mode = SimMode::cached;
-        std::int64_t tokens = 0, calls = 0, tokens_at_call = -1;
-        o.on_token = [&](TokenId) { ++tokens; };
-        o.after_first_token = [&] {
-            ++calls;
-            tokens_at_call = tokens;
-        };
-        const auto r = run_simulation(cfg, w, o);
-        CHECK(r.n_steps_done == n_steps);
-        CHECK(calls == (n_steps > 1 ? 1 : 0));  // one forward: nothing follows the first token
-        if (n_steps > 1) CHECK(tokens_at_call == 1);
-    }
-}
-
 TEST_CASE("Counting can be switched off without changing the tokens") {
     const auto cfg = tiny_config(Family::llama, 4, 2);
     const Weights w = random_weights(cfg, 4);

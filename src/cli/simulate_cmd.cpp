@@ -16,7 +16,6 @@
 #include "options.hpp"
 #include "core/interrupt.hpp"
 #include "core/printer.hpp"
-#include "formats/checkpoint.hpp"
 #include "formats/tokenizer.hpp"
 #include "session/simulate_session.hpp"
 
@@ -60,7 +59,6 @@ void run(const SimulateRequest& request) {
         return;
     }
     SimulateOptions& sim = p.sim;
-    if (p.move_weights_after_first_token) sim.after_first_token = [&p] { copy_mapped_matrices(p.config, p.weights); };
     const Format format = o.format;
     // tokens stream as they come when they mean something (a tokenizer, a given prompt or real
     // weights): on stdout above the table, else on stderr (not with --quiet)

@@ -1,6 +1,8 @@
 #include "model/matmul.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 #include <Eigen/Core>
 #include <fmt/format.h>
@@ -94,6 +96,73 @@ void gemv_rows_n(const float* w, std::int64_t ldw, std::int64_t rows, std::int64
     }
 }
 
+// One token over rows that start m floats past a SIMD boundary, 0 < m < kPacket, the same m for every row
+// (the row stride and the row a whole number of packets): a llama2.c checkpoint read in place, whose
+// 28-byte header puts every row 7 floats past a 64-byte line. A load of such a row at its own start
+// spans two lines, which cost the decode's GEMV 15-25 % on Zen 5 (docs/performance.md). Instead each row
+// is read in aligned packets from m floats before its start to m floats before its end, against
+// x_rot = x shifted m lanes on (zeros around it): the first packet keeps lanes m.. (`head`), the last
+// lanes ..m-1 (`tail`), so the other row's bytes in them, whatever their bits, count as +0. The lanes
+// hold the columns in another order than the aligned kernel's, so the sums differ from it by rounding.
+template <int S>
+void dot_rows_shifted(const float* const (&row)[S], std::int64_t cols, std::int64_t m, const float* x_rot, const Packet& head,
+                      const Packet& tail, float* const (&out)[S]) {
+    const float* base[S];
+    Packet acc[S];
+    Packet xj = ei::pload<Packet>(x_rot);
+    for (int s = 0; s < S; ++s) {
+        base[s] = row[s] - m;
+        acc[s] = ei::pmul(ei::pand(ei::pload<Packet>(base[s]), head), xj);
+    }
+    std::int64_t j = kPacket;
+    for (; j + 4 * kPacket <= cols; j += 4 * kPacket) {
+        Packet xs[4];
+        for (int u = 0; u < 4; ++u) xs[u] = ei::pload<Packet>(x_rot + j + u * kPacket);
+        for (int s = 0; s < S; ++s)
+            for (int u = 0; u < 4; ++u) acc[s] = ei::pmadd(ei::pload<Packet>(base[s] + j + u * kPacket), xs[u], acc[s]);
+    }
+    for (; j < cols; j += kPacket) {
+        xj = ei::pload<Packet>(x_rot + j);
+        for (int s = 0; s < S; ++s) acc[s] = ei::pmadd(ei::pload<Packet>(base[s] + j), xj, acc[s]);
+    }
+    xj = ei::pload<Packet>(x_rot + cols);  // j == cols: each row's last m floats, in lanes 0..m-1
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) out[s][0] = ei::predux(ei::pmadd(ei::pand(ei::pload<Packet>(base[s] + cols), tail), xj, acc[s]));
+}
+
+// gemv_rows_n<1, S> for rows m floats past a boundary (dot_rows_shifted): x_rot built once per call,
+// in this thread's buffer (grown once, then reused).
+template <int S>
+void gemv_rows_shifted(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, float* y, std::int64_t m) {
+    thread_local std::vector<float, Eigen::aligned_allocator<float>> x_rot;
+    x_rot.resize(static_cast<std::size_t>(std::max<std::int64_t>(static_cast<std::int64_t>(x_rot.size()), cols + kPacket)));
+    std::fill(x_rot.begin(), x_rot.begin() + m, 0.0f);
+    std::copy(x, x + cols, x_rot.begin() + m);
+    std::fill(x_rot.begin() + m + cols, x_rot.begin() + cols + kPacket, 0.0f);
+    alignas(64) std::uint32_t bits[2][kPacket];
+    for (std::int64_t l = 0; l < kPacket; ++l) {
+        bits[0][l] = l >= m ? ~0u : 0u;
+        bits[1][l] = l < m ? ~0u : 0u;
+    }
+    const Packet head = ei::pload<Packet>(reinterpret_cast<const float*>(bits[0]));
+    const Packet tail = ei::pload<Packet>(reinterpret_cast<const float*>(bits[1]));
+    const std::int64_t per = rows / S;
+    for (std::int64_t i = 0; i < per; ++i) {
+        const float* row[S];
+        float* out[S];
+        for (int s = 0; s < S; ++s) {
+            row[s] = w + (s * per + i) * ldw;
+            out[s] = y + s * per + i;
+        }
+        dot_rows_shifted<S>(row, cols, m, x_rot.data(), head, tail, out);
+    }
+    for (std::int64_t i = S * per; i < rows; ++i) {
+        const float* row[1] = {w + i * ldw};
+        float* out[1] = {y + i};
+        dot_rows_shifted<1>(row, cols, m, x_rot.data(), head, tail, out);
+    }
+}
+
 // Rows per gemm micro-kernel with C registers of tokens: R*C accumulators + C token registers + one
 // broadcast weight must fit the register file (AVX-512, 32 registers: C = 4 -> 6 rows; AVX: C = 4 -> 2).
 constexpr int rows_for(int C) { return std::clamp((kRegisters - C - 1) / C, 1, 8); }
@@ -168,6 +237,13 @@ int gemv_streams() {
 
 void gemv_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, float* y, int streams) {
     static_assert(kRegisters >= 10, "8 streams of one token hold 8 accumulators, x and a weight in registers");
+    const auto m = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(w) % (kPacket * sizeof(float)) / sizeof(float));
+    if (m != 0 && reinterpret_cast<std::uintptr_t>(w) % sizeof(float) == 0 && ldw % kPacket == 0 && cols % kPacket == 0 && cols > 0)
+        switch (streams) {
+            case 4: gemv_rows_shifted<4>(w, ldw, rows, cols, x, y, m); return;
+            case 8: gemv_rows_shifted<8>(w, ldw, rows, cols, x, y, m); return;
+            default: break;  // refused below
+        }
     switch (streams) {
         case 4: gemv_rows_n<1, 4>(w, ldw, rows, cols, x, 0, y, 0); return;
         case 8: gemv_rows_n<1, 8>(w, ldw, rows, cols, x, 0, y, 0); return;

@@ -17,7 +17,11 @@ int gemv_streams();
 
 // y[i] = sum_j w[i*ldw + j] * x[j] for rows i in [0, rows): w (rows, cols) row-major with row stride
 // ldw, x (cols), y (rows). fp32 sums, one accumulator per row, in SIMD-width chunks of x then the tail.
-// `streams`: one of gemv_stream_choices (else Error).
+// Rows that start off a SIMD boundary, all by the same amount (ldw and cols whole SIMD widths; a llama2.c
+// checkpoint read in place), are read in aligned chunks from the boundary before each row: their sums
+// run in another order, so they differ from the same rows' aligned sums by rounding. Those chunks read
+// up to a SIMD width before the first row and after the last, inside the same cache lines; their values
+// never reach y. `streams`: one of gemv_stream_choices (else Error).
 void gemv_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, float* y,
                int streams = gemv_streams());
 

@@ -290,7 +290,6 @@ SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, 
         r.n_steps_done = step + 1;
         if (o.on_token) o.on_token(next);
         if (o.on_step) o.on_step(step + 1, o.n_steps);
-        if (step == 0 && step + 1 < o.n_steps && o.after_first_token) o.after_first_token();
     }
     r.core_use = core_clock.elapsed();
     if (r.kv_quality && r.kv_quality->n_steps > 0) r.kv_quality->mean_kl /= static_cast<double>(r.kv_quality->n_steps);

@@ -46,9 +46,6 @@ struct SimulateOptions {
     const std::atomic<bool>* stop = nullptr;  // when set (SIGINT), stop after the current step
     std::function<void(std::int64_t n_done, std::int64_t n_steps)> on_step;  // progress, may be empty
     std::function<void(TokenId token)> on_token;  // each generated token as soon as it is chosen, may be empty
-    // Once, after the first generated token (on_token) when more steps follow, before the next forward; may
-    // be empty. simulate moves a checkpoint it read in place into huge pages here (formats/checkpoint.hpp).
-    std::function<void()> after_first_token;
 };
 
 // One forward call of one mode. Costs are summed over layers.

@@ -241,17 +241,12 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     // mallopt's ceiling; the embedding table, larger, keeps a mapping.) docs/performance.md, peak RSS.
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
 #endif
-    // Where a llama2.c checkpoint's fp32 matrices live (docs/performance.md, "The first token reads the file
-    // in place"). Copying them into fresh memory can cost more than a forward on a virtual machine, so the
-    // first forward reads the file in place (its page cache, as run.c does) and they are copied into huge
-    // pages once the first token is out, when more forwards follow. With --no-quality and narrow weights only, no
-    // run decodes with the fp32 matrices: they are read once, to build the narrow copies, and never copied.
-    // --eval reads them for every position with nothing streamed, so it copies them at load.
-    const bool fp32_read_once = o.no_quality && std::none_of(p.policies.begin(), p.policies.end(), [](const PreparedSimulation::Policy& k) {
-                                    return k.weights == DType::fp32;
-                                });
-    p.weights = load_model_weights(source, cfg, o.seed, o.eval.empty() ? WeightPlacement::mapped_file : WeightPlacement::huge_pages);
-    p.move_weights_after_first_token = p.weights.mapped && !fp32_read_once;
+    // A llama2.c checkpoint's fp32 matrices are read in place, where the page cache holds the file, as
+    // run.c reads them: nothing is copied into fresh memory first, which on a virtual machine can cost more
+    // than the decode, and the GEMV reads rows that start off a cache line at the aligned rate
+    // (model/matmul.hpp), so the decode is as fast as from a copy (docs/performance.md, "Checkpoints are
+    // read in place").
+    p.weights = load_model_weights(source, cfg, o.seed, WeightPlacement::mapped_file);
     if (!o.save_checkpoint.empty()) save_llama2c_v0(o.save_checkpoint, cfg, p.weights);
     if (!o.eval.empty()) inputs["eval"] = o.eval;
     // tokens mean something (and are worth streaming) with a tokenizer, a given prompt or real weights

@@ -65,9 +65,6 @@ struct PreparedSimulation {
     std::vector<TokenId> eval_ids;  // --eval: the text's token ids
     nlohmann::json inputs;
     bool tokens_meaningful = false; // a tokenizer, a given prompt or real weights: worth streaming
-    // A llama2.c checkpoint's fp32 matrices are read in place (Weights::mapped) for the first token and
-    // moved into huge pages before the second: the caller sets sim.after_first_token to copy_mapped_matrices.
-    bool move_weights_after_first_token = false;
     // The runs to compare: --kv-dtype x --weight-dtype as parsed (one of them may list several); one run
     // when both name one (in sim.kv_storage, sim.weight_dtype).
     struct Policy {
