@@ -126,7 +126,7 @@ MappedFile::MappedFile(const std::filesystem::path& path, std::string_view what)
     if (size_bytes_ == 0) return;
     // A file of a huge page or more starts on a huge-page boundary, with MADV_HUGEPAGE: where the page cache
     // holds it in 2 MiB folios the kernel then maps each with one entry (FilePmdMapped), as fast to read as
-    // memory of huge pages (docs/performance.md, "The first token reads the file in place"). A reservation
+    // memory of huge pages (docs/performance.md, "Checkpoints are read in place"). A reservation
     // one huge page longer is cut down to the aligned span.
     if (size_bytes_ >= huge_page_bytes && size_bytes_ <= SIZE_MAX - huge_page_bytes) {
         const std::size_t reserved = static_cast<std::size_t>(size_bytes_) + huge_page_bytes;

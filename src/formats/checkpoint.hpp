@@ -19,13 +19,11 @@ struct LoadedModel {
 };
 
 // Where a llama2.c checkpoint's matrices live:
-// - huge_pages (the default): copied into one arena of huge pages in forward order. On a host whose page
-//   cache maps part of the file in 4 KiB pages the decode read them 1.6-1.7x faster than in place
-//   (docs/performance.md, "llama2.c checkpoints are copied into huge pages").
-// - mapped_file: used in place, views into the mapped file, as llama2.c's run.c reads them (the benchmark
-//   replays run.c's reads this way; simulate decodes its first token so, and all of them when only narrow
-//   copies of the matrices are decoded); Weights::mapped keeps the mapping, and copy_mapped_matrices moves
-//   them where huge_pages puts them.
+// - huge_pages (the default: serve, the benchmark's reference replay): copied into one arena of huge
+//   pages in forward order, each matrix on a 64-byte line (copy_mapped_matrices).
+// - mapped_file: used in place, views into the mapped file, as llama2.c's run.c reads them: simulate reads
+//   checkpoints so, the GEMV reading rows that start 28 bytes into a line at the aligned rate
+//   (docs/performance.md, "Checkpoints are read in place"); Weights::mapped keeps the mapping.
 // A Hugging Face checkpoint's tensors are converted to fp32 as they are read, so they are always copied.
 enum class WeightPlacement { huge_pages, mapped_file };
 
@@ -52,7 +50,7 @@ void copy_mapped_matrices(const ModelConfig& cfg, Weights& w);
 // Copies spans of a checkpoint file into memory (copy_file_ranges: pread, nothing of the file mapped),
 // every thread of the team its share of the bytes (split_copies). Most of a copy's time is the kernel
 // faulting fresh huge pages in (and, in a virtual machine, the host backing them), which two threads do
-// faster than one (docs/performance.md, "llama2.c checkpoints are copied into huge pages"). Throws what
+// faster than one (docs/performance.md, "Where a llama2.c checkpoint's matrices live"). Throws what
 // copy_file_ranges throws (the first part's error when several fail).
 void copy_checkpoint_ranges(const std::filesystem::path& path, std::span<const FileCopy> copies, std::string_view what);
 
