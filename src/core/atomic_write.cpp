@@ -1,10 +1,10 @@
 #include "core/atomic_write.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <algorithm>
 #include <fstream>
 #include <streambuf>
 #include <vector>
@@ -108,8 +108,8 @@ namespace {
 // page cache then holds the file in 2 MiB folios, which a reader that maps it (kvlab reading a checkpoint
 // in place, llama2.c's run.c) maps with one fault per 2 MiB instead of one per 64 KiB: on the Zen 5 host
 // a 418 MiB checkpoint written a tensor at a time took 6465 faults and 190 ms to touch, the same bytes
-// written in 2 MiB pieces 211 faults and 6.5 ms (docs/performance.md, "The first token reads the file in
-// place"). The stream it writes to must be unbuffered, so each piece reaches the file as one write().
+// written in 2 MiB pieces 211 faults and 6.5 ms (docs/performance.md, "Checkpoints are read in place").
+// The stream it writes to must be unbuffered, so each piece reaches the file as one write().
 class AlignedPieces : public std::streambuf {
 public:
     static constexpr std::size_t piece = std::size_t{2} << 20;

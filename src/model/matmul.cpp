@@ -28,7 +28,8 @@ constexpr std::int64_t kPanelBytes = 256 * 1024;       // weight rows kept in L2
 // out[s][t * ldo] = row[s] . x_t for S rows read side by side and N tokens (x_t at x + t * ldx): S x N
 // independent accumulators, so S streams of weights are in flight, the FMA chains do not wait on each
 // other, and each weight packet is loaded once for all N tokens. A (row, token) sum runs in the same
-// order whatever N and S are, so a token's outputs in a small batch are bitwise those of a one-token call.
+// order whatever N and S are, so a token's outputs in a small batch are bitwise those of a one-token call
+// (rows off a SIMD boundary take gemv_rows_shifted for one token, below, and differ by rounding).
 // One token reads gemv_streams() rows side by side; 2..4 tokens as many as the registers hold, up to 8.
 constexpr int streams_for(int N) { return std::clamp((kRegisters - N - 1) / N, 1, 8); }
 // Tokens gemm_rows runs this way. Up to 4, each token's weights come once from memory for all of them;

@@ -35,7 +35,8 @@ std::int64_t gemm_scratch_floats(std::int64_t cols, std::int64_t n_max);
 // x (n, cols) row-major (stride ldx), w (rows, cols) row-major (stride ldw), out (n, rows) row-major
 // (stride ldo). fp32 sums over j in order, one accumulator per output. `scratch`:
 // gemm_scratch_floats(cols, n_max >= n) floats. Up to 4 tokens run GEMV-style, each weight loaded once for all
-// of them (a token's outputs then equal a gemv_rows call's bit for bit); more, as packed tiles.
+// of them (a token's outputs then equal a gemv_rows call's bit for bit, for rows on a SIMD boundary); more,
+// as packed tiles.
 void gemm_rows(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, std::int64_t ldx,
                std::int64_t n, float* out, std::int64_t ldo, float* scratch);
 

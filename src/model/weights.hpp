@@ -31,7 +31,7 @@ inline MatrixRM large_zero_matrix(Eigen::Index rows, Eigen::Index cols) {
 }
 
 // A weight matrix (rows, cols), row-major fp32: its own values, or a read-only view of values another
-// owner holds (a checkpoint's mapped pages used in place; Weights::backing keeps them alive). The
+// owner holds (a checkpoint's mapped pages used in place, kept alive by Weights::mapped; an arena, by Weights::backing). The
 // kernels read data() either way; filling one (loaders, random init) goes through owned().
 class WeightMatrix {
 public:
