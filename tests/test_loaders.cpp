@@ -292,12 +292,12 @@ TEST_CASE("WeightPlacement::mapped_file uses a llama2.c checkpoint's matrices in
     m.emplace(load_llama2c_checkpoint(path, std::nullopt, WeightPlacement::mapped_file));
     const Weights w = m->weights;  // a copy shares the mapping
     m.reset();
-    REQUIRE(w.mapped != nullptr);
+    REQUIRE(w.mapped.size() == 1);
     CHECK(w.backing == nullptr);
     for (const WeightMatrix* x : {&w.tok_embed, &w.layers[0].wq, &w.layers[1].w2, &w.lm_head}) CHECK(x->is_view());
     // where the file has them: layer 0's wq after the 28-byte v0 header, tok_embed (10 x 8 floats) and both
     // layers' attn_norm (2 x 8): 28 + 4 * (80 + 16) = 412 bytes in
-    const std::shared_ptr<const MappedFile> file = w.mapped;
+    const std::shared_ptr<const MappedFile> file = w.mapped.front();
     CHECK(reinterpret_cast<const std::byte*>(w.layers[0].wq.data()) == file->bytes().data() + 412);
     CHECK(holds_tag(w.tok_embed, tag_of(k_embed), 10, 8));
     CHECK(holds_tag(w.lm_head, tag_of(k_cls), 10, 8));
@@ -318,11 +318,12 @@ TEST_CASE("copy_mapped_matrices moves a checkpoint read in place into a huge-pag
     const fs::path path = dir / "tiny.bin";
     write_file(path, tiny_v0(t, false));
     LoadedModel m = load_llama2c_checkpoint(path, std::nullopt, WeightPlacement::mapped_file);
-    const std::weak_ptr<const MappedFile> file = m.weights.mapped;
+    REQUIRE(m.weights.mapped.size() == 1);
+    const std::weak_ptr<const MappedFile> file = m.weights.mapped.front();
     const float* wq_in_file = m.weights.layers[0].wq.data();
     copy_mapped_matrices(m.config, m.weights);
     CHECK(file.expired());  // nothing holds the mapping any more
-    CHECK(m.weights.mapped == nullptr);
+    CHECK(m.weights.mapped.empty());
     CHECK(m.weights.layers[0].wq.data() != wq_in_file);
     check_forward_arena(m.weights);  // where WeightPlacement::huge_pages puts them
     // the file's values, no longer read from it
@@ -886,6 +887,87 @@ TEST_CASE("A Hugging Face Llama directory with one F32 model.safetensors loads e
     write_file(file, original);
     check_llama_weights(load_checkpoint(dir.path()), false);  // the generic entry point picks the HF reader
     check_llama_weights(load_checkpoint(dir / "model.safetensors"), false);
+}
+
+namespace {
+
+// Where a tensor's first byte lies in a safetensors file, read from the file as the format defines it:
+// 8 bytes of header length n, n bytes of JSON, then the buffer its data_offsets index.
+std::uint64_t st_offset(const fs::path& file, const std::string& name) {
+    const std::string bytes = read_file(file);
+    std::uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+    return 8 + n + header.at(name).at("data_offsets").at(0).get<std::uint64_t>();
+}
+
+}  // namespace
+
+TEST_CASE("WeightPlacement::mapped_file reads a safetensors checkpoint's F32 matrices in place, across shards") {
+    TempDir dir;
+    write_llama_config(dir.path(), false);
+    // shard 1: a 2-byte F16 tensor first, so the F32 embeddings start 2 bytes past a float (copied, not
+    // read as floats there), another after them to bring layer 0's F32 matrices back onto 4-byte offsets
+    // (views); shard 2: layer 1 and the rest, its up_proj BF16 (widened into a matrix of its own)
+    const auto tensors = llama_tensors(true, [](int tag) { return tag == 18 ? "BF16" : "F32"; });  // 18: layer 1's up_proj (base 11 + 7)
+    std::vector<StTensor> first = {make_tensor("pad.a", "F16", {1}, 30)}, second;
+    nlohmann::json weight_map = nlohmann::json::object();
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        const bool in_first = i < 10;  // embeddings and layer 0
+        (in_first ? first : second).push_back(tensors[i]);
+        if (i == 0) first.push_back(make_tensor("pad.b", "F16", {1}, 31));
+        weight_map[tensors[i].name] = in_first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+    }
+    const fs::path shard1 = dir / "model-00001-of-00002.safetensors", shard2 = dir / "model-00002-of-00002.safetensors";
+    write_file(shard1, safetensors_bytes(first));
+    write_file(shard2, safetensors_bytes(second));
+    write_file(dir / "model.safetensors.index.json", nlohmann::json{{"weight_map", weight_map}}.dump());
+    REQUIRE(st_offset(shard1, "model.embed_tokens.weight") % 4 == 2);
+    REQUIRE(st_offset(shard1, "model.layers.0.self_attn.q_proj.weight") % 4 == 0);
+
+    LoadedModel m = load_hf_checkpoint(dir.path(), std::nullopt, WeightPlacement::mapped_file);
+    check_llama_weights(m, false);
+    const Weights& w = m.weights;
+    REQUIRE(w.mapped.size() == 2);  // both shards hold matrices read in place
+    CHECK(w.mapped[0]->path() == shard1);
+    CHECK(w.mapped[1]->path() == shard2);
+    CHECK_FALSE(w.tok_embed.is_view());      // 2 bytes off a float
+    CHECK_FALSE(w.layers[1].w3.is_view());   // BF16
+    const auto in_file = [](const WeightMatrix& m, const MappedFile& f, std::uint64_t offset) {
+        return m.is_view() && reinterpret_cast<const std::byte*>(m.data()) == f.bytes().data() + offset;
+    };
+    CHECK(in_file(w.layers[0].wq, *w.mapped[0], st_offset(shard1, "model.layers.0.self_attn.q_proj.weight")));
+    CHECK(in_file(w.layers[0].w2, *w.mapped[0], st_offset(shard1, "model.layers.0.mlp.down_proj.weight")));
+    CHECK(in_file(w.layers[1].wk, *w.mapped[1], st_offset(shard2, "model.layers.1.self_attn.k_proj.weight")));
+    CHECK(in_file(w.lm_head, *w.mapped[1], st_offset(shard2, "lm_head.weight")));
+
+    // in place: the views show the file's bytes as they are now (the same size, rewritten)
+    const std::string original = read_file(shard2);
+    write_file(shard2, std::string(original.size(), '\0'));
+    CHECK(w.layers[1].wk(0, 0) == 0.0f);
+    CHECK(w.lm_head(0, 0) == 0.0f);
+    CHECK(holds_hf(w.layers[1].w3, 18, 12, 8));  // the widened copy keeps its values
+    write_file(shard2, original);
+    check_llama_weights(m, false);
+
+    // moved into huge pages: every mapping released, the values the file's, no longer read from it
+    const std::weak_ptr<const MappedFile> file1 = w.mapped[0], file2 = w.mapped[1];
+    copy_mapped_matrices(m.config, m.weights);
+    CHECK(file1.expired());
+    CHECK(file2.expired());
+    CHECK(m.weights.mapped.empty());
+    REQUIRE(m.weights.backing != nullptr);
+    CHECK(reinterpret_cast<std::uintptr_t>(m.weights.layers[0].wq.data()) % 64 == 0);  // arena pieces start on a line
+    write_file(shard1, std::string(read_file(shard1).size(), '\0'));
+    write_file(shard2, std::string(original.size(), '\0'));
+    check_llama_weights(m, false);
+
+    // the default placement copies them at load: nothing mapped kept
+    write_file(shard1, safetensors_bytes(first));
+    write_file(shard2, original);
+    const LoadedModel copied = load_hf_checkpoint(dir.path());
+    CHECK(copied.weights.mapped.empty());
+    check_llama_weights(copied, false);
 }
 
 TEST_CASE("A sharded Hugging Face directory with BF16 and F16 shards loads through the index") {

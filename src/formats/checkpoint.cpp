@@ -1,5 +1,6 @@
 #include "formats/checkpoint.hpp"
 
+#include <cstddef>
 #include <exception>
 #include <vector>
 
@@ -47,7 +48,7 @@ Reader pick_reader(const std::filesystem::path& path, std::filesystem::path& hf_
 
 LoadedModel load_checkpoint(const std::filesystem::path& path, std::optional<std::int64_t> n_layers, WeightPlacement placement) {
     std::filesystem::path hf_dir;
-    return pick_reader(path, hf_dir) == Reader::hf ? load_hf_checkpoint(hf_dir, n_layers) : load_llama2c_checkpoint(path, n_layers, placement);
+    return pick_reader(path, hf_dir) == Reader::hf ? load_hf_checkpoint(hf_dir, n_layers, placement) : load_llama2c_checkpoint(path, n_layers, placement);
 }
 
 std::int64_t layers_to_read(const ModelConfig& cfg, std::optional<std::int64_t> n_layers, const std::filesystem::path& path) {
@@ -75,39 +76,47 @@ void copy_checkpoint_ranges(const std::filesystem::path& path, std::span<const F
 }
 
 void copy_mapped_matrices(const ModelConfig& cfg, Weights& w) {
-    if (!w.mapped) return;
-    const MappedFile& file = *w.mapped;
-    const std::byte* base = file.bytes().data();
+    if (w.mapped.empty()) return;
     const std::vector<TensorSpec> specs = tensor_specs(cfg);
-    // the arena: a piece for each matrix that is a view into the file, in forward order
-    const auto in_file = [&](const WeightMatrix& m) {
+    // which of the mapped files a matrix is a view into (an index into w.mapped), or -1
+    const auto file_of = [&](const WeightMatrix& m) -> std::ptrdiff_t {
+        if (!m.is_view() || m.size() == 0) return -1;
         const auto* at = reinterpret_cast<const std::byte*>(m.data());
-        return m.is_view() && m.size() > 0 && at >= base && at < base + file.size_bytes();
+        for (std::size_t i = 0; i < w.mapped.size(); ++i) {
+            const std::byte* base = w.mapped[i]->bytes().data();
+            if (at >= base && at < base + w.mapped[i]->size_bytes()) return static_cast<std::ptrdiff_t>(i);
+        }
+        return -1;
     };
+    // the arena: a piece for each matrix that is a view into a file, in forward order
     std::uint64_t arena_bytes = 0;
     for_each_tensor(specs, w.layers.size(), [&](const TensorSpec& s, std::size_t layer) {
-        if (s.is_matrix() && in_file(matrix_of(w, s, layer)))
+        if (s.is_matrix() && file_of(matrix_of(w, s, layer)) >= 0)
             arena_bytes = checked_add(arena_bytes, HugeArena::footprint(checked_mul(s.n_values(), sizeof(float), "weight bytes")),
                                       "weight bytes");
     });
     auto arena = std::make_shared<HugeArena>(static_cast<std::size_t>(arena_bytes));
-    std::vector<FileCopy> copies;
-    std::vector<std::pair<WeightMatrix*, const float*>> moved;  // each view and its place in the arena
+    std::vector<std::vector<FileCopy>> copies(w.mapped.size());  // per file
+    std::vector<std::pair<WeightMatrix*, const float*>> moved;   // each view and its place in the arena
     for_each_tensor(specs, w.layers.size(), [&](const TensorSpec& s, std::size_t layer) {
         if (!s.is_matrix()) return;
         WeightMatrix& m = matrix_of(w, s, layer);
-        if (!in_file(m)) return;
+        const std::ptrdiff_t file = file_of(m);
+        if (file < 0) return;
         const auto n_bytes = static_cast<std::size_t>(m.size()) * sizeof(float);
         auto* data = static_cast<float*>(arena->take(n_bytes));
+        const std::byte* base = w.mapped[static_cast<std::size_t>(file)]->bytes().data();
         const auto offset = static_cast<std::uint64_t>(reinterpret_cast<const std::byte*>(m.data()) - base);
-        copies.push_back(FileCopy{offset, n_bytes, reinterpret_cast<std::byte*>(data)});
+        copies[static_cast<std::size_t>(file)].push_back(FileCopy{offset, n_bytes, reinterpret_cast<std::byte*>(data)});
         moved.emplace_back(&m, data);
     });
-    file.drop_pages(0, file.size_bytes());  // the views are not read again; the copy reads the page cache
-    copy_checkpoint_ranges(file.path(), copies, "checkpoint");
+    for (std::size_t i = 0; i < w.mapped.size(); ++i) {
+        w.mapped[i]->drop_pages(0, w.mapped[i]->size_bytes());  // the views are not read again; the copy reads the page cache
+        copy_checkpoint_ranges(w.mapped[i]->path(), copies[i], "checkpoint");
+    }
     for (const auto& [m, data] : moved) *m = WeightMatrix::view(data, m->rows(), m->cols());
     w.backing = std::move(arena);
-    w.mapped.reset();
+    w.mapped.clear();
 }
 
 ModelConfig load_checkpoint_config(const std::filesystem::path& path) {

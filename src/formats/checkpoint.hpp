@@ -18,13 +18,15 @@ struct LoadedModel {
     Weights weights;
 };
 
-// Where a llama2.c checkpoint's matrices live:
+// Where a checkpoint's matrices live when they are stored as kvlab holds them (every matrix of a llama2.c
+// file; a safetensors file's F32 matrices except GPT-2's transposed Conv1D ones):
 // - huge_pages (the default: serve, the benchmark's reference replay): copied into one arena of huge
 //   pages in forward order, each matrix on a 64-byte line (copy_mapped_matrices).
 // - mapped_file: used in place, views into the mapped file, as llama2.c's run.c reads them: simulate reads
-//   checkpoints so, the GEMV reading rows that start 28 bytes into a line at the aligned rate
-//   (docs/performance.md, "Checkpoints are read in place"); Weights::mapped keeps the mapping.
-// A Hugging Face checkpoint's tensors are converted to fp32 as they are read, so they are always copied.
+//   checkpoints so, the GEMV reading rows that start off a 64-byte line (28 bytes into one in a llama2.c
+//   file) at the aligned rate (docs/performance.md, "Checkpoints are read in place"); Weights::mapped
+//   keeps the mappings.
+// The other matrices (BF16/F16 widened, GPT-2's transposed) are converted into memory of their own either way.
 enum class WeightPlacement { huge_pages, mapped_file };
 
 // A directory (or a *.safetensors file inside one) -> load_hf_checkpoint; any other file ->
@@ -41,7 +43,7 @@ std::int64_t layers_to_read(const ModelConfig& cfg, std::optional<std::int64_t> 
 ModelConfig load_checkpoint_config(const std::filesystem::path& path);
 
 // Weights loaded with WeightPlacement::mapped_file moved to where huge_pages puts them: every matrix that
-// reads the mapped checkpoint in place (Weights::mapped) copied with pread into one arena of huge pages,
+// reads a mapped checkpoint file in place (Weights::mapped) copied with pread into one arena of huge pages,
 // back to back in forward order (model/tensor_table.hpp), the views pointed there and the mapping released.
 // The mapping's resident pages are given back before the arena is touched, so the process never holds
 // the weights twice. Nothing happens when no matrix is mapped. Throws what copy_checkpoint_ranges throws.

@@ -1,5 +1,6 @@
 #include "formats/hf_checkpoint.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -15,7 +16,6 @@
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "core/json_input.hpp"
-#include "core/huge_pages.hpp"
 #include "core/mapped_file.hpp"
 #include "formats/safetensors.hpp"
 #include "model/tensor_table.hpp"
@@ -47,14 +47,17 @@ public:
     MatrixRM matrix(const std::string& name, std::int64_t rows, std::int64_t cols) const {
         return file_for(name, {rows, cols}).read_matrix(name, rows, cols);
     }
-    // Where an F32 matrix of exactly (rows, cols) lies: its shard and its first byte there, for the loader
-    // to copy as it is stored; nullopt for another dtype. Throws FormatError when missing or of another shape.
-    std::optional<FileCopy> f32_span(const std::string& name, std::int64_t rows, std::int64_t cols, std::filesystem::path& shard) const {
-        const SafetensorsFile& file = file_for(name, {rows, cols});
-        const std::optional<std::uint64_t> at = file.f32_offset(name, rows, cols);
-        if (!at) return std::nullopt;
-        shard = file.path();
-        return FileCopy{*at, static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(cols) * sizeof(float), nullptr};
+    // An F32 matrix of exactly (rows, cols) as it lies in its shard's mapping, `file` set to that mapping: for
+    // the loader to read in place. nullptr for another dtype, or for F32 bytes that do not start on a float
+    // (a file mixing dtypes may leave them 2 bytes off; matrix() copies those). Throws FormatError when
+    // missing or of another shape.
+    const float* f32_in_place(const std::string& name, std::int64_t rows, std::int64_t cols,
+                              std::shared_ptr<const MappedFile>& file) const {
+        const SafetensorsFile& shard = file_for(name, {rows, cols});
+        const std::optional<std::uint64_t> at = shard.f32_offset(name, rows, cols);
+        if (!at || *at % alignof(float) != 0) return nullptr;  // the mapping starts on a page: offset alignment is address alignment
+        file = shard.mapping();
+        return reinterpret_cast<const float*>(file->bytes().data() + *at);
     }
     VectorF vector(const std::string& name, std::int64_t n) const { return file_for(name, {n}).read_vector(name, n); }
 
@@ -127,13 +130,13 @@ private:
     std::string where_;
 };
 
-// Every tensor of the table from the checkpoint, in forward order. F32 matrices in kvlab's layout need no
-// transformation, only a place: pieces of one arena of huge pages, back to back in forward order, filled
-// from the shards with pread (copy_checkpoint_ranges), as llama2.c checkpoints get; each starts on a
-// 64-byte line whatever its offset in the file. The rest is converted as it is read: BF16/F16 widened,
-// GPT-2's Conv1D weights stored (in, out) transposed to kvlab's (out, in), its c_attn (q, k and v
-// weights and biases fused) read once per layer and sliced. `root` prefixes the names ("transformer." in
-// GPT2LMHeadModel files).
+// Every tensor of the table from the checkpoint, in forward order. F32 matrices in kvlab's layout (every
+// Llama matrix: HF's rotate-half pairing is the forward pass's RopePairing::halves, not a reordering of
+// rows) need no transformation, only a place: here views into their shard's mapping, which the weights
+// keep (Weights::mapped), for the caller to read in place or move into huge pages (copy_mapped_matrices),
+// as llama2.c checkpoints are. The rest is converted as it is read: BF16/F16 widened, GPT-2's Conv1D
+// weights stored (in, out) transposed to kvlab's (out, in), its c_attn (q, k and v weights and biases
+// fused) read once per layer and sliced. `root` prefixes the names ("transformer." in GPT2LMHeadModel files).
 Weights read_weights(const TensorSource& src, const ModelConfig& cfg, std::int64_t n_read, const std::string& root) {
     const std::vector<TensorSpec> specs = tensor_specs(cfg);
     Weights w;
@@ -141,20 +144,6 @@ Weights read_weights(const TensorSource& src, const ModelConfig& cfg, std::int64
     auto name_of = [&](const TensorSpec& s, std::size_t layer) {  // lm_head sits beside the transformer module, never under its root
         return (s.name == "lm_head" ? "" : root) + fmt::format(fmt::runtime(s.hf_name), layer);
     };
-    // the F32 matrices stored as kvlab holds them, and the arena they are copied into
-    auto stored_as_is = [&](const TensorSpec& s, std::size_t layer, std::filesystem::path& shard) -> std::optional<FileCopy> {
-        const std::string name = name_of(s, layer);
-        if (!s.is_matrix() || s.hf_slice >= 0 || s.hf_transposed || !src.contains(name)) return std::nullopt;
-        return src.f32_span(name, s.rows, s.cols, shard);
-    };
-    std::uint64_t arena_bytes = 0;
-    for_each_tensor(specs, w.layers.size(), [&](const TensorSpec& s, std::size_t layer) {
-        std::filesystem::path shard;
-        if (const auto span = stored_as_is(s, layer, shard))
-            arena_bytes = checked_add(arena_bytes, HugeArena::footprint(span->bytes), "weight bytes");
-    });
-    const auto arena = arena_bytes > 0 ? std::make_shared<HugeArena>(static_cast<std::size_t>(arena_bytes)) : nullptr;
-    std::map<std::filesystem::path, std::vector<FileCopy>> copies;  // per shard
     MatrixRM fused_w;  // this layer's c_attn weight (3 x out, in) and bias (3 x out), kept for the slices after the first
     VectorF fused_b;
     for_each_tensor(specs, w.layers.size(), [&](const TensorSpec& s, std::size_t layer) {
@@ -168,23 +157,22 @@ Weights read_weights(const TensorSource& src, const ModelConfig& cfg, std::int64
         if (s.hf_slice == 0 && !s.is_matrix()) fused_b = src.vector(name, 3 * s.rows);
         if (s.is_matrix()) {
             WeightMatrix& m = matrix_of(w, s, layer);
-            std::filesystem::path shard;
-            if (s.hf_slice >= 0) m = fused_w.middleRows(s.hf_slice * s.rows, s.rows);  // slice of the fused rows
-            else if (s.hf_transposed) m = src.matrix(name, s.cols, s.rows).transpose();
-            else if (std::optional<FileCopy> span = stored_as_is(s, layer, shard)) {  // F32 in kvlab's layout: copied below
-                span->dst = static_cast<std::byte*>(arena->take(span->bytes));
-                m = WeightMatrix::view(reinterpret_cast<const float*>(span->dst), s.rows, s.cols);
-                copies[shard].push_back(*span);
+            std::shared_ptr<const MappedFile> file;
+            if (s.hf_slice >= 0) {
+                m = fused_w.middleRows(s.hf_slice * s.rows, s.rows);  // slice of the fused rows
+            } else if (s.hf_transposed) {
+                m = src.matrix(name, s.cols, s.rows).transpose();
+            } else if (const float* at = src.f32_in_place(name, s.rows, s.cols, file)) {  // F32 in kvlab's layout
+                m = WeightMatrix::view(at, s.rows, s.cols);
+                if (std::find(w.mapped.begin(), w.mapped.end(), file) == w.mapped.end()) w.mapped.push_back(std::move(file));
             } else {
-                m = src.matrix(name, s.rows, s.cols);  // BF16 or F16, widened
+                m = src.matrix(name, s.rows, s.cols);  // BF16 or F16 widened (or F32 off a float's alignment, copied)
             }
         } else {
             VectorF& v = vector_of(w, s, layer);
             v = s.hf_slice >= 0 ? VectorF(fused_b.segment(s.hf_slice * s.rows, s.rows)) : src.vector(name, s.rows);
         }
     });
-    for (const auto& [shard, spans] : copies) copy_checkpoint_ranges(shard, spans, "safetensors file");
-    w.backing = arena;  // the F32 matrices are views into it
     return w;
 }
 
@@ -208,7 +196,7 @@ Weights load_gpt2_weights(const TensorSource& src, const ModelConfig& cfg, std::
 
 }  // namespace
 
-LoadedModel load_hf_checkpoint(const std::filesystem::path& dir, std::optional<std::int64_t> n_layers) {
+LoadedModel load_hf_checkpoint(const std::filesystem::path& dir, std::optional<std::int64_t> n_layers, WeightPlacement placement) {
     LoadedModel model{load_model_config(dir), {}};
     const ModelConfig& cfg = model.config;
     if (cfg.mla) throw FormatError(fmt::format("{}: multi-head latent attention weights are not supported", dir.string()));
@@ -217,6 +205,7 @@ LoadedModel load_hf_checkpoint(const std::filesystem::path& dir, std::optional<s
     const TensorSource src(dir);
     const std::int64_t n_read = layers_to_read(cfg, n_layers, dir);
     model.weights = cfg.family == Family::gpt2 ? load_gpt2_weights(src, cfg, n_read) : load_llama_weights(src, cfg, n_read);
+    if (placement == WeightPlacement::huge_pages) copy_mapped_matrices(cfg, model.weights);
     return model;
 }
 

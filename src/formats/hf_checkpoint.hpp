@@ -16,8 +16,10 @@ namespace kvlab {
 // Llama family: weights.rope_pairing = halves, wq/wk used as stored. GPT-2: Conv1D (in, out) weights
 // transposed to (out, in), c_attn split into q, k, v. Throws FormatError naming the file and tensor
 // (missing, wrong shape, unknown dtype), ConfigError for a bad config.json, IoError if unreadable.
-// n_layers: see load_checkpoint.
-LoadedModel load_hf_checkpoint(const std::filesystem::path& dir, std::optional<std::int64_t> n_layers = std::nullopt);
+// n_layers and placement: see load_checkpoint (F32 matrices in kvlab's layout are the ones placed; the
+// others are converted into memory of their own).
+LoadedModel load_hf_checkpoint(const std::filesystem::path& dir, std::optional<std::int64_t> n_layers = std::nullopt,
+                               WeightPlacement placement = WeightPlacement::huge_pages);
 
 // The bytes a checkpoint directory's safetensors hold, from their headers only (no tensor is read):
 // the total and per stored dtype ("BF16" -> bytes). nullopt when the directory has neither

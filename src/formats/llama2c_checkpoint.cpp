@@ -348,7 +348,7 @@ LoadedModel load_llama2c_checkpoint(const std::filesystem::path& path, std::opti
     model.weights.layers.resize(static_cast<std::size_t>(layers_to_read(cfg, n_layers, path)));
     FloatReader in(*file, layout.version == Llama2cVersion::v0 ? llama2c_v0_header_bytes : llama2c_v1_header_bytes);
     read_weights(in, cfg, layout.version, model.weights);
-    model.weights.mapped = std::move(file);  // the matrices are views into it
+    model.weights.mapped.push_back(std::move(file));  // the matrices are views into it
     if (placement == WeightPlacement::huge_pages) copy_mapped_matrices(cfg, model.weights);
     return model;
 }

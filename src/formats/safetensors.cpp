@@ -26,10 +26,11 @@ std::uint64_t safetensors_dtype_bytes(const std::string& dtype) {
     return it == table.end() ? 0 : it->second;
 }
 
-SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path, "safetensors file") {
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
+    : file_(std::make_shared<const MappedFile>(path, "safetensors file")) {
     const std::string where = path.string();
-    const std::uint64_t size = file_.size_bytes();
-    const std::byte* data = file_.bytes().data();
+    const std::uint64_t size = file_->size_bytes();
+    const std::byte* data = file_->bytes().data();
     if (size < 8)
         throw FormatError(fmt::format("{}: file is {} bytes; a safetensors file starts with an 8-byte header length", where, size));
     std::uint64_t header_bytes = 0;
@@ -116,7 +117,7 @@ void SafetensorsFile::read_f32(const SafetensorsTensor& t, float* out) const {
     if (!f32 && !f16 && t.dtype != "BF16")
         throw FormatError(fmt::format("{}: tensor '{}' has dtype {}; kvlab reads F32, F16 and BF16 weights", path().string(), t.name, t.dtype));
     // the file's pages are given back as they are converted: peak memory is the weights, not weights + file
-    file_.consume(t.begin_bytes, n_bytes, [&](std::uint64_t done, std::span<const std::byte> chunk) {
+    file_->consume(t.begin_bytes, n_bytes, [&](std::uint64_t done, std::span<const std::byte> chunk) {
         if (f32) {
             std::memcpy(reinterpret_cast<std::byte*>(out) + done, chunk.data(), chunk.size());
             return;

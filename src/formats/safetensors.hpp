@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <optional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,9 @@ public:
     // overlapping. Throws FormatError naming the file (and tensor); IoError if unreadable.
     explicit SafetensorsFile(const std::filesystem::path& path);
 
-    const std::filesystem::path& path() const { return file_.path(); }
+    const std::filesystem::path& path() const { return file_->path(); }
+    // The mapping, for views into it that outlive this reader (Weights::mapped).
+    const std::shared_ptr<const MappedFile>& mapping() const { return file_; }
     const std::map<std::string, SafetensorsTensor>& tensors() const { return tensors_; }
     const SafetensorsTensor* find(const std::string& name) const;  // nullptr when absent
 
@@ -45,7 +48,7 @@ private:
     const SafetensorsTensor& require(const std::string& name, const std::vector<std::int64_t>& shape) const;
     void read_f32(const SafetensorsTensor& tensor, float* out) const;
 
-    MappedFile file_;
+    std::shared_ptr<const MappedFile> file_;
     std::map<std::string, SafetensorsTensor> tensors_;
 };
 

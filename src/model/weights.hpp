@@ -114,8 +114,9 @@ struct Weights {
     WeightMatrix lm_head;     // (V, d); empty when tied: the classifier is tok_embed
     RopePairing rope_pairing = RopePairing::neighbours;
     std::shared_ptr<const void> backing;  // the arena views among the matrices point into, or null
-    // WeightPlacement::mapped_file (formats/checkpoint.hpp): the checkpoint the views read in place, or null
-    std::shared_ptr<const MappedFile> mapped;
+    // WeightPlacement::mapped_file (formats/checkpoint.hpp): the checkpoint files the views read in place
+    // (a llama2.c file, or the safetensors shards holding F32 matrices); empty when none is
+    std::vector<std::shared_ptr<const MappedFile>> mapped;
 
     const WeightMatrix& classifier() const { return lm_head.size() ? lm_head : tok_embed; }
 };

@@ -241,11 +241,11 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     // mallopt's ceiling; the embedding table, larger, keeps a mapping.) docs/performance.md, peak RSS.
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
 #endif
-    // A llama2.c checkpoint's fp32 matrices are read in place, where the page cache holds the file, as
-    // run.c reads them: nothing is copied into fresh memory first, which on a virtual machine can cost more
-    // than the decode, and the GEMV reads rows that start off a cache line at the aligned rate
-    // (model/matmul.hpp), so the decode is as fast as from a copy (docs/performance.md, "Checkpoints are
-    // read in place").
+    // A checkpoint's fp32 matrices stored as kvlab holds them (a llama2.c file's; a safetensors file's F32
+    // ones but GPT-2's transposed) are read in place, where the page cache holds the file, as run.c reads
+    // them: nothing is copied into fresh memory first, which on a virtual machine can cost more than the
+    // decode, and the GEMV reads rows that start off a cache line at the aligned rate (model/matmul.hpp),
+    // so the decode is as fast as from a copy (docs/performance.md, "Checkpoints are read in place").
     p.weights = load_model_weights(source, cfg, o.seed, WeightPlacement::mapped_file);
     if (!o.save_checkpoint.empty()) save_llama2c_v0(o.save_checkpoint, cfg, p.weights);
     if (!o.eval.empty()) inputs["eval"] = o.eval;
