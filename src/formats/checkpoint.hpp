@@ -52,7 +52,7 @@ void copy_mapped_matrices(const ModelConfig& cfg, Weights& w);
 // Copies spans of a checkpoint file into memory (copy_file_ranges: pread, nothing of the file mapped),
 // every thread of the team its share of the bytes (split_copies). Most of a copy's time is the kernel
 // faulting fresh huge pages in (and, in a virtual machine, the host backing them), which two threads do
-// faster than one (docs/performance.md, "Where a llama2.c checkpoint's matrices live"). Throws what
+// faster than one (docs/performance.md, "Where a checkpoint's matrices live"). Throws what
 // copy_file_ranges throws (the first part's error when several fail).
 void copy_checkpoint_ranges(const std::filesystem::path& path, std::span<const FileCopy> copies, std::string_view what);
 
