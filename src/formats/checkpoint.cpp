@@ -75,19 +75,37 @@ void copy_checkpoint_ranges(const std::filesystem::path& path, std::span<const F
         if (e) std::rethrow_exception(e);
 }
 
+namespace {
+
+// Which of the mapped files a matrix is a view into (an index into w.mapped), or -1.
+std::ptrdiff_t mapped_file_of(const Weights& w, const WeightMatrix& m) {
+    if (!m.is_view() || m.size() == 0) return -1;
+    const auto* at = reinterpret_cast<const std::byte*>(m.data());
+    for (std::size_t i = 0; i < w.mapped.size(); ++i) {
+        const std::byte* base = w.mapped[i]->bytes().data();
+        if (at >= base && at < base + w.mapped[i]->size_bytes()) return static_cast<std::ptrdiff_t>(i);
+    }
+    return -1;
+}
+
+}  // namespace
+
+MatrixBytes matrix_bytes(const ModelConfig& cfg, const Weights& w) {
+    MatrixBytes out;
+    for_each_tensor(tensor_specs(cfg), w.layers.size(), [&](const TensorSpec& s, std::size_t layer) {
+        if (!s.is_matrix()) return;
+        const WeightMatrix& m = matrix_of(w, s, layer);
+        const std::uint64_t bytes = checked_mul(static_cast<std::uint64_t>(m.size()), sizeof(float), "weight bytes");
+        out.total = checked_add(out.total, bytes, "weight bytes");
+        if (mapped_file_of(w, m) >= 0) out.in_place = checked_add(out.in_place, bytes, "weight bytes");
+    });
+    return out;
+}
+
 void copy_mapped_matrices(const ModelConfig& cfg, Weights& w) {
     if (w.mapped.empty()) return;
     const std::vector<TensorSpec> specs = tensor_specs(cfg);
-    // which of the mapped files a matrix is a view into (an index into w.mapped), or -1
-    const auto file_of = [&](const WeightMatrix& m) -> std::ptrdiff_t {
-        if (!m.is_view() || m.size() == 0) return -1;
-        const auto* at = reinterpret_cast<const std::byte*>(m.data());
-        for (std::size_t i = 0; i < w.mapped.size(); ++i) {
-            const std::byte* base = w.mapped[i]->bytes().data();
-            if (at >= base && at < base + w.mapped[i]->size_bytes()) return static_cast<std::ptrdiff_t>(i);
-        }
-        return -1;
-    };
+    const auto file_of = [&](const WeightMatrix& m) { return mapped_file_of(w, m); };
     // the arena: a piece for each matrix that is a view into a file, in forward order
     std::uint64_t arena_bytes = 0;
     for_each_tensor(specs, w.layers.size(), [&](const TensorSpec& s, std::size_t layer) {

@@ -132,6 +132,10 @@ WeightMatrix& matrix_of(Weights& w, const TensorSpec& s, std::size_t layer) {
     return s.matrix ? w.*s.matrix : w.layers.at(layer).*s.layer_matrix;
 }
 
+const WeightMatrix& matrix_of(const Weights& w, const TensorSpec& s, std::size_t layer) {
+    return matrix_of(const_cast<Weights&>(w), s, layer);  // the same member, read only
+}
+
 VectorF& vector_of(Weights& w, const TensorSpec& s, std::size_t layer) {
     if (s.is_matrix()) throw Error(fmt::format("tensor table: '{}' is not a vector", s.name));
     return s.vector ? w.*s.vector : w.layers.at(layer).*s.layer_vector;

@@ -70,6 +70,7 @@ std::span<float> tensor_data(Weights& w, const TensorSpec& spec, std::size_t lay
 std::span<const float> tensor_data(const Weights& w, const TensorSpec& spec, std::size_t layer);
 // The member holding a matrix (or vector) spec's tensor, to assign a whole tensor (or a view) without a copy.
 WeightMatrix& matrix_of(Weights& w, const TensorSpec& spec, std::size_t layer);
+const WeightMatrix& matrix_of(const Weights& w, const TensorSpec& spec, std::size_t layer);
 VectorF& vector_of(Weights& w, const TensorSpec& spec, std::size_t layer);
 // Allocate it at the spec's shape (values unset).
 void allocate_tensor(Weights& w, const TensorSpec& spec, std::size_t layer);

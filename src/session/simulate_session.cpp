@@ -434,6 +434,17 @@ Report simulation_outcome(const PreparedSimulation& p, const SimulationResult& r
     if (!o.trace.empty()) write_step_trace(o.trace, summary, result.records, p.inputs, o.deterministic);
     Report report = simulation_report(summary, result.records, p.inputs, p.request.units);
     if (const std::string note = thread_use_note(result.core_use); !note.empty()) report.notes.push_back(note);
+    if (!o.checkpoint.empty()) {  // where the run read the checkpoint's matrices from
+        const MatrixBytes m = matrix_bytes(cfg, p.weights);
+        const std::string total = format_bytes(m.total, o.units);
+        report.notes.push_back(fmt::format(
+            "checkpoint matrices: {} read in place, from the file's pages in the page cache (mapped, as run.c reads them){}; "
+            "docs/performance.md, \"Where a checkpoint's matrices live\"",
+            m.in_place == m.total ? "all " + total : fmt::format("{} of {}", format_bytes(m.in_place, o.units), total),
+            m.in_place == m.total ? "" : fmt::format("; the other {} converted into memory of their own (BF16/F16 widened, GPT-2's "
+                                                     "Conv1D weights transposed, F32 off a 4-byte boundary)",
+                                                     format_bytes(m.total - m.in_place, o.units))));
+    }
     if (!o.save_checkpoint.empty())
         report.notes.push_back(fmt::format("saved the model run as llama2.c v0: {} ({} bytes)", o.save_checkpoint,
                                            llama2c_file_bytes(cfg, Llama2cVersion::v0)));

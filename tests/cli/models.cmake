@@ -6,11 +6,19 @@ include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
 # greedy text, cached and uncached in lockstep; the expected words are PyTorch's (reference.json)
 # (README's example.) Tokens through the model: cached 5 prompt + 47 decode = 52; uncached re-runs the
 # whole sequence each step, 5 + 6 + ... + 52 = (5 + 52) x 48 / 2 = 1368.
+# Its matrices are all read in place from the llama2.c file: per layer wq 192x192, wk and wv 64x192, wo
+# 192x192, w1 and w3 320x192, w2 192x320 = 282624 floats, x 4 layers + the tied embedding 512x192 =
+# 1228800 floats = 4915200 B = 4.6875 MiB.
 kvlab_expect(RC 0 ARGS simulate --model tiny-llama --prompt "Once upon a time" -n 48
              OUT "^Once upon a time, in a small village, there lived a little boy named Tom\\. He lived with his"
-                 "tokens through the model +52 +1368 " "both modes produced the same logits")
+                 "tokens through the model +52 +1368 " "both modes produced the same logits"
+                 "checkpoint matrices: all 4\\.69 MiB read in place")
+# GPT-2's safetensors: only wte (512x128) and wpe (256x128) are stored as kvlab holds them, 98304 floats =
+# 384 KiB in place; each layer's q, k, v, o (4 x 128x128), c_fc and c_proj (2 x 512x128) = 196608 floats,
+# x 5 layers = 983040 floats = 3.75 MiB transposed or sliced into memory of their own; 4.125 MiB in all.
 kvlab_expect(RC 0 ARGS simulate --model tiny-gpt2 --prompt "Once upon a time" -n 24 --threads 1
-             OUT "^Once upon a time, in a small village, there lived a kind girl named Zoe\\.")
+             OUT "^Once upon a time, in a small village, there lived a kind girl named Zoe\\."
+                 "checkpoint matrices: 384\\.00 KiB of 4\\.12 MiB read in place.*the other 3\\.75 MiB converted")
 
 # held-out perplexity: PyTorch says 1.19179 (tiny-llama) and 1.21955 (tiny-gpt2) over 254 tokens
 kvlab_expect(RC 0 ARGS simulate --model tiny-llama --eval ${MODELS}/heldout.txt
