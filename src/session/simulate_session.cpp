@@ -437,13 +437,17 @@ Report simulation_outcome(const PreparedSimulation& p, const SimulationResult& r
     if (!o.checkpoint.empty()) {  // where the run read the checkpoint's matrices from
         const MatrixBytes m = matrix_bytes(cfg, p.weights);
         const std::string total = format_bytes(m.total, o.units);
-        report.notes.push_back(fmt::format(
-            "checkpoint matrices: {} read in place, from the file's pages in the page cache (mapped, as run.c reads them){}; "
-            "docs/performance.md, \"Where a checkpoint's matrices live\"",
-            m.in_place == m.total ? "all " + total : fmt::format("{} of {}", format_bytes(m.in_place, o.units), total),
-            m.in_place == m.total ? "" : fmt::format("; the other {} converted into memory of their own (BF16/F16 widened, GPT-2's "
-                                                     "Conv1D weights transposed, F32 off a 4-byte boundary)",
-                                                     format_bytes(m.total - m.in_place, o.units))));
+        const char* converted = "converted into memory of their own (BF16/F16 widened, GPT-2's Conv1D weights transposed, F32 "
+                                "off a 4-byte boundary)";
+        const std::string where = m.in_place == 0 ? fmt::format("none read in place: all {} {}", total, converted)
+                                  : m.in_place == m.total
+                                      ? fmt::format("all {} read in place, from the file's pages in the page cache (mapped, as run.c "
+                                                    "reads them)", total)
+                                      : fmt::format("{} of {} read in place, from the file's pages in the page cache (mapped, as "
+                                                    "run.c reads them); the other {} {}",
+                                                    format_bytes(m.in_place, o.units), total,
+                                                    format_bytes(m.total - m.in_place, o.units), converted);
+        report.notes.push_back(fmt::format("checkpoint matrices: {}; docs/performance.md, \"Where a checkpoint's matrices live\"", where));
     }
     if (!o.save_checkpoint.empty())
         report.notes.push_back(fmt::format("saved the model run as llama2.c v0: {} ({} bytes)", o.save_checkpoint,
