@@ -3,14 +3,18 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include <sys/mman.h>
 
 #include "calc/presets.hpp"
 #include "core/error.hpp"
 #include "core/huge_pages.hpp"
+#include "core/mapped_file.hpp"
 #include "model/random_weights.hpp"
 #include "model/simulator.hpp"
+#include "test_files.hpp"
 
 using namespace kvlab;
 
@@ -19,6 +23,21 @@ namespace {
 std::uintptr_t address(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
 }  // namespace
+
+TEST_CASE("MappedFile maps a file of a huge page or more from a huge-page boundary, every byte as written") {
+    kvlab::test::TempDir dir("kvlab-mapped");
+    for (const std::size_t n : {huge_page_bytes + 100, std::size_t{5000}}) {
+        CAPTURE(n);
+        std::string bytes(n, '\0');
+        for (std::size_t i = 0; i < n; ++i) bytes[i] = static_cast<char>((i * 7 + i / 4096) % 251);
+        const auto path = dir / "f.bin";
+        std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(n));
+        const MappedFile file(path);
+        REQUIRE(file.size_bytes() == n);
+        if (n >= huge_page_bytes) CHECK(address(file.bytes().data()) % huge_page_bytes == 0);
+        CHECK(std::memcmp(file.bytes().data(), bytes.data(), n) == 0);
+    }
+}
 
 TEST_CASE("HugeArena hands out 64-byte aligned pieces back to back, the first on a huge-page boundary") {
     // footprints: 100 B -> 128 (+ a 64-byte guard under ASan), 1000 -> 1024, 64 -> 64

@@ -35,6 +35,19 @@ std::size_t advise_huge_pages(void* data, std::size_t bytes) noexcept {
 #endif
 }
 
+std::byte* keep_huge_aligned(void*& mapping, std::size_t& mapped, std::size_t bytes) noexcept {
+    const auto at = reinterpret_cast<std::uintptr_t>(mapping);
+    auto* base = reinterpret_cast<std::byte*>((at + huge_page_bytes - 1) & ~(std::uintptr_t{huge_page_bytes} - 1));
+    const std::size_t page = 4096, kept = (bytes + page - 1) / page * page;
+    std::byte* begin = static_cast<std::byte*>(mapping);
+    std::byte* end = begin + mapped;
+    if (base > begin && ::munmap(begin, static_cast<std::size_t>(base - begin)) == 0) begin = base;
+    if (end > base + kept && ::munmap(base + kept, static_cast<std::size_t>(end - (base + kept))) == 0) end = base + kept;
+    mapping = begin;
+    mapped = static_cast<std::size_t>(end - begin);
+    return base;
+}
+
 HugeArena::HugeArena(std::size_t capacity) : capacity_(capacity) {
     if (capacity == 0) return;
     if (capacity > SIZE_MAX - huge_page_bytes) throw std::bad_alloc();
@@ -44,20 +57,10 @@ HugeArena::HugeArena(std::size_t capacity) : capacity_(capacity) {
         mapping_ = nullptr;
         throw std::bad_alloc();
     }
-    // keep [base_, base_ + capacity rounded up to 4 KiB pages) and give the slack on both sides back: no
-    // whole 2 MiB block of this mapping lies past the capacity, so in THP mode "always" too the last
+    // no whole 2 MiB block of the mapping lies past the capacity, so in THP mode "always" too the last
     // partial huge page stays in 4 KiB pages and touching the end of the last piece makes nothing
-    // resident that it does not use. A trim the kernel refuses leaves that slack mapped (and unmapped
-    // with the rest at the end).
-    const auto at = reinterpret_cast<std::uintptr_t>(mapping_);
-    base_ = reinterpret_cast<std::byte*>((at + huge_page_bytes - 1) & ~(std::uintptr_t{huge_page_bytes} - 1));
-    const std::size_t page = 4096, kept = (capacity + page - 1) / page * page;
-    std::byte* begin = static_cast<std::byte*>(mapping_);
-    std::byte* end = begin + mapped_;
-    if (base_ > begin && ::munmap(begin, static_cast<std::size_t>(base_ - begin)) == 0) begin = base_;
-    if (end > base_ + kept && ::munmap(base_ + kept, static_cast<std::size_t>(end - (base_ + kept))) == 0) end = base_ + kept;
-    mapping_ = begin;
-    mapped_ = static_cast<std::size_t>(end - begin);
+    // resident that it does not use
+    base_ = keep_huge_aligned(mapping_, mapped_, capacity);
     advise_huge_pages(base_, capacity);
 #ifdef KVLAB_ASAN
     ASAN_POISON_MEMORY_REGION(mapping_, mapped_);

@@ -14,6 +14,13 @@ inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;  // x86-64'
 // Returns the bytes advised (0 when the range holds no whole huge page or the kernel refuses); never throws.
 std::size_t advise_huge_pages(void* data, std::size_t bytes) noexcept;
 
+// A mapping made one huge page longer than `bytes` (`mapping`, `mapped` long), cut down to its first
+// huge-page boundary: [boundary, boundary + bytes rounded up to 4 KiB pages) stays mapped and the slack
+// on both sides is given back, so no whole 2 MiB block of it lies past `bytes`. A trim the kernel refuses
+// leaves that slack mapped. Returns the boundary; `mapping` and `mapped` become what stays mapped (to
+// unmap at the end). HugeArena's memory and MappedFile's aligned reservation are made this way.
+std::byte* keep_huge_aligned(void*& mapping, std::size_t& mapped, std::size_t bytes) noexcept;
+
 // Memory for many arrays that one pass streams through (a model's weight matrices, or their narrow
 // copies): one anonymous mapping, huge-page aligned and advised, handed out back to back in 64-byte
 // aligned pieces, so matrices smaller than a huge page share huge pages instead of each lying in 4 KiB

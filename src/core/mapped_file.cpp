@@ -127,25 +127,18 @@ MappedFile::MappedFile(const std::filesystem::path& path, std::string_view what)
     // A file of a huge page or more starts on a huge-page boundary, with MADV_HUGEPAGE: where the page cache
     // holds it in 2 MiB folios the kernel then maps each with one entry (FilePmdMapped), as fast to read as
     // memory of huge pages (docs/performance.md, "Checkpoints are read in place"). A reservation
-    // one huge page longer is cut down to the aligned span.
+    // one huge page longer is cut down to the aligned span (keep_huge_aligned), which the file is then mapped over.
     if (size_bytes_ >= huge_page_bytes && size_bytes_ <= SIZE_MAX - huge_page_bytes) {
-        const std::size_t reserved = static_cast<std::size_t>(size_bytes_) + huge_page_bytes;
+        std::size_t reserved = static_cast<std::size_t>(size_bytes_) + huge_page_bytes;
         void* r = ::mmap(nullptr, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (r != MAP_FAILED) {
-            const auto start = reinterpret_cast<std::uintptr_t>(r);
-            auto* at = reinterpret_cast<std::byte*>((start + huge_page_bytes - 1) & ~(std::uintptr_t{huge_page_bytes} - 1));
+            std::byte* at = keep_huge_aligned(r, reserved, static_cast<std::size_t>(size_bytes_));
             void* data = ::mmap(at, size_bytes_, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
             if (data == MAP_FAILED) {
                 const int err = errno;
                 ::munmap(r, reserved);
                 throw IoError(fmt::format("{}: cannot map {} bytes: {}", quote(path.string()), size_bytes_, std::strerror(err)));
             }
-            // the reservation's slack on both sides goes back
-            auto* begin = static_cast<std::byte*>(r);
-            std::byte* end = begin + reserved;
-            std::byte* kept_end = at + (size_bytes_ + 4095) / 4096 * 4096;
-            if (at > begin) ::munmap(begin, static_cast<std::size_t>(at - begin));
-            if (end > kept_end) ::munmap(kept_end, static_cast<std::size_t>(end - kept_end));
             advise_huge_pages(data, static_cast<std::size_t>(size_bytes_));
             data_ = data;
             return;
