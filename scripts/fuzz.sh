@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs kvlab's libFuzzer targets (tests/fuzz) for longer than the CTests do, one after another.
 #   scripts/fuzz.sh [SECONDS_PER_RUN] [NAME...]    default 600 s, every run (config llama2c tokenizer
-#   safetensors shard_index trace_csv trace_jsonl trace_perfetto)
+#   safetensors shard_index trace_csv trace_jsonl trace_perfetto gguf serve_csv serve_jsonl)
 # Builds the debug-asan preset first (clang, ASan + UBSan + libFuzzer). The corpus each run grows is
 # kept in build/debug-asan/tests/fuzz/corpus/<name>, findings (crashing inputs) in .../findings/; each
 # run's libFuzzer log goes to .../logs/<name>.log and its last lines to the terminal.
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-600}
 shift || true
 names=("$@")
-[ ${#names[@]} -eq 0 ] && names=(config llama2c tokenizer safetensors shard_index trace_csv trace_jsonl trace_perfetto)
+[ ${#names[@]} -eq 0 ] && names=(config llama2c tokenizer safetensors shard_index trace_csv trace_jsonl trace_perfetto gguf serve_csv serve_jsonl)
 
 cmake --preset debug-asan > /dev/null
 cmake --build --preset debug-asan -j"$(nproc 2>/dev/null || echo 2)"

@@ -21,6 +21,7 @@
 #include "report/simulation_report.hpp"
 #include "model/simulator.hpp"
 #include "trace/step_trace.hpp"
+#include "trace/serve_trace.hpp"
 #include "test_files.hpp"
 
 namespace fs = std::filesystem;
@@ -38,7 +39,8 @@ std::string slurp_file(const fs::path& path) {
 // One seed directory per fuzz target (tests/fuzz/CMakeLists.txt names them), each holding valid files
 // of its format, so mutations start from something the reader accepts. Small: each seed is under 50 KB.
 void write_fuzz_seeds(const fs::path& dir) {
-    for (const char* d : {"llama2c", "tokenizer", "safetensors", "shard_index", "trace_csv", "trace_jsonl", "trace_perfetto", "gguf"})
+    for (const char* d : {"llama2c", "tokenizer", "safetensors", "shard_index", "trace_csv", "trace_jsonl", "trace_perfetto", "gguf",
+                          "serve_csv", "serve_jsonl"})
         fs::create_directories(dir / d);
     const ModelConfig cfg = tiny_config();
     const Weights w = random_weights(cfg, 7, 0.5f);
@@ -78,6 +80,20 @@ void write_fuzz_seeds(const fs::path& dir) {
     write_step_trace(dir / "trace_jsonl" / "run.jsonl", run_summary(cfg, o, r), r.records, inputs, true);
     write_step_trace(dir / "trace_perfetto" / "run.json", run_summary(cfg, o, r), r.records, inputs, false);
     write_file(dir / "gguf" / "llama3-8b.gguf", gguf_llama3_8b());
+    // a serve trace of three requests through a paged and a contiguous pool, measured and deterministic
+    {
+        const std::vector<ServeRequest> requests{{{1, 2, 3}, 2, 0}, {{4, 5}, 3, 1}, {{6, 7, 8, 9}, 1, 1}};
+        std::vector<ServeOptions> runs(2);
+        std::vector<ServeResult> results;
+        for (std::size_t i = 0; i < runs.size(); ++i) {
+            runs[i].pool = {i == 0 ? KvLayout::paged : KvLayout::contiguous, 32, 4, false};
+            runs[i].max_model_len = 16;
+            results.push_back(run_serving(cfg, w, requests, runs[i]));
+        }
+        const nlohmann::json serve_inputs = {{"model", "tiny"}, {"requests", 3}};
+        write_serve_trace(dir / "serve_csv" / "serve.csv", runs, results, serve_inputs, false);
+        write_serve_trace(dir / "serve_jsonl" / "serve.jsonl", runs, results, serve_inputs, true);
+    }
     write_file(dir / "gguf" / "windows.gguf", GgufWriter()
                                                   .str("general.architecture", "gemma3")
                                                   .u32("gemma3.block_count", 6)
@@ -204,6 +220,22 @@ int main(int argc, char** argv) {
     };
     write_file(dir / "qwen3moe.gguf", qwen3moe(true));
     write_file(dir / "qwen3moe-no-ff.gguf", qwen3moe(false));
+    // per-layer arrays as llama.cpp's loader takes them (get_key_or_arr): one entry per layer, or a scalar for all;
+    // a 1-entry array for 32 layers is refused there ("wrong array length; expected 32, got 1")
+    auto per_layer_kv = [](std::vector<std::int32_t> kv) {
+        return GgufWriter()
+            .str("general.architecture", "llama")
+            .u32("llama.block_count", 32)
+            .u32("llama.context_length", 8192)
+            .u32("llama.embedding_length", 4096)
+            .u32("llama.feed_forward_length", 14336)
+            .u32("llama.attention.head_count", 32)
+            .i32_array("llama.attention.head_count_kv", kv)
+            .u32("llama.vocab_size", 128256)
+            .bytes();
+    };
+    write_file(dir / "kv-array-1.gguf", per_layer_kv({8}));
+    write_file(dir / "kv-array-32.gguf", per_layer_kv(std::vector<std::int32_t>(32, 8)));
     // a Llama-shaped GGUF with tensors: the fit takes the bytes the file stores (4,915,200 + 1000 data bytes, each tensor's
     // data padded to 32: 4,915,200 + 1024 = 4,916,224 B), not parameters x --weights-dtype
     auto with_tensors = [](std::optional<std::uint64_t> bad_offset, std::size_t dims) {

@@ -829,7 +829,7 @@ TEST_CASE("A safetensors file reads F32, F16 and BF16 tensors as the fp32 values
     CHECK(holds_hf(file.read_vector("c", 12), 3, 12));
     CHECK(file.read_vector("c", 12)[9] == -3.125f);  // element 9: tag 3 + (9 % 8) * 0.125, negated for 8 <= i < 16
     CHECK(file.find("ids")->dtype == "I64");
-    CHECK(contains(format_error([&] { file.read_vector("ids", 2); }), "has dtype I64"));
+    CHECK(contains(format_error([&] { file.read_vector("ids", 2); }), "has dtype 'I64'"));
     CHECK(contains(format_error([&] { file.read_matrix("a", 3, 2); }), "tensor 'a' has shape [2, 3]; expected [3, 2]"));
     CHECK(contains(format_error([&] { file.read_vector("zz", 4); }), "tensor 'zz' is missing"));
 }

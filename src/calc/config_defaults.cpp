@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "core/json_input.hpp"
+
 namespace kvlab {
 namespace {
 
@@ -117,7 +119,7 @@ AppliedDefaults apply_class_defaults(json& config, std::string_view model_type) 
         config[key] = value;
         out.keys.push_back(key);
         const bool numeric = key == "rope_theta" || key.find("eps") != std::string::npos;
-        (numeric ? numerics : sizes).push_back(fmt::format("{} {}", key, value.dump()));
+        (numeric ? numerics : sizes).push_back(fmt::format("{} {}", key, json_excerpt(value)));
     }
     auto line = [&](const std::vector<std::string>& keys) {
         return keys.empty() ? std::string()

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "core/json_input.hpp"
 #include "core/mapped_file.hpp"
 #include "calc/presets.hpp"
@@ -48,7 +49,7 @@ GpuSpec find_gpu(std::string_view name) {
         if (g.name == name || std::find(g.aliases.begin(), g.aliases.end(), name) != g.aliases.end()) return g;
         names.push_back(g.name);
     }
-    throw UsageError(fmt::format("--gpu: unknown GPU '{}'; did you mean: {}? (known: {})", name, fmt::join(closest_names(name, names, 3), ", "),
+    throw UsageError(fmt::format("--gpu: unknown GPU {}; did you mean: {}? (known: {})", quote(name), fmt::join(closest_names(name, names, 3), ", "),
                                  fmt::join(names, ", ")));
 }
 

@@ -4,6 +4,7 @@
 
 #include "core/checked.hpp"
 #include "core/error.hpp"
+#include "core/text.hpp"
 
 namespace kvlab {
 
@@ -16,6 +17,10 @@ KvBytes kv_bytes_per_token_layer(const ModelConfig& cfg, DType dtype) {
         return {row_bytes(dtype, width), 0};
     }
     const auto d_kv = checked_mul(static_cast<std::uint64_t>(cfg.n_head_kv), static_cast<std::uint64_t>(cfg.d_head), "KV row width");
+    if (!whole_blocks(dtype, d_kv))  // the rule simulate's cache applies too (check_kv_storage)
+        throw UsageError(fmt::format("{} cache of {}: a K/V row of {} values ({} KV heads x {}) does not split into blocks of 32; "
+                                     "llama.cpp cannot store it (ggml rows hold whole blocks), nor can kvlab simulate",
+                                     dtype_name(dtype), printable(cfg.display_name), d_kv, cfg.n_head_kv, cfg.d_head));
     const auto row = row_bytes(dtype, d_kv);
     return {row, row};
 }

@@ -38,7 +38,7 @@ public:
     std::int64_t positive_int(const json& v, const std::string& field) const {
         if (v.is_number_integer() || v.is_number_unsigned()) {
             if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max() / 4))
-                throw ConfigError(fmt::format("{}: {} = {} is too large; expected a positive integer below 2^61", where_, field, v.dump()));
+                throw ConfigError(fmt::format("{}: {} = {} is too large; expected a positive integer below 2^61", where_, field, json_excerpt(v)));
             const auto x = v.get<std::int64_t>();
             if (x <= 0) throw ConfigError(fmt::format("{}: {} = {}; expected a positive integer", where_, field, x));
             if (x > (std::int64_t{1} << 40))
@@ -50,7 +50,7 @@ public:
             // 4096.0 is tolerated by engines only if integral; kvlab refuses any float to avoid silent fix-ups.
             throw ConfigError(fmt::format("{}: {} = {} is not an integer; expected a positive integer", where_, field, d));
         }
-        throw ConfigError(fmt::format("{}: {} = {} has the wrong type ({}); expected a positive integer", where_, field, v.dump(), v.type_name()));
+        throw ConfigError(fmt::format("{}: {} = {} has the wrong type ({}); expected a positive integer", where_, field, json_excerpt(v), v.type_name()));
     }
 
     std::int64_t required(std::initializer_list<const char*> names) const {
@@ -72,21 +72,21 @@ public:
         const json* v = find(names, &name);
         if (!v) return fallback;
         if (!v->is_number() || !(v->get<double>() > 0.0) || !std::isfinite(v->get<double>()))
-            throw ConfigError(fmt::format("{}: {} = {}; expected a positive number", where_, name, v->dump()));
+            throw ConfigError(fmt::format("{}: {} = {}; expected a positive number", where_, name, json_excerpt(*v)));
         return v->get<double>();
     }
 
     bool boolean(const char* name, bool fallback) const {
         auto it = j_.find(name);
         if (it == j_.end() || it->is_null()) return fallback;
-        if (!it->is_boolean()) throw ConfigError(fmt::format("{}: {} = {}; expected true or false", where_, name, it->dump()));
+        if (!it->is_boolean()) throw ConfigError(fmt::format("{}: {} = {}; expected true or false", where_, name, json_excerpt(*it)));
         return it->get<bool>();
     }
 
     std::string string(const char* name) const {
         auto it = j_.find(name);
         if (it == j_.end() || it->is_null()) return {};
-        if (!it->is_string()) throw ConfigError(fmt::format("{}: {} = {}; expected a string", where_, name, it->dump()));
+        if (!it->is_string()) throw ConfigError(fmt::format("{}: {} = {}; expected a string", where_, name, json_excerpt(*it)));
         return it->get<std::string>();
     }
 
@@ -218,7 +218,7 @@ void read_max_context(const FieldReader& f, const std::string& where, ModelConfi
     // past 2^40 is no length, and is left out with a note rather than refused
     const json* mml = f.find({"model_max_length"});
     const bool sentinel = mml && mml->is_number() && mml->get<double>() > static_cast<double>(std::int64_t{1} << 40);
-    if (sentinel) cfg.defaults.push_back(fmt::format("model_max_length {} ignored: a no-limit sentinel, not a length", mml->dump()));
+    if (sentinel) cfg.defaults.push_back(fmt::format("model_max_length {} ignored: a no-limit sentinel, not a length", json_excerpt(*mml)));
     // a length written as an integral float (131072.0) is that integer, as vLLM's min() takes it; 4096.5 is refused
     auto length = [&](const char* k) -> std::optional<std::int64_t> {
         const json* v = f.find({k});
@@ -272,6 +272,14 @@ void read_max_context(const FieldReader& f, const std::string& where, ModelConfi
 
 void read_sliding_window(const FieldReader& f, const json& j, const std::string& where, ModelConfig& cfg) {
     cfg.layer_windowed.assign(static_cast<std::size_t>(cfg.n_layer), false);
+    // layer_types names each layer's attention, window or not. kvlab sizes two kinds; any other
+    // (linear_attention, chunked_attention, ...) caches differently, and counting it as full attention
+    // would be a silent guess
+    if (const auto types = j.find("layer_types"); types != j.end() && types->is_array())
+        for (std::size_t i = 0; i < types->size(); ++i)
+            if (const auto& t = (*types)[i]; t.is_string() && t.get<std::string>() != "sliding_attention" && t.get<std::string>() != "full_attention")
+                throw ConfigError(fmt::format("{}: layer_types[{}] = {}; kvlab sizes full_attention and sliding_attention layers only",
+                                              where, i, quote(t.get<std::string>())));
     const auto window = f.optional({"sliding_window"});
     if (!window) {
         cfg.window_rule = "no sliding window";
@@ -293,7 +301,7 @@ void read_sliding_window(const FieldReader& f, const json& j, const std::string&
             throw ConfigError(fmt::format("{}: layer_types has {} entries; expected num_hidden_layers = {}", where, types->size(), cfg.n_layer));
         for (std::size_t i = 0; i < types->size(); ++i) {
             const auto& t = (*types)[i];
-            if (!t.is_string()) throw ConfigError(fmt::format("{}: layer_types[{}] = {}; expected a string", where, i, t.dump()));
+            if (!t.is_string()) throw ConfigError(fmt::format("{}: layer_types[{}] = {}; expected a string", where, i, json_excerpt(t)));
             cfg.layer_windowed[i] = t.get<std::string>() == "sliding_attention";
         }
         cfg.window_rule = fmt::format("sliding window {} on layers marked sliding_attention in layer_types", *window);
@@ -316,7 +324,7 @@ void read_sliding_window(const FieldReader& f, const json& j, const std::string&
         // Qwen2: layers with index >= max_window_layers use the window.
         const auto first = j["max_window_layers"];
         if (!first.is_number_integer() || first.get<std::int64_t>() < 0)
-            throw ConfigError(fmt::format("{}: max_window_layers = {}; expected a non-negative integer", where, first.dump()));
+            throw ConfigError(fmt::format("{}: max_window_layers = {}; expected a non-negative integer", where, json_excerpt(first)));
         for (std::int64_t i = first.get<std::int64_t>(); i < cfg.n_layer; ++i) cfg.layer_windowed[static_cast<std::size_t>(i)] = true;
         cfg.window_rule = fmt::format("sliding window {} on layers >= max_window_layers ({})", *window, first.get<std::int64_t>());
         return;

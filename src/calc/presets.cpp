@@ -92,7 +92,7 @@ ModelConfig load_preset(std::string_view name) {
                                      quote(name), fmt::join(ids, ", ")));
     }
     if (std::find(names.begin(), names.end(), name) == names.end())
-        throw UsageError(fmt::format("--model: unknown preset '{}'; did you mean: {}? (`kvlab presets` lists all)", name,
+        throw UsageError(fmt::format("--model: unknown preset {}; did you mean: {}? (`kvlab presets` lists all)", quote(name),
                                      fmt::join(closest_names(name, names, 3), ", ")));
     auto cfg = load_model_config(presets_dir() / (std::string(name) + ".json"));
     cfg.name = std::string(name);

@@ -1,6 +1,6 @@
 // `kvlab completion bash|zsh`: a shell completion script written from the command tree itself, so it
 // names every subcommand and option there is (and no other): subcommands, options, the names a closed
-// option takes (--units iec|si, read from its IsMember set), preset names for -m/--model and GPU names
+// option takes (--units iec|si, read from its one_of set), preset names for -m/--model and GPU names
 // for --gpu, files elsewhere. Installed by `cmake --install` for bash; zsh loads it through bashcompinit.
 #include <iostream>
 #include <map>
@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include "calc/gpu_specs.hpp"
 #include "calc/presets.hpp"
 
@@ -101,7 +102,7 @@ complete -o filenames -o bashdefault -F _kvlab kvlab
 void setup_completion(CLI::App& app) {
     auto shell = std::make_shared<std::string>("bash");
     auto* cmd = app.add_subcommand("completion", "Print a shell completion script: bash, or zsh (through bashcompinit)");
-    cmd->add_option("shell", *shell, "bash or zsh")->check(CLI::IsMember({"bash", "zsh"}))->capture_default_str();
+    cmd->add_option("shell", *shell, "bash or zsh")->check(one_of({"bash", "zsh"}))->capture_default_str();
     cmd->footer("Example:\n  source <(kvlab completion bash)   # or install it: cmake --install puts it in share/bash-completion");
     cmd->callback([shell, &app] {
         if (*shell == "zsh") std::cout << "# zsh: bash's completion through bashcompinit\nautoload -U +X bashcompinit && bashcompinit\n";

@@ -29,7 +29,7 @@ void setup_gpu(CLI::App& app) {
     GpuAttentionRequest* o = &opts->request;
     CLI::App* cmd = gpu->add_subcommand(
         "attention", "Time a decode attention step: cached (read K,V) vs uncached (recompute K,V), MHA/GQA/MQA");
-    CLI::Option* model = cmd->add_option("--model", o->model, "Model preset or config.json for heads, KV heads, head dim, hidden");
+    CLI::Option* model = input_file(cmd->add_option("--model", o->model, "Model preset or config.json for heads, KV heads, head dim, hidden"));
     cmd->add_option("--heads", o->n_head, "Query heads H (instead of --model)")->check(at_least(1))->excludes(model);
     cmd->add_option("--kv-heads", o->n_head_kv, "KV heads Hkv (default: --heads)")->check(at_least(1))->excludes(model);
     cmd->add_option("--head-dim", o->d_head, "Head dim D, a multiple of 8 up to 256")->check(at_least(1))->excludes(model);

@@ -137,10 +137,10 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
 void setup_kvcalc(CLI::App& app) {
     auto o = std::make_shared<KvcalcOptions>();
     auto* cmd = app.add_subcommand("kvcalc", "KV-cache memory for Llama-style models: per token, sequence, batch and GPU");
-    cmd->add_option("-m,--model", o->models,
-                    "Preset names or Hugging Face ids, repeatable or comma-separated (default: all Llama-family presets)");
-    cmd->add_option("-c,--config", o->configs, "Hugging Face config.json files or directories holding one, repeatable; beside -m presets");
-    cmd->add_option("--gguf", o->ggufs, "GGUF files (llama.cpp): the model shape from the metadata, no tensor read; repeatable");
+    input_file(cmd->add_option("-m,--model", o->models,
+                    "Preset names or Hugging Face ids, repeatable or comma-separated (default: all Llama-family presets)"));
+    input_file(cmd->add_option("-c,--config", o->configs, "Hugging Face config.json files or directories holding one, repeatable; beside -m presets"));
+    input_file(cmd->add_option("--gguf", o->ggufs, "GGUF files (llama.cpp): the model shape from the metadata, no tensor read; repeatable"));
     auto* attention = cmd->add_option("-a,--attention", o->attention, "Attention layouts: native,mha,gqa:N,mqa")->capture_default_str();
     cmd->add_option("--kv-heads", o->kv_heads, "What-if KV head count (instead of --attention)")->excludes(attention);
     cmd->add_option("-d,--dtype", o->dtypes, "KV dtypes: fp32,fp16,bf16,fp8 (=fp8_e4m3),fp8_e5m2,int8,int4,q8_0,q4_0")->capture_default_str();
@@ -172,7 +172,7 @@ void setup_kvcalc(CLI::App& app) {
     add_units_option(cmd, o->units);
     add_format_option(cmd, o->format);
     cmd->add_flag("--explain", o->explain, "Print each formula with the numbers substituted");
-    cmd->add_option("--plot", o->plot, "Also draw KV memory against context, one line per model/layout/dtype/batch (+ the GPU's KV budget): FILE.svg or FILE.png");
+    output_file(cmd->add_option("--plot", o->plot, "Also draw KV memory against context, one line per model/layout/dtype/batch (+ the GPU's KV budget): FILE.svg or FILE.png"));
     cmd->footer("Examples:\n  kvlab kvcalc -m llama-3-8b -d fp16,fp8 --context 8k,128k --batch 1,8\n"
                 "  kvlab kvcalc --config path/to/config.json --gpu h100 --explain\n"
                 "  kvlab kvcalc -m gpt-oss-20b --engine llama.cpp --context 128k\n"

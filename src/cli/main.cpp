@@ -12,7 +12,9 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include "core/error.hpp"
+#include "core/file_roles.hpp"
 #include "core/interrupt.hpp"
 #include "core/text.hpp"
 
@@ -117,6 +119,37 @@ void check_subcommand_names(CLI::App& app, int argc, char** argv) {
     }
 }
 
+// Inputs are sacred: the values of the options marked input_file / output_file (options.hpp) in the
+// subcommands the parse reached, checked against each other before the command runs. A comma list
+// (kvcalc -m a.json,b.json) is several inputs.
+void check_files_given(const CLI::App& app) {
+    std::vector<kvlab::NamedPath> inputs, outputs;
+    for (const CLI::App* at = &app;;) {
+        for (const CLI::Option* opt : at->get_options()) {
+            const auto role = kvlab::cli::file_roles().find(opt);
+            if (role == kvlab::cli::file_roles().end()) continue;
+            const std::string flag = !opt->get_lnames().empty()   ? "--" + opt->get_lnames().front()
+                                     : !opt->get_snames().empty() ? "-" + opt->get_snames().front()
+                                                                  : "the " + opt->get_name() + " argument";
+            for (const std::string& value : opt->results()) {
+                if (role->second == kvlab::cli::FileRole::output) {
+                    outputs.push_back({flag, value});
+                    continue;
+                }
+                inputs.push_back({flag, value});
+                if (value.find(',') != std::string::npos)
+                    for (std::size_t at_comma = 0, next; at_comma <= value.size(); at_comma = next + 1) {
+                        next = std::min(value.find(',', at_comma), value.size());
+                        inputs.push_back({flag, value.substr(at_comma, next - at_comma)});
+                    }
+            }
+        }
+        if (at->get_subcommands().empty()) break;
+        at = at->get_subcommands().front();
+    }
+    kvlab::check_file_roles(inputs, outputs);
+}
+
 // --version on kvlab and on every subcommand ("kvlab simulate --version"), from the CMake project version.
 void add_version_flags(CLI::App& app) {
     app.set_version_flag("--version", "kvlab " KVLAB_VERSION);
@@ -169,7 +202,9 @@ int main(int argc, char** argv) {
     read_numbers_strictly(app);
     refuse_empty_text(app);
     add_version_flags(app);
+    app.parse_complete_callback([&app] { check_files_given(app); });  // runs before the subcommand's callback
     kvlab::install_interrupt_handlers();
+    kvlab::track_inputs(true);  // a command never writes over a file it has read (core/file_roles.hpp)
     try {
         check_subcommand_names(app, argc, argv);
         app.parse(argc, argv);
@@ -180,24 +215,24 @@ int main(int argc, char** argv) {
     } catch (const CLI::CallForVersion& e) {
         return app.exit(e);
     } catch (const CLI::ExcludesError& e) {
-        std::cerr << "kvlab: error: " << e.what() << ": give one or the other (see " << command_path(app) << " --help)\n";
+        std::cerr << "kvlab: error: " << kvlab::one_line(e.what()) << ": give one or the other (see " << command_path(app) << " --help)\n";
         return 2;
     } catch (const CLI::ExtrasError&) {
-        std::cerr << "kvlab: error: " << unexpected_arguments(app, argc, argv) << " (see " << command_path(app) << " --help)\n";
+        std::cerr << "kvlab: error: " << kvlab::one_line(unexpected_arguments(app, argc, argv)) << " (see " << command_path(app) << " --help)\n";
         return 2;
     } catch (const CLI::ConversionError& e) {
         // a decimal integer that passed the 64-bit check but not the option's narrower type (--threads is
         // an int): CLI11 says only "Could not convert: --threads = 3000000000"
         std::string what = e.what();
         if (const auto at = what.find(" = "); what.rfind("Could not convert: ", 0) == 0 && at != std::string::npos)
-            what = fmt::format("{}: {} is out of range for this option; expected a smaller number", what.substr(19, at - 19), what.substr(at + 3));
-        std::cerr << "kvlab: error: " << what << " (see " << command_path(app) << " --help)\n";
+            what = fmt::format("{}: {} is out of range for this option; expected a smaller number", what.substr(19, at - 19), kvlab::quote(what.substr(at + 3), 40));
+        std::cerr << "kvlab: error: " << kvlab::one_line(what) << " (see " << command_path(app) << " --help)\n";
         return 2;
     } catch (const CLI::ParseError& e) {
-        std::cerr << "kvlab: error: " << e.what() << " (see " << command_path(app) << " --help)\n";
+        std::cerr << "kvlab: error: " << kvlab::one_line(e.what()) << " (see " << command_path(app) << " --help)\n";
         return 2;
     } catch (const kvlab::Error& e) {
-        std::cerr << "kvlab: error: " << e.what() << "\n";
+        std::cerr << "kvlab: error: " << kvlab::one_line(e.what()) << "\n";
         return e.exit_code();
     } catch (const std::bad_alloc&) {
         std::cerr << "kvlab: error: out of memory; lower the sizes asked for (--prompt-len, --steps, --layers, --max-memory)\n";

@@ -1,20 +1,54 @@
-// Options that take one name from a closed set (core/choice.hpp): CLI11's IsMember refuses any other
-// value ("--units: x not in {iec,si}") and --help lists the names; the option sets the enum directly.
+// Options that take one name from a closed set (core/choice.hpp): one_of refuses any other value
+// ("--units: 'x' not in {iec,si}") and --help lists the names; the option sets the enum directly.
 // The two every report-printing subcommand shares, --format and --units, are added by one line each.
 #pragma once
 #include <array>
 #include <charconv>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/choice.hpp"
 #include "core/printer.hpp"
+#include "core/text.hpp"
 #include "core/units.hpp"
 
 namespace kvlab::cli {
+
+// Options that name files a command reads or writes. main.cpp checks, before any command runs, that no
+// output names one of the inputs (core/file_roles.hpp): mark every such option with one of these.
+enum class FileRole { input, output };
+inline std::map<const CLI::Option*, FileRole>& file_roles() {
+    static std::map<const CLI::Option*, FileRole> roles;
+    return roles;
+}
+inline CLI::Option* input_file(CLI::Option* opt) {
+    file_roles()[opt] = FileRole::input;
+    return opt;
+}
+inline CLI::Option* output_file(CLI::Option* opt) {
+    file_roles()[opt] = FileRole::output;
+    return opt;
+}
+
+// Refuses any value but `names`, with the value escaped and cut ("'x' not in {iec,si}"); not CLI11's
+// IsMember, whose message echoes the value raw and whole. The description "{iec,si}" is what --help
+// shows and what the completion script reads the names from.
+inline CLI::Validator one_of(std::vector<std::string> names) {
+    const std::string set = fmt::format("{}", fmt::join(names, ","));
+    return CLI::Validator(
+        [names, set](std::string& value) -> std::string {
+            for (const std::string& n : names)
+                if (n == value) return {};
+            return quote(value) + " not in {" + set + "}";
+        },
+        "{" + set + "}");
+}
 
 // `table` must outlive the parse (the tables are constexpr globals).
 template <class E, std::size_t N>
@@ -22,7 +56,7 @@ CLI::Option* add_choice(CLI::App* cmd, const std::string& flags, E& target, cons
                         const std::string& help) {
     CLI::Option* opt = cmd->add_option_function<std::string>(
         flags, [&target, &table](const std::string& name) { target = parse_choice(table, name, ""); }, help);
-    opt->check(CLI::IsMember(choice_names(table)));
+    opt->check(one_of(choice_names(table)));
     opt->default_str(std::string(choice_name(table, target)));
     return opt;
 }

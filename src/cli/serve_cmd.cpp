@@ -52,12 +52,12 @@ void setup_serve(CLI::App& app) {
     auto o = std::make_shared<ServeCommand>();
     auto* cmd = app.add_subcommand("serve", "Serve many requests through one KV-cache pool on a CPU transformer: paged vs contiguous, "
                                             "continuous batching, chunked prefill, preemption, prefix sharing");
-    auto* model = cmd->add_option("-m,--model", o->source.model, "Preset name, or a path to a config.json")->capture_default_str();
-    auto* config = cmd->add_option("-c,--config", o->source.config, "A Hugging Face config.json, or a directory holding one (instead of --model)")->excludes(model);
-    cmd->add_option("--checkpoint", o->source.checkpoint, "Real weights: a llama2.c .bin or a Hugging Face directory (instead of --model/--config)")
+    auto* model = input_file(cmd->add_option("-m,--model", o->source.model, "Preset name, or a path to a config.json"))->capture_default_str();
+    auto* config = input_file(cmd->add_option("-c,--config", o->source.config, "A Hugging Face config.json, or a directory holding one (instead of --model)"))->excludes(model);
+    input_file(cmd->add_option("--checkpoint", o->source.checkpoint, "Real weights: a llama2.c .bin or a Hugging Face directory (instead of --model/--config)"))
         ->excludes(model)
         ->excludes(config);
-    cmd->add_option("--tokenizer", o->source.tokenizer, "llama2.c tokenizer.bin: text prompts in a --workload file");
+    input_file(cmd->add_option("--tokenizer", o->source.tokenizer, "llama2.c tokenizer.bin: text prompts in a --workload file"));
     cmd->add_option("--layers", o->layers, "Run only the first N layers, at their real shapes (0 = all)")->capture_default_str();
     // workload
     auto* requests = cmd->add_option("--requests", o->requests, "Synthetic workload: number of requests")->capture_default_str();
@@ -68,8 +68,8 @@ void setup_serve(CLI::App& app) {
                      ->capture_default_str();
     auto* prefix = cmd->add_option("--shared-prefix", o->shared_prefix, "Tokens common to every prompt (a system prompt), before its own")
                        ->capture_default_str();
-    cmd->add_option("--workload", o->workload,
-                    "JSONL file, one request per line: {\"prompt\": text | \"prompt_ids\": [...], \"max_tokens\": N, \"arrival_step\": S}")
+    input_file(cmd->add_option("--workload", o->workload,
+                    "JSONL file, one request per line: {\"prompt\": text | \"prompt_ids\": [...], \"max_tokens\": N, \"arrival_step\": S}"))
         ->excludes(requests)
         ->excludes(prompt_len)
         ->excludes(output_len)
@@ -92,10 +92,11 @@ void setup_serve(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--max-seqs", o->max_seqs, "Sequences per step")->capture_default_str();
     cmd->add_flag("--check", o->check, "Check every request against a solo run of the single-sequence path (tokens and logits)");
-    cmd->add_option("--trace", o->trace, "Write one record per step per layout to FILE.csv or FILE.jsonl, or a Perfetto timeline FILE.json");
+    output_file(cmd->add_option("--trace", o->trace, "Write one record per step per layout to FILE.csv or FILE.jsonl, or a Perfetto timeline FILE.json"));
     cmd->add_flag("--deterministic", o->deterministic, "Omit wall time from the trace, modelled time in Perfetto");
     cmd->add_flag("-q,--quiet", o->quiet, "No progress line on stderr");
-    cmd->add_option("--max-memory", o->max_memory, "Refuse runs whose weights + KV pool + buffers exceed this, e.g. 8GiB (default: 75% of RAM)");
+    cmd->add_option("--max-memory", o->max_memory, "Refuse runs whose weights + KV pool + buffers exceed this, e.g. 8GiB (default: 75% of RAM; at most the RAM)");
+    cmd->add_flag("--force-memory", o->force_memory, "Allow a --max-memory above the machine's physical memory");
     cmd->add_option("--threads", o->threads, "Threads for matmuls and attention (0 = all cores)")->capture_default_str();
     add_units_option(cmd, o->units);
     add_format_option(cmd, o->format);

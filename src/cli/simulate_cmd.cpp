@@ -139,16 +139,16 @@ void run(const SimulateRequest& request) {
 void setup_simulate(CLI::App& app) {
     auto o = std::make_shared<SimulateRequest>();
     auto* cmd = app.add_subcommand("simulate", "Decode with and without the KV cache on a CPU transformer, counting FLOPs and bytes per step");
-    auto* model = cmd->add_option("-m,--model", o->model, "Preset name, or a path to a config.json")->capture_default_str();
-    auto* config = cmd->add_option("-c,--config", o->config, "A Hugging Face config.json, or a directory holding one (instead of --model)")->excludes(model);
-    cmd->add_option("--checkpoint", o->checkpoint, "Real weights: a llama2.c .bin (v0 or v1) or a Hugging Face directory with safetensors (instead of --model/--config)")
+    auto* model = input_file(cmd->add_option("-m,--model", o->model, "Preset name, or a path to a config.json"))->capture_default_str();
+    auto* config = input_file(cmd->add_option("-c,--config", o->config, "A Hugging Face config.json, or a directory holding one (instead of --model)"))->excludes(model);
+    input_file(cmd->add_option("--checkpoint", o->checkpoint, "Real weights: a llama2.c .bin (v0 or v1) or a Hugging Face directory with safetensors (instead of --model/--config)"))
         ->excludes(model)
         ->excludes(config);
     cmd->add_option("--layers", o->layers, "Simulate only the first N layers, at their real shapes (0 = all)")->capture_default_str();
     cmd->add_option("-a,--attention", o->attention, "What-if KV heads on random weights: native, mha, gqa:N (N KV heads), mqa")
         ->capture_default_str();
     add_choice(cmd, "--mode", o->mode, sim_mode_choices, "cached, uncached or both (same tokens, logits compared)");
-    cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer.bin for the model's vocabulary: --prompt text in, text out");
+    input_file(cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer.bin for the model's vocabulary: --prompt text in, text out"));
     auto* prompt = cmd->add_option("--prompt", o->prompt, "Prompt text, encoded with --tokenizer (BOS first)");
     auto* prompt_len = cmd->add_option("-p,--prompt-len", o->prompt_len, "Prompt length in tokens (random ids from --seed)")->capture_default_str();
     auto* prompt_ids = cmd->add_option("--prompt-ids", o->prompt_ids, "Comma-separated prompt token ids (instead of --prompt-len)")->excludes(prompt_len);
@@ -158,13 +158,14 @@ void setup_simulate(CLI::App& app) {
     cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
     cmd->add_option("--top-p", o->top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
     cmd->add_option("-s,--seed", o->seed, "Seed for weights, prompt and sampler")->capture_default_str();
-    auto* eval = cmd->add_option("--eval", o->eval, "Score a text file instead of decoding: teacher-forced mean NLL and perplexity (needs --tokenizer)");
+    auto* eval = input_file(cmd->add_option("--eval", o->eval, "Score a text file instead of decoding: teacher-forced mean NLL and perplexity (needs --tokenizer)"));
     eval->excludes(prompt)->excludes(prompt_len)->excludes(prompt_ids);
-    cmd->add_option("--save-checkpoint", o->save_checkpoint, "Write the model run (e.g. random weights) as a llama2.c v0 FILE.bin");
-    cmd->add_option("--trace", o->trace, "Write one record per step per mode to FILE.csv, FILE.jsonl or FILE.json (Perfetto timeline)")->excludes(eval);
+    output_file(cmd->add_option("--save-checkpoint", o->save_checkpoint, "Write the model run (e.g. random weights) as a llama2.c v0 FILE.bin"));
+    output_file(cmd->add_option("--trace", o->trace, "Write one record per step per mode to FILE.csv, FILE.jsonl or FILE.json (Perfetto timeline)"))->excludes(eval);
     cmd->add_flag("--deterministic", o->deterministic, "Omit wall time from the trace, modelled time in Perfetto (byte-identical reruns)");
     cmd->add_flag("-q,--quiet", o->quiet, "No progress line on stderr (csv/json/markdown: no token stream there either)");
-    cmd->add_option("--max-memory", o->max_memory, "Refuse runs whose weights + KV + activations exceed this, e.g. 8GiB (default: 75% of RAM)");
+    cmd->add_option("--max-memory", o->max_memory, "Refuse runs whose weights + KV + activations exceed this, e.g. 8GiB (default: 75% of RAM; at most the RAM)");
+    cmd->add_flag("--force-memory", o->force_memory, "Allow a --max-memory above the machine's physical memory");
     cmd->add_option("--threads", o->threads, "Threads for matmuls and attention (0 = all cores, fewer when the machine is busy)")->capture_default_str();
     cmd->add_option("--kv-dtype", o->kv_dtype,
                     "How the cache stores K and V: fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int8, q8_0, q4_0; a comma list compares them "

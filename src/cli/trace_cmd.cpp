@@ -69,7 +69,7 @@ void setup_trace(CLI::App& app) {
 
     auto so = std::make_shared<TraceSummaryOptions>();
     auto* summary = trace->add_subcommand("summary", "The cached-vs-uncached table simulate printed, rebuilt from a trace");
-    summary->add_option("file", so->file, "Trace file (.csv, .jsonl or Perfetto .json)")->required();
+    input_file(summary->add_option("file", so->file, "Trace file (.csv, .jsonl or Perfetto .json)"))->required();
     add_units_option(summary, so->units);
     add_format_option(summary, so->format);
     summary->footer("Example:\n  kvlab trace summary run.json --format markdown");
@@ -80,7 +80,7 @@ void setup_trace(CLI::App& app) {
 
     auto st = std::make_shared<TraceStepsOptions>();
     auto* steps = trace->add_subcommand("steps", "One row per step per mode; --ops adds one row per op");
-    steps->add_option("file", st->file, "Trace file (.csv, .jsonl or Perfetto .json)")->required();
+    input_file(steps->add_option("file", st->file, "Trace file (.csv, .jsonl or Perfetto .json)"))->required();
     steps->add_option("--every", st->every, "Show every K-th step (and the last)")->capture_default_str();
     steps->add_flag("--ops", st->ops, "Add the per-op breakdown of each shown step");
     add_units_option(steps, st->units);
@@ -94,8 +94,8 @@ void setup_trace(CLI::App& app) {
 
     auto co = std::make_shared<TraceCompareOptions>();
     auto* compare = trace->add_subcommand("compare", "Compare trace B against trace A: totals and per-step deltas and ratios");
-    compare->add_option("a", co->file_a, "Trace A (the reference)")->required();
-    compare->add_option("b", co->file_b, "Trace B")->required();
+    input_file(compare->add_option("a", co->file_a, "Trace A (the reference)"))->required();
+    input_file(compare->add_option("b", co->file_b, "Trace B"))->required();
     compare->add_option("--every", co->every, "Show every K-th step (and the last)")->capture_default_str();
     add_units_option(compare, co->units);
     add_format_option(compare, co->format);
@@ -112,10 +112,10 @@ void setup_trace(CLI::App& app) {
     auto po = std::make_shared<TracePlotOptions>();
     auto* plot = trace->add_subcommand(
         "plot", "Chart per-step and cumulative FLOPs and bytes, time and KV bytes with gnuplot (.svg or .png); several traces overlaid");
-    plot->add_option("files", po->files, "Trace files (.csv, .jsonl or Perfetto .json), 1 to 6, overlaid and labelled by file name")
+    input_file(plot->add_option("files", po->files, "Trace files (.csv, .jsonl or Perfetto .json), 1 to 6, overlaid and labelled by file name"))
         ->required()
         ->expected(1, static_cast<int>(max_plot_traces));
-    plot->add_option("-o,--output", po->output, "Chart file: .svg or .png")->required();
+    output_file(plot->add_option("-o,--output", po->output, "Chart file: .svg or .png"))->required();
     auto* log = plot->add_flag("--log", po->log, "Logarithmic y axes (for traces whose sizes differ by orders of magnitude)");
     plot->add_flag("--linear", po->linear, "Linear y axes (the default: linear growth looks linear)")->excludes(log);
     plot->footer("Examples:\n  kvlab trace plot run.json -o run.svg\n  kvlab trace plot mha.jsonl gqa.jsonl mqa.jsonl -o attention.svg");

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/file_roles.hpp"
 #include "core/interrupt.hpp"
 #include "core/text.hpp"
 
@@ -25,15 +26,18 @@ namespace fs = std::filesystem;
 namespace {
 
 // .NAME.tmp-PID-RANDOM plus suffix: a name no earlier run left behind (a run killed with SIGKILL keeps its
-// temporary, and PIDs come round again, in containers every run is PID 1)
+// temporary, and PIDs come round again, in containers every run is PID 1). NAME is the target's name
+// cut to its first 40 bytes, so the temporary's name is at most 1 + 40 + 5 + 10 + 1 + 8 + 6 = 71 bytes
+// and any legal target name (up to NAME_MAX, 255 bytes) has a temporary that fits beside it.
 fs::path temp_path(const fs::path& target, std::string_view suffix) {
+    constexpr std::size_t name_bytes = 40;
     static std::uint64_t counter = 0;
     const auto now = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
     std::uint64_t x = now ^ (++counter * 0x9E3779B97F4A7C15ull);  // splitmix64 finaliser
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     x ^= x >> 31;
-    return target.parent_path() / fmt::format(".{}.tmp-{}-{:08x}{}", target.filename().string(), ::getpid(),
+    return target.parent_path() / fmt::format(".{}.tmp-{}-{:08x}{}", target.filename().string().substr(0, name_bytes), ::getpid(),
                                               static_cast<std::uint32_t>(x), suffix);
 }
 
@@ -59,6 +63,7 @@ void check_output_path(const fs::path& path, std::string_view flag) {
         throw UsageError(fmt::format("{}: {} is not a file name", flag, quote(path.string())));
     if (const std::string why = not_replaceable(path); !why.empty())
         throw UsageError(fmt::format("{}: {} {}", flag, quote(path.string()), why));
+    refuse_if_input(path, flag);
     const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
     std::error_code ec;
     if (!fs::is_directory(dir, ec))
@@ -95,6 +100,7 @@ TempFile::~TempFile() {
 void TempFile::commit() {
     if (const std::string why = not_replaceable(target_); !why.empty())
         throw IoError(fmt::format("{}: {} {}", flag_, quote(target_.string()), why));
+    refuse_if_input(target_, flag_);  // a file read since the path was checked (a model's shipped weights)
     if (::rename(path_.c_str(), target_.c_str()) != 0) {
         const int err = errno;
         throw IoError(fmt::format("{}: cannot replace {}: {}", flag_, quote(target_.string()), std::strerror(err)));

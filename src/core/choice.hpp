@@ -1,5 +1,5 @@
 // A closed set of names for an enum (--format, --units, --mode, --window-mode): one table per option
-// grammar. The CLI hands the names to CLI11's IsMember, which refuses anything else and lists them in
+// grammar. The CLI's one_of (cli/options.hpp) refuses anything else and lists them in
 // --help; code that reads a name from elsewhere (a trace, a test) parses it with the same table.
 #pragma once
 #include <array>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 
 namespace kvlab {
 
@@ -33,15 +34,20 @@ std::string_view choice_name(const std::array<Choice<E>, N>& table, E value) {
     throw std::logic_error("choice_name: value missing from its table");
 }
 
-// Throws UsageError "--units: 'x' not in {iec,si}" (the wording CLI11's IsMember uses).
+// "'x' not in {iec,si}": the value escaped and cut (quote), then the names it may take.
+template <class E, std::size_t N>
+std::string not_a_choice(const std::array<Choice<E>, N>& table, std::string_view text) {
+    std::string set;
+    for (const Choice<E>& c : table) set += (set.empty() ? "" : ",") + std::string(c.name);
+    return quote(text) + " not in {" + set + "}";
+}
+
+// Throws UsageError "--units: 'x' not in {iec,si}".
 template <class E, std::size_t N>
 E parse_choice(const std::array<Choice<E>, N>& table, std::string_view text, std::string_view flag) {
-    std::string set;
-    for (const Choice<E>& c : table) {
+    for (const Choice<E>& c : table)
         if (c.name == text) return c.value;
-        set += (set.empty() ? "" : ",") + std::string(c.name);
-    }
-    throw UsageError(std::string(flag) + ": '" + std::string(text) + "' not in {" + set + "}");
+    throw UsageError(std::string(flag) + ": " + not_a_choice(table, text));
 }
 
 }  // namespace kvlab

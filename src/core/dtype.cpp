@@ -1,4 +1,5 @@
 #include "core/dtype.hpp"
+#include "core/text.hpp"
 
 #include <fmt/format.h>
 
@@ -43,12 +44,16 @@ DType parse_dtype(std::string_view name, std::string_view flag) {
     };
     for (const auto& a : aliases)
         if (a.alias == name) return a.dtype;
-    throw UsageError(fmt::format("{}: unknown dtype '{}'; expected one of fp32, fp16, bf16, fp8 (fp8_e4m3), fp8_e5m2, int8, int4, q8_0, q4_0", flag, name));
+    throw UsageError(fmt::format("{}: unknown dtype {}; expected one of fp32, fp16, bf16, fp8 (fp8_e4m3), fp8_e5m2, int8, int4, q8_0, q4_0", flag, quote(name)));
 }
 
 std::uint64_t row_bytes(DType dtype, std::uint64_t n_values) {
     const auto& info = dtype_info(dtype);
     return checked_mul(ceil_div(n_values, info.block_values), info.block_bytes, "row bytes");
+}
+
+bool whole_blocks(DType dtype, std::uint64_t n_values) {
+    return (dtype != DType::q8_0 && dtype != DType::q4_0) || n_values % dtype_info(dtype).block_values == 0;
 }
 
 }  // namespace kvlab

@@ -27,5 +27,9 @@ DType parse_dtype(std::string_view name, std::string_view flag);
 std::string_view dtype_name(DType dtype);
 // Bytes for a row of n values: ceil(n / block_values) * block_bytes (ggml_row_size for block types).
 std::uint64_t row_bytes(DType dtype, std::uint64_t n_values);
+// Whether a row of n values is whole blocks of a llama.cpp block type (q8_0, q4_0: a multiple of 32;
+// other types: always). ggml cannot make a tensor whose rows are not (ggml_row_size asserts
+// ne % block size == 0), so llama.cpp cannot cache such a K/V row: kvcalc and simulate refuse it alike.
+bool whole_blocks(DType dtype, std::uint64_t n_values);
 
 }  // namespace kvlab

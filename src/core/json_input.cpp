@@ -64,9 +64,9 @@ nlohmann::json parse_json(std::string_view text, std::string_view where, Keys ke
 }
 
 std::string json_excerpt(const nlohmann::json& value, std::size_t max_bytes) {
-    const std::string text = json_dump(value);
-    if (text.size() <= max_bytes) return text;
-    return fmt::format("{}... ({} bytes)", text.substr(0, max_bytes), text.size());
+    const std::string text = json_dump(value);  // JSON escapes C0 controls; printable() the rest (DEL, C1, a cut sequence)
+    if (text.size() <= max_bytes) return printable(text);
+    return fmt::format("{}... ({} bytes)", printable(text.substr(0, max_bytes)), text.size());
 }
 
 std::string json_dump(const nlohmann::json& value, int indent) {

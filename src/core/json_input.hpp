@@ -35,8 +35,9 @@ public:
 enum class Keys { last_wins, unique };
 nlohmann::json parse_json(std::string_view text, std::string_view where, Keys keys = Keys::last_wins);
 
-// A value as an error message shows it: compact JSON, escaped, cut after `max_bytes`.
-std::string json_excerpt(const nlohmann::json& value, std::size_t max_bytes = 60);
+// A value as an error message shows it: compact JSON, control bytes escaped, cut after `max_bytes` with
+// the whole length named (never value.dump() in a message: a 100 KB value is a 100 KB line).
+std::string json_excerpt(const nlohmann::json& value, std::size_t max_bytes = 80);
 
 // value.dump(indent) for output files and stdout; invalid UTF-8 in strings becomes U+FFFD.
 std::string json_dump(const nlohmann::json& value, int indent = -1);

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/file_roles.hpp"
 #include "core/huge_pages.hpp"
 #include "core/text.hpp"
 
@@ -40,6 +41,7 @@ struct InputFd {
             throw InputError(fmt::format("{}: is {}; expected a regular {}", quote(path.string()), kind, what));
         }
         size = static_cast<std::uint64_t>(info.st_size);
+        note_input(path, what, static_cast<unsigned long long>(info.st_dev), static_cast<unsigned long long>(info.st_ino));
     }
     ~InputFd() { ::close(fd); }
     InputFd(const InputFd&) = delete;

@@ -47,7 +47,8 @@ std::size_t escape_into(std::string& out, std::string_view text, std::size_t max
         else if (quotes && c == '\\') out += "\\\\";
         else if (quotes && c == '\'') out += "\\'";
         else if (c >= 0x20 && c < 0x7F) out += static_cast<char>(c);
-        else if (c >= 0x80 && n > 0) {
+        else if (c >= 0x80 && n > 0 && !(n == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0)) {
+            // any valid UTF-8 but the C1 controls U+0080..U+009F (U+009B is CSI to some terminals)
             out.append(text.substr(i, n));
             i += n;
             continue;
@@ -73,6 +74,17 @@ std::string printable(std::string_view text) {
     std::string out;
     escape_into(out, text, text.size(), false);
     return out;
+}
+
+std::string one_line(std::string_view text, std::size_t max_bytes) {
+    std::string out;
+    const std::size_t used = escape_into(out, text, max_bytes, false);
+    if (used == text.size() && out.size() <= max_bytes) return out;
+    // escaping may have grown it (\xNN is 4 bytes): cut the escaped text, at the start of a character
+    std::size_t cut = std::min(out.size(), max_bytes);
+    while (cut > 0 && cut < out.size() && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;
+    out.resize(cut);
+    return out + fmt::format("... (cut; {} bytes in all)", text.size());
 }
 
 std::string to_valid_utf8(std::string_view text) {

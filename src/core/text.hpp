@@ -18,6 +18,11 @@ std::size_t edit_distance(std::string_view a, std::string_view b);
 // UTF-8 escaped as quote() does, nothing cut, no quotes added. printable("a\nb") == "a\\nb".
 std::string printable(std::string_view text);
 
+// A message for one stderr line: control bytes and invalid UTF-8 escaped as printable() does, cut to at
+// most `max_bytes` bytes (escapes included) with the total length named. main() passes every error through it, so no message
+// reaches the terminal raw or unbounded even where a value skipped quote().
+std::string one_line(std::string_view text, std::size_t max_bytes = 2000);
+
 // `text` with every byte that does not start a valid UTF-8 sequence replaced by U+FFFD (what JSON needs).
 std::string to_valid_utf8(std::string_view text);
 

@@ -43,22 +43,22 @@ void split_number(const std::string& s, std::string& number, std::string& suffix
 std::uint64_t scaled(const std::string& number, long double multiplier, std::string_view text, std::string_view flag, std::string_view expected,
                      bool floor_fraction = false) {
     if (number.empty() || number[0] == '-' || number[0] == '+')
-        throw UsageError(fmt::format("{}: '{}' is not valid; expected {}", flag, text, expected));
+        throw UsageError(fmt::format("{}: {} is not valid; expected {}", flag, quote(text), expected));
     std::size_t used = 0;
     long double x = 0;
     try {
         x = std::stold(number, &used);
     } catch (const std::exception&) {
-        throw UsageError(fmt::format("{}: '{}' is not valid; expected {}", flag, text, expected));
+        throw UsageError(fmt::format("{}: {} is not valid; expected {}", flag, quote(text), expected));
     }
     if (used != number.size() || !std::isfinite(static_cast<double>(x)))
-        throw UsageError(fmt::format("{}: '{}' is not valid; expected {}", flag, text, expected));
+        throw UsageError(fmt::format("{}: {} is not valid; expected {}", flag, quote(text), expected));
     const long double v = x * multiplier;
     if (v >= 18446744073709551615.0L)
-        throw OverflowError(fmt::format("{}: '{}' overflows 64-bit arithmetic; expected {}", flag, text, expected));
+        throw OverflowError(fmt::format("{}: {} overflows 64-bit arithmetic; expected {}", flag, quote(text), expected));
     if (floor_fraction && multiplier > 1) return static_cast<std::uint64_t>(std::floor(v));
     if (v != std::floor(v))
-        throw UsageError(fmt::format("{}: '{}' is not a whole number; expected {}", flag, text, expected));
+        throw UsageError(fmt::format("{}: {} is not a whole number; expected {}", flag, quote(text), expected));
     return static_cast<std::uint64_t>(v);
 }
 
@@ -124,9 +124,9 @@ std::uint64_t parse_size(std::string_view text, std::string_view flag) {
     else if (u == "gb") m = 1e9L;
     else if (u == "tb") m = 1e12L;
     else
-        throw UsageError(fmt::format("{}: unknown unit '{}' in '{}'; expected B, KiB, MiB, GiB, TiB (2^10 steps) or KB, MB, GB, TB (10^3 steps)", flag, suffix, text));
+        throw UsageError(fmt::format("{}: unknown unit {} in {}; expected B, KiB, MiB, GiB, TiB (2^10 steps) or KB, MB, GB, TB (10^3 steps)", flag, quote(suffix, 20), quote(text)));
     const std::uint64_t bytes = scaled(number, m, text, flag, "a size such as 80GiB, 40GB or 1073741824", true);
-    if (bytes == 0) throw UsageError(fmt::format("{}: '{}' is zero; expected a positive size", flag, text));
+    if (bytes == 0) throw UsageError(fmt::format("{}: {} is zero; expected a positive size", flag, quote(text)));
     return bytes;
 }
 
@@ -142,9 +142,9 @@ std::uint64_t parse_count(std::string_view text, std::string_view flag) {
     else if (u == "k") m = 1024.0L;  // 4k context = 4096 tokens, as model cards use it
     else if (u == "m") m = 1024.0L * 1024;
     else
-        throw UsageError(fmt::format("{}: '{}' is not a count; expected a positive integer such as 4096, 4k (=4096) or 1m (=1048576)", flag, text));
+        throw UsageError(fmt::format("{}: {} is not a count; expected a positive integer such as 4096, 4k (=4096) or 1m (=1048576)", flag, quote(text)));
     const std::uint64_t n = scaled(number, m, text, flag, "a positive integer such as 4096, 4k (=4096) or 1m (=1048576)");
-    if (n == 0) throw UsageError(fmt::format("{}: '{}' is zero; expected a positive integer", flag, text));
+    if (n == 0) throw UsageError(fmt::format("{}: {} is zero; expected a positive integer", flag, quote(text)));
     return n;
 }
 

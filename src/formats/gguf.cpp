@@ -195,7 +195,11 @@ ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& 
     if (!arch_v || arch_v->kind != GgufValue::Kind::string || arch_v->text.empty())
         throw ConfigError(fmt::format("{}: no general.architecture; expected the model's architecture name", where));
     const std::string arch = arch_v->text;
-    // a per-layer array of one value, or a scalar; a per-layer array whose values differ is refused
+    // A scalar, or a per-layer array of one value; a per-layer array whose values differ is refused. As in
+    // llama.cpp's loader (llama_model_loader::get_key_or_arr, which load_hparams uses for head_count,
+    // head_count_kv and feed_forward_length), a scalar stands for every layer and an array must have
+    // exactly one entry per layer: a 1-entry array for 32 layers is "wrong array length; expected 32, got 1".
+    std::int64_t n_layer = 0;  // block_count, read first (a scalar)
     auto uniform = [&](const std::string& key, bool required) -> std::optional<std::int64_t> {
         const GgufValue* v = find(arch + "." + key);
         if (!v) {
@@ -203,7 +207,11 @@ ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& 
             return std::nullopt;
         }
         if (v->kind == GgufValue::Kind::integer) return v->integer;
-        if (v->kind == GgufValue::Kind::array && !v->array_integers.empty()) {
+        if (v->kind == GgufValue::Kind::array && n_layer > 0 && v->array_length != static_cast<std::uint64_t>(n_layer))
+            throw ConfigError(fmt::format("{}: {} has {}; expected one per layer ({}), or a single value that is not an array "
+                                          "(llama.cpp refuses it: wrong array length)",
+                                          where, quote(arch + "." + key, 80), fmt::format("{} entr{}", v->array_length, v->array_length == 1 ? "y" : "ies"), n_layer));
+        if (v->kind == GgufValue::Kind::array && n_layer > 0 && !v->array_integers.empty()) {
             const auto [lo, hi] = std::minmax_element(v->array_integers.begin(), v->array_integers.end());
             if (*lo != *hi)
                 throw ConfigError(fmt::format("{}: {} differs between layers ({}..{}); per-layer shapes are not sized yet", where,
@@ -221,7 +229,11 @@ ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& 
         {"phi2", "phi"},           {"gptneox", "gpt_neox"},   {"command-r", "cohere"}};
     const auto type_it = hf_type.find(arch);
     j["model_type"] = type_it == hf_type.end() ? arch : type_it->second;
-    j["num_hidden_layers"] = *uniform("block_count", true);
+    const GgufValue* blocks = find(arch + ".block_count");
+    if (blocks && blocks->kind != GgufValue::Kind::integer)
+        throw ConfigError(fmt::format("{}: {} is not an integer; expected the number of layers", where, quote(arch + ".block_count", 80)));
+    n_layer = *uniform("block_count", true);
+    j["num_hidden_layers"] = n_layer;
     j["hidden_size"] = *uniform("embedding_length", true);
     j["num_attention_heads"] = *uniform("attention.head_count", true);
     if (const auto kv = uniform("attention.head_count_kv", false)) j["num_key_value_heads"] = *kv;

@@ -115,7 +115,7 @@ void SafetensorsFile::read_f32(const SafetensorsTensor& t, float* out) const {
     const std::uint64_t n_bytes = t.end_bytes - t.begin_bytes;
     const bool f32 = t.dtype == "F32", f16 = t.dtype == "F16";
     if (!f32 && !f16 && t.dtype != "BF16")
-        throw FormatError(fmt::format("{}: tensor '{}' has dtype {}; kvlab reads F32, F16 and BF16 weights", path().string(), t.name, t.dtype));
+        throw FormatError(fmt::format("{}: tensor '{}' has dtype {}; kvlab reads F32, F16 and BF16 weights", quote(path().string()), t.name, quote(t.dtype, 20)));
     // the file's pages are given back as they are converted: peak memory is the weights, not weights + file
     file_->consume(t.begin_bytes, n_bytes, [&](std::uint64_t done, std::span<const std::byte> chunk) {
         if (f32) {

@@ -13,6 +13,7 @@
 
 #include "calc/attention_variant.hpp"
 #include "core/checked.hpp"
+#include "core/text.hpp"
 #include "core/error.hpp"
 
 namespace kvlab {
@@ -47,7 +48,7 @@ GpuAttentionKernel parse_gpu_attention_kernel(std::string_view name, std::string
     for (const GpuAttentionKernel k :
          {GpuAttentionKernel::automatic, GpuAttentionKernel::cuda_cores, GpuAttentionKernel::tensor_cores})
         if (name == gpu_attention_kernel_name(k)) return k;
-    throw UsageError(fmt::format("{} '{}': expected auto, cuda-cores or tensor-cores", flag, name));
+    throw UsageError(fmt::format("{} {}: expected auto, cuda-cores or tensor-cores", flag, quote(name)));
 }
 
 void validate_gpu_attention_problem(const GpuAttentionProblem& p, std::string_view flag_hint) {

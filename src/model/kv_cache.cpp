@@ -34,7 +34,7 @@ float amax_to_scale(float amax, DType dtype) { return amax > 0.0f && std::isfini
 void check_kv_storage(const KvStorage& s, std::int64_t d_kv) {
     if (s.dtype == DType::int4)
         throw UsageError("--kv-dtype int4: the cache stores fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int8, q8_0 and q4_0; int4 is a kvcalc what-if only");
-    if ((s.dtype == DType::q8_0 || s.dtype == DType::q4_0) && d_kv % kv_block_values != 0)
+    if (!whole_blocks(s.dtype, static_cast<std::uint64_t>(d_kv)))
         throw UsageError(fmt::format("--kv-dtype {}: a K/V row of {} values does not split into blocks of 32", dtype_name(s.dtype), d_kv));
 }
 

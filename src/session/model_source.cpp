@@ -10,6 +10,8 @@
 
 #include "calc/presets.hpp"
 #include "core/error.hpp"
+#include "core/text.hpp"
+#include "core/units.hpp"
 #include "formats/checkpoint.hpp"
 #include "model/random_weights.hpp"
 
@@ -33,10 +35,25 @@ Weights load_model_weights(const ModelSource& src, const ModelConfig& cfg, std::
     return load_checkpoint(src.checkpoint, cfg.n_layer, placement).weights;  // --layers: only the first N are read
 }
 
-std::uint64_t default_max_memory() {
+namespace {
+
+std::uint64_t physical_memory() {
     const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-    const std::uint64_t physical = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
-    return physical / 4 * 3;
+    return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+}
+
+}  // namespace
+
+std::uint64_t default_max_memory() { return physical_memory() / 4 * 3; }
+
+std::uint64_t max_memory_allowed(const std::string& text, bool force) {
+    if (text.empty()) return default_max_memory();
+    const std::uint64_t limit = parse_size(text, "--max-memory");
+    if (const std::uint64_t physical = physical_memory(); !force && physical > 0 && limit > physical)
+        throw UsageError(fmt::format("--max-memory: {} ({}) is more than this machine's {} of physical memory; a run that needs "
+                                     "it would swap or be killed part-way: give at most that, or add --force-memory",
+                                     quote(text), format_bytes(limit, UnitSystem::iec), format_bytes(physical, UnitSystem::iec)));
+    return limit;
 }
 
 void set_thread_count(int threads, bool deterministic) {

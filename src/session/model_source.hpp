@@ -30,6 +30,11 @@ Weights load_model_weights(const ModelSource& src, const ModelConfig& cfg, std::
 // --max-memory's default: 75% of physical memory.
 std::uint64_t default_max_memory();
 
+// The memory a run may use: --max-memory's `text` (a size such as 8GiB), or the default when empty. A
+// size above the machine's physical memory is refused (UsageError) unless `force` (--force-memory):
+// a run sized for it would swap or be killed part-way instead of being refused up front.
+std::uint64_t max_memory_allowed(const std::string& text, bool force);
+
 // --threads: a fixed count, or 0 for all cores (fewer when the machine is busy, except with
 // `deterministic`, where GEMM blocking and so float rounding could depend on the team size).
 // Throws UsageError for a negative count.

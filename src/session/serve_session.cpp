@@ -137,7 +137,7 @@ std::vector<ServeRequest> read_workload(const std::string& path, const ModelConf
             if (std::ssize(ids) > cfg.n_ctx_max) throw fail(fmt::format("{} prompt ids; the context of {} is {}", ids.size(), cfg.name, cfg.n_ctx_max));
             for (const auto& id : ids) {
                 if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= cfg.n_vocab)
-                    throw fail(fmt::format("prompt id {} is not a token id in [0, {})", id.dump(), cfg.n_vocab));
+                    throw fail(fmt::format("prompt id {} is not a token id in [0, {})", json_excerpt(id), cfg.n_vocab));
                 r.prompt.push_back(id.get<TokenId>());
             }
         }
@@ -186,7 +186,7 @@ PreparedServe prepare_serve(ServeCommand c) {
     if (!c.trace.empty()) check_trace_writable(c.trace);
     // what the run holds at once (one layout runs at a time): the weights, the pool, the batched forward's
     // buffers; with --check, the solo run's and the logits kept for the running requests' tokens
-    const std::uint64_t max_memory = c.max_memory.empty() ? default_max_memory() : parse_size(c.max_memory, "--max-memory");
+    const std::uint64_t max_memory = max_memory_allowed(c.max_memory, c.force_memory);
     std::uint64_t memory = checked_add(weights_bytes(cfg), checked_mul(static_cast<std::uint64_t>(rows), p.token_bytes, "KV pool bytes"),
                                        "memory estimate");
     memory = checked_add(memory, Transformer::activation_bytes(cfg, {max_model_len, c.max_batched_tokens, false, false, c.max_seqs}),

@@ -51,6 +51,7 @@ struct ServeCommand {
     bool deterministic = false;
     bool quiet = false;
     std::string max_memory;              // empty: 75% of physical RAM
+    bool force_memory = false;           // --max-memory may exceed physical RAM
     int threads = 0;
     UnitSystem units = UnitSystem::iec;
     Format format = Format::table;

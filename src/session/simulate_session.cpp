@@ -39,7 +39,7 @@ std::vector<TokenId> parse_token_ids(const std::string& text) {
         TokenId id = 0;
         const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), id);
         if (ec != std::errc() || end != item.data() + item.size())
-            throw UsageError(fmt::format("--prompt-ids: '{}' is not a token id; expected comma-separated integers, e.g. 1,403,9038", item));
+            throw UsageError(fmt::format("--prompt-ids: {} is not a token id; expected comma-separated integers, e.g. 1,403,9038", quote(item)));
         ids.push_back(id);
     }
     if (ids.empty()) throw UsageError("--prompt-ids: empty list; expected comma-separated token ids");
@@ -160,20 +160,7 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     const std::int64_t n_positions = o.eval.empty() ? simulation_positions(cfg, sim) : 0;  // validates sizes and ids first
     if (!o.trace.empty()) check_trace_writable(o.trace);
     if (!o.save_checkpoint.empty()) check_save_path(o.save_checkpoint, cfg);
-    if (!o.trace.empty() && !o.save_checkpoint.empty()) {
-        // made absolute first: weakly_canonical leaves a relative path whose first part does not exist
-        // yet as it is, so "same.csv" and "./same.csv" would differ
-        auto resolved = [](const std::string& path) {
-            std::error_code ec;
-            const auto absolute = std::filesystem::absolute(path, ec).lexically_normal();
-            const auto canonical = std::filesystem::weakly_canonical(absolute, ec);
-            return ec ? absolute : canonical;  // what could not be resolved, compared as written
-        };
-        if (resolved(o.trace) == resolved(o.save_checkpoint))
-            throw UsageError(fmt::format("--trace and --save-checkpoint: both name {}; give two different files", quote(o.trace)));
-    }
-    const std::uint64_t max_memory =
-        o.max_memory.empty() ? default_max_memory() : parse_size(o.max_memory, "--max-memory");
+    const std::uint64_t max_memory = max_memory_allowed(o.max_memory, o.force_memory);
     // --eval holds the weights (and every listed narrow copy), one window's KV cache and one token's
     // activations: the weights decide. A list of runs holds one run's buffers at a time.
     std::uint64_t narrow_copies = 0;

@@ -40,6 +40,7 @@ struct SimulateRequest {
     bool deterministic = false;
     bool quiet = false;
     std::string max_memory;            // empty: 75% of physical RAM
+    bool force_memory = false;           // --max-memory may exceed physical RAM
     int threads = 0;                   // 0: all cores
     UnitSystem units = UnitSystem::iec;
     Format format = Format::table;

@@ -223,7 +223,7 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
     std::size_t i = 1;
     auto check_version = [&](const json& v) {
         if (!v.is_number_integer() || v.get<std::int64_t>() != serve_trace_format_version)
-            throw fail(1, fmt::format("serve trace format {}; this kvlab reads format {}", v.dump(), serve_trace_format_version));
+            throw fail(1, fmt::format("serve trace format {}; this kvlab reads format {}", json_excerpt(v), serve_trace_format_version));
     };
     if (csv) {
         const std::string v = lines[0].substr(std::string_view(magic).size(), lines[0].find(' ', std::string_view(magic).size()) - std::string_view(magic).size());

@@ -18,6 +18,16 @@ namespace kvlab {
 
 namespace fs = std::filesystem;
 
+StepIndex::StepIndex(const StepTrace& trace) {
+    for (const StepRecord& r : trace.records) by_step_[static_cast<int>(r.mode)].emplace(r.step, &r);  // the first of a repeat, as a search found
+}
+
+const StepRecord* StepIndex::find(StepMode mode, std::int64_t step) const {
+    const auto& m = by_step_[static_cast<int>(mode)];
+    const auto it = m.find(step);
+    return it == m.end() ? nullptr : it->second;
+}
+
 namespace {
 
 std::string csv_value(const nlohmann::json& v) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +26,19 @@ struct StepTrace {
     RunSummary run;                                     // run.has_wall_time false: --deterministic
     std::vector<StepRecord> records;
     TraceFormat format = TraceFormat::csv;              // set by the reader
+};
+
+// A trace's records by mode and step, indexed in one pass: find() is O(1), so a report or chart that
+// looks up every step stays linear in the steps (a search of all records per lookup made trace
+// compare take 20 s at 40k steps, trace plot over 54 s at 100k).
+class StepIndex {
+public:
+    explicit StepIndex(const StepTrace& trace);
+    // Step `step`'s record in `mode`, or nullptr when the trace has none.
+    const StepRecord* find(StepMode mode, std::int64_t step) const;
+
+private:
+    std::unordered_map<std::int64_t, const StepRecord*> by_step_[2];  // [StepMode]
 };
 
 // From the extension: .csv, .jsonl or .json (Perfetto). Throws UsageError naming --trace.

@@ -18,12 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const StepRecord* find_record(const StepTrace& t, StepMode mode, std::int64_t step) {
-    for (const auto& r : t.records)
-        if (r.mode == mode && r.step == step) return &r;
-    return nullptr;
-}
-
 std::int64_t modelled_step_ns(const StepRecord& r) {
     std::int64_t ns = 0;
     for (const auto& op : r.cost.ops) ns += modelled_op_ns(op);
@@ -45,9 +39,10 @@ void plot_traces(const std::vector<PlotInput>& traces, const fs::path& output, P
             const bool wall = trace.run.has_wall_time;
             out << (i ? "\n\n" : "") << "# step flops_c flops_u bytes_c bytes_u ms_c ms_u kv_c sum_flops_c sum_flops_u sum_bytes_c sum_bytes_u\n";
             double sum[4] = {0, 0, 0, 0};  // running sums as doubles: gnuplot reads numbers as doubles anyway
+            const StepIndex index(trace);
             for (std::int64_t s = 0; s < trace.run.n_steps_done; ++s) {
-                const StepRecord* c = find_record(trace, StepMode::cached, s);
-                const StepRecord* u = find_record(trace, StepMode::uncached, s);
+                const StepRecord* c = index.find(StepMode::cached, s);
+                const StepRecord* u = index.find(StepMode::uncached, s);
                 auto col = [](const StepRecord* r, auto value) { return r ? fmt::format("{}", value(*r)) : std::string("?"); };
                 auto flops = [](const StepRecord& r) { return r.cost.total().flops; };
                 auto bytes = [](const StepRecord& r) { return r.cost.total().bytes_total(); };

@@ -48,12 +48,6 @@ std::vector<StepMode> modes_of(const StepTrace& t) {
     return modes;
 }
 
-const StepRecord* find_record(const StepTrace& t, StepMode mode, std::int64_t step) {
-    for (const auto& r : t.records)
-        if (r.mode == mode && r.step == step) return &r;
-    return nullptr;
-}
-
 std::string source_note(const StepTrace& t) {
     return fmt::format("{}, prompt {}, {} ({} trace{})", t.run.display_name, counted(t.run.n_prompt, "token"),
                        counted(t.run.n_steps_done, "step"), trace_format_name(t.format), t.run.has_wall_time ? "" : ", --deterministic");
@@ -75,6 +69,7 @@ Report trace_summary_report(const StepTrace& trace, UnitSystem units) {
 
 Report trace_steps_report(const StepTrace& trace, std::int64_t every, bool ops, UnitSystem units) {
     const auto steps = steps_shown(trace.run.n_steps_done, every);
+    const StepIndex index(trace);
     const bool wall = trace.run.has_wall_time;
     Report report;
     report.inputs = trace.inputs;
@@ -89,7 +84,7 @@ Report trace_steps_report(const StepTrace& trace, std::int64_t every, bool ops, 
     else t.columns.push_back({"modelled_us", "modelled µs"});
     for (const std::int64_t s : steps)
         for (const StepMode m : modes_of(trace)) {
-            const StepRecord* r = find_record(trace, m, s);
+            const StepRecord* r = index.find(m, s);
             const OpCost c = r->cost.total();
             std::int64_t modelled = 0;
             for (const auto& op : r->cost.ops) modelled += modelled_op_ns(op);
@@ -121,7 +116,7 @@ Report trace_steps_report(const StepTrace& trace, std::int64_t every, bool ops, 
         }
         for (const std::int64_t s : steps)
             for (const StepMode m : modes_of(trace)) {
-                const StepRecord* r = find_record(trace, m, s);
+                const StepRecord* r = index.find(m, s);
                 for (int i = 0; i < n_ops; ++i) {
                     const Op op = static_cast<Op>(i);
                     const OpCost& c = r->cost.at(op);
@@ -160,8 +155,8 @@ Report trace_compare_report(const StepTrace& a, const StepTrace& b, const std::s
         if (std::find(bm.begin(), bm.end(), m) != bm.end()) modes.push_back(m);
     }
     if (modes.empty())
-        throw UsageError(fmt::format("trace compare: '{}' and '{}' have no mode in common (one is cached only, the other "
-                                     "uncached only)", label_a, label_b));
+        throw UsageError(fmt::format("trace compare: {} and {} have no mode in common (one is cached only, the other "
+                                     "uncached only)", quote(label_a), quote(label_b)));
     const std::int64_t n_common = std::min(a.run.n_steps_done, b.run.n_steps_done);
 
     Report report;
@@ -258,10 +253,11 @@ Report trace_compare_report(const StepTrace& a, const StepTrace& b, const std::s
         ps.columns.push_back({"wall_us_b", "wall µs B"});
         ps.columns.push_back({"wall_ratio", "B / A"});
     }
+    const StepIndex index_a(a), index_b(b);
     for (const std::int64_t s : steps_shown(n_common, every))
         for (const StepMode m : modes) {
-            const StepRecord* x = find_record(a, m, s);
-            const StepRecord* y = find_record(b, m, s);
+            const StepRecord* x = index_a.find(m, s);
+            const StepRecord* y = index_b.find(m, s);
             const OpCost cx = x->cost.total(), cy = y->cost.total();
             std::vector<Cell> row{int_cell(s),
                                   text_cell(std::string(step_mode_name(m))),

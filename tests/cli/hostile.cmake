@@ -99,7 +99,7 @@ kvlab_expect(RC 2 ARGS simulate --temperature nan ERR "--temperature: 'nan' is n
 # a count below its floor: one short line, not CLI11's 400-byte range
 kvlab_expect(RC 2 ARGS gpu attention --heads 0 --head-dim 64 ERR "--heads: 0; expected an integer >= 1")
 # a 64-bit decimal too large for the option's own type (--threads is an int)
-kvlab_expect(RC 2 ARGS simulate --threads 3000000000 ERR "--threads: 3000000000 is out of range for this option")
+kvlab_expect(RC 2 ARGS simulate --threads 3000000000 ERR "--threads: '3000000000' is out of range for this option")
 # 0 given for an option whose default 0 means "not given" is refused like -1, not read as the default
 kvlab_expect(RC 2 ARGS kvcalc -m llama-3-8b --window 0 ERR "--window: 0; expected a positive number of positions")
 kvlab_expect(RC 2 ARGS simulate --model stories260k -n 2 --window 0 ERR "--window: 0; expected a positive number of positions")
@@ -162,13 +162,13 @@ kvlab_expect(RC 2 ARGS simulate --checkpoint "${WORK}/fx/tiny.bin" --tokenizer "
              ERR "missing.bin': cannot open the tokenizer")
 kvlab_expect(RC 2 ARGS kvcalc --config "${WORK}/missing.json" ERR "cannot open the config file")
 kvlab_expect(RC 2 ARGS simulate --model stories260k -p 2 -n 2 --trace "${WORK}/same.json" --save-checkpoint "${WORK}/./same.json"
-             ERR "--trace and --save-checkpoint: both name")
+             ERR "--save-checkpoint and --trace: both name")
 # the same file named two ways while it does not exist yet: relative and ./, relative and absolute
 file(REMOVE "${WORK}/same2.csv")
 kvlab_expect(RC 2 ARGS simulate --model stories260k -p 2 -n 2 --trace ./same2.csv --save-checkpoint same2.csv
-             ERR "--trace and --save-checkpoint: both name")
+             ERR "--save-checkpoint and --trace: both name")
 kvlab_expect(RC 2 ARGS simulate --model stories260k -p 2 -n 2 --trace same2.csv --save-checkpoint "${WORK}/same2.csv"
-             ERR "--trace and --save-checkpoint: both name")
+             ERR "--save-checkpoint and --trace: both name")
 if(EXISTS "${WORK}/same2.csv")
   message(SEND_ERROR "a refused run left same2.csv behind")
 endif()

@@ -77,11 +77,11 @@ kvlab_expect(RC 2 ARGS kvcalc --config ${DATA}/bad/zero-layers.json ERR "num_hid
 kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --batch 1e15 --context 4096 ERR "overflows")
 kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --dtype fp7 ERR "--dtype: unknown dtype 'fp7'")
 kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --batch 0 ERR "--batch: '0' is zero")
-kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --format xml ERR "--format: xml not in {table,csv,json,markdown}")
+kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --format xml ERR "--format: 'xml' not in {table,csv,json,markdown}")
 kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --no-such-flag ERR "no-such-flag")
 # closed sets and exclusive options are CLI11's checks (IsMember, excludes); the message names both sides
-kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --units mib ERR "--units: mib not in {iec,si}")
-kvlab_expect(RC 2 ARGS kvcalc -m mistral-7b-v0.1 --window-mode clip ERR "--window-mode: clip not in {cap,ignore}")
+kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --units mib ERR "--units: 'mib' not in {iec,si}")
+kvlab_expect(RC 2 ARGS kvcalc -m mistral-7b-v0.1 --window-mode clip ERR "--window-mode: 'clip' not in {cap,ignore}")
 # presets and configs in one table, presets first, configs in the order given
 kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b --config ${DATA}/llamacpp-36l.json --config ${DATA}/falcon-7b.json -d fp16 --context 1k --format csv
              OUT "\nllama-2-7b,MHA \\(native\\),32,32,32,128,fp16,8192,8192,524288,1\\.0\nllamacpp-36l,GQA-8 \\(native\\),36,32,8,128,fp16,2048,2048,147456,4\\.0\nfalcon-7b,MQA")

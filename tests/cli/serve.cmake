@@ -65,7 +65,7 @@ kvlab_expect(RC 2 ARGS serve --prompt-len 1..9000000000000000000 ERR "the longes
 kvlab_expect(RC 2 ARGS serve --max-model-len -5 ERR "--max-model-len: -5; expected 1..256")
 kvlab_expect(RC 2 ARGS serve --max-model-len 300 ERR "--max-model-len: 300; expected 1..256")
 kvlab_expect(RC 2 ARGS serve --prefix-cache --kv-layout contiguous ERR "--prefix-cache: blocks are shared in the paged layout")
-kvlab_expect(RC 2 ARGS serve --kv-layout ring ERR "--kv-layout: ring not in \\{paged,contiguous,both\\}")
+kvlab_expect(RC 2 ARGS serve --kv-layout ring ERR "--kv-layout: 'ring' not in \\{paged,contiguous,both\\}")
 kvlab_expect(RC 2 ARGS serve --block-size 0 ERR "--block-size: 0; expected 1..1024")
 kvlab_expect(RC 2 ARGS serve --max-seqs 0 ERR "--max-seqs: 0; expected at least 1")
 kvlab_expect(RC 2 ARGS serve --arrival-rate -1 ERR "--arrival-rate: -1")

@@ -31,7 +31,7 @@ run_kvlab(2 "--trace: cannot write.*does not exist" ${small} --trace "${WORK}/no
 run_kvlab(2 "--trace:.*expected .csv, .jsonl or .json" ${small} --trace "${WORK}/t.txt")
 run_kvlab(2 "mixture-of-experts.*not simulated" simulate --model mixtral-8x7b)
 run_kvlab(2 "--max-memory:.*try --layers [0-9]+" simulate --model llama-3-8b --max-memory 8GiB)
-run_kvlab(2 "--mode: fast not in {cached,uncached,both}" simulate --mode fast)
+run_kvlab(2 "--mode: 'fast' not in {cached,uncached,both}" simulate --mode fast)
 run_kvlab(2 "--layers: 7; expected 1..6" simulate --layers 7)
 run_kvlab(2 "--prompt-len excludes --prompt-ids: give one or the other" simulate --prompt-len 3 --prompt-ids 1,2)
 run_kvlab(2 "--prompt-ids: token id 99999 is outside the vocabulary" simulate --prompt-ids 1,99999)

@@ -53,8 +53,11 @@ void expect_kvlab_errors_only(Fn read) {
     } catch (const kvlab::Error& e) {
         const std::string_view m = e.what();
         if (m.size() > 2000) finding("error message longer than 2000 bytes", e.what());
-        for (const char c : m)
-            if (static_cast<unsigned char>(c) < 0x20) finding("raw control byte in an error message", e.what());
+        for (std::size_t i = 0; i < m.size(); ++i) {  // C0 controls, DEL, and C1 controls in UTF-8 (C2 80..C2 9F)
+            const auto c = static_cast<unsigned char>(m[i]);
+            if (c < 0x20 || c == 0x7F || (c == 0xC2 && i + 1 < m.size() && static_cast<unsigned char>(m[i + 1]) < 0xA0))
+                finding("raw control byte in an error message", e.what());
+        }
     } catch (const std::exception& e) {
         finding("an exception that is not a kvlab::Error", e.what());
     }
