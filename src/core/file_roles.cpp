@@ -55,7 +55,7 @@ struct InputFile {
 };
 
 // "--workload", "--checkpoint 'tiny.bin', the same file under another name", "--checkpoint 'hf', which
-// reads 'hf/config.json'": how an input that `output` would replace was given.
+// reads 'config.json' there": how an input that `output` would replace was given.
 std::string input_named(const InputFile& in, const std::string& output) {
     if (in.file.string() != in.given->path)
         return fmt::format("{} {}, which reads {} there", in.given->flag, quote(in.given->path, 60), quote(in.file.filename().string(), 60));
