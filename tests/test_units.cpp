@@ -28,10 +28,14 @@ TEST_CASE("Sizes parse with explicit binary or decimal units") {
     CHECK(parse_size("80GiB", "--gpu-mem") == 80ull << 30);
     CHECK(parse_size("40 GB", "--gpu-mem") == 40000000000ull);
     CHECK(parse_size("3.8125GiB", "--kv-budget") == 4093640704ull);  // 3.8125 x 2^30
-    CHECK(parse_size("1073741824", "--gpu-mem") == 1073741824ull);
+    CHECK(parse_size("1073741824B", "--gpu-mem") == 1073741824ull);
+    CHECK(parse_size("40b", "--kv-budget") == 40);  // units in any letter case
+    // a number without a unit: 40 bytes or 40 GiB? refused, never guessed
+    CHECK_THROWS_WITH_AS(parse_size("40", "--kv-budget"), "--kv-budget: '40' has no unit; expected a size such as 80GiB, 40GB or 1073741824B (B: bytes)",
+                         UsageError);
     CHECK_THROWS_AS(parse_size("80 gigs", "--gpu-mem"), UsageError);
     CHECK_THROWS_AS(parse_size("-1GiB", "--gpu-mem"), UsageError);
-    CHECK_THROWS_AS(parse_size("1.5", "--gpu-mem"), UsageError);  // half a byte
+    CHECK_THROWS_AS(parse_size("1.5B", "--gpu-mem"), UsageError);  // half a byte
     CHECK(parse_size("11.12GiB", "--kv-budget") == 11940009082ull);  // floor(11.12 x 2^30 = 11940009082.88): unit sizes round down to whole bytes
 }
 

@@ -114,7 +114,11 @@ std::uint64_t parse_size(std::string_view text, std::string_view flag) {
     split_number(s, number, suffix);
     const std::string u = lower(suffix);
     long double m = 0;
-    if (u.empty() || u == "b") m = 1;
+    // a size without its unit is ambiguous (bytes? GiB, as engines print?): `--kv-budget 40` read as 40
+    // bytes gave a pool of 0 blocks and exit 0
+    if (u.empty())
+        throw UsageError(fmt::format("{}: {} has no unit; expected a size such as 80GiB, 40GB or 1073741824B (B: bytes)", flag, quote(text)));
+    if (u == "b") m = 1;
     else if (u == "kib") m = 1024.0L;
     else if (u == "mib") m = 1024.0L * 1024;
     else if (u == "gib") m = 1024.0L * 1024 * 1024;
@@ -125,7 +129,7 @@ std::uint64_t parse_size(std::string_view text, std::string_view flag) {
     else if (u == "tb") m = 1e12L;
     else
         throw UsageError(fmt::format("{}: unknown unit {} in {}; expected B, KiB, MiB, GiB, TiB (2^10 steps) or KB, MB, GB, TB (10^3 steps)", flag, quote(suffix, 20), quote(text)));
-    const std::uint64_t bytes = scaled(number, m, text, flag, "a size such as 80GiB, 40GB or 1073741824", true);
+    const std::uint64_t bytes = scaled(number, m, text, flag, "a size such as 80GiB, 40GB or 1073741824B", true);
     if (bytes == 0) throw UsageError(fmt::format("{}: {} is zero; expected a positive size", flag, quote(text)));
     return bytes;
 }

@@ -18,7 +18,8 @@ std::string format_bytes(std::uint64_t bytes, UnitSystem units);
 // largest SI unit that keeps the value at least 1, up to three decimals without trailing zeros, rounded in
 // integers (a double holds 1.555 as 1.55499..., which "{:.2f}" prints as 1.55).
 std::string format_rate(std::uint64_t bytes_per_s);
-// Parse "80GiB", "40 GB", "3.8125GiB", "1073741824" (bytes). Throws UsageError naming `flag`.
+// Parse "80GiB", "40 GB", "3.8125GiB", "1073741824B" (bytes). A number without a unit is refused. Throws
+// UsageError naming `flag`.
 std::uint64_t parse_size(std::string_view text, std::string_view flag);
 // Parse a positive count: "4096", "4k" (=4096), "128K", "1m" (=1048576), "1e15". Throws UsageError / OverflowError.
 std::uint64_t parse_count(std::string_view text, std::string_view flag);
