@@ -98,7 +98,7 @@ TEST_CASE("DeepSeek-style MLA is recognised") {
 }
 
 TEST_CASE("A directory holding config.json loads like the file") {
-    const auto cfg = load_model_config(std::string(KVLAB_TEST_DATA_DIR) + "/hf-dir");
+    const auto cfg = load_model_config(std::string(kvlab::test::test_data_dir) + "/hf-dir");
     CHECK(cfg.name == "hf-dir");
     CHECK(cfg.n_layer == 4);
 }

@@ -20,13 +20,14 @@
 #include "calc/presets.hpp"
 #include "formats/tokenizer.hpp"
 #include "model/transformer.hpp"
+#include "test_paths.hpp"
 
 using namespace kvlab;
 namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path models_dir = KVLAB_MODELS_DIR;
+const fs::path models_dir = kvlab::test::models_dir;
 
 nlohmann::json reference() {
     std::ifstream in(models_dir / "reference.json");

@@ -15,6 +15,7 @@
 #include "model/random_weights.hpp"
 #include "model/scheduler.hpp"
 #include "sim_configs.hpp"
+#include "test_paths.hpp"
 
 using namespace kvlab;
 
@@ -173,13 +174,13 @@ TEST_CASE("A sequence's rows in the pool: a windowed model keeps a ring of its w
 }
 
 TEST_CASE("Serving the trained models writes PyTorch's greedy text for every request at once, preempted or not") {
-    std::ifstream in(std::filesystem::path(KVLAB_MODELS_DIR) / "reference.json");
+    std::ifstream in(std::filesystem::path(kvlab::test::models_dir) / "reference.json");
     REQUIRE(in);
     const nlohmann::json ref = nlohmann::json::parse(in);
     for (const auto& item : ref.at("models").items()) {
         const std::string name = item.key();
         CAPTURE(name);
-        const LoadedModel model = load_checkpoint(std::filesystem::path(KVLAB_MODELS_DIR) / item.value().at("checkpoint").get<std::string>());
+        const LoadedModel model = load_checkpoint(std::filesystem::path(kvlab::test::models_dir) / item.value().at("checkpoint").get<std::string>());
         std::vector<ServeRequest> reqs;
         std::vector<std::vector<TokenId>> want;
         for (const auto& p : item.value().at("prompts")) {

@@ -4,10 +4,11 @@
 
 #include "calc/model_config.hpp"
 #include "calc/presets.hpp"
+#include "test_paths.hpp"
 
 namespace kvlab::test {
 
-inline std::string data_path(const std::string& name) { return std::string(KVLAB_TEST_DATA_DIR) + "/" + name; }
+inline std::string data_path(const std::string& name) { return std::string(test_data_dir) + "/" + name; }
 inline ModelConfig data_config(const std::string& name) { return load_model_config(data_path(name)); }
 
 }  // namespace kvlab::test

@@ -25,6 +25,7 @@
 #include "trace/trace_schema.hpp"
 #include "sim_configs.hpp"
 #include "test_files.hpp"
+#include "test_paths.hpp"
 
 using namespace kvlab;
 using kvlab::test::tiny_config;
@@ -551,7 +552,7 @@ TEST_CASE("Plots are drawn by gnuplot, and its absence names the package") {
 // doc's "Columns" table must be the schema's column of that position, with its type and unit, and
 // every per-op field must be named in the text with the unit of the step column of the same name.
 TEST_CASE("docs/trace-format.md's column table is the trace schema, in order, with types and units") {
-    std::ifstream in(std::string(KVLAB_DOCS_DIR) + "/trace-format.md");
+    std::ifstream in(std::string(kvlab::test::docs_dir) + "/trace-format.md");
     REQUIRE(in);
     std::stringstream text;
     text << in.rdbuf();
