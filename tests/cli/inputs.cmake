@@ -31,28 +31,28 @@ file(RENAME "${WORK}/llamacpp-36l.json" "${WORK}/cfg.json")
 file(COPY "${WORK}/fx/tiny.bin" "${WORK}/fx/tok512.bin" DESTINATION "${WORK}")
 
 # serve: the workload becomes a trace; the config becomes a trace
-refused("${WORK}/w.jsonl" "--trace: '.*w.jsonl' is also this command's input \\(--workload\\); an output never replaces an input"
+refused("${WORK}/w.jsonl" "--trace: '.*' is also this command's input \\(--workload\\); an output never replaces an input"
         serve --model stories260k --workload "${WORK}/w.jsonl" --trace "${WORK}/w.jsonl" --quiet)
 refused("${WORK}/cfg.json" "--trace: .* is also this command's input \\(--config\\)" serve -c "${WORK}/cfg.json" --requests 2 --trace "${WORK}/cfg.json" --quiet)
 # simulate: config, eval text, checkpoint, tokenizer; named as given, with ./, and through a hard link or a symbolic link
 refused("${WORK}/cfg.json" "--trace: .* is also this command's input \\(--config\\)" simulate -c "${WORK}/cfg.json" ${small} --trace "${WORK}/cfg.json")
 refused("${WORK}/e.jsonl" "--save-checkpoint: .* is also this command's input \\(--eval\\)"
         simulate --checkpoint "${WORK}/tiny.bin" --tokenizer "${WORK}/tok512.bin" --eval "${WORK}/e.jsonl" --save-checkpoint "${WORK}/e.jsonl")
-refused("${WORK}/tiny.bin" "--save-checkpoint: .* is also this command's input \\(--checkpoint '.*tiny.bin', the same file under another name\\)"
+refused("${WORK}/tiny.bin" "--save-checkpoint: .* is also this command's input \\(--checkpoint '.*, the same file under another name\\)"
         simulate --checkpoint "${WORK}/tiny.bin" ${small} --save-checkpoint "${WORK}/./tiny.bin")
 file(RENAME "${WORK}/tok512.bin" "${WORK}/tk.csv")
 refused("${WORK}/tk.csv" "--trace: .* is also this command's input \\(--tokenizer\\)"
         simulate --checkpoint "${WORK}/tiny.bin" --tokenizer "${WORK}/tk.csv" --prompt-ids 1,2 -n 2 --quiet --trace "${WORK}/tk.csv")
 file(CREATE_LINK "${WORK}/tiny.bin" "${WORK}/hard.bin")  # a hard link: another name, the same inode
-refused("${WORK}/tiny.bin" "--save-checkpoint: .*hard.bin' is also this command's input \\(--checkpoint '.*tiny.bin', the same file under another name\\)"
+refused("${WORK}/tiny.bin" "--save-checkpoint: .* is also this command's input \\(--checkpoint '.*, the same file under another name\\)"
         simulate --checkpoint "${WORK}/tiny.bin" ${small} --save-checkpoint "${WORK}/hard.bin")
 file(CREATE_LINK "${WORK}/tiny.bin" "${WORK}/soft.bin" SYMBOLIC)
-refused("${WORK}/tiny.bin" "--save-checkpoint: .* is also this command's input \\(--checkpoint '.*soft.bin', the same file under another name\\)"
+refused("${WORK}/tiny.bin" "--save-checkpoint: .* is also this command's input \\(--checkpoint '.*, the same file under another name\\)"
         simulate --checkpoint "${WORK}/soft.bin" ${small} --save-checkpoint "${WORK}/tiny.bin")
 # a Hugging Face folder stands for the files read from it
-refused("${WORK}/fx/hf_ok/config.json" "--trace: .* is also this command's input \\(--checkpoint '.*hf_ok', which reads 'config.json' there\\)"
+refused("${WORK}/fx/hf_ok/config.json" "--trace: .* is also this command's input \\(--checkpoint '.*, which reads 'config.json' there\\)"
         simulate --checkpoint "${WORK}/fx/hf_ok" ${small} --trace "${WORK}/fx/hf_ok/config.json")
-refused("${WORK}/fx/hf_ok/model.safetensors" "--save-checkpoint: .* is also this command's input \\(--config '.*hf_ok', which reads"
+refused("${WORK}/fx/hf_ok/model.safetensors" "--save-checkpoint: .* is also this command's input \\(--config '.*, which reads 'model.safetensors' there"
         simulate --config "${WORK}/fx/hf_ok" ${small} --save-checkpoint "${WORK}/fx/hf_ok/model.safetensors")
 # trace plot: a trace named .svg, charted onto itself; trace plot of a serve trace
 file(COPY_FILE "${WORK}/tr.csv" "${WORK}/tr.svg")
@@ -72,7 +72,7 @@ execute_process(COMMAND ${CMAKE_COMMAND} -E env "KVLAB_PRESETS_DIR=${WORK}/prese
                         --trace "${WORK}/presets/stories260k.json"
                 RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_QUIET)
 file(SHA256 "${WORK}/presets/stories260k.json" after)
-if(NOT rc EQUAL 2 OR NOT err MATCHES "--trace: .*stories260k.json' is also this command's input \\(the config file\\)" OR NOT before STREQUAL after)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "--trace: .* is also this command's input \\(the config file\\)" OR NOT before STREQUAL after)
   message(SEND_ERROR "a preset's config as --trace: exit ${rc}, ${err}")
 endif()
 # two outputs, one file
