@@ -34,6 +34,12 @@ file(COPY "${WORK}/fx/tiny.bin" "${WORK}/fx/tok512.bin" DESTINATION "${WORK}")
 refused("${WORK}/w.jsonl" "--trace: '.*' is also this command's input \\(--workload\\); an output never replaces an input"
         serve --model stories260k --workload "${WORK}/w.jsonl" --trace "${WORK}/w.jsonl" --quiet)
 refused("${WORK}/cfg.json" "--trace: .* is also this command's input \\(--config\\)" serve -c "${WORK}/cfg.json" --requests 2 --trace "${WORK}/cfg.json" --quiet)
+# serve: the tokenizer and a Hugging Face folder's files, as --checkpoint
+file(COPY_FILE "${WORK}/tok512.bin" "${WORK}/tk-serve.jsonl")
+refused("${WORK}/tk-serve.jsonl" "--trace: .* is also this command's input \\(--tokenizer\\)"
+        serve --checkpoint "${WORK}/tiny.bin" --tokenizer "${WORK}/tk-serve.jsonl" --requests 2 --prompt-len 2..3 --output-len 1..2 --trace "${WORK}/tk-serve.jsonl" --quiet)
+refused("${WORK}/fx/hf_ok/config.json" "--trace: .* is also this command's input \\(--checkpoint '.*, which reads 'config.json' there\\)"
+        serve --checkpoint "${WORK}/fx/hf_ok" --requests 2 --prompt-len 2..3 --output-len 1..2 --trace "${WORK}/fx/hf_ok/config.json" --quiet)
 # simulate: config, eval text, checkpoint, tokenizer; named as given, with ./, and through a hard link or a symbolic link
 refused("${WORK}/cfg.json" "--trace: .* is also this command's input \\(--config\\)" simulate -c "${WORK}/cfg.json" ${small} --trace "${WORK}/cfg.json")
 refused("${WORK}/e.jsonl" "--save-checkpoint: .* is also this command's input \\(--eval\\)"
