@@ -185,132 +185,165 @@ GgufHeader read_gguf_header(const std::filesystem::path& path) {
     return h;
 }
 
-ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& path) {
-    const std::string where = fmt::format("{} (GGUF metadata)", path.string());
-    auto find = [&](const std::string& key) -> const GgufValue* {
+namespace {
+
+// A GGUF header's metadata read as an architecture's hyperparameters: `arch.key` values by key.
+struct GgufFields {
+    const GgufHeader& h;
+    std::string where;    // "<path> (GGUF metadata)", for messages
+    std::string arch;     // general.architecture
+    std::int64_t n_layer = 0;  // block_count, once read (a scalar)
+
+    const GgufValue* find(const std::string& key) const {
         const auto it = h.metadata.find(key);
         return it == h.metadata.end() ? nullptr : &it->second;
-    };
-    const GgufValue* arch_v = find("general.architecture");
-    if (!arch_v || arch_v->kind != GgufValue::Kind::string || arch_v->text.empty())
-        throw ConfigError(fmt::format("{}: no general.architecture; expected the model's architecture name", where));
-    const std::string arch = arch_v->text;
-    // A scalar, or a per-layer array of one value; a per-layer array whose values differ is refused. As in
-    // llama.cpp's loader (llama_model_loader::get_key_or_arr, which load_hparams uses for head_count,
-    // head_count_kv and feed_forward_length), a scalar stands for every layer and an array must have
-    // exactly one entry per layer: a 1-entry array for 32 layers is "wrong array length; expected 32, got 1".
-    std::int64_t n_layer = 0;  // block_count, read first (a scalar)
-    auto uniform = [&](const std::string& key, bool required) -> std::optional<std::int64_t> {
+    }
+
+    // `arch.key`: a scalar, or a per-layer array of one value; a per-layer array whose values differ is
+    // refused. As in llama.cpp's loader (llama_model_loader::get_key_or_arr, which load_hparams uses for
+    // head_count, head_count_kv and feed_forward_length), a scalar stands for every layer and an array must
+    // have exactly one entry per layer: a 1-entry array for 32 layers is "wrong array length; expected 32, got 1".
+    std::optional<std::int64_t> uniform(const std::string& key, bool required) const {
+        const std::string name = quote(arch + "." + key, 80);
         const GgufValue* v = find(arch + "." + key);
         if (!v) {
-            if (required) throw ConfigError(fmt::format("{}: no {}; expected a positive integer", where, quote(arch + "." + key, 80)));
+            if (required) throw ConfigError(fmt::format("{}: no {}; expected a positive integer", where, name));
             return std::nullopt;
         }
         if (v->kind == GgufValue::Kind::integer) return v->integer;
         if (v->kind == GgufValue::Kind::array && n_layer > 0 && v->array_length != static_cast<std::uint64_t>(n_layer))
-            throw ConfigError(fmt::format("{}: {} has {}; expected one per layer ({}), or a single value that is not an array "
+            throw ConfigError(fmt::format("{}: {} has {} entr{}; expected one per layer ({}), or a single value that is not an array "
                                           "(llama.cpp refuses it: wrong array length)",
-                                          where, quote(arch + "." + key, 80), fmt::format("{} entr{}", v->array_length, v->array_length == 1 ? "y" : "ies"), n_layer));
+                                          where, name, v->array_length, v->array_length == 1 ? "y" : "ies", n_layer));
         if (v->kind == GgufValue::Kind::array && n_layer > 0 && !v->array_integers.empty()) {
             const auto [lo, hi] = std::minmax_element(v->array_integers.begin(), v->array_integers.end());
             if (*lo != *hi)
-                throw ConfigError(fmt::format("{}: {} differs between layers ({}..{}); per-layer shapes are not sized yet", where,
-                                              quote(arch + "." + key, 80), *lo, *hi));
+                throw ConfigError(fmt::format("{}: {} differs between layers ({}..{}); per-layer shapes are not sized yet", where, name, *lo, *hi));
             return *lo;
         }
-        throw ConfigError(fmt::format("{}: {} is not an integer", where, quote(arch + "." + key, 80)));
-    };
+        throw ConfigError(fmt::format("{}: {} is not an integer", where, name));
+    }
+};
 
-    // the same fields as a Hugging Face config, so one reader checks them all (config.json rules apply)
-    nlohmann::json j;
+// The experts' own width, shared experts and leading dense layers (llama.cpp's LLM_KV_EXPERT_* keys, as
+// convert_hf_to_gguf.py writes them from moe_intermediate_size, n_shared_experts /
+// shared_expert_intermediate_size and first_k_dense_replace); Llama 4: the experts' width is
+// intermediate_size, the dense layers' the feed-forward length.
+void read_experts(const GgufFields& f, nlohmann::json& j) {
+    const auto experts = f.uniform("expert_count", false);
+    if (!experts || *experts <= 1) return;
+    j["num_local_experts"] = *experts;
+    j["num_experts_per_tok"] = f.uniform("expert_used_count", false).value_or(1);
+    if (const auto ff_exp = f.uniform("expert_feed_forward_length", false)) {
+        if (f.arch == "llama4") {
+            if (j.contains("intermediate_size")) j["intermediate_size_mlp"] = j["intermediate_size"];
+            j["intermediate_size"] = *ff_exp;
+        } else {
+            j["moe_intermediate_size"] = *ff_exp;
+        }
+    }
+    if (const auto n = f.uniform("expert_shared_count", false)) j["n_shared_experts"] = *n;
+    if (const auto ff = f.uniform("expert_shared_feed_forward_length", false)) j["shared_expert_intermediate_size"] = *ff;
+    if (const auto n = f.uniform("leading_dense_block_count", false)) j["first_k_dense_replace"] = *n;
+    if (const auto n = f.uniform("interleave_moe_layer_step", false)) j["interleave_moe_layer_step"] = *n;
+    // experts but no feed_forward_length: every layer is MoE, and the experts' width is the only one
+    if (!j.contains("intermediate_size") && j.contains("moe_intermediate_size")) j["intermediate_size"] = j["moe_intermediate_size"];
+}
+
+// MLA's latent and head sizes. Returns true when the file predates the MLA split (llama.cpp then caches
+// full K and V for every head).
+bool read_mla(const GgufFields& f, nlohmann::json& j, std::optional<std::int64_t> key_len, std::optional<std::int64_t> value_len) {
+    const auto rank = f.uniform("attention.kv_lora_rank", false);
+    if (!rank) {
+        if (key_len && value_len && *key_len != *value_len)
+            throw ConfigError(fmt::format("{}: key_length {} and value_length {} differ; kvlab sizes K and V of one head size", f.where,
+                                          *key_len, *value_len));
+        return false;
+    }
+    j["kv_lora_rank"] = *rank;
+    if (const auto q_rank = f.uniform("attention.q_lora_rank", false)) j["q_lora_rank"] = *q_rank;
+    const auto rope = f.uniform("rope.dimension_count", true).value();
+    j["qk_rope_head_dim"] = rope;
+    // convert_hf_to_gguf.py since llama.cpp b5137 (#12801) writes the MLA split: one KV "head" whose key is the
+    // latent + rope (key_length) and the per-head sizes in key_length_mla / value_length_mla. Older files have
+    // only the per-head sizes, and llama.cpp then caches full K and V for every head.
+    const auto key_mla = f.uniform("attention.key_length_mla", false), value_mla = f.uniform("attention.value_length_mla", false);
+    const auto per_head_k = key_mla ? key_mla : key_len, per_head_v = value_mla ? value_mla : value_len;
+    if (per_head_k && *per_head_k > rope) j["qk_nope_head_dim"] = *per_head_k - rope;
+    // no value_length (MiniCPM3's converter writes none): llama.cpp's default head width, embedding_length / head_count
+    // (llama-model.cpp, load_hparams: n_embd_head_v = n_embd / n_head unless the key is set)
+    // (a head count of 0 or below is refused with its own message when the fields are read)
+    const auto hidden = j["hidden_size"].get<std::int64_t>(), heads = j["num_attention_heads"].get<std::int64_t>();
+    if (per_head_v) j["v_head_dim"] = *per_head_v;
+    else if (heads > 0 && hidden >= heads) j["v_head_dim"] = hidden / heads;
+    return !key_mla;
+}
+
+// Which layers llama.cpp windows is the architecture's rule (llama-model.cpp, set_swa_pattern): Gemma-2
+// and gpt-oss every other layer from the first, Gemma-3 five of every six; a per-layer bool array wins.
+// Returns a note when the window is ignored.
+std::string read_window(const GgufFields& f, nlohmann::json& j) {
+    const auto window = f.uniform("attention.sliding_window", false);
+    if (!window || *window <= 0) return {};
+    j["sliding_window"] = *window;
+    if (const GgufValue* pattern = f.find(f.arch + ".attention.sliding_window_pattern"); pattern && !pattern->array_booleans.empty()) {
+        if (static_cast<std::int64_t>(pattern->array_booleans.size()) != f.n_layer)
+            throw ConfigError(fmt::format("{}: {} has {} entries; expected block_count", f.where,
+                                          quote(f.arch + ".attention.sliding_window_pattern", 80), pattern->array_booleans.size()));
+        for (const bool b : pattern->array_booleans) j["layer_types"].push_back(b ? "sliding_attention" : "full_attention");
+    } else if (f.arch == "gemma3") {
+        j["sliding_window_pattern"] = 6;
+    } else if (f.arch != "gemma2" && f.arch != "gpt-oss") {
+        j["use_sliding_window"] = false;
+        return fmt::format("{} {} ignored: kvlab does not know which layers llama.cpp windows for architecture {}",
+                           quote(f.arch + ".attention.sliding_window", 80), *window, quote(f.arch, 40));
+    }
+    return {};
+}
+
+// The shape every architecture has: layers, widths, heads, context, vocabulary.
+void read_shape(GgufFields& f, nlohmann::json& j) {
     // llama.cpp's architecture names where Hugging Face's model_type differs (the config rules key on those)
     static const std::map<std::string, std::string> hf_type{
         {"gemma3", "gemma3_text"}, {"qwen2moe", "qwen2_moe"}, {"qwen3moe", "qwen3_moe"}, {"gpt-oss", "gpt_oss"}, {"llama4", "llama4_text"},
         {"phi2", "phi"},           {"gptneox", "gpt_neox"},   {"command-r", "cohere"}};
-    const auto type_it = hf_type.find(arch);
-    j["model_type"] = type_it == hf_type.end() ? arch : type_it->second;
-    const GgufValue* blocks = find(arch + ".block_count");
-    if (blocks && blocks->kind != GgufValue::Kind::integer)
-        throw ConfigError(fmt::format("{}: {} is not an integer; expected the number of layers", where, quote(arch + ".block_count", 80)));
-    n_layer = *uniform("block_count", true);
-    j["num_hidden_layers"] = n_layer;
-    j["hidden_size"] = *uniform("embedding_length", true);
-    j["num_attention_heads"] = *uniform("attention.head_count", true);
-    if (const auto kv = uniform("attention.head_count_kv", false)) j["num_key_value_heads"] = *kv;
-    const auto key_len = uniform("attention.key_length", false), value_len = uniform("attention.value_length", false);
-    if (key_len) j["head_dim"] = *key_len;
-    if (const auto ctx = uniform("context_length", false)) j["max_position_embeddings"] = *ctx;
-    if (const auto ff = uniform("feed_forward_length", false)) j["intermediate_size"] = *ff;
-    if (const auto n = uniform("vocab_size", false)) j["vocab_size"] = *n;
-    else if (const GgufValue* tokens = find("tokenizer.ggml.tokens"); tokens && tokens->kind == GgufValue::Kind::array)
+    const auto type_it = hf_type.find(f.arch);
+    j["model_type"] = type_it == hf_type.end() ? f.arch : type_it->second;
+    if (const GgufValue* blocks = f.find(f.arch + ".block_count"); blocks && blocks->kind != GgufValue::Kind::integer)
+        throw ConfigError(fmt::format("{}: {} is not an integer; expected the number of layers", f.where, quote(f.arch + ".block_count", 80)));
+    f.n_layer = *f.uniform("block_count", true);
+    j["num_hidden_layers"] = f.n_layer;
+    j["hidden_size"] = *f.uniform("embedding_length", true);
+    j["num_attention_heads"] = *f.uniform("attention.head_count", true);
+    if (const auto kv = f.uniform("attention.head_count_kv", false)) j["num_key_value_heads"] = *kv;
+    if (const auto key_len = f.uniform("attention.key_length", false)) j["head_dim"] = *key_len;
+    if (const auto ctx = f.uniform("context_length", false)) j["max_position_embeddings"] = *ctx;
+    if (const auto ff = f.uniform("feed_forward_length", false)) j["intermediate_size"] = *ff;
+    if (const auto n = f.uniform("vocab_size", false)) j["vocab_size"] = *n;
+    else if (const GgufValue* tokens = f.find("tokenizer.ggml.tokens"); tokens && tokens->kind == GgufValue::Kind::array)
         j["vocab_size"] = tokens->array_length;
     else j["vocab_size"] = 1;  // the KV cache does not depend on it; the weights then are not counted
-    if (const auto experts = uniform("expert_count", false); experts && *experts > 1) {
-        j["num_local_experts"] = *experts;
-        j["num_experts_per_tok"] = uniform("expert_used_count", false).value_or(1);
-        // the experts' own width, shared experts and leading dense layers (llama.cpp's LLM_KV_EXPERT_* keys, as
-        // convert_hf_to_gguf.py writes them from moe_intermediate_size, n_shared_experts / shared_expert_intermediate_size
-        // and first_k_dense_replace); Llama 4: the experts' width is intermediate_size, the dense layers' the feed-forward length
-        if (const auto ff_exp = uniform("expert_feed_forward_length", false)) {
-            if (arch == "llama4") {
-                if (j.contains("intermediate_size")) j["intermediate_size_mlp"] = j["intermediate_size"];
-                j["intermediate_size"] = *ff_exp;
-            } else {
-                j["moe_intermediate_size"] = *ff_exp;
-            }
-        }
-        if (const auto n = uniform("expert_shared_count", false)) j["n_shared_experts"] = *n;
-        if (const auto ff = uniform("expert_shared_feed_forward_length", false)) j["shared_expert_intermediate_size"] = *ff;
-        if (const auto n = uniform("leading_dense_block_count", false)) j["first_k_dense_replace"] = *n;
-        if (const auto n = uniform("interleave_moe_layer_step", false)) j["interleave_moe_layer_step"] = *n;
-        // experts but no feed_forward_length: every layer is MoE, and the experts' width is the only one
-        if (!j.contains("intermediate_size") && j.contains("moe_intermediate_size")) j["intermediate_size"] = j["moe_intermediate_size"];
-    }
-    bool mla_full_kv = false;
-    if (const auto rank = uniform("attention.kv_lora_rank", false)) {
-        j["kv_lora_rank"] = *rank;
-        if (const auto q_rank = uniform("attention.q_lora_rank", false)) j["q_lora_rank"] = *q_rank;
-        const auto rope = uniform("rope.dimension_count", true).value();
-        j["qk_rope_head_dim"] = rope;
-        // convert_hf_to_gguf.py since llama.cpp b5137 (#12801) writes the MLA split: one KV "head" whose key is the
-        // latent + rope (key_length) and the per-head sizes in key_length_mla / value_length_mla. Older files have
-        // only the per-head sizes, and llama.cpp then caches full K and V for every head.
-        const auto key_mla = uniform("attention.key_length_mla", false), value_mla = uniform("attention.value_length_mla", false);
-        const auto per_head_k = key_mla ? key_mla : key_len, per_head_v = value_mla ? value_mla : value_len;
-        if (per_head_k && *per_head_k > rope) j["qk_nope_head_dim"] = *per_head_k - rope;
-        // no value_length (MiniCPM3's converter writes none): llama.cpp's default head width, embedding_length / head_count
-        // (llama-model.cpp, load_hparams: n_embd_head_v = n_embd / n_head unless the key is set)
-        // (a head count of 0 or below is refused with its own message when the fields are read)
-        const auto hidden = j["hidden_size"].get<std::int64_t>(), heads = j["num_attention_heads"].get<std::int64_t>();
-        if (per_head_v) j["v_head_dim"] = *per_head_v;
-        else if (heads > 0 && hidden >= heads) j["v_head_dim"] = hidden / heads;
-        mla_full_kv = !key_mla;
-    } else if (key_len && value_len && *key_len != *value_len) {
-        throw ConfigError(fmt::format("{}: key_length {} and value_length {} differ; kvlab sizes K and V of one head size", where, *key_len, *value_len));
-    }
-    std::string window_note;
-    if (const auto window = uniform("attention.sliding_window", false); window && *window > 0) {
-        // which layers llama.cpp windows is the architecture's rule (llama-model.cpp, set_swa_pattern):
-        // Gemma-2 and gpt-oss every other layer from the first, Gemma-3 five of every six; a per-layer bool array wins
-        j["sliding_window"] = *window;
-        if (const GgufValue* pattern = find(arch + ".attention.sliding_window_pattern"); pattern && !pattern->array_booleans.empty()) {
-            if (static_cast<std::int64_t>(pattern->array_booleans.size()) != j["num_hidden_layers"].get<std::int64_t>())
-                throw ConfigError(fmt::format("{}: {} has {} entries; expected block_count", where, quote(arch + ".attention.sliding_window_pattern", 80),
-                                              pattern->array_booleans.size()));
-            for (const bool b : pattern->array_booleans) j["layer_types"].push_back(b ? "sliding_attention" : "full_attention");
-        } else if (arch == "gemma3") {
-            j["sliding_window_pattern"] = 6;
-        } else if (arch != "gemma2" && arch != "gpt-oss") {
-            j["use_sliding_window"] = false;
-            window_note = fmt::format("{} {} ignored: kvlab does not know which layers llama.cpp windows for architecture {}",
-                                      quote(arch + ".attention.sliding_window", 80), *window, quote(arch, 40));
-        }
-    }
-    std::string name = path.stem().string();
+}
+
+}  // namespace
+
+ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& path) {
+    GgufFields f{h, fmt::format("{} (GGUF metadata)", path.string()), {}};
+    const GgufValue* arch_v = f.find("general.architecture");
+    if (!arch_v || arch_v->kind != GgufValue::Kind::string || arch_v->text.empty())
+        throw ConfigError(fmt::format("{}: no general.architecture; expected the model's architecture name", f.where));
+    f.arch = arch_v->text;
+
+    // the same fields as a Hugging Face config, so one reader checks them all (config.json rules apply)
+    nlohmann::json j;
+    read_shape(f, j);
+    read_experts(f, j);
+    const bool mla_full_kv = read_mla(f, j, f.uniform("attention.key_length", false), f.uniform("attention.value_length", false));
+    const std::string window_note = read_window(f, j);
     nlohmann::json kv = {{"source", fmt::format("GGUF v{} header of {}", h.version, path.string())}};
-    if (const GgufValue* n = find("general.name"); n && n->kind == GgufValue::Kind::string && !n->text.empty()) kv["display_name"] = n->text;
+    if (const GgufValue* n = f.find("general.name"); n && n->kind == GgufValue::Kind::string && !n->text.empty()) kv["display_name"] = n->text;
     j["_kvlab"] = kv;
-    ModelConfig cfg = parse_model_config(j, where, name, /*class_defaults=*/false);
+    ModelConfig cfg = parse_model_config(j, f.where, path.stem().string(), /*class_defaults=*/false);
     if (h.n_tensors > 0) {  // the weights as the file stores them (quantized or not), for the GPU fit
         cfg.stored_weight_bytes = h.tensor_data_bytes;
         cfg.stored_weights_rule = fmt::format("weights as the GGUF stores them: its {} tensors' data, {} B (the file from byte {}), "
@@ -319,7 +352,7 @@ ModelConfig gguf_model_config(const GgufHeader& h, const std::filesystem::path& 
     }
     cfg.gguf_mla_full_kv = mla_full_kv && cfg.mla.has_value();
     if (!window_note.empty()) cfg.defaults.push_back(window_note);
-    if (!find(arch + ".vocab_size") && !find("tokenizer.ggml.tokens")) {
+    if (!f.find(f.arch + ".vocab_size") && !f.find("tokenizer.ggml.tokens")) {
         cfg.d_ff = 0;  // no vocabulary size: the weights are unknown
         cfg.defaults.push_back("no vocabulary size in the metadata: the weights are unknown");
     }
