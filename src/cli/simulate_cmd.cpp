@@ -51,6 +51,42 @@ private:
     std::optional<TextDecoder> decoder_;
 };
 
+// "simulate: step 40/256, 18.2 steps/s, ETA 12 s" on stderr: the rate so far, and the time left at that
+// rate (an uncached run slows as T grows, so its ETA is a lower bound); at most ten updates a second.
+class ProgressLine {
+public:
+    void operator()(std::int64_t done, std::int64_t total) {
+        const auto now = std::chrono::steady_clock::now();
+        if (done < total && now - last_print_ < std::chrono::milliseconds(100)) return;
+        last_print_ = now;
+        const double elapsed = std::chrono::duration<double>(now - start_).count();
+        const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0;
+        const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0.0;
+        std::fprintf(stderr, "\rsimulate: step %lld/%lld, %.1f steps/s, ETA %.0f s\033[K", static_cast<long long>(done),
+                     static_cast<long long>(total), rate, eta);
+        std::fflush(stderr);
+    }
+    static void clear() { std::fprintf(stderr, "\r\033[K"); }
+
+private:
+    std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_print_ = start_;
+};
+
+// Several storages: the same run once per policy (the token stream shows the first), for one table.
+std::vector<SimulationResult> run_each_policy(const PreparedSimulation& p, std::atomic<bool>& stop) {
+    std::vector<SimulationResult> runs;
+    const StopOnInterrupt stop_on_interrupt(stop);
+    for (const PreparedSimulation::Policy& policy : p.policies) {
+        SimulateOptions one = p.sim;
+        one.kv_storage = policy.kv;
+        one.weight_dtype = policy.weights;
+        if (!runs.empty()) one.on_token = nullptr;
+        runs.push_back(run_simulation(p.config, p.weights, one));
+        if (runs.back().interrupted) throw Interrupted("interrupted; no comparison printed");
+    }
+    return runs;
+}
+
 void run(const SimulateRequest& request) {
     PreparedSimulation p = prepare_simulation(request);
     const SimulateRequest& o = p.request;
@@ -74,22 +110,7 @@ void run(const SimulateRequest& request) {
     // progress on stderr only when a person watches it and sees no tokens streaming there or on a
     // terminal stdout
     const bool show_progress = !o.quiet && ::isatty(STDERR_FILENO) && (!echo || (echo_on_stdout && !::isatty(STDOUT_FILENO)));
-    // "step 40/256, 18.2 steps/s, ETA 12 s": the rate so far, and the time left at that rate (an
-    // uncached run slows as T grows, so its ETA is a lower bound)
-    const auto start = std::chrono::steady_clock::now();
-    auto last_print = start;
-    if (show_progress)
-        sim.on_step = [&](std::int64_t done, std::int64_t total) {
-            const auto now = std::chrono::steady_clock::now();
-            if (done < total && now - last_print < std::chrono::milliseconds(100)) return;
-            last_print = now;
-            const double elapsed = std::chrono::duration<double>(now - start).count();
-            const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0;
-            const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0.0;
-            std::fprintf(stderr, "\rsimulate: step %lld/%lld, %.1f steps/s, ETA %.0f s\033[K", static_cast<long long>(done),
-                         static_cast<long long>(total), rate, eta);
-            std::fflush(stderr);
-        };
+    if (show_progress) sim.on_step = ProgressLine{};
 #if defined(__GLIBC__)
     // loading's freed allocations (parsing, weight init on every thread) leave pages in malloc's arenas;
     // give them back so the process holds only what the run needs (docs/performance.md, peak RSS)
@@ -100,20 +121,8 @@ void run(const SimulateRequest& request) {
     std::atomic<bool> stop{false};
     sim.stop = &stop;
     if (p.policies.size() > 1) {
-        // several storages: the same run once per policy (the token stream shows the first), then one table
-        std::vector<SimulationResult> runs;
-        {
-            const StopOnInterrupt stop_on_interrupt(stop);
-            for (const PreparedSimulation::Policy& policy : p.policies) {
-                SimulateOptions one = sim;
-                one.kv_storage = policy.kv;
-                one.weight_dtype = policy.weights;
-                if (!runs.empty()) one.on_token = nullptr;
-                runs.push_back(run_simulation(p.config, p.weights, one));
-                if (runs.back().interrupted) throw Interrupted("interrupted; no comparison printed");
-            }
-        }
-        if (show_progress) std::fprintf(stderr, "\r\033[K");
+        const std::vector<SimulationResult> runs = run_each_policy(p, stop);
+        if (show_progress) ProgressLine::clear();
         if (echo) echo->end();
         if (echo_on_stdout) std::cout << "\n";
         print_report(std::cout, kv_policy_report(p, runs), format);
@@ -124,7 +133,7 @@ void run(const SimulateRequest& request) {
         const StopOnInterrupt stop_on_interrupt(stop);
         result = run_simulation(p.config, p.weights, sim);
     }
-    if (show_progress) std::fprintf(stderr, "\r\033[K");
+    if (show_progress) ProgressLine::clear();
 
     if (echo) echo->end();
     if (echo_on_stdout) std::cout << "\n";  // one blank line between the tokens and the table
