@@ -161,6 +161,49 @@ std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
     return m;
 }
 
+// --check's rows: tokens equal to the solo runs, the largest logit difference, and what a difference means.
+void add_check_rows(Table& t, const std::vector<ServeSummary>& summaries) {
+    if (std::none_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.n_checked > 0; })) return;
+    std::vector<Cell> agree{{"--check: tokens equal to solo runs", "check_tokens_agree"}}, dlogit{{"--check: max |logit - solo|", "check_max_abs_dlogit"}};
+    for (const ServeSummary& s : summaries) {
+        agree.push_back({fmt::format("{} / {}", s.n_tokens_agree, s.n_tokens_checked), s.n_tokens_agree});
+        dlogit.push_back({fmt::format("{:.3g}{}", s.max_abs_dlogit, s.all_within_tolerance ? "" : " (beyond tolerance)"), s.max_abs_dlogit});
+    }
+    t.rows.push_back(std::move(agree));
+    t.rows.push_back(std::move(dlogit));
+    t.notes.push_back("--check: each request run again alone on the single-sequence path (one prefill, one decode call per "
+                      "token), fed the tokens serving chose; logits compared with simulate's tolerance, 1e-3 x max(1, max |logit|)");
+    for (const ServeSummary& s : summaries)
+        if (s.n_tokens_agree < s.n_tokens_checked)
+            t.notes.push_back(fmt::format("{}: {} of {} tokens differ from the solo run's argmax{}", choice_name(kv_layout_choices, s.layout),
+                                          s.n_tokens_checked - s.n_tokens_agree, s.n_tokens_checked,
+                                          s.all_within_tolerance ? " at near-ties: the logits agree within tolerance (summation order differs between "
+                                                                   "a batched step and a solo call)"
+                                                                 : ""));
+}
+
+// One layout's requests, a row each (the csv/json/markdown forms: long, for tools).
+Table request_table(const ServeSummary& summary, const ServeResult& result) {
+    Table q;
+    q.title = fmt::format("requests ({})", choice_name(kv_layout_choices, summary.layout));
+    q.columns = {{"request", "request"}, {"arrival_step", "arrival"}, {"prompt_len", "prompt"}, {"max_tokens", "max tokens"},
+                 {"generated", "generated"}, {"first_token_step", "first token step"}, {"finish_step", "finish step"},
+                 {"ttft_ms", "TTFT (ms)"}, {"tpot_ms", "TPOT (ms)"}, {"preemptions", "preemptions"},
+                 {"prefix_hit_tokens", "prefix hits"}};
+    for (std::size_t i = 0; i < result.requests.size(); ++i) {
+        const ServeRequestResult& r = result.requests[i];
+        // one token generated: no time per output token after the first ("-", null in JSON)
+        const Cell tpot = r.generated.size() > 1 ? real_cell(static_cast<double>(r.finish_ns - r.first_token_ns) * 1e-6 /
+                                                                 static_cast<double>(r.generated.size() - 1), 4)
+                                                 : Cell{"-", nullptr};
+        q.rows.push_back({int_cell(static_cast<std::int64_t>(i)), int_cell(r.arrival_step), int_cell(r.prompt_len), int_cell(r.max_tokens),
+                          int_cell(std::ssize(r.generated)), int_cell(r.first_token_step), int_cell(r.finish_step),
+                          real_cell(static_cast<double>(r.first_token_ns - r.arrival_ns) * 1e-6, 3), tpot,
+                          int_cell(r.preemptions), int_cell(r.prefix_hit_tokens)});
+    }
+    return q;
+}
+
 }  // namespace
 
 Report serve_report(const std::vector<ServeSummary>& summaries, const std::vector<ServeResult>& results, const nlohmann::json& inputs,
@@ -182,25 +225,7 @@ Report serve_report(const std::vector<ServeSummary>& summaries, const std::vecto
         for (const ServeSummary& s : summaries) row.push_back(m.cell(s));
         t.rows.push_back(std::move(row));
     }
-    const bool checked = std::any_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.n_checked > 0; });
-    if (checked) {
-        std::vector<Cell> agree{{"--check: tokens equal to solo runs", "check_tokens_agree"}}, dlogit{{"--check: max |logit - solo|", "check_max_abs_dlogit"}};
-        for (const ServeSummary& s : summaries) {
-            agree.push_back({fmt::format("{} / {}", s.n_tokens_agree, s.n_tokens_checked), s.n_tokens_agree});
-            dlogit.push_back({fmt::format("{:.3g}{}", s.max_abs_dlogit, s.all_within_tolerance ? "" : " (beyond tolerance)"), s.max_abs_dlogit});
-        }
-        t.rows.push_back(std::move(agree));
-        t.rows.push_back(std::move(dlogit));
-        t.notes.push_back("--check: each request run again alone on the single-sequence path (one prefill, one decode call per "
-                          "token), fed the tokens serving chose; logits compared with simulate's tolerance, 1e-3 x max(1, max |logit|)");
-        for (const ServeSummary& s : summaries)
-            if (s.n_tokens_agree < s.n_tokens_checked)
-                t.notes.push_back(fmt::format("{}: {} of {} tokens differ from the solo run's argmax{}", choice_name(kv_layout_choices, s.layout),
-                                              s.n_tokens_checked - s.n_tokens_agree, s.n_tokens_checked,
-                                              s.all_within_tolerance ? " at near-ties: the logits agree within tolerance (summation order differs between "
-                                                                       "a batched step and a solo call)"
-                                                                     : ""));
-    }
+    add_check_rows(t, summaries);
     if (!timed)
         t.notes.push_back("no wall time: the trace was written with --deterministic, so time, throughput and the scheduler's share are "
                           "left out (kvlab trace plot draws its modelled time)");
@@ -224,26 +249,7 @@ Report serve_report(const std::vector<ServeSummary>& summaries, const std::vecto
     report.tables.push_back(std::move(t));
 
     if (format != Format::table && !from_trace) {  // per request: long, for tools
-        for (std::size_t k = 0; k < summaries.size(); ++k) {
-            Table q;
-            q.title = fmt::format("requests ({})", choice_name(kv_layout_choices, summaries[k].layout));
-            q.columns = {{"request", "request"}, {"arrival_step", "arrival"}, {"prompt_len", "prompt"}, {"max_tokens", "max tokens"},
-                         {"generated", "generated"}, {"first_token_step", "first token step"}, {"finish_step", "finish step"},
-                         {"ttft_ms", "TTFT (ms)"}, {"tpot_ms", "TPOT (ms)"}, {"preemptions", "preemptions"},
-                         {"prefix_hit_tokens", "prefix hits"}};
-            for (std::size_t i = 0; i < results[k].requests.size(); ++i) {
-                const ServeRequestResult& r = results[k].requests[i];
-                // one token generated: no time per output token after the first ("-", null in JSON)
-                const Cell tpot = r.generated.size() > 1 ? real_cell(static_cast<double>(r.finish_ns - r.first_token_ns) * 1e-6 /
-                                                                         static_cast<double>(r.generated.size() - 1), 4)
-                                                         : Cell{"-", nullptr};
-                q.rows.push_back({int_cell(static_cast<std::int64_t>(i)), int_cell(r.arrival_step), int_cell(r.prompt_len), int_cell(r.max_tokens),
-                                  int_cell(std::ssize(r.generated)), int_cell(r.first_token_step), int_cell(r.finish_step),
-                                  real_cell(static_cast<double>(r.first_token_ns - r.arrival_ns) * 1e-6, 3), tpot,
-                                  int_cell(r.preemptions), int_cell(r.prefix_hit_tokens)});
-            }
-            report.tables.push_back(std::move(q));
-        }
+        for (std::size_t k = 0; k < summaries.size(); ++k) report.tables.push_back(request_table(summaries[k], results[k]));
     }
     return report;
 }
