@@ -291,3 +291,34 @@ TEST_CASE("A fixed team that ran on far fewer cores than its threads is named in
     CHECK(core_use_note({second, 500'000'000}, 1, false, true, 2).empty());     // one thread waits for nobody
     CHECK(core_use_note({99'000'000, 10'000'000}, 2, false, true, 2).empty());  // under 100 ms: start-up weighs too much
 }
+
+TEST_CASE("--kernel reference runs the readable forward beside the fast path: same tokens, logits within 1e-4, both timed") {
+    for (const Family family : {Family::llama, Family::gpt2}) {
+        const ModelConfig cfg = tiny_config(family, 4, 2);
+        const Weights w = random_weights(cfg, 21);
+        SimulateOptions o = small_options();
+        o.kernel = ForwardKernel::reference;
+        for (const SimMode mode : {SimMode::cached, SimMode::both}) {
+            o.mode = mode;
+            const SimulationResult r = run_simulation(cfg, w, o);
+            REQUIRE(r.reference_kernel);
+            const ReferenceKernelRun& ref = *r.reference_kernel;
+            CHECK(ref.n_steps == o.n_steps);
+            CHECK(ref.wall_ns.size() == static_cast<std::size_t>(o.n_steps));
+            // greedy on the same logits (to ~1e-6): the same argmax at every step, barring an exact near-tie
+            CHECK(ref.n_same_token == o.n_steps);
+            CHECK_FALSE(ref.first_other_token);
+            CHECK(ref.max_rel_dlogit < 1e-4);
+            CHECK(ref.max_rel_dlogit > 0.0);  // two different summation orders: not bit-identical, so it was compared
+            // the reference changes nothing the fast path reports
+            o.kernel = ForwardKernel::fast;
+            CHECK(run_simulation(cfg, w, o).generated == r.generated);
+            o.kernel = ForwardKernel::reference;
+        }
+        o.mode = SimMode::uncached;
+        CHECK_THROWS_AS(run_simulation(cfg, w, o), UsageError);
+        o.mode = SimMode::cached;
+        o.kv_storage.dtype = DType::fp16;
+        CHECK_THROWS_AS(run_simulation(cfg, w, o), UsageError);
+    }
+}

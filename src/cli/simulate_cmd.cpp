@@ -193,6 +193,10 @@ void setup_simulate(CLI::App& app) {
     cmd->add_option("--window", o->window, "Every layer keeps only its last W positions (a ring), measured against the full cache")
         ->check(given_nonzero("expected a positive number of positions"));
     cmd->add_option("--sink-tokens", o->sink_tokens, "StreamingLLM: the window also keeps the first S positions (S < W)");
+    add_choice(cmd, "--kernel", o->kernel, forward_kernel_choices,
+               "fast (threaded, vectorised), or reference: also run the readable src/model/reference.cpp on the same tokens and "
+               "report both speeds and whether it picks the same tokens")
+        ->excludes(eval);
     add_units_option(cmd, o->units);
     add_format_option(cmd, o->format);
     cmd->footer("Examples:\n  kvlab simulate -m tiny-llama --prompt \"Once upon a time\" -n 64 --trace run.json\n"

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <random>
 
+#include <omp.h>
+
 #include <fmt/format.h>
 
 #include "core/checked.hpp"
@@ -12,6 +14,7 @@
 #include "model/narrow_weights.hpp"
 #include "calc/kv_memory.hpp"
 #include "model/random_weights.hpp"
+#include "model/reference.hpp"
 #include "core/text.hpp"
 #include "core/units.hpp"
 
@@ -162,138 +165,222 @@ double kl_divergence(const VectorF& p_logits, const VectorF& q_logits) {
     return std::max(kl, 0.0);  // rounding can leave -1e-17 for identical inputs
 }
 
-SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, const SimulateOptions& o) {
-    using clock = std::chrono::steady_clock;
-    const TransformerSize size = simulation_size(cfg, o);
-    const std::int64_t n_positions = size.n_positions;
-    const bool run_cached = o.mode != SimMode::uncached, run_uncached = o.mode != SimMode::cached;
+namespace {
 
-    SimulationResult r;
-    r.prompt = simulation_prompt(cfg, o);
+using Clock = std::chrono::steady_clock;
+std::int64_t ns_since(Clock::time_point t0) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+}
 
-    // everything the loop touches is allocated here
-    const bool narrow = o.kv_storage.dtype != DType::fp32;
-    const bool any_policy = narrow || o.reference_config.has_value() || o.weight_dtype != DType::fp32;
-    if (any_policy && run_uncached)
+// One simulate run: the models it steps in lockstep and the result it fills, one method per part of a step.
+class SimulationRun {
+public:
+    SimulationRun(const ModelConfig& cfg, const Weights& weights, const SimulateOptions& o);
+    SimulationResult run();
+
+private:
+    const VectorF* cached_step(std::int64_t step);
+    void measure_policy(std::span<const TokenId> tokens, std::int64_t pos0, const VectorF& out);
+    void compare_modes(std::int64_t step, const VectorF& out, StepRecord& cached, StepRecord& uncached);
+    void reference_step(std::span<const TokenId> tokens, std::int64_t pos0, const VectorF& fast);
+    void finish_step(std::int64_t step, TokenId next, StepRecord* cached, StepRecord* uncached);
+
+    const ModelConfig& cfg_;
+    const SimulateOptions& o_;
+    const TransformerSize size_;
+    const bool run_cached_, run_uncached_, policy_;
+    SimulationResult r_;
+    std::optional<NarrowWeights> narrow_w_;  // --weight-dtype: what the matmuls read instead of the fp32 weights
+    Transformer model_;
+    std::optional<KvCache> cache_;
+    // a policy: the fp32 full cache it is measured against, and the model without it when the policy
+    // changes attention (windows, sinks) or the weights
+    std::optional<KvCache> policy_ref_cache_;
+    std::optional<Transformer> policy_ref_model_;
+    VectorF logits_policy_;  // a policy run's logits, kept while the fp32 model reuses the buffers
+    VectorF logits_cached_;  // both modes: the cached logits, kept while the uncached forward reuses the buffers
+    // --kernel reference: the readable forward, its sampler, its logits and the token it picked this step
+    std::optional<ReferenceModel> readable_;
+    std::optional<Sampler> readable_sampler_;
+    VectorF readable_logits_;
+    TokenId readable_token_ = 0;
+    Sampler sampler_;
+    std::vector<TokenId> seq_;
+};
+
+bool has_policy(const SimulateOptions& o) {
+    return o.kv_storage.dtype != DType::fp32 || o.reference_config.has_value() || o.weight_dtype != DType::fp32;
+}
+
+const SimulateOptions& checked_options(const SimulateOptions& o) {
+    if (has_policy(o) && o.mode != SimMode::cached)
         throw UsageError("--kv-dtype, --window, --sink-tokens, --weight-dtype: policies are measured on the cached mode; expected --mode cached");
-    const bool policy = any_policy && o.quality;  // measured against the fp32 model, in lockstep
-    std::optional<NarrowWeights> narrow_w;  // --weight-dtype: what the matmuls read instead of the fp32 weights
-    if (o.weight_dtype != DType::fp32) narrow_w.emplace(narrow_weights(weights, o.weight_dtype));
-    Transformer model(cfg, weights, size, narrow_w ? &*narrow_w : nullptr);
-    std::optional<KvCache> cache, reference;  // reference: the fp32 full cache a policy is measured against
-    std::optional<Transformer> reference_model;  // a policy that changes attention (windows, sinks) needs the model without it
-    if (run_cached) {
-        cache.emplace(cfg, n_positions, o.kv_storage);
-        r.kv_cache_bytes = cache->bytes();
-    }
-    if (policy) {
-        const ModelConfig& ref_cfg = o.reference_config ? *o.reference_config : cfg;
-        reference.emplace(ref_cfg, n_positions);
-        TransformerSize ref_size = size;
-        ref_size.narrow_weights = false;
-        if (o.reference_config || narrow_w) reference_model.emplace(ref_cfg, weights, ref_size);  // fp32 weights
-        r.kv_quality.emplace();
-    }
-    VectorF logits_narrow;  // a policy run's logits, kept while the reference forward may reuse the buffers
-    if (policy) logits_narrow.resize(cfg.n_vocab);
-    Sampler sampler(o.sampler, cfg.n_vocab);
-    std::vector<TokenId> seq = r.prompt;
-    seq.reserve(static_cast<std::size_t>(n_positions));
-    r.generated.reserve(static_cast<std::size_t>(o.n_steps));
-    r.records.reserve(static_cast<std::size_t>(o.n_steps * (run_cached && run_uncached ? 2 : 1)));
-    VectorF logits_cached;  // (V) both modes: the cached logits, kept while the uncached forward reuses the buffers
-    if (run_cached && run_uncached) logits_cached.resize(cfg.n_vocab);
+    if (o.kernel == ForwardKernel::reference && (has_policy(o) || o.mode == SimMode::uncached))
+        throw UsageError("--kernel reference: the reference forward runs beside the cached mode with fp32 weights and an fp32 full cache; "
+                         "expected --mode cached or both, without --kv-dtype, --weight-dtype, --window or --sink-tokens");
+    return o;
+}
 
+SimulationRun::SimulationRun(const ModelConfig& cfg, const Weights& weights, const SimulateOptions& o)
+    : cfg_(cfg), o_(checked_options(o)), size_(simulation_size(cfg, o)), run_cached_(o.mode != SimMode::uncached),
+      run_uncached_(o.mode != SimMode::cached), policy_(has_policy(o) && o.quality),
+      narrow_w_(o.weight_dtype != DType::fp32 ? std::optional<NarrowWeights>(narrow_weights(weights, o.weight_dtype)) : std::nullopt),
+      model_(cfg, weights, size_, narrow_w_ ? &*narrow_w_ : nullptr), sampler_(o.sampler, cfg.n_vocab) {
+    // everything the loop touches is allocated here
+    const std::int64_t n_positions = size_.n_positions;
+    r_.prompt = simulation_prompt(cfg, o);
+    if (run_cached_) {
+        cache_.emplace(cfg, n_positions, o.kv_storage);
+        r_.kv_cache_bytes = cache_->bytes();
+    }
+    if (policy_) {
+        const ModelConfig& ref_cfg = o.reference_config ? *o.reference_config : cfg;
+        policy_ref_cache_.emplace(ref_cfg, n_positions);
+        TransformerSize ref_size = size_;
+        ref_size.narrow_weights = false;
+        if (o.reference_config || narrow_w_) policy_ref_model_.emplace(ref_cfg, weights, ref_size);  // fp32 weights
+        r_.kv_quality.emplace();
+        logits_policy_.resize(cfg.n_vocab);
+    }
+    if (o.kernel == ForwardKernel::reference) {
+        readable_.emplace(cfg, weights, n_positions);
+        readable_sampler_.emplace(o.sampler, cfg.n_vocab);
+        readable_logits_.resize(cfg.n_vocab);
+        r_.reference_kernel.emplace();
+        r_.reference_kernel->wall_ns.reserve(static_cast<std::size_t>(o.n_steps));
+        r_.reference_kernel->fast_threads = omp_get_max_threads();
+    }
+    seq_ = r_.prompt;
+    seq_.reserve(static_cast<std::size_t>(n_positions));
+    r_.generated.reserve(static_cast<std::size_t>(o.n_steps));
+    r_.records.reserve(static_cast<std::size_t>(o.n_steps * (run_cached_ && run_uncached_ ? 2 : 1)));
+    if (run_cached_ && run_uncached_) logits_cached_.resize(cfg.n_vocab);
+}
+
+SimulationResult SimulationRun::run() {
     const CoreUseClock core_clock;
-    for (std::int64_t step = 0; step < o.n_steps; ++step) {
-        if (o.stop && o.stop->load()) {
-            r.interrupted = true;
+    for (std::int64_t step = 0; step < o_.n_steps; ++step) {
+        if (o_.stop && o_.stop->load()) {
+            r_.interrupted = true;
             break;
         }
-        const auto n_seq = static_cast<std::int64_t>(seq.size());
-        const std::int64_t pos = n_seq - 1;  // newest token
-        StepRecord* rec_cached = nullptr;
+        const VectorF* logits = run_cached_ ? cached_step(step) : nullptr;
+        StepRecord* rec_cached = run_cached_ ? &r_.records.back() : nullptr;
         StepRecord* rec_uncached = nullptr;
-        const VectorF* logits = nullptr;
-        if (run_cached) {
-            StepRecord& rec = r.records.emplace_back();
-            rec.mode = StepMode::cached;
-            // prefill: the whole prompt as one batch; then one token per step against the cache
-            const std::span<const TokenId> tokens =
-                step == 0 ? std::span<const TokenId>(seq) : std::span<const TokenId>(seq).last(1);
-            const auto t0 = clock::now();
-            const VectorF& out = model.forward_cached(tokens, n_seq - static_cast<std::int64_t>(tokens.size()), *cache,
-                                                      o.count ? &rec.cost : nullptr);
-            rec.wall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count();
-            rec.n_tokens = static_cast<std::int64_t>(tokens.size());
-            rec.kv_bytes_resident = kv_resident_bytes(cfg, o.kv_storage, static_cast<std::uint64_t>(n_seq));
-            rec_cached = &rec;
-            if (policy) {
-                // the same tokens through the fp32 full cache (not timed, not counted): how far the policy moved the logits
-                logits_narrow = out;
-                Transformer& ref_model = reference_model ? *reference_model : model;
-                const VectorF& ref = ref_model.forward_cached(tokens, n_seq - static_cast<std::int64_t>(tokens.size()), *reference, nullptr);
-                KvQuality& q = *r.kv_quality;
-                const double kl = kl_divergence(ref, logits_narrow);
-                q.max_abs_dlogit = std::max(q.max_abs_dlogit, static_cast<double>((ref - logits_narrow).cwiseAbs().maxCoeff()));
-                q.mean_kl += kl;  // a sum until the end
-                q.max_kl = std::max(q.max_kl, kl);
-                q.n_agree += argmax(ref) == argmax(logits_narrow) ? 1 : 0;
-                ++q.n_steps;
-                logits = &logits_narrow;
-            } else if (run_uncached) {
-                logits_cached = out;
-                logits = &logits_cached;
-            } else {
-                logits = &out;
-            }
-        }
-        if (run_uncached) {
-            StepRecord& rec = r.records.emplace_back();
+        if (run_uncached_) {
+            StepRecord& rec = r_.records.emplace_back();
             rec.mode = StepMode::uncached;
             // the full forward over every token so far, as naive generate does
-            const auto t0 = clock::now();
-            const VectorF& out = model.forward_uncached(seq, o.count ? &rec.cost : nullptr);
-            rec.wall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count();
-            rec.n_tokens = n_seq;
+            const auto t0 = Clock::now();
+            const VectorF& out = model_.forward_uncached(seq_, o_.count ? &rec.cost : nullptr);
+            rec.wall_ns = ns_since(t0);
+            rec.n_tokens = static_cast<std::int64_t>(seq_.size());
             rec_uncached = &rec;
             if (!logits) logits = &out;
-            if (rec_cached) {
-                // both modes saw the same tokens: compare logits; a near-tie may flip the argmax
-                const double dlogit = static_cast<double>((logits_cached - out).cwiseAbs().maxCoeff());
-                const double tol = logit_tolerance(logits_cached);
-                const bool flip = argmax(logits_cached) != argmax(out);
-                rec_cached->max_abs_dlogit = rec.max_abs_dlogit = dlogit;
-                r.max_abs_dlogit = std::max(r.max_abs_dlogit, dlogit);
-                if (dlogit > tol) {
-                    if (!r.first_divergent_step) {
-                        r.first_divergent_step = step;
-                        r.divergent_dlogit = dlogit;
-                        r.divergent_tolerance = tol;
-                    }
-                } else if (flip) {
-                    rec_cached->argmax_flip = rec.argmax_flip = true;
-                    ++r.n_argmax_flips;
-                }
-            }
+            if (rec_cached) compare_modes(step, out, *rec_cached, rec);
         }
-        const TokenId next = sampler.sample(*logits);
-        for (StepRecord* rec : {rec_cached, rec_uncached}) {
-            if (!rec) continue;
-            rec->step = step;
-            rec->position = pos;
-            rec->n_keys = keys_of_newest(cfg, pos);
-            rec->token = next;
-        }
-        if (step + 1 < o.n_steps) seq.push_back(next);  // the last token is generated, never fed back
-        r.generated.push_back(next);
-        r.n_steps_done = step + 1;
-        if (o.on_token) o.on_token(next);
-        if (o.on_step) o.on_step(step + 1, o.n_steps);
+        finish_step(step, sampler_.sample(*logits), rec_cached, rec_uncached);
     }
-    r.core_use = core_clock.elapsed();
-    if (r.kv_quality && r.kv_quality->n_steps > 0) r.kv_quality->mean_kl /= static_cast<double>(r.kv_quality->n_steps);
-    return r;
+    r_.core_use = core_clock.elapsed();
+    if (r_.kv_quality && r_.kv_quality->n_steps > 0) r_.kv_quality->mean_kl /= static_cast<double>(r_.kv_quality->n_steps);
+    return std::move(r_);
+}
+
+// The cached mode's step: the prompt as one batch at step 0, then one token against the cache. Returns
+// the logits the sampler reads (kept in a buffer of the run's when another forward follows).
+const VectorF* SimulationRun::cached_step(std::int64_t step) {
+    StepRecord& rec = r_.records.emplace_back();
+    rec.mode = StepMode::cached;
+    const auto n_seq = static_cast<std::int64_t>(seq_.size());
+    const std::span<const TokenId> tokens = step == 0 ? std::span<const TokenId>(seq_) : std::span<const TokenId>(seq_).last(1);
+    const std::int64_t pos0 = n_seq - static_cast<std::int64_t>(tokens.size());
+    const auto t0 = Clock::now();
+    const VectorF& out = model_.forward_cached(tokens, pos0, *cache_, o_.count ? &rec.cost : nullptr);
+    rec.wall_ns = ns_since(t0);
+    rec.n_tokens = static_cast<std::int64_t>(tokens.size());
+    rec.kv_bytes_resident = kv_resident_bytes(cfg_, o_.kv_storage, static_cast<std::uint64_t>(n_seq));
+    if (readable_) reference_step(tokens, pos0, out);
+    if (policy_) {
+        logits_policy_ = out;
+        measure_policy(tokens, pos0, logits_policy_);
+        return &logits_policy_;
+    }
+    if (!run_uncached_) return &out;
+    logits_cached_ = out;
+    return &logits_cached_;
+}
+
+// The same tokens through the fp32 full cache (not timed, not counted): how far the policy moved the logits.
+void SimulationRun::measure_policy(std::span<const TokenId> tokens, std::int64_t pos0, const VectorF& out) {
+    Transformer& ref_model = policy_ref_model_ ? *policy_ref_model_ : model_;
+    const VectorF& ref = ref_model.forward_cached(tokens, pos0, *policy_ref_cache_, nullptr);
+    KvQuality& q = *r_.kv_quality;
+    const double kl = kl_divergence(ref, out);
+    q.max_abs_dlogit = std::max(q.max_abs_dlogit, static_cast<double>((ref - out).cwiseAbs().maxCoeff()));
+    q.mean_kl += kl;  // a sum until the end
+    q.max_kl = std::max(q.max_kl, kl);
+    q.n_agree += argmax(ref) == argmax(out) ? 1 : 0;
+    ++q.n_steps;
+}
+
+// Both modes saw the same tokens: compare their logits; a near-tie may flip the argmax.
+void SimulationRun::compare_modes(std::int64_t step, const VectorF& out, StepRecord& cached, StepRecord& uncached) {
+    const double dlogit = static_cast<double>((logits_cached_ - out).cwiseAbs().maxCoeff());
+    const double tol = logit_tolerance(logits_cached_);
+    cached.max_abs_dlogit = uncached.max_abs_dlogit = dlogit;
+    r_.max_abs_dlogit = std::max(r_.max_abs_dlogit, dlogit);
+    if (dlogit > tol) {
+        if (!r_.first_divergent_step) {
+            r_.first_divergent_step = step;
+            r_.divergent_dlogit = dlogit;
+            r_.divergent_tolerance = tol;
+        }
+    } else if (argmax(logits_cached_) != argmax(out)) {
+        cached.argmax_flip = uncached.argmax_flip = true;
+        ++r_.n_argmax_flips;
+    }
+}
+
+// --kernel reference: the step's tokens through the readable forward, one at a time and timed; its
+// logits against the fast path's, and the token its own sampler picks from them.
+void SimulationRun::reference_step(std::span<const TokenId> tokens, std::int64_t pos0, const VectorF& fast) {
+    ReferenceKernelRun& run = *r_.reference_kernel;
+    const auto t0 = Clock::now();
+    std::span<const float> out;
+    for (std::size_t i = 0; i < tokens.size(); ++i) out = readable_->forward(tokens[i], pos0 + static_cast<std::int64_t>(i));
+    run.wall_ns.push_back(ns_since(t0));
+    readable_logits_ = Eigen::Map<const VectorF>(out.data(), static_cast<Eigen::Index>(out.size()));
+    const double scale = std::max(1.0, static_cast<double>(readable_logits_.cwiseAbs().maxCoeff()));
+    run.max_rel_dlogit = std::max(run.max_rel_dlogit, static_cast<double>((fast - readable_logits_).cwiseAbs().maxCoeff()) / scale);
+    readable_token_ = readable_sampler_->sample(readable_logits_);
+}
+
+void SimulationRun::finish_step(std::int64_t step, TokenId next, StepRecord* cached, StepRecord* uncached) {
+    const std::int64_t pos = static_cast<std::int64_t>(seq_.size()) - 1;  // newest token
+    for (StepRecord* rec : {cached, uncached}) {
+        if (!rec) continue;
+        rec->step = step;
+        rec->position = pos;
+        rec->n_keys = keys_of_newest(cfg_, pos);
+        rec->token = next;
+    }
+    if (readable_) {
+        ReferenceKernelRun& run = *r_.reference_kernel;
+        ++run.n_steps;
+        if (readable_token_ == next) ++run.n_same_token;
+        else if (!run.first_other_token) run.first_other_token = step;
+    }
+    if (step + 1 < o_.n_steps) seq_.push_back(next);  // the last token is generated, never fed back
+    r_.generated.push_back(next);
+    r_.n_steps_done = step + 1;
+    if (o_.on_token) o_.on_token(next);
+    if (o_.on_step) o_.on_step(step + 1, o_.n_steps);
+}
+
+}  // namespace
+
+SimulationResult run_simulation(const ModelConfig& cfg, const Weights& weights, const SimulateOptions& o) {
+    return SimulationRun(cfg, weights, o).run();
 }
 
 }  // namespace kvlab

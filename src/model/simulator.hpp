@@ -26,6 +26,11 @@ inline constexpr std::array<Choice<SimMode>, 3> sim_mode_choices{
     {{"cached", SimMode::cached}, {"uncached", SimMode::uncached}, {"both", SimMode::both}}};
 std::string_view step_mode_name(StepMode mode);                       // "cached" | "uncached"
 
+// simulate --kernel: the fast forward pass alone, or the readable one (model/reference.hpp) beside it.
+enum class ForwardKernel { fast, reference };
+inline constexpr std::array<Choice<ForwardKernel>, 2> forward_kernel_choices{
+    {{"fast", ForwardKernel::fast}, {"reference", ForwardKernel::reference}}};
+
 struct SimulateOptions {
     SimMode mode = SimMode::both;
     std::int64_t n_prompt = 32;             // random prompt length, used when prompt_ids is empty
@@ -43,6 +48,9 @@ struct SimulateOptions {
     // The model the run's cache policy is measured against when the policy changes the model's own
     // attention (--window, --sink-tokens): its full-attention config, run beside it in fp32 on the same tokens.
     std::optional<ModelConfig> reference_config;
+    // reference: the readable forward (model/reference.hpp) runs beside the cached mode on the same tokens
+    // (fp32 weights and cache, no policy): its logits, the token its own sampler picks, and its time
+    ForwardKernel kernel = ForwardKernel::fast;
     const std::atomic<bool>* stop = nullptr;  // when set (SIGINT), stop after the current step
     std::function<void(std::int64_t n_done, std::int64_t n_steps)> on_step;  // progress, may be empty
     std::function<void(TokenId token)> on_token;  // each generated token as soon as it is chosen, may be empty
@@ -74,6 +82,17 @@ struct KvQuality {
     std::int64_t n_steps = 0;
 };
 
+// --kernel reference: the readable forward beside the fast cached path, fed the same tokens, one token per
+// call on one thread. Its own sampler (the same options and seed) picks a token from its logits each step.
+struct ReferenceKernelRun {
+    std::int64_t n_steps = 0;
+    std::int64_t n_same_token = 0;                  // steps where it picked the fast path's token
+    std::optional<std::int64_t> first_other_token;  // the first step it picked another one (a near-tie), if any
+    double max_rel_dlogit = 0.0;                    // max |fast - reference| / max(1, max |reference logit|), over steps
+    std::vector<std::int64_t> wall_ns;              // per step: its time (step 0: the prompt, token by token)
+    int fast_threads = 1;                           // the threads the fast path ran on
+};
+
 struct SimulationResult {
     std::vector<TokenId> prompt;
     std::vector<TokenId> generated;
@@ -87,6 +106,7 @@ struct SimulationResult {
     double divergent_dlogit = 0.0;
     double divergent_tolerance = 0.0;
     std::optional<KvQuality> kv_quality;  // a policy: against the fp32 weights and full cache
+    std::optional<ReferenceKernelRun> reference_kernel;  // --kernel reference
     CoreUse core_use;                     // over the steps: how many cores the threads had
 };
 

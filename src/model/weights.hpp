@@ -121,4 +121,9 @@ struct Weights {
     const WeightMatrix& classifier() const { return lm_head.size() ? lm_head : tok_embed; }
 };
 
+// What a forward pass (model/transformer.hpp, model/reference.hpp) runs, checked once before it reads raw
+// rows: ConfigError for MLA, mixture-of-experts, an odd RoPE head size, or a matrix whose shape is not
+// the config's.
+void check_forward_shapes(const ModelConfig& cfg, const Weights& weights);
+
 }  // namespace kvlab

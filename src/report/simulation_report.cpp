@@ -1,5 +1,7 @@
 #include "report/simulation_report.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/text.hpp"
@@ -15,6 +17,62 @@ const StepRecord* find_record(const std::vector<StepRecord>& records, StepMode m
     for (const auto& r : records)
         if (r.mode == mode && r.step == step) return &r;
     return nullptr;
+}
+
+// Measured step times: the median and range of the decode steps (step >= 1), and the prompt's (step 0).
+struct StepTimes {
+    std::int64_t prompt_ns = 0;
+    std::int64_t n_decode = 0;
+    std::int64_t median_ns = 0, min_ns = 0, max_ns = 0;
+};
+StepTimes step_times(std::vector<std::int64_t> ns) {
+    StepTimes t;
+    if (ns.empty()) return t;
+    t.prompt_ns = ns.front();
+    ns.erase(ns.begin());
+    t.n_decode = static_cast<std::int64_t>(ns.size());
+    if (ns.empty()) return t;
+    std::sort(ns.begin(), ns.end());
+    t.median_ns = ns[ns.size() / 2];
+    t.min_ns = ns.front();
+    t.max_ns = ns.back();
+    return t;
+}
+
+// --kernel reference: the readable forward beside the fast path, its times and whether it chose the same tokens.
+Table reference_kernel_table(const ReferenceKernelRun& ref, const std::vector<StepRecord>& records) {
+    std::vector<std::int64_t> fast_ns;
+    for (const StepRecord& r : records)
+        if (r.mode == StepMode::cached) fast_ns.push_back(r.wall_ns);
+    const StepTimes fast = step_times(fast_ns), slow = step_times(ref.wall_ns);
+    Table t;
+    t.title = "the reference forward (src/model/reference.cpp: plain loops, one token per call) beside the fast path, same tokens";
+    t.columns = {{"kernel", "kernel", false}, {"threads", "threads"}, {"prompt_ms", "prompt (ms)"},
+                 {"decode_ms_median", "decode ms/token, median"}, {"decode_ms_min", "min"}, {"decode_ms_max", "max"},
+                 {"decode_tokens_per_s", "tokens/s (median)"}, {"time_vs_fast", "time vs fast"}};
+    auto row = [&](const char* name, int threads, const StepTimes& s) {
+        const bool decode = s.n_decode > 0;
+        auto ms = [&](std::int64_t ns) { return decode ? real_cell(static_cast<double>(ns) * 1e-6, 3) : text_cell("-"); };
+        t.rows.push_back({text_cell(name), int_cell(threads), real_cell(static_cast<double>(s.prompt_ns) * 1e-6, 3), ms(s.median_ns),
+                          ms(s.min_ns), ms(s.max_ns),
+                          decode ? real_cell(1e9 / static_cast<double>(std::max<std::int64_t>(1, s.median_ns)), 1) : text_cell("-"),
+                          decode ? ratio_cell(static_cast<double>(s.median_ns) / static_cast<double>(std::max<std::int64_t>(1, fast.median_ns)))
+                                 : text_cell("-")});
+    };
+    row("fast", ref.fast_threads, fast);
+    row("reference", 1, slow);
+    t.notes.push_back(ref.first_other_token
+                          ? fmt::format("tokens: the reference's own sampler (same options, same seed) picked the fast path's token at {} of {} "
+                                        "steps; first another at step {} (a near-tie: its logits still agree, below)",
+                                        ref.n_same_token, ref.n_steps, *ref.first_other_token)
+                          : fmt::format("tokens: the reference's own sampler (same options, same seed) picked the fast path's token at all {} "
+                                        "steps", ref.n_steps));
+    t.notes.push_back(fmt::format("logits: max |fast - reference| = {:.3g} x max(1, max |logit|) over {} (the tests hold it under 1e-4)",
+                                  ref.max_rel_dlogit, counted(ref.n_steps, "step")));
+    t.notes.push_back(fmt::format("times are measured, one sample per step: the median and range of {} decode steps (step 0, the "
+                                  "prompt, apart: the fast path runs it as one batch, the reference token by token)",
+                                  fast.n_decode));
+    return t;
 }
 
 }  // namespace
@@ -51,6 +109,7 @@ RunSummary run_summary(const ModelConfig& cfg, const SimulateOptions& o, const S
     s.divergent_dlogit = result.divergent_dlogit;
     s.divergent_tolerance = result.divergent_tolerance;
     s.kv_quality = result.kv_quality;
+    s.reference_kernel = result.reference_kernel;
     return s;
 }
 
@@ -169,6 +228,7 @@ Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& r
     if (run.interrupted)
         report.notes.push_back(fmt::format("interrupted: stopped after {} of {} steps", run.n_steps_done, run.n_steps));
     report.tables.push_back(std::move(t));
+    if (run.reference_kernel) report.tables.push_back(reference_kernel_table(*run.reference_kernel, records));
     if (const auto& q = run.kv_quality) {
         // the policy is in the inputs (as simulate recorded them); the figures against the fp32 full cache
         const std::string window = inputs.value("sink_tokens", 0) > 0

@@ -41,6 +41,7 @@ struct RunSummary {
     double divergent_dlogit = 0.0;
     double divergent_tolerance = 0.0;
     std::optional<KvQuality> kv_quality;  // a cache policy (--kv-dtype, --window, --sink-tokens) against the fp32 full cache
+    std::optional<ReferenceKernelRun> reference_kernel;  // --kernel reference (not in traces)
 };
 RunSummary run_summary(const ModelConfig& cfg, const SimulateOptions& options, const SimulationResult& result);
 

@@ -124,6 +124,10 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
                                                               : std::string(o.window > 0 ? "--window" : "--sink-tokens")));
         sim.mode = o.mode = SimMode::cached;
     }
+    if (o.kernel == ForwardKernel::reference && (any_narrow || attention_policy || any_narrow_weights || o.mode == SimMode::uncached))
+        throw UsageError("--kernel reference: the reference forward runs beside the cached mode with fp32 weights and an fp32 full cache; "
+                         "expected --mode cached or both, without --kv-dtype, --weight-dtype, --window or --sink-tokens");
+    sim.kernel = o.kernel;
     if (o.no_quality && !any_narrow && !attention_policy && !any_narrow_weights)
         throw UsageError("--no-quality: there is no policy to run alone; it applies with --kv-dtype or --weight-dtype other than fp32, "
                          "--window or --sink-tokens");
@@ -219,6 +223,7 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     if (!o.tokenizer.empty()) inputs["tokenizer"] = o.tokenizer;
     if (prompt_given) inputs["prompt"] = to_valid_utf8(o.prompt);
     if (!o.save_checkpoint.empty()) inputs["save_checkpoint"] = o.save_checkpoint;
+    if (o.kernel != ForwardKernel::fast) inputs["kernel"] = std::string(choice_name(forward_kernel_choices, o.kernel));
 
 #if defined(__GLIBC__)
     // The KV cache and weights converted at load are allocated once and live for the whole run (random

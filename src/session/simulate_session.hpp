@@ -29,6 +29,7 @@ struct SimulateRequest {
     std::int64_t layers = 0;           // 0: all of the model's layers
     std::string attention = "native"; // what-if KV heads on random weights: native, mha, gqa:N, mqa
     SimMode mode = SimMode::both;
+    ForwardKernel kernel = ForwardKernel::fast;  // reference: model/reference.hpp beside the fast path
     std::int64_t prompt_len = 32;
     std::string prompt_ids;            // comma-separated token ids, instead of a random prompt
     std::int64_t steps = 128;
