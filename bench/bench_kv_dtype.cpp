@@ -24,10 +24,10 @@
 #include "core/error.hpp"
 #include "core/printer.hpp"
 #include "core/units.hpp"
-#include "model/kv_cache.hpp"
+#include "kv/kv_cache.hpp"
 #include "model/ops.hpp"
-#include "model/random_weights.hpp"
-#include "model/simulator.hpp"
+#include "weights/random_weights.hpp"
+#include "sim/simulator.hpp"
 
 using namespace kvlab;
 using kvlab::bench::median;
@@ -104,8 +104,7 @@ public:
         const auto t0 = std::chrono::steady_clock::now();
         for (int s = 0; s < steps; ++s)
             for (std::int64_t l = 0; l < cfg_.n_layer; ++l) {
-                const KvRows kv{cache_.k(l), cache_.v(l), KvPlace::cache, cache_.n_rows(l), cache_.k_store(l), cache_.v_store(l),
-                                cache_.narrow() ? cache_.row_bytes() : 0, cache_.n_sink(l)};
+                const KvView kv = cache_.view(l);
                 attention(out_, q_, k_new_, v_new_, 1, n_pos_ - 1, kv, shape_, 0, scratch, rec);
             }
         const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;

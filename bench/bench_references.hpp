@@ -21,7 +21,7 @@
 
 #include "core/error.hpp"
 #include "core/huge_pages.hpp"
-#include "model/weights.hpp"
+#include "weights/weights.hpp"
 
 namespace kvlab::bench {
 

@@ -23,14 +23,22 @@
 #include "calc/presets.hpp"
 #include "core/printer.hpp"
 #include "formats/checkpoint.hpp"
-#include "model/random_weights.hpp"
-#include "model/tensor_table.hpp"
-#include "model/scheduler.hpp"
+#include "weights/random_weights.hpp"
+#include "weights/tensor_table.hpp"
+#include "serve/scheduler.hpp"
 #include "model/transformer.hpp"
 #include "report/serve_report.hpp"
 #include "session/serve_session.hpp"
 
 namespace {
+
+// A sequence's rows in the pool: blocks of 16 at the rows of its table.
+kvlab::KvView pool_rows(const std::vector<std::int64_t>& table) {
+    kvlab::KvView kv;
+    kv.block_rows = table;
+    kv.block_size = 16;
+    return kv;
+}
 
 using namespace kvlab;
 using namespace kvlab::bench;
@@ -97,12 +105,12 @@ std::vector<BatchRow> bench_batches(const Options& o, const ModelConfig& cfg, co
             for (std::int64_t s = 0; s < B; ++s) {
                 std::vector<TokenId> prompt(static_cast<std::size_t>(o.prompt_len));
                 for (std::int64_t i = 0; i < o.prompt_len; ++i) prompt[static_cast<std::size_t>(i)] = static_cast<TokenId>((7 * s + 3 * i + 1) % cfg.n_vocab);
-                const SeqStep one{o.prompt_len, 0, {tables[static_cast<std::size_t>(s)], 16}, true};
+                const SeqStep one{o.prompt_len, 0, pool_rows(tables[static_cast<std::size_t>(s)]), true};
                 model.forward_batch(prompt, std::span(&one, 1), pool, nullptr);
             }
             std::vector<SeqStep> seqs;
             std::vector<TokenId> tokens(static_cast<std::size_t>(B), 1);
-            for (std::int64_t s = 0; s < B; ++s) seqs.push_back({1, o.prompt_len, {tables[static_cast<std::size_t>(s)], 16}, true});
+            for (std::int64_t s = 0; s < B; ++s) seqs.push_back({1, o.prompt_len, pool_rows(tables[static_cast<std::size_t>(s)]), true});
             gemm.push_back(refs.gemm_rate());  // sampled right before the measurement it divides
             StepCost cost;
             const auto t0 = clock_type::now();

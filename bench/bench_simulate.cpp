@@ -38,10 +38,10 @@
 #include "formats/llama2c_checkpoint.hpp"
 #include "calc/presets.hpp"
 #include "core/printer.hpp"
-#include "model/matmul.hpp"
-#include "model/random_weights.hpp"
+#include "kernels/matmul.hpp"
+#include "weights/random_weights.hpp"
 #include "report/simulation_report.hpp"
-#include "model/simulator.hpp"
+#include "sim/simulator.hpp"
 #include "trace/trace_reader.hpp"
 
 namespace {
@@ -230,7 +230,7 @@ struct PeerResult {
     // the decode replay of the same positions (steps per second), in every round the better of two samples
     // taken right before and right after the program's run: for kvlab, the matrices copied into huge pages,
     // 64-byte aligned (the fastest placement of these bytes measured; kvlab itself reads the file in place
-    // with aligned loads, model/matmul.hpp), and for run.c the mapped file it reads in place
+    // with aligned loads, kernels/matmul.hpp), and for run.c the mapped file it reads in place
     Stat ceiling_tok, file_ceiling_tok;
     ReadPattern ceiling_pattern{}, file_ceiling_pattern{};
     std::vector<WholeProcess> whole;

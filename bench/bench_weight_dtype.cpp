@@ -29,9 +29,9 @@
 #include "core/printer.hpp"
 #include "core/units.hpp"
 #include "formats/llama2c_checkpoint.hpp"
-#include "model/narrow_weights.hpp"
-#include "model/random_weights.hpp"
-#include "model/simulator.hpp"
+#include "kernels/narrow_weights.hpp"
+#include "weights/random_weights.hpp"
+#include "sim/simulator.hpp"
 
 using namespace kvlab;
 using kvlab::bench::median;

@@ -11,7 +11,7 @@
 #include "bench_references.hpp"
 #include "calc/model_config.hpp"
 #include "core/error.hpp"
-#include "model/weights.hpp"
+#include "weights/weights.hpp"
 
 namespace kvlab::bench {
 
@@ -38,7 +38,7 @@ public:
         const std::int64_t n_keys_max = first_pos + n_steps;
         const std::int64_t row = cfg.d_kv();
         for (std::int64_t i = 0; i < 2 * cfg.n_layer; ++i) {
-            kv_.push_back(large_matrix(n_keys_max, row));  // allocated as kvlab's caches are (model/weights.hpp)
+            kv_.push_back(large_matrix(n_keys_max, row));  // allocated as kvlab's caches are (weights/weights.hpp)
             kv_.back().setOnes();
         }
         for (std::int64_t k = 0; k < n_sample_; ++k) {

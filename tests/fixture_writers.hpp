@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "calc/model_config.hpp"
-#include "model/weights.hpp"
+#include "weights/weights.hpp"
 #include "test_files.hpp"
 
 namespace kvlab::fixtures {

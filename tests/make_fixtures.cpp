@@ -17,9 +17,9 @@
 
 #include "formats/llama2c_checkpoint.hpp"
 #include "fixture_writers.hpp"
-#include "model/random_weights.hpp"
+#include "weights/random_weights.hpp"
 #include "report/simulation_report.hpp"
-#include "model/simulator.hpp"
+#include "sim/simulator.hpp"
 #include "trace/step_trace.hpp"
 #include "trace/serve_trace.hpp"
 #include "test_files.hpp"

@@ -20,11 +20,11 @@
 #include "formats/checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
-#include "model/kv_cache.hpp"
+#include "kv/kv_cache.hpp"
 #include "formats/llama2c_checkpoint.hpp"
 #include "calc/presets.hpp"
-#include "model/random_weights.hpp"
-#include "model/simulator.hpp"
+#include "weights/random_weights.hpp"
+#include "sim/simulator.hpp"
 #include "formats/tokenizer.hpp"
 #include "model/transformer.hpp"
 #include "sim_configs.hpp"
@@ -321,7 +321,7 @@ TEST_CASE("A GPT-2 safetensors directory (Conv1D, fused c_attn) gives the logits
     CHECK(in_place.weights.tok_embed.is_view());
     CHECK(in_place.weights.pos_embed.is_view());
     CHECK_FALSE(in_place.weights.layers[0].wq.is_view());
-    // rows off a 64-byte line may be summed in another order (model/matmul.hpp): equal up to rounding
+    // rows off a 64-byte line may be summed in another order (kernels/matmul.hpp): equal up to rounding
     check_same_logits(cfg, w, in_place, 1e-5);
 }
 

@@ -3,8 +3,8 @@
 #include <vector>
 
 #include "model/cost.hpp"
-#include "model/kv_cache.hpp"
-#include "model/random_weights.hpp"
+#include "kv/kv_cache.hpp"
+#include "weights/random_weights.hpp"
 #include "model/transformer.hpp"
 #include "sim_configs.hpp"
 #include "test_support.hpp"

@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "model/weights.hpp"
+#include "weights/weights.hpp"
 
 namespace kvlab::test {
 

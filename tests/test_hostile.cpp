@@ -21,7 +21,7 @@
 #include "formats/hf_checkpoint.hpp"
 #include "core/interrupt.hpp"
 #include "core/json_input.hpp"
-#include "model/random_weights.hpp"
+#include "weights/random_weights.hpp"
 #include "formats/safetensors.hpp"
 #include "core/text.hpp"
 #include "formats/tokenizer.hpp"

@@ -12,8 +12,8 @@
 #include "core/error.hpp"
 #include "core/huge_pages.hpp"
 #include "core/mapped_file.hpp"
-#include "model/random_weights.hpp"
-#include "model/simulator.hpp"
+#include "weights/random_weights.hpp"
+#include "sim/simulator.hpp"
 #include "test_files.hpp"
 
 using namespace kvlab;

@@ -9,9 +9,9 @@
 
 #include "calc/kv_memory.hpp"
 #include "model/cost.hpp"
-#include "model/kv_cache.hpp"
+#include "kv/kv_cache.hpp"
 #include "model/ops.hpp"
-#include "model/random_weights.hpp"
+#include "weights/random_weights.hpp"
 #include "model/transformer.hpp"
 #include "sim_configs.hpp"
 
@@ -125,7 +125,7 @@ TEST_CASE("A window of 6 with 2 sinks attends positions 0, 1 and the newest 4, a
     const AttentionShape shape{2, 1, 4};
     const std::int64_t W = 6, S = 2, T = 15;
     MatrixRM kc = MatrixRM::Zero(W, 4), vc = MatrixRM::Zero(W, 4);
-    const KvRows kv{&kc, &vc, KvPlace::cache, W, nullptr, nullptr, 0, S};
+    const KvView kv{.k = &kc, .v = &vc, .n_rows = W, .n_sink = S};
     MatrixRM scores = MatrixRM::Zero(omp_get_max_threads(), 16), gemm;
     const OpScratch scratch{&gemm, &scores};
     OpRecorder rec(nullptr);

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/kv_format.hpp"
+#include "kv/kv_format.hpp"
 
 using namespace kvlab;
 

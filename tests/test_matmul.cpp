@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "model/matmul.hpp"
-#include "model/weights.hpp"
+#include "kernels/matmul.hpp"
+#include "weights/weights.hpp"
 
 #include <Eigen/Core>
 

@@ -9,11 +9,11 @@
 
 #include "calc/presets.hpp"
 #include "core/error.hpp"
-#include "model/kv_format.hpp"
-#include "model/matmul.hpp"
-#include "model/narrow_weights.hpp"
-#include "model/random_weights.hpp"
-#include "model/simulator.hpp"
+#include "kv/kv_format.hpp"
+#include "kernels/matmul.hpp"
+#include "kernels/narrow_weights.hpp"
+#include "weights/random_weights.hpp"
+#include "sim/simulator.hpp"
 #include "model/transformer.hpp"
 #include "sim_configs.hpp"
 

@@ -11,10 +11,10 @@
 
 #include <omp.h>
 
-#include "model/kv_cache.hpp"
-#include "model/random_weights.hpp"
-#include "model/simulator.hpp"
-#include "model/narrow_weights.hpp"
+#include "kv/kv_cache.hpp"
+#include "weights/random_weights.hpp"
+#include "sim/simulator.hpp"
+#include "kernels/narrow_weights.hpp"
 #include "model/transformer.hpp"
 #include "sim_configs.hpp"
 

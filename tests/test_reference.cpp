@@ -15,8 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/checkpoint.hpp"
-#include "model/evaluate.hpp"
-#include "model/kv_cache.hpp"
+#include "sim/evaluate.hpp"
+#include "kv/kv_cache.hpp"
 #include "calc/presets.hpp"
 #include "formats/tokenizer.hpp"
 #include "model/transformer.hpp"

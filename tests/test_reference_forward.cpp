@@ -21,10 +21,10 @@
 #include <omp.h>
 
 #include "formats/checkpoint.hpp"
-#include "model/kv_cache.hpp"
-#include "model/kv_pool.hpp"
-#include "model/narrow_weights.hpp"
-#include "model/random_weights.hpp"
+#include "kv/kv_cache.hpp"
+#include "kv/kv_pool.hpp"
+#include "kernels/narrow_weights.hpp"
+#include "weights/random_weights.hpp"
 #include "model/reference.hpp"
 #include "model/transformer.hpp"
 #include "sim_configs.hpp"
@@ -168,7 +168,7 @@ TEST_CASE("The fast forward pass matches the reference on random shapes: MHA, GQ
         RopePairing pairing;
         std::int64_t window, sinks;
     };
-    // D = 16 gives attention chunks of 128 rows (model/attention.cpp), so 200 positions cross a chunk
+    // D = 16 gives attention chunks of 128 rows (kernels/attention.cpp), so 200 positions cross a chunk
     for (const Case& c : {Case{Family::llama, 4, 4, 16, RopePairing::neighbours, 0, 0},
                           Case{Family::llama, 8, 2, 8, RopePairing::halves, 0, 0},
                           Case{Family::llama, 4, 1, 16, RopePairing::neighbours, 0, 0},

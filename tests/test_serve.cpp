@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/checkpoint.hpp"
-#include "model/kv_pool.hpp"
-#include "model/random_weights.hpp"
-#include "model/scheduler.hpp"
+#include "kv/kv_pool.hpp"
+#include "weights/random_weights.hpp"
+#include "serve/scheduler.hpp"
 #include "sim_configs.hpp"
 #include "test_paths.hpp"
 
@@ -28,7 +28,7 @@ std::vector<TokenId> iota_tokens(std::int64_t n, TokenId first = 1) {
 }
 
 std::vector<std::int64_t> block_rows(const KvAllocator& a, SeqId s) {
-    const SeqRows r = a.rows(s);
+    const KvView r = a.rows(s);
     return {r.block_rows.begin(), r.block_rows.end()};
 }
 

@@ -15,9 +15,9 @@
 
 #include "core/error.hpp"
 #include "trace/perfetto_trace.hpp"
-#include "model/random_weights.hpp"
+#include "weights/random_weights.hpp"
 #include "report/simulation_report.hpp"
-#include "model/simulator.hpp"
+#include "sim/simulator.hpp"
 #include "trace/step_trace.hpp"
 #include "trace/trace_plot.hpp"
 #include "trace/trace_reader.hpp"

@@ -3,13 +3,13 @@
 #include <random>
 #include <vector>
 
-#include "model/attention.hpp"
+#include "kernels/attention.hpp"
 #include "core/error.hpp"
-#include "model/kv_cache.hpp"
+#include "kv/kv_cache.hpp"
 #include "calc/kv_memory.hpp"
-#include "model/random_weights.hpp"
-#include "model/sampler.hpp"
-#include "model/tensor_table.hpp"
+#include "weights/random_weights.hpp"
+#include "sim/sampler.hpp"
+#include "weights/tensor_table.hpp"
 #include "calc/param_count.hpp"
 #include "calc/presets.hpp"
 #include "model/transformer.hpp"
@@ -112,7 +112,8 @@ TEST_CASE("Grouped, chunked attention matches the plain-loop reference, from fp3
         std::vector<float> out_ref(q.size()), out(q.size()), scores(static_cast<std::size_t>(n_keys)),
             work(static_cast<std::size_t>(attention_scratch_floats(shape, n_keys)));
         attention_decode_ref(shape, q.data(), k.data(), v.data(), n_keys, out_ref.data(), scores.data());
-        const KvSource k_src{k.data(), d_kv, nullptr}, v_src{v.data(), d_kv, nullptr};
+        MatrixRM k_rows = Eigen::Map<const MatrixRM>(k.data(), n_keys, d_kv), v_rows = Eigen::Map<const MatrixRM>(v.data(), n_keys, d_kv);
+        const KvView kv{.k = &k_rows, .v = &v_rows};
         // whole groups (heads 0-3 and 4-7), one head per call, every head in one call, and ranges that
         // cut groups (0-2, 3-6 across the two KV heads, 7): the same numbers every way, bit for bit
         std::vector<float> first;
@@ -120,7 +121,7 @@ TEST_CASE("Grouped, chunked attention matches the plain-loop reference, from fp3
                  {0, 4, 8}, {0, 1, 2, 3, 4, 5, 6, 7, 8}, {0, 8}, {0, 3, 7, 8}}) {
             std::fill(out.begin(), out.end(), 0.0f);
             for (std::size_t c = 0; c + 1 < cuts.size(); ++c)
-                attention_heads(shape, cuts[c], cuts[c + 1] - cuts[c], q.data(), k_src, v_src, 0, n_keys, out.data(), work.data());
+                attention_heads(shape, cuts[c], cuts[c + 1] - cuts[c], q.data(), kv, 0, n_keys, out.data(), work.data());
             for (std::size_t i = 0; i < out.size(); ++i) CHECK(out[i] == doctest::Approx(out_ref[i]).epsilon(1e-5));
             if (first.empty()) first = out;
             CHECK(out == first);
@@ -141,7 +142,7 @@ TEST_CASE("Grouped, chunked attention matches the plain-loop reference, from fp3
             CHECK(k_dec != k);  // the format rounded something: the store is not a copy
             attention_decode_ref(shape, q.data(), k_dec.data(), v_dec.data(), n_keys, out_ref.data(), scores.data());
             for (std::int64_t g = 0; g < shape.n_head_kv; ++g)
-                attention_heads(shape, g * 4, 4, q.data(), KvSource{nullptr, 0, &ks}, KvSource{nullptr, 0, &vs}, 0, n_keys, out.data(), work.data());
+                attention_heads(shape, g * 4, 4, q.data(), KvView{.k_store = &ks, .v_store = &vs}, 0, n_keys, out.data(), work.data());
             for (std::size_t i = 0; i < out.size(); ++i) CHECK(out[i] == doctest::Approx(out_ref[i]).epsilon(1e-5));
         }
     }

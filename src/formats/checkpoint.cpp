@@ -14,7 +14,7 @@
 #include "core/text.hpp"
 #include "formats/hf_checkpoint.hpp"
 #include "formats/llama2c_checkpoint.hpp"
-#include "model/tensor_table.hpp"
+#include "weights/tensor_table.hpp"
 
 namespace kvlab {
 

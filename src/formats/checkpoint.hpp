@@ -8,7 +8,7 @@
 
 #include "calc/model_config.hpp"
 #include "core/mapped_file.hpp"
-#include "model/weights.hpp"
+#include "weights/weights.hpp"
 
 namespace kvlab {
 
@@ -42,7 +42,7 @@ std::int64_t layers_to_read(const ModelConfig& cfg, std::optional<std::int64_t> 
 // The same choice of reader, config only (no tensor is read): for checks before allocating.
 ModelConfig load_checkpoint_config(const std::filesystem::path& path);
 
-// The bytes of the weights' matrices (model/tensor_table.hpp; a tied classifier counted once) and how many
+// The bytes of the weights' matrices (weights/tensor_table.hpp; a tied classifier counted once) and how many
 // of them are views into a mapped checkpoint file (Weights::mapped): read in place, from the page cache.
 struct MatrixBytes {
     std::uint64_t total = 0;
@@ -52,7 +52,7 @@ MatrixBytes matrix_bytes(const ModelConfig& cfg, const Weights& w);
 
 // Weights loaded with WeightPlacement::mapped_file moved to where huge_pages puts them: every matrix that
 // reads a mapped checkpoint file in place (Weights::mapped) copied with pread into one arena of huge pages,
-// back to back in forward order (model/tensor_table.hpp), the views pointed there and the mapping released.
+// back to back in forward order (weights/tensor_table.hpp), the views pointed there and the mapping released.
 // The mapping's resident pages are given back before the arena is touched, so the process never holds
 // the weights twice. Nothing happens when no matrix is mapped. Throws what copy_checkpoint_ranges throws.
 void copy_mapped_matrices(const ModelConfig& cfg, Weights& w);

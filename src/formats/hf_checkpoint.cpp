@@ -18,7 +18,7 @@
 #include "core/json_input.hpp"
 #include "core/mapped_file.hpp"
 #include "formats/safetensors.hpp"
-#include "model/tensor_table.hpp"
+#include "weights/tensor_table.hpp"
 
 namespace kvlab {
 namespace {

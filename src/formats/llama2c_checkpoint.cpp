@@ -23,7 +23,7 @@
 #include "core/error.hpp"
 #include "core/mapped_file.hpp"
 #include "formats/checkpoint.hpp"
-#include "model/tensor_table.hpp"
+#include "weights/tensor_table.hpp"
 
 static_assert(std::endian::native == std::endian::little, "llama2.c files are little-endian; so must the host be");
 

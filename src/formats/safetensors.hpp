@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/mapped_file.hpp"
-#include "model/weights.hpp"
+#include "weights/weights.hpp"
 
 namespace kvlab {
 

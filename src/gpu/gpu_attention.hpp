@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/attention.hpp"
+#include "kernels/attention.hpp"
 #include "core/dtype.hpp"
 
 namespace kvlab {

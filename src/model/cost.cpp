@@ -122,24 +122,24 @@ OpCost cost_rope(std::int64_t n, std::int64_t n_head, std::int64_t n_head_kv, st
 
 namespace {
 // bytes of one K (or V) row where attention keeps it: the cache's stored width, or fp32 activations
-std::uint64_t kv_row(std::int64_t d_kv, KvPlace place, std::uint64_t kv_row_bytes) {
-    return place == KvPlace::cache && kv_row_bytes ? kv_row_bytes : b * u(d_kv);
+std::uint64_t kv_row(std::int64_t d_kv, KvView::Place place, std::uint64_t kv_row_bytes) {
+    return place == KvView::Place::cache && kv_row_bytes ? kv_row_bytes : b * u(d_kv);
 }
 }  // namespace
 
-OpCost cost_kv_store(std::int64_t n, std::int64_t d_kv, KvPlace place, std::uint64_t kv_row_bytes) {
+OpCost cost_kv_store(std::int64_t n, std::int64_t d_kv, KvView::Place place, std::uint64_t kv_row_bytes) {
     OpCost c;
     c.bytes_act_read = b * 2 * u(n) * u(d_kv);  // the new fp32 K row and V row of each token
-    (place == KvPlace::cache ? c.bytes_kv_written : c.bytes_act_written) = 2 * u(n) * kv_row(d_kv, place, kv_row_bytes);
+    (place == KvView::Place::cache ? c.bytes_kv_written : c.bytes_act_written) = 2 * u(n) * kv_row(d_kv, place, kv_row_bytes);
     return c;
 }
 
 OpCost cost_qk(std::int64_t n, std::int64_t n_head, std::int64_t d_kv, std::int64_t d_head,
-               std::int64_t n_scores, std::int64_t n_key_rows, KvPlace place, std::uint64_t kv_row_bytes) {
+               std::int64_t n_scores, std::int64_t n_key_rows, KvView::Place place, std::uint64_t kv_row_bytes) {
     OpCost c;
     c.flops = 2 * u(n_head) * u(d_head) * u(n_scores);
     c.bytes_act_read = b * u(n) * u(n_head) * u(d_head);  // q
-    (place == KvPlace::cache ? c.bytes_kv_read : c.bytes_act_read) += u(n_key_rows) * kv_row(d_kv, place, kv_row_bytes);
+    (place == KvView::Place::cache ? c.bytes_kv_read : c.bytes_act_read) += u(n_key_rows) * kv_row(d_kv, place, kv_row_bytes);
     c.bytes_act_written = b * u(n_head) * u(n_scores);
     return c;
 }
@@ -155,11 +155,11 @@ OpCost cost_softmax(std::int64_t n_head, std::int64_t n_scores) {
 }
 
 OpCost cost_av(std::int64_t n, std::int64_t n_head, std::int64_t d_kv, std::int64_t d_head,
-               std::int64_t n_scores, std::int64_t n_key_rows, KvPlace place, std::uint64_t kv_row_bytes) {
+               std::int64_t n_scores, std::int64_t n_key_rows, KvView::Place place, std::uint64_t kv_row_bytes) {
     OpCost c;
     c.flops = 2 * u(n_head) * u(d_head) * u(n_scores);
     c.bytes_act_read = b * u(n_head) * u(n_scores);  // probabilities
-    (place == KvPlace::cache ? c.bytes_kv_read : c.bytes_act_read) += u(n_key_rows) * kv_row(d_kv, place, kv_row_bytes);
+    (place == KvView::Place::cache ? c.bytes_kv_read : c.bytes_act_read) += u(n_key_rows) * kv_row(d_kv, place, kv_row_bytes);
     c.bytes_act_written = b * u(n) * u(n_head) * u(d_head);
     return c;
 }
@@ -207,7 +207,7 @@ StepCost closed_form_step_cost(const ModelConfig& cfg, StepMode mode, std::int64
     const bool gpt2 = cfg.family == Family::gpt2;
     const bool qkv_bias = gpt2 || cfg.attention_bias;  // Qwen2-style llama configs bias q, k, v only
     const std::int64_t d = cfg.d_model, d_q = cfg.d_q(), d_kv = cfg.d_kv(), f = cfg.d_ff;
-    const KvPlace place = mode == StepMode::cached ? KvPlace::cache : KvPlace::activations;
+    const KvView::Place place = mode == StepMode::cached ? KvView::Place::cache : KvView::Place::activations;
     StepCost s;
     s.add(Op::embed, cost_embed(n, d));
     if (gpt2) s.add(Op::pos_embed, cost_pos_embed(n, d));

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "kv/kv_view.hpp"
 #include "calc/model_config.hpp"
 
 namespace kvlab {
@@ -57,8 +58,6 @@ struct StepCost {
     bool operator==(const StepCost& other) const { return ops == other.ops; }
 };
 
-// Where attention's K and V rows live: the KV cache (cached mode) or activations (uncached mode).
-enum class KvPlace { cache, activations };
 
 // Per-op formulas. n: token rows processed. Sizes are element counts; results are exact.
 // W (d_out, d_in) @ x (n, d_in) -> (n, d_out); bias adds d_out values per row.
@@ -72,16 +71,16 @@ OpCost cost_layernorm(std::int64_t n, std::int64_t d);
 // q (n, H*D) and k (n, Hkv*D) rotated in place; one sin and one cos per position per frequency.
 OpCost cost_rope(std::int64_t n, std::int64_t n_head, std::int64_t n_head_kv, std::int64_t d_head);
 // Copy n new K rows and n new V rows (d_kv values each) to where attention reads them. kv_row_bytes:
-// the bytes one K (or V) row takes in the cache at its stored width (model/kv_cache.hpp,
+// the bytes one K (or V) row takes in the cache at its stored width (kv/kv_cache.hpp,
 // kv_stored_row_bytes); 0 means fp32, 4 x d_kv. Activations are always fp32.
-OpCost cost_kv_store(std::int64_t n, std::int64_t d_kv, KvPlace place, std::uint64_t kv_row_bytes = 0);
+OpCost cost_kv_store(std::int64_t n, std::int64_t d_kv, KvView::Place place, std::uint64_t kv_row_bytes = 0);
 // n_scores: query-key pairs per head, summed over the n query rows; n_key_rows: distinct K (or V)
 // rows read, each read once per call.
 OpCost cost_qk(std::int64_t n, std::int64_t n_head, std::int64_t d_kv, std::int64_t d_head,
-               std::int64_t n_scores, std::int64_t n_key_rows, KvPlace place, std::uint64_t kv_row_bytes = 0);
+               std::int64_t n_scores, std::int64_t n_key_rows, KvView::Place place, std::uint64_t kv_row_bytes = 0);
 OpCost cost_softmax(std::int64_t n_head, std::int64_t n_scores);
 OpCost cost_av(std::int64_t n, std::int64_t n_head, std::int64_t d_kv, std::int64_t d_head,
-               std::int64_t n_scores, std::int64_t n_key_rows, KvPlace place, std::uint64_t kv_row_bytes = 0);
+               std::int64_t n_scores, std::int64_t n_key_rows, KvView::Place place, std::uint64_t kv_row_bytes = 0);
 OpCost cost_residual(std::int64_t n, std::int64_t d);      // x += y
 OpCost cost_swiglu(std::int64_t n, std::int64_t d_ff);     // silu(g) * u
 OpCost cost_gelu_tanh(std::int64_t n, std::int64_t d_ff);

@@ -10,9 +10,9 @@
 
 #include <omp.h>
 
-#include "model/kv_cache.hpp"
-#include "model/matmul.hpp"
-#include "model/narrow_weights.hpp"
+#include "kv/kv_cache.hpp"
+#include "kernels/matmul.hpp"
+#include "kernels/narrow_weights.hpp"
 
 namespace kvlab {
 
@@ -98,7 +98,7 @@ Block thread_block(std::int64_t n) {
 // the team's size, rounded up to whole lines of output (16 rows), at least kMinShareRows; the first
 // shares are long runs of memory, the last ones small enough to even out the finish. Several tokens (a
 // GEMM, compute-bound, packing the tokens per share) take the static thread_block. Every row is summed
-// the same way whatever share it falls in, so no output depends on the split (model/matmul.hpp).
+// the same way whatever share it falls in, so no output depends on the split (kernels/matmul.hpp).
 class Shares {
 public:
     Shares(std::int64_t n_rows, bool claimed) : n_(n_rows), claimed_(claimed) {}
@@ -138,10 +138,10 @@ void gemv_block(const WeightRef& w, const float* x, float* y, Block b) {
 }
 
 // out rows (n, d_out) = x rows (n, d_in) W^T (+ bias), output features b (a share of the op's rows, inside
-// its parallel region). Both kernels read the share's weights in place, once per call (model/matmul.hpp):
+// its parallel region). Both kernels read the share's weights in place, once per call (kernels/matmul.hpp):
 // one token is a GEMV (memory-bound), several tokens a GEMM that packs them into this thread's row of
 // scratch.gemm and reuses each weight for all.
-// Narrow weights are widened inside the kernels (model/narrow_weights.hpp).
+// Narrow weights are widened inside the kernels (kernels/narrow_weights.hpp).
 void matmul_block(MatrixRM& out, const MatrixRM& x, std::int64_t n, const WeightRef& w, const VectorF& bias,
                   const OpScratch& scratch, Block b) {
     if (n == 1) gemv_block(w, x.row(0).data(), out.row(0).data(), b);
@@ -272,15 +272,8 @@ void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const Ma
             r.kv.k_store->calibrate(k_new, r.n);
             r.kv.v_store->calibrate(v_new, r.n);
         }
-    // the run's row holding its position p: in a cache, a ring over n_rows (after the sinks), paged or not;
-    // in activations, row p
-    auto row_of = [](const TokenRun& r, std::int64_t pos) {
-        const KvRows& kv = r.kv;
-        if (kv.place != KvPlace::cache) return pos;
-        return kv_pool_row(kv.block_rows, kv.block_size, kv_ring_row(pos, kv.n_rows, kv.n_sink));
-    };
-    auto store = [&](const TokenRun& r, std::int64_t i) {  // activation row i
-        const std::int64_t row = row_of(r, r.pos0 + i - r.row0);
+    auto store = [&](const TokenRun& r, std::int64_t i) {  // activation row i, into the row holding its position
+        const std::int64_t row = r.kv.row_of(r.pos0 + i - r.row0);
         if (r.kv.k_store) {  // encoded; attention reads (decodes) what was stored
             r.kv.k_store->write(row, k_new.row(i).data());
             r.kv.v_store->write(row, v_new.row(i).data());
@@ -289,24 +282,20 @@ void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const Ma
         r.kv.k->row(row) = k_new.row(i);
         r.kv.v->row(row) = v_new.row(i);
     };
-    auto source = [](const KvRows& kv, MatrixRM* m, const KvRowStore* st) {
-        return st ? KvSource{nullptr, 0, st, kv.block_rows, kv.block_size} : KvSource{m->data(), m->cols(), nullptr, kv.block_rows, kv.block_size};
-    };
     // keys the query at activation row i attends: its last `window` positions, or all
     auto n_keys_of = [&](const TokenRun& r, std::int64_t i) { return keys_in_window(window, r.pos0 + i - r.row0); };
     // first stored row of those keys: cache rows 0..n_keys-1 hold exactly the attended positions (a
     // full ring holds the window); activations hold position p in row p
     auto first_row_of = [&](const TokenRun& r, std::int64_t i) {
-        return r.kv.place == KvPlace::cache ? 0 : r.pos0 + i - r.row0 + 1 - n_keys_of(r, i);
+        return r.kv.place == KvView::Place::cache ? 0 : r.pos0 + i - r.row0 + 1 - n_keys_of(r, i);
     };
     // query row i, query heads h0..h0+nh-1
     auto attend = [&](const TokenRun& r, std::int64_t i, std::int64_t h0, std::int64_t nh, float* work) {
-        attention_heads(shape, h0, nh, q.row(i).data(), source(r.kv, r.kv.k, r.kv.k_store), source(r.kv, r.kv.v, r.kv.v_store),
-                        first_row_of(r, i), n_keys_of(r, i), out.row(i).data(), work);
+        attention_heads(shape, h0, nh, q.row(i).data(), r.kv, first_row_of(r, i), n_keys_of(r, i), out.row(i).data(), work);
     };
     // a ring that wraps within a run: a later token would overwrite a key an earlier query still needs,
     // so that run stores and attends in order (the stores' time lands in the attention ops')
-    auto wraps = [](const TokenRun& r) { return r.kv.place == KvPlace::cache && r.n > 1 && r.pos0 + r.n > r.kv.n_rows; };
+    auto wraps = [](const TokenRun& r) { return r.kv.place == KvView::Place::cache && r.n > 1 && r.pos0 + r.n > r.kv.n_rows; };
     std::int64_t n_parallel = 0;  // rows of the runs that do not wrap: stored first, then attended in one parallel pass
     for (const TokenRun& r : runs)
         if (!wraps(r)) {

@@ -13,9 +13,10 @@
 #include <initializer_list>
 #include <span>
 
-#include "model/attention.hpp"
+#include "kernels/attention.hpp"
+#include "kv/kv_view.hpp"
 #include "model/cost.hpp"
-#include "model/weights.hpp"
+#include "weights/weights.hpp"
 
 namespace kvlab {
 
@@ -55,7 +56,7 @@ struct OpScratch {
 };
 
 // A weight matrix as the matmul ops read it: fp32, or its narrow copy when the run stores its weights
-// narrow (model/narrow_weights.hpp), which the kernels widen as they read.
+// narrow (kernels/narrow_weights.hpp), which the kernels widen as they read.
 class NarrowMatrix;
 struct NarrowLayer;
 struct WeightRef {
@@ -77,24 +78,6 @@ void norm(NormKind kind, MatrixRM& out, const MatrixRM& x, std::int64_t row0, st
 // nl: the layer's narrow matrices, or null for fp32 (also in the MLP ops)
 void qkv_projections(MatrixRM& q, MatrixRM& k, MatrixRM& v, const MatrixRM& x, std::int64_t n, const LayerWeights& lw,
                      const NarrowLayer* nl, const OpScratch& scratch, OpRecorder& rec);
-// Where attention reads K and V: rows of a layer's cache (cached mode; a ring of `n_rows` rows on a
-// windowed layer) or of the current layer's activations, position p in row p (uncached mode).
-class KvRowStore;
-struct KvRows {
-    MatrixRM* k;           // (rows, Hkv*D) fp32 rows; null for a narrow cache, which keeps k_store
-    MatrixRM* v;           // (rows, Hkv*D)
-    KvPlace place;
-    std::int64_t n_rows;   // rows held: position p lives in row p mod n_rows (cache) or row p (activations)
-    KvRowStore* k_store = nullptr;  // a narrow cache's encoded rows (model/kv_cache.hpp); null: k and v hold them
-    KvRowStore* v_store = nullptr;
-    std::uint64_t row_bytes = 0;    // bytes of one stored row (0: fp32)
-    std::int64_t n_sink = 0;        // cache rows 0..n_sink-1 keep the first positions; the ring runs over the rest
-    // paged (a serving pool's sequence, model/kv_pool.hpp): the sequence's row r is row
-    // block_rows[r / block_size] + r % block_size of k and v; null: row r
-    const std::int64_t* block_rows = nullptr;
-    std::int64_t block_size = 0;
-};
-
 // One sequence's tokens in a forward call: rows row0..row0+n-1 of the activations hold its positions
 // pos0..pos0+n-1, and its K and V live in kv. A single-sequence call is one run; a serving step packs
 // one run per sequence (decode tokens and prompt chunks), each at its own positions.
@@ -102,7 +85,7 @@ struct TokenRun {
     std::int64_t row0 = 0;
     std::int64_t n = 0;
     std::int64_t pos0 = 0;
-    KvRows kv{};
+    KvView kv{};
 };
 
 // x (n, d) += P[pos] of each run's positions (gpt2's learned positions)                records pos_embed
@@ -117,7 +100,7 @@ void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const Ma
                const AttentionShape& shape, std::int64_t window, const OpScratch& scratch, OpRecorder& rec);
 // One sequence: the n rows at positions pos0.. are one run.
 inline void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const MatrixRM& v_new, std::int64_t n,
-                      std::int64_t pos0, const KvRows& kv, const AttentionShape& shape, std::int64_t window,
+                      std::int64_t pos0, const KvView& kv, const AttentionShape& shape, std::int64_t window,
                       const OpScratch& scratch, OpRecorder& rec) {
     const TokenRun run{0, n, pos0, kv};
     attention(out, q, k_new, v_new, std::span<const TokenRun>(&run, 1), shape, window, scratch, rec);

@@ -12,8 +12,8 @@
 
 #include "core/checked.hpp"
 #include "core/error.hpp"
-#include "model/matmul.hpp"
-#include "model/narrow_weights.hpp"
+#include "kernels/matmul.hpp"
+#include "kernels/narrow_weights.hpp"
 #include "model/ops.hpp"
 
 namespace kvlab {
@@ -188,16 +188,21 @@ void Transformer::layers(std::span<const TokenId> tokens, std::int64_t n_runs, K
         // ring of its window within them) or this layer's activations (uncached)
         const std::int64_t window = cfg_.layer_window(l), n_sink = window > 0 ? cfg_.sink_tokens : 0;
         for (std::int64_t r = 0; r < n_runs; ++r) {
-            KvRows& kv = runs[static_cast<std::size_t>(r)].kv;
+            KvView& kv = runs[static_cast<std::size_t>(r)].kv;
             if (cache) {
-                kv = KvRows{cache->k(l), cache->v(l), KvPlace::cache, cache->n_rows(l), cache->k_store(l), cache->v_store(l),
-                            cache->narrow() ? cache->row_bytes() : 0, cache->n_sink(l)};
+                kv = cache->view(l);
             } else if (pool) {
-                const SeqRows& rows = pool_seqs_[static_cast<std::size_t>(r)].rows;
-                kv = KvRows{&pool->k(l), &pool->v(l), KvPlace::cache, window > 0 ? window : std::numeric_limits<std::int64_t>::max(),
-                            nullptr, nullptr, 0, n_sink, rows.block_rows.data(), rows.block_size};
+                kv = pool_seqs_[static_cast<std::size_t>(r)].rows;  // the sequence's blocks
+                kv.k = &pool->k(l);
+                kv.v = &pool->v(l);
+                if (window > 0) kv.n_rows = window;
+                kv.n_sink = n_sink;
             } else {
-                kv = KvRows{&k_act_, &v_act_, KvPlace::activations, k_act_.rows()};
+                kv = KvView{};  // this layer's activations: position p in row p
+                kv.place = KvView::Place::activations;
+                kv.k = &k_act_;
+                kv.v = &v_act_;
+                kv.n_rows = k_act_.rows();
             }
         }
         // attention block: x += W_o attention(rope(q), rope(k), v) over the normed x

@@ -7,13 +7,13 @@
 #include <span>
 #include <vector>
 
-#include "model/attention.hpp"
+#include "kernels/attention.hpp"
 #include "model/cost.hpp"
-#include "model/kv_cache.hpp"
-#include "model/kv_pool.hpp"
+#include "kv/kv_cache.hpp"
+#include "kv/kv_pool.hpp"
 #include "model/ops.hpp"
 #include "calc/model_config.hpp"
-#include "model/weights.hpp"
+#include "weights/weights.hpp"
 
 namespace kvlab {
 
@@ -33,7 +33,7 @@ struct TransformerSize {
 struct SeqStep {
     std::int64_t n = 0;
     std::int64_t pos0 = 0;
-    SeqRows rows;
+    KvView rows;  // its block table in the pool (KvAllocator::rows)
     bool logits = false;  // its last token's logits are wanted (a prompt's last chunk, a decode step)
 };
 
@@ -42,7 +42,7 @@ public:
     // Buffers for `size` are allocated here, once; forward calls allocate nothing. `cfg` and `weights`
     // must outlive the Transformer. Throws ConfigError for MoE or MLA configs.
     // `narrow` (nullable): the weights stored narrow, which the matmuls then read instead of the fp32
-    // matrices (model/narrow_weights.hpp); it must outlive the Transformer and `size.narrow_weights` be set.
+    // matrices (kernels/narrow_weights.hpp); it must outlive the Transformer and `size.narrow_weights` be set.
     Transformer(const ModelConfig& cfg, const Weights& weights, const TransformerSize& size, const NarrowWeights* narrow = nullptr);
     // Both modes, up to n_positions tokens per call.
     Transformer(const ModelConfig& cfg, const Weights& weights, std::int64_t n_positions)
@@ -65,7 +65,7 @@ public:
 
 private:
     const VectorF& forward(std::span<const TokenId> tokens, std::int64_t pos0, KvCache* cache, StepCost* cost);
-    // The layers over runs_[0..n_runs) (row0, n, pos0 set; each layer's KvRows filled here): x_ after the
+    // The layers over runs_[0..n_runs) (row0, n, pos0 set; each layer's KvView filled here): x_ after the
     // last layer. K and V go to `cache` (one run), the pool (one run per sequence) or the activations.
     void layers(std::span<const TokenId> tokens, std::int64_t n_runs, KvCache* cache, KvPool* pool, OpRecorder& rec);
     void check_call(std::span<const TokenId> tokens, std::int64_t pos0) const;

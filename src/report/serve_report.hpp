@@ -9,8 +9,8 @@
 
 #include "core/printer.hpp"
 #include "model/cost.hpp"
-#include "model/kv_pool.hpp"
-#include "model/scheduler.hpp"
+#include "kv/kv_pool.hpp"
+#include "serve/scheduler.hpp"
 
 namespace kvlab {
 

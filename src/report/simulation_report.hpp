@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/printer.hpp"
-#include "model/simulator.hpp"
+#include "sim/simulator.hpp"
 
 namespace kvlab {
 

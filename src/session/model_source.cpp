@@ -13,7 +13,7 @@
 #include "core/text.hpp"
 #include "core/units.hpp"
 #include "formats/checkpoint.hpp"
-#include "model/random_weights.hpp"
+#include "weights/random_weights.hpp"
 
 namespace kvlab {
 

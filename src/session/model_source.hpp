@@ -7,7 +7,7 @@
 #include "calc/model_config.hpp"
 #include "core/core_use.hpp"
 #include "formats/checkpoint.hpp"
-#include "model/weights.hpp"
+#include "weights/weights.hpp"
 
 namespace kvlab {
 

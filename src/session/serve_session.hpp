@@ -13,8 +13,8 @@
 #include "core/printer.hpp"
 #include "core/units.hpp"
 #include "formats/tokenizer.hpp"
-#include "model/scheduler.hpp"
-#include "model/weights.hpp"
+#include "serve/scheduler.hpp"
+#include "weights/weights.hpp"
 #include "report/serve_report.hpp"
 #include "session/model_source.hpp"
 

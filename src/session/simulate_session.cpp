@@ -22,9 +22,9 @@
 #include "core/units.hpp"
 #include "formats/checkpoint.hpp"
 #include "formats/llama2c_checkpoint.hpp"
-#include "model/evaluate.hpp"
-#include "model/narrow_weights.hpp"
-#include "model/random_weights.hpp"
+#include "sim/evaluate.hpp"
+#include "kernels/narrow_weights.hpp"
+#include "weights/random_weights.hpp"
 #include "report/simulation_report.hpp"
 #include "session/model_source.hpp"
 #include "trace/step_trace.hpp"
@@ -236,7 +236,7 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     // A checkpoint's fp32 matrices stored as kvlab holds them (a llama2.c file's; a safetensors file's F32
     // ones but GPT-2's transposed) are read in place, where the page cache holds the file, as run.c reads
     // them: nothing is copied into fresh memory first, which on a virtual machine can cost more than the
-    // decode, and the GEMV reads rows that start off a cache line at the aligned rate (model/matmul.hpp),
+    // decode, and the GEMV reads rows that start off a cache line at the aligned rate (kernels/matmul.hpp),
     // so the decode is as fast as from a copy (docs/performance.md, "Checkpoints are read in place").
     p.weights = load_model_weights(source, cfg, o.seed, WeightPlacement::mapped_file);
     if (!o.save_checkpoint.empty()) save_llama2c_v0(o.save_checkpoint, cfg, p.weights);

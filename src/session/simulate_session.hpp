@@ -13,8 +13,8 @@
 #include "core/printer.hpp"
 #include "core/units.hpp"
 #include "formats/tokenizer.hpp"
-#include "model/simulator.hpp"
-#include "model/weights.hpp"
+#include "sim/simulator.hpp"
+#include "weights/weights.hpp"
 
 namespace kvlab {
 

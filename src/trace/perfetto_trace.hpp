@@ -10,7 +10,7 @@
 
 #include "model/cost.hpp"
 #include "report/simulation_report.hpp"
-#include "model/simulator.hpp"
+#include "sim/simulator.hpp"
 
 namespace kvlab {
 

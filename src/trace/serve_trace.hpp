@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/printer.hpp"
-#include "model/scheduler.hpp"
+#include "serve/scheduler.hpp"
 
 namespace kvlab {
 

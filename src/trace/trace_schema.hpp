@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/simulator.hpp"
+#include "sim/simulator.hpp"
 
 namespace kvlab {
 

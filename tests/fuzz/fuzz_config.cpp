@@ -9,7 +9,7 @@
 #include "calc/kv_memory.hpp"
 #include "calc/model_config.hpp"
 #include "calc/param_count.hpp"
-#include "model/random_weights.hpp"
+#include "weights/random_weights.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     const std::string_view text(reinterpret_cast<const char*>(data), size);

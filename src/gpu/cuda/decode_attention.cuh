@@ -10,7 +10,7 @@
 
 #include "core/dtype.hpp"
 #include "gpu/gpu_attention.hpp"
-#include "model/attention.hpp"
+#include "kernels/attention.hpp"
 
 namespace kvlab::cuda {
 

@@ -1,4 +1,4 @@
-#include "model/sampler.hpp"
+#include "sim/sampler.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -17,8 +17,8 @@
 #include "calc/model_config.hpp"
 #include "core/core_use.hpp"
 #include "model/cost.hpp"
-#include "model/kv_pool.hpp"
-#include "model/weights.hpp"
+#include "kv/kv_pool.hpp"
+#include "weights/weights.hpp"
 
 namespace kvlab {
 

@@ -9,7 +9,7 @@
 
 namespace kvlab {
 
-class KvRowStore;
+struct KvView;  // kv/kv_view.hpp (not included: the CUDA module reads this header without Eigen)
 
 struct AttentionShape {
     std::int64_t n_head = 0;     // H query heads
@@ -17,31 +17,16 @@ struct AttentionShape {
     std::int64_t d_head = 0;     // D
 };
 
-// Where one layer's keys (or values) are read: fp32 rows (row r at rows + r * stride, Hkv*D values),
-// or a narrow cache's encoded rows, which attention decodes one chunk of rows at a time. Paged (a
-// serving pool, model/kv_pool.hpp): the sequence's row r is the pool's row block_rows[r / block_size] +
-// r % block_size, and no chunk of rows crosses a block.
-struct KvSource {
-    const float* rows = nullptr;
-    std::int64_t stride = 0;
-    const KvRowStore* store = nullptr;
-    const std::int64_t* block_rows = nullptr;  // null: row r is row r
-    std::int64_t block_size = 0;
-};
-// The pool row holding a sequence's row r (KvSource's paging rule).
-inline std::int64_t kv_pool_row(const std::int64_t* block_rows, std::int64_t block_size, std::int64_t r) {
-    return block_rows ? block_rows[r / block_size] + r % block_size : r;
-}
-
 // Floats of scratch one attention_heads call needs for up to n_keys keys: the scores of every query
 // head, and one KV head's decoded chunk of rows.
 std::int64_t attention_scratch_floats(const AttentionShape& shape, std::int64_t n_keys);
 
 // Query heads h0..h0+nh-1 (any contiguous range: part of a group, whole groups, or both): q (H*D) for
-// one position; rows r0..r0+T-1 of k and v are the attended keys; writes out[h*D .. h*D+D-1] for those
-// heads. fp32 arithmetic; a head's numbers do not depend on which heads share its call.
-void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t nh, const float* q, const KvSource& k,
-                     const KvSource& v, std::int64_t r0, std::int64_t n_tokens, float* out, float* scratch);
+// one position; the sequence's rows r0..r0+T-1 of kv are the attended keys and values (fp32 rows read in
+// place, a narrow cache's decoded a chunk at a time); writes out[h*D .. h*D+D-1] for those heads. fp32
+// arithmetic; a head's numbers do not depend on which heads share its call.
+void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t nh, const float* q, const KvView& kv,
+                     std::int64_t r0, std::int64_t n_tokens, float* out, float* scratch);
 
 // Every head, plain loops: q (H*D) for one position; k, v (T, Hkv*D) row-major, rows 0..T-1 are the attended keys;
 // out (H*D); scores (T) scratch. softmax(q k^T / sqrt(D)) v, per head, in fp32.

@@ -1,5 +1,5 @@
-// The shapes a forward pass checks once before it reads raw rows (model/weights.hpp).
-#include "model/weights.hpp"
+// The shapes a forward pass checks once before it reads raw rows (weights/weights.hpp).
+#include "weights/weights.hpp"
 
 #include <fmt/format.h>
 

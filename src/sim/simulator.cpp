@@ -1,4 +1,4 @@
-#include "model/simulator.hpp"
+#include "sim/simulator.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -10,10 +10,10 @@
 
 #include "core/checked.hpp"
 #include "core/error.hpp"
-#include "model/kv_cache.hpp"
-#include "model/narrow_weights.hpp"
+#include "kv/kv_cache.hpp"
+#include "kernels/narrow_weights.hpp"
 #include "calc/kv_memory.hpp"
-#include "model/random_weights.hpp"
+#include "weights/random_weights.hpp"
 #include "model/reference.hpp"
 #include "core/text.hpp"
 #include "core/units.hpp"

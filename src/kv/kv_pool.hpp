@@ -8,7 +8,7 @@
 //               copy (copy-on-write).
 //   contiguous  each sequence reserves one range of rows up front, for the most tokens it may hold (a
 //               static cache, TensorRT-LLM's contiguous mode), first fit in the pool.
-// Both map a sequence's row r the same way (KvSource's paging rule): contiguous is one block of the
+// Both map a sequence's row r the same way (KvView's paging rule): contiguous is one block of the
 // reservation's size. Non-goals: swapping to host memory, narrow storage (the pool is fp32).
 #pragma once
 #include <array>
@@ -22,7 +22,8 @@
 
 #include "calc/model_config.hpp"
 #include "core/choice.hpp"
-#include "model/weights.hpp"
+#include "core/matrix.hpp"
+#include "kv/kv_view.hpp"
 
 namespace kvlab {
 
@@ -39,11 +40,6 @@ struct KvPoolOptions {
     bool prefix_cache = false;    // paged: share full blocks of identical prefixes
 };
 
-// Where a sequence's rows live: its row r is pool row block_rows[r / block_size] + r % block_size.
-struct SeqRows {
-    std::span<const std::int64_t> block_rows;
-    std::int64_t block_size = 0;
-};
 
 // Copy the pool rows src..src+n-1 to dst..dst+n-1 in every layer (a copy-on-write).
 struct RowCopy {
@@ -82,7 +78,9 @@ public:
     // Returns every row of `seq` to the pool (cached blocks stay findable until reused).
     void release(SeqId seq);
 
-    SeqRows rows(SeqId seq) const;
+    // Where the sequence's rows are in the pool: a KvView of its block table (the layer's matrices, the
+    // window and sinks are the forward pass's to fill in).
+    KvView rows(SeqId seq) const;
     std::int64_t rows_reserved(SeqId seq) const;  // rows `seq` may write
 
     // The pool now. Rows in use: held by a live sequence; holding tokens: those rows with a token's K and

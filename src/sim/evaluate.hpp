@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "calc/model_config.hpp"
-#include "model/kv_cache.hpp"
+#include "kv/kv_cache.hpp"
 #include "model/transformer.hpp"
-#include "model/weights.hpp"
+#include "weights/weights.hpp"
 
 namespace kvlab {
 
@@ -30,7 +30,7 @@ struct EvalResult {
 // first is scored exactly once, a text that fits one window is scored with its whole prefix, and
 // later windows see only their own tokens. Tokens go through the cached forward pass one at a time;
 // log-softmax is taken in double precision of the fp32 logits.
-// `storage`: how the KV cache stores K and V (model/kv_cache.hpp): the quality a cache format costs.
+// `storage`: how the KV cache stores K and V (kv/kv_cache.hpp): the quality a cache format costs.
 EvalResult evaluate_nll(const ModelConfig& cfg, const Weights& weights, std::span<const TokenId> ids, const KvStorage& storage = {});
 
 // Cache policies on a text: `cfg` (with its --window / sinks) through a cache stored as each of

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "calc/model_config.hpp"
-#include "model/weights.hpp"
+#include "weights/weights.hpp"
 
 namespace kvlab {
 

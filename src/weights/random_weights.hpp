@@ -4,8 +4,8 @@
 #include <cstdint>
 
 #include "calc/model_config.hpp"
-#include "model/tensor_table.hpp"
-#include "model/weights.hpp"
+#include "weights/tensor_table.hpp"
+#include "weights/weights.hpp"
 
 namespace kvlab {
 

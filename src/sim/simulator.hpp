@@ -13,11 +13,11 @@
 #include "core/choice.hpp"
 #include "core/core_use.hpp"
 #include "model/cost.hpp"
-#include "model/kv_cache.hpp"
+#include "kv/kv_cache.hpp"
 #include "calc/model_config.hpp"
-#include "model/sampler.hpp"
+#include "sim/sampler.hpp"
 #include "model/transformer.hpp"
-#include "model/weights.hpp"
+#include "weights/weights.hpp"
 
 namespace kvlab {
 
@@ -41,7 +41,7 @@ struct SimulateOptions {
     bool count = true;                      // false: no cost counting (benchmarks measure its overhead)
     KvStorage kv_storage;                   // how the cache stores K and V (fp32 by default); narrow: cached mode only,
                                             // and an fp32 cache runs beside it on the same tokens for the comparison
-    DType weight_dtype = DType::fp32;       // how the matmuls read the weights (model/narrow_weights.hpp); narrow: cached
+    DType weight_dtype = DType::fp32;       // how the matmuls read the weights (kernels/narrow_weights.hpp); narrow: cached
                                             // mode only, and the fp32 weights run beside it on the same tokens
     bool quality = true;                    // false (--no-quality): a policy runs alone, without the fp32 model beside
                                             // it (speed and memory only; kv_quality stays empty)

@@ -3,7 +3,7 @@
 // matrices the forward pass multiplies by (q, k, v, o, the MLP's and the classifier) are stored
 // narrow; the token embedding stays fp32 (a step reads one row of it per token), as do the norms and
 // biases. Rounding: bf16 and fp16 round to nearest even (Eigen); q8_0 as ggml's quantize_row_q8_0_ref
-// (model/kv_format.hpp), 32 consecutive weights of a row per block. docs/performance.md.
+// (kv/kv_format.hpp), 32 consecutive weights of a row per block. docs/performance.md.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -11,8 +11,8 @@
 
 #include "core/dtype.hpp"
 #include "core/huge_pages.hpp"
-#include "model/matmul.hpp"
-#include "model/weights.hpp"
+#include "kernels/matmul.hpp"
+#include "weights/weights.hpp"
 
 namespace kvlab {
 
@@ -58,7 +58,7 @@ struct NarrowWeights {
     std::uint64_t bytes() const;
 };
 
-// The matmul kernels over a narrow matrix, for its rows r0..r0+rows-1 (model/matmul.hpp's, on widened rows):
+// The matmul kernels over a narrow matrix, for its rows r0..r0+rows-1 (kernels/matmul.hpp's, on widened rows):
 // one token: y[i] = w_i . x, `streams` rows side by side (4 or 8; narrow_gemv_streams by default),
 // widened in registers (AVX2; elsewhere 512 columns at a time into an L1 buffer for the fp32 kernel);
 // neither the stream count nor where the rows start changes a bit of y;

@@ -5,30 +5,12 @@
 #include <memory>
 #include <vector>
 
-#include <Eigen/Core>
-
 #include "calc/model_config.hpp"
-#include "core/huge_pages.hpp"
+#include "core/matrix.hpp"
 
 namespace kvlab {
 
 class MappedFile;  // core/mapped_file.hpp
-
-using MatrixRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using VectorF = Eigen::VectorXf;
-
-// A matrix the forward pass streams through (weights, KV caches), uninitialised: its storage's whole
-// 2 MiB pages advised huge before anything touches them (core/huge_pages.hpp says why).
-inline MatrixRM large_matrix(Eigen::Index rows, Eigen::Index cols) {
-    MatrixRM m(rows, cols);
-    advise_huge_pages(m.data(), static_cast<std::size_t>(m.size()) * sizeof(float));
-    return m;
-}
-inline MatrixRM large_zero_matrix(Eigen::Index rows, Eigen::Index cols) {
-    MatrixRM m = large_matrix(rows, cols);
-    m.setZero();
-    return m;
-}
 
 // A weight matrix (rows, cols), row-major fp32: its own values, or a read-only view of values another
 // owner holds (a checkpoint's mapped pages used in place, kept alive by Weights::mapped; an arena, by Weights::backing). The

@@ -1,12 +1,13 @@
-#include "model/attention.hpp"
+#include "kernels/attention.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/checked.hpp"
-#include "model/kv_cache.hpp"
-#include "model/simd.hpp"
-#include "model/weights.hpp"
+#include "kv/kv_cache.hpp"
+#include "kv/kv_view.hpp"
+#include "kernels/simd.hpp"
+#include "core/matrix.hpp"
 
 namespace kvlab {
 
@@ -86,8 +87,8 @@ std::int64_t attention_scratch_floats(const AttentionShape& shape, std::int64_t 
     return static_cast<std::int64_t>(checked_add(scores, static_cast<std::uint64_t>(chunk_rows(shape.d_head) * shape.d_head), "attention scratch"));
 }
 
-void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t nh, const float* q, const KvSource& k,
-                     const KvSource& v, std::int64_t r0, std::int64_t n_tokens, float* out, float* scratch) {
+void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t nh, const float* q, const KvView& kv,
+                     std::int64_t r0, std::int64_t n_tokens, float* out, float* scratch) {
     const std::int64_t D = shape.d_head, n_group = shape.n_head / shape.n_head_kv, T = n_tokens;
     const std::int64_t kv0 = h0 / n_group, kv1 = (h0 + nh - 1) / n_group + 1;  // the KV heads the query heads read
     const std::int64_t chunk = chunk_rows(D);  // fp32 rows are read in place; the chunk stays in L1 for the group
@@ -99,13 +100,14 @@ void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t 
     auto first = [&](std::int64_t g) { return std::max(h0, g * n_group); };
     auto last = [&](std::int64_t g) { return std::min(h0 + nh, (g + 1) * n_group); };
     // rows c0..c0+n-1 of KV head g: fp32 rows in place, or a narrow cache's decoded into buf
-    auto rows = [&](const KvSource& src, std::int64_t g, std::int64_t c0, std::int64_t n, std::int64_t& stride) -> const float* {
-        const std::int64_t row = kv_pool_row(src.block_rows, src.block_size, r0 + c0);
-        if (!src.store) {
-            stride = src.stride;
-            return src.rows + row * src.stride + g * D;
+    auto rows = [&](const MatrixRM* m, const KvRowStore* store, std::int64_t g, std::int64_t c0, std::int64_t n,
+                    std::int64_t& stride) -> const float* {
+        const std::int64_t row = kv.pool_row(r0 + c0);
+        if (!store) {
+            stride = m->cols();
+            return m->data() + row * stride + g * D;
         }
-        src.store->read_head(row, n, g, buf);
+        store->read_head(row, n, g, buf);
         stride = D;
         return buf;
     };
@@ -113,7 +115,7 @@ void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t 
     // share one block table)
     auto chunk_at = [&](std::int64_t c0) {
         const std::int64_t n = std::min(chunk, T - c0);
-        return k.block_rows ? std::min(n, k.block_size - (r0 + c0) % k.block_size) : n;
+        return kv.block_rows.empty() ? n : std::min(n, kv.block_size - (r0 + c0) % kv.block_size);
     };
     // scores = K q / sqrt(D) for every query head, a chunk of keys at a time: within a chunk the KV heads
     // in order, so the call reads each row's slice of KV heads kv0..kv1-1 in one run of memory
@@ -121,7 +123,7 @@ void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t 
         n = chunk_at(c0);
         for (std::int64_t g = kv0; g < kv1; ++g) {
             std::int64_t stride = 0;
-            const float* k_c = rows(k, g, c0, n, stride);
+            const float* k_c = rows(kv.k, kv.k_store, g, c0, n, stride);
             for (std::int64_t h = first(g); h < last(g); ++h) dot_rows(k_c, stride, n, D, q + h * D, s + (h - h0) * s_stride + c0);
         }
     }
@@ -138,7 +140,7 @@ void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t 
         n = chunk_at(c0);
         for (std::int64_t g = kv0; g < kv1; ++g) {
             std::int64_t stride = 0;
-            const float* v_c = rows(v, g, c0, n, stride);
+            const float* v_c = rows(kv.v, kv.v_store, g, c0, n, stride);
             for (std::int64_t h = first(g); h < last(g); ++h) axpy_rows(v_c, stride, n, D, s + (h - h0) * s_stride + c0, out + h * D);
         }
     }

@@ -1,4 +1,4 @@
-#include "model/kv_format.hpp"
+#include "kv/kv_format.hpp"
 
 #include <algorithm>
 #include <array>

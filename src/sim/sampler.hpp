@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "model/weights.hpp"
+#include "core/matrix.hpp"
 
 namespace kvlab {
 

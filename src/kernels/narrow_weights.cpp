@@ -1,4 +1,4 @@
-#include "model/narrow_weights.hpp"
+#include "kernels/narrow_weights.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -9,9 +9,9 @@
 
 #include "core/checked.hpp"
 #include "core/error.hpp"
-#include "model/kv_format.hpp"
-#include "model/matmul.hpp"
-#include "model/simd.hpp"
+#include "kv/kv_format.hpp"
+#include "kernels/matmul.hpp"
+#include "kernels/simd.hpp"
 
 namespace kvlab {
 

@@ -1,9 +1,9 @@
 // KvCache: the simulator's preallocated K and V buffers, per layer, keys stored after RoPE.
 // Sliding-window layers keep only the last W positions in a ring buffer. Non-goal: batching, paging.
 //
-// Storage: fp32 matrices, or one of the narrow formats of model/kv_format.hpp (KvStorage). A narrow
+// Storage: fp32 matrices, or one of the narrow formats of kv/kv_format.hpp (KvStorage). A narrow
 // layer keeps its rows encoded (KvRowStore: the bytes and their scales are all it holds of them);
-// attention decodes them a chunk of rows at a time as it reads them (model/attention.hpp).
+// attention decodes them a chunk of rows at a time as it reads them (kernels/attention.hpp).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -13,7 +13,8 @@
 #include "calc/model_config.hpp"
 #include "core/choice.hpp"
 #include "core/dtype.hpp"
-#include "model/weights.hpp"
+#include "core/matrix.hpp"
+#include "kv/kv_view.hpp"
 
 namespace kvlab {
 
@@ -68,12 +69,6 @@ private:
     bool holds_nan_ = false;             // a NaN code was written (fp8 e4m3 decodes faster without)
 };
 
-// The row of a layer's cache holding position `pos`: pos itself while it fits, then a ring over the rows
-// after the first n_sink (StreamingLLM's sinks stay put): n_sink + (pos - n_sink) mod (n_rows - n_sink).
-inline std::int64_t kv_ring_row(std::int64_t pos, std::int64_t n_rows, std::int64_t n_sink) {
-    return pos < n_rows ? pos : n_sink + (pos - n_sink) % (n_rows - n_sink);
-}
-
 class KvCache {
 public:
     // Room for positions 0..n_tokens_max-1; layer l holds kv_tokens_held(cfg, l, n_tokens_max, cap)
@@ -95,6 +90,8 @@ public:
     KvRowStore* v_store(std::int64_t layer) { return narrow() ? &v_store_[static_cast<std::size_t>(layer)] : nullptr; }
     // Bytes one stored K (or V) row takes (the cost model's kv_row_bytes).
     std::uint64_t row_bytes() const { return row_bytes_; }
+    // Where layer `layer`'s rows are, as attention reads and writes them.
+    KvView view(std::int64_t layer);
     // Bytes held for K and V over all layers at the stored width, scales included.
     std::uint64_t bytes() const;
 

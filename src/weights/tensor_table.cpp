@@ -1,4 +1,4 @@
-#include "model/tensor_table.hpp"
+#include "weights/tensor_table.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "model/random_weights.hpp"
+#include "weights/random_weights.hpp"
 
 #include <algorithm>
 #include <cmath>

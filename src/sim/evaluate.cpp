@@ -1,4 +1,4 @@
-#include "model/evaluate.hpp"
+#include "sim/evaluate.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
-#include "model/kv_cache.hpp"
-#include "model/narrow_weights.hpp"
-#include "model/simulator.hpp"
+#include "kv/kv_cache.hpp"
+#include "kernels/narrow_weights.hpp"
+#include "sim/simulator.hpp"
 
 namespace kvlab {
 

@@ -1,4 +1,4 @@
-#include "model/matmul.hpp"
+#include "kernels/matmul.hpp"
 
 #include <algorithm>
 #include <cstdint>

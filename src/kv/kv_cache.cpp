@@ -1,4 +1,4 @@
-#include "model/kv_cache.hpp"
+#include "kv/kv_cache.hpp"
 
 #include <algorithm>
 #include <array>
@@ -12,7 +12,7 @@
 #include "core/checked.hpp"
 #include "core/huge_pages.hpp"
 #include "core/error.hpp"
-#include "model/kv_format.hpp"
+#include "kv/kv_format.hpp"
 
 namespace kvlab {
 namespace {
@@ -205,5 +205,17 @@ std::uint64_t KvCache::bytes() const {
     return sum;
 }
 
+
+KvView KvCache::view(std::int64_t layer) {
+    KvView kv;
+    kv.k = k(layer);
+    kv.v = v(layer);
+    kv.k_store = k_store(layer);
+    kv.v_store = v_store(layer);
+    kv.row_bytes = narrow() ? row_bytes_ : 0;
+    kv.n_rows = n_rows(layer);
+    kv.n_sink = n_sink(layer);
+    return kv;
+}
 
 }  // namespace kvlab

@@ -1,4 +1,4 @@
-#include "model/kv_pool.hpp"
+#include "kv/kv_pool.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -228,9 +228,12 @@ void KvAllocator::release(SeqId seq) {
     seqs_.erase(it);
 }
 
-SeqRows KvAllocator::rows(SeqId seq) const {
+KvView KvAllocator::rows(SeqId seq) const {
     const Seq& s = seqs_.at(seq);
-    return {s.block_rows, o_.layout == KvLayout::contiguous ? std::max<std::int64_t>(1, s.reserved) : o_.block_size};
+    KvView kv;
+    kv.block_rows = s.block_rows;
+    kv.block_size = o_.layout == KvLayout::contiguous ? std::max<std::int64_t>(1, s.reserved) : o_.block_size;
+    return kv;
 }
 
 std::int64_t KvAllocator::rows_reserved(SeqId seq) const {

@@ -1,4 +1,4 @@
-#include "model/scheduler.hpp"
+#include "serve/scheduler.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -10,8 +10,8 @@
 
 #include "core/checked.hpp"
 #include "core/error.hpp"
-#include "model/sampler.hpp"
-#include "model/simulator.hpp"
+#include "sim/sampler.hpp"
+#include "sim/simulator.hpp"
 #include "model/transformer.hpp"
 
 namespace kvlab {
