@@ -96,6 +96,31 @@ ReferenceModel::ReferenceModel(const ModelConfig& cfg, const Weights& weights, s
     value_cache_.resize(key_cache_.size());
 }
 
+// 4. Attention per query head [T] eq. 1: softmax(q K^T / sqrt(D)) V over the cached positions it attends.
+//    With GQA/MQA [GQA], query head h reads KV head h / (H / Hkv): the cache holds Hkv heads, not H,
+//    which is what makes it smaller.
+void ReferenceModel::attention(std::int64_t l, std::int64_t pos) {
+    const std::int64_t H = cfg_.n_head, D = cfg_.d_head, d_kv = cfg_.d_kv(), T = n_positions_;
+    for (std::int64_t h = 0; h < H; ++h) {
+        const float* qh = q_.data() + h * D;
+        const std::int64_t kv_head = h / (H / cfg_.n_head_kv);
+        for (std::int64_t t = 0; t <= pos; ++t) {
+            const float* kt = key_cache_.data() + (l * T + t) * d_kv + kv_head * D;
+            float dot = 0.0f;
+            for (std::int64_t i = 0; i < D; ++i) dot += qh[i] * kt[i];
+            scores_[static_cast<std::size_t>(t)] =
+                attends(cfg_, l, t, pos) ? dot / std::sqrt(static_cast<float>(D)) : -std::numeric_limits<float>::infinity();
+        }
+        softmax(scores_.data(), pos + 1);  // a masked key's weight is exp(-inf) = 0
+        float* out = att_.data() + h * D;
+        for (std::int64_t i = 0; i < D; ++i) out[i] = 0.0f;
+        for (std::int64_t t = 0; t <= pos; ++t) {
+            const float* vt = value_cache_.data() + (l * T + t) * d_kv + kv_head * D;
+            for (std::int64_t i = 0; i < D; ++i) out[i] += scores_[static_cast<std::size_t>(t)] * vt[i];
+        }
+    }
+}
+
 std::span<const float> ReferenceModel::forward(std::int32_t token, std::int64_t pos) {
     if (pos < 0 || pos >= n_positions_ || token < 0 || token >= cfg_.n_vocab)
         throw UsageError(fmt::format("reference forward: token {} at position {}; expected a token in [0, {}) at 0..{}",
@@ -131,28 +156,8 @@ std::span<const float> ReferenceModel::forward(std::int32_t token, std::int64_t 
             rope(q_.data(), H, D, pos, static_cast<float>(cfg_.rope_theta), w_.rope_pairing);
             rope(k, Hkv, D, pos, static_cast<float>(cfg_.rope_theta), w_.rope_pairing);
         }
-        // 4. Attention per query head [T] eq. 1: softmax(q K^T / sqrt(D)) V over the cached positions it
-        //    attends. With GQA/MQA [GQA], query head h reads KV head h / (H / Hkv): the cache holds Hkv
-        //    heads, not H, which is what makes it smaller.
-        for (std::int64_t h = 0; h < H; ++h) {
-            const float* qh = q_.data() + h * D;
-            const std::int64_t kv_head = h / (H / Hkv);
-            for (std::int64_t t = 0; t <= pos; ++t) {
-                const float* kt = key_cache_.data() + (l * T + t) * d_kv + kv_head * D;
-                float dot = 0.0f;
-                for (std::int64_t i = 0; i < D; ++i) dot += qh[i] * kt[i];
-                scores_[static_cast<std::size_t>(t)] = attends(cfg_, l, t, pos)
-                                                           ? dot / std::sqrt(static_cast<float>(D))
-                                                           : -std::numeric_limits<float>::infinity();
-            }
-            softmax(scores_.data(), pos + 1);  // a masked key's weight is exp(-inf) = 0
-            float* out = att_.data() + h * D;
-            for (std::int64_t i = 0; i < D; ++i) out[i] = 0.0f;
-            for (std::int64_t t = 0; t <= pos; ++t) {
-                const float* vt = value_cache_.data() + (l * T + t) * d_kv + kv_head * D;
-                for (std::int64_t i = 0; i < D; ++i) out[i] += scores_[static_cast<std::size_t>(t)] * vt[i];
-            }
-        }
+        // 4. Attention over the cached positions (ReferenceModel::attention, above)
+        attention(l, pos);
         // 5. Output projection and the residual connection [T] 3.1: x += W_o att (+ b_o)
         matvec(xb, lw.wo, att_.data(), lw.bo);
         for (std::int64_t i = 0; i < d; ++i) x[i] += xb[i];

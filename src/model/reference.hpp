@@ -24,6 +24,8 @@ public:
     std::span<const float> forward(std::int32_t token, std::int64_t pos);
 
 private:
+    void attention(std::int64_t layer, std::int64_t pos);  // att_ from q_ and the cache (step 4)
+
     const ModelConfig& cfg_;
     const Weights& w_;
     std::int64_t n_positions_;

@@ -104,216 +104,272 @@ void check_serve_workload(const ModelConfig& cfg, std::span<const ServeRequest> 
     }
 }
 
-ServeResult run_serving(const ModelConfig& cfg, const Weights& weights, std::span<const ServeRequest> requests, const ServeOptions& o) {
-    check_serve_workload(cfg, requests, o);
-    const bool paged = o.pool.layout == KvLayout::paged;
-    KvAllocator alloc(o.pool);
-    KvPool pool(cfg, o.pool.n_rows);
-    Transformer model(cfg, weights, TransformerSize{o.max_model_len, o.max_batched_tokens, false, false, o.max_seqs});
-    std::optional<Transformer> solo;
-    if (o.check) {
-        std::int64_t longest_prompt = 1;
-        for (const ServeRequest& r : requests) longest_prompt = std::max<std::int64_t>(longest_prompt, std::ssize(r.prompt));
-        solo.emplace(cfg, weights, TransformerSize{o.max_model_len, longest_prompt, false});
-    }
+namespace {
 
-    ServeResult result;
-    result.pool_rows = o.pool.n_rows;
-    result.pool_bytes = pool.bytes();
-    result.requests.resize(requests.size());
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-        result.requests[i].arrival_step = requests[i].arrival_step;
-        result.requests[i].prompt_len = std::ssize(requests[i].prompt);
-        result.requests[i].max_tokens = requests[i].max_tokens;
-    }
-    // arrival order: by step, then by index
-    std::vector<std::int64_t> order(requests.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int64_t>(i);
-    std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
-        return requests[static_cast<std::size_t>(a)].arrival_step < requests[static_cast<std::size_t>(b)].arrival_step;
-    });
+// One serving run: the pool, the model and the queues, and one method per part of a step: arrive, schedule
+// the running sequences, admit waiting requests, run the forward, finish (tokens, finished requests).
+class Scheduler {
+public:
+    Scheduler(const ModelConfig& cfg, const Weights& weights, std::span<const ServeRequest> requests, const ServeOptions& o);
+    ServeResult run();
 
-    std::vector<Live> lives(requests.size());
-    std::deque<std::int64_t> waiting;   // request ids: preempted ones at the front
-    std::vector<std::int64_t> running;  // admission order: the newest last
-    std::size_t next_arrival = 0, n_finished = 0;
-    std::int64_t clock_ns = 0;           // the run's time: steps only (not the checks)
-    std::vector<TokenId> batch_tokens;
-    std::vector<SeqStep> batch;
-    struct Scheduled {
+private:
+    struct Scheduled {  // a sequence in this step's forward: its n tokens from n_computed on
         std::int64_t id, n;
         bool decode;
     };
-    std::vector<Scheduled> scheduled;
-    VectorF row(cfg.n_vocab);  // one sequence's logits
-    batch_tokens.reserve(static_cast<std::size_t>(o.max_batched_tokens));
-    batch.reserve(static_cast<std::size_t>(o.max_seqs));
+    void arrive(std::int64_t step);
+    void schedule_running(ServeStep& rec);
+    void admit_waiting(ServeStep& rec);
+    const MatrixRM& run_forward(ServeStep& rec);
+    std::int64_t finish(ServeStep& rec, const MatrixRM& logits, Clock::time_point t_start);
+    bool take_rows(std::int64_t id, std::int64_t n);
+    void preempt(std::int64_t id, ServeStep& rec);
+    const ServeRequest& request(std::int64_t id) const { return requests_[static_cast<std::size_t>(id)]; }
+    Live& live(std::int64_t id) { return lives_[static_cast<std::size_t>(id)]; }
+    ServeRequestResult& result_of(std::int64_t id) { return result_.requests[static_cast<std::size_t>(id)]; }
 
-    // rows seq `id` needs to hold n more tokens, taken from the pool (and made private where shared)
-    auto take_rows = [&](std::int64_t id, std::int64_t n) {
-        const Live& s = lives[static_cast<std::size_t>(id)];
-        const ServeRequest& r = requests[static_cast<std::size_t>(id)];
-        const std::int64_t need = paged ? kv_seq_rows(cfg, s.n_computed + n) : reservation_rows(cfg, r, o);
-        if (!alloc.reserve(id, need)) return false;
-        const auto copies = alloc.make_writable(id, s.n_computed, n);
-        if (!copies) return false;
-        for (const RowCopy& c : *copies) pool.copy(c);
-        return true;
-    };
-    std::int64_t step_now = 0;
-    auto preempt = [&](std::int64_t id) {
-        Live& s = lives[static_cast<std::size_t>(id)];
-        ServeRequestResult& rr = result.requests[static_cast<std::size_t>(id)];
-        ++rr.preemptions;
-        ++result.preemptions;
-        rr.recomputed_tokens += s.n_computed;
-        rr.events.push_back({step_now, ServeEventKind::preempted, s.n_computed});
-        alloc.release(id);
-        s.n_computed = 0;
-        running.erase(std::find(running.begin(), running.end(), id));
-        waiting.push_front(id);
-    };
+    const ModelConfig& cfg_;
+    std::span<const ServeRequest> requests_;
+    const ServeOptions& o_;
+    const bool paged_;
+    KvAllocator alloc_;
+    KvPool pool_;
+    Transformer model_;
+    std::optional<Transformer> solo_;  // --check: the single-sequence path
+    ServeResult result_;
+    std::vector<std::int64_t> order_;  // arrival order: by step, then by index
+    std::vector<Live> lives_;
+    std::deque<std::int64_t> waiting_;   // request ids: preempted ones at the front
+    std::vector<std::int64_t> running_;  // admission order: the newest last
+    std::size_t next_arrival_ = 0, n_finished_ = 0;
+    std::int64_t clock_ns_ = 0;  // the run's time: steps only (not the checks)
+    std::vector<Scheduled> scheduled_;
+    std::int64_t budget_ = 0;    // tokens the step may still take
+    std::vector<TokenId> batch_tokens_;
+    std::vector<SeqStep> batch_;
+    VectorF row_;  // one sequence's logits
+};
 
+TransformerSize solo_size(std::span<const ServeRequest> requests, const ServeOptions& o) {
+    std::int64_t longest_prompt = 1;
+    for (const ServeRequest& r : requests) longest_prompt = std::max<std::int64_t>(longest_prompt, std::ssize(r.prompt));
+    return TransformerSize{o.max_model_len, longest_prompt, false};
+}
+
+Scheduler::Scheduler(const ModelConfig& cfg, const Weights& weights, std::span<const ServeRequest> requests, const ServeOptions& o)
+    : cfg_(cfg), requests_(requests), o_(o), paged_(o.pool.layout == KvLayout::paged), alloc_(o.pool), pool_(cfg, o.pool.n_rows),
+      model_(cfg, weights, TransformerSize{o.max_model_len, o.max_batched_tokens, false, false, o.max_seqs}), lives_(requests.size()),
+      row_(cfg.n_vocab) {
+    if (o.check) solo_.emplace(cfg, weights, solo_size(requests, o));
+    result_.pool_rows = o.pool.n_rows;
+    result_.pool_bytes = pool_.bytes();
+    result_.requests.resize(requests.size());
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        result_.requests[i].arrival_step = requests[i].arrival_step;
+        result_.requests[i].prompt_len = std::ssize(requests[i].prompt);
+        result_.requests[i].max_tokens = requests[i].max_tokens;
+    }
+    order_.resize(requests.size());
+    for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = static_cast<std::int64_t>(i);
+    std::stable_sort(order_.begin(), order_.end(), [&](std::int64_t a, std::int64_t b) {
+        return requests[static_cast<std::size_t>(a)].arrival_step < requests[static_cast<std::size_t>(b)].arrival_step;
+    });
+    batch_tokens_.reserve(static_cast<std::size_t>(o.max_batched_tokens));
+    batch_.reserve(static_cast<std::size_t>(o.max_seqs));
+}
+
+ServeResult Scheduler::run() {
     const CoreUseClock core_clock;
-    for (std::int64_t step = 0; n_finished < requests.size(); ++step) {
-        if (o.stop && o.stop->load()) {
-            result.interrupted = true;
+    for (std::int64_t step = 0; n_finished_ < requests_.size(); ++step) {
+        if (o_.stop && o_.stop->load()) {
+            result_.interrupted = true;
             break;
         }
-        if (running.empty() && waiting.empty() && next_arrival < order.size())  // idle: on to the next arrival
-            step = std::max(step, requests[static_cast<std::size_t>(order[next_arrival])].arrival_step);
+        if (running_.empty() && waiting_.empty() && next_arrival_ < order_.size())  // idle: on to the next arrival
+            step = std::max(step, request(order_[next_arrival_]).arrival_step);
         const Clock::time_point t_start = Clock::now();
-        while (next_arrival < order.size() && requests[static_cast<std::size_t>(order[next_arrival])].arrival_step <= step) {
-            const std::int64_t id = order[next_arrival++];
-            lives[static_cast<std::size_t>(id)].id = id;
-            lives[static_cast<std::size_t>(id)].tokens = requests[static_cast<std::size_t>(id)].prompt;
-            result.requests[static_cast<std::size_t>(id)].arrival_ns = clock_ns;
-            waiting.push_back(id);
-        }
+        arrive(step);
         ServeStep rec;
-        rec.step = step_now = step;
-        rec.start_ns = clock_ns;
-        std::int64_t budget = o.max_batched_tokens;
-        scheduled.clear();
-        // 1. running sequences, oldest first
-        for (std::size_t i = 0; i < running.size() && budget > 0; ++i) {
-            const std::int64_t id = running[i];
-            Live& s = lives[static_cast<std::size_t>(id)];
-            const std::int64_t n = std::min(std::ssize(s.tokens) - s.n_computed, budget);
-            bool got = take_rows(id, n);
-            while (!got && running.back() != id) {  // the newest running sequence gives its rows back
-                preempt(running.back());
-                ++rec.n_preempted;
-                got = take_rows(id, n);
-            }
-            if (!got) {  // it is the newest: it waits itself
-                preempt(id);
-                ++rec.n_preempted;
-                break;
-            }
-            // a decode: one generated token fed back (a recomputation after preemption is a prefill)
-            const bool decode = n == 1 && s.n_computed == std::ssize(s.tokens) - 1 &&
-                                s.n_computed >= std::ssize(requests[static_cast<std::size_t>(id)].prompt);
-            scheduled.push_back({id, n, decode});
-            budget -= n;
+        rec.step = step;
+        rec.start_ns = clock_ns_;
+        budget_ = o_.max_batched_tokens;
+        scheduled_.clear();
+        schedule_running(rec);
+        admit_waiting(rec);
+        if (scheduled_.empty()) {
+            if (running_.empty() && waiting_.empty()) continue;
+            throw std::logic_error(fmt::format("serve: step {} scheduled nothing with {} running and {} waiting", step, running_.size(), waiting_.size()));
         }
-        // 2. waiting requests, first come first served; none in a step that preempted
-        while (rec.n_preempted == 0 && !waiting.empty() && std::ssize(running) < o.max_seqs && budget > 0) {
-            const std::int64_t id = waiting.front();
-            Live& s = lives[static_cast<std::size_t>(id)];
-            const std::int64_t hit = alloc.match_prefix(id, s.tokens);
-            s.n_computed = std::min(hit, std::ssize(s.tokens) - 1);  // the last token runs: its logits are needed
-            const std::int64_t n = std::min(std::ssize(s.tokens) - s.n_computed, budget);
-            if (!take_rows(id, n)) {
-                alloc.release(id);
-                s.n_computed = 0;
-                break;
-            }
-            waiting.pop_front();
-            running.push_back(id);
-            ServeRequestResult& rr = result.requests[static_cast<std::size_t>(id)];
-            rr.prefix_hit_tokens += s.n_computed;  // counted once admitted (a failed attempt gave its blocks back)
-            if (hit > 0) result.prefix_hit_blocks += hit / o.pool.block_size;  // (only a paged pool finds any)
-            if (rr.first_step < 0) rr.first_step = step;
-            scheduled.push_back({id, n, false});
-            budget -= n;
-        }
-        if (scheduled.empty()) {
-            if (running.empty() && waiting.empty()) continue;
-            throw std::logic_error(fmt::format("serve: step {} scheduled nothing with {} running and {} waiting", step, running.size(), waiting.size()));
-        }
-
-        // one forward over every scheduled sequence's tokens
-        batch_tokens.clear();
-        batch.clear();
-        for (const Scheduled& sc : scheduled) {
-            const Live& s = lives[static_cast<std::size_t>(sc.id)];
-            batch_tokens.insert(batch_tokens.end(), s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + sc.n);
-            batch.push_back({sc.n, s.n_computed, alloc.rows(sc.id), s.n_computed + sc.n == std::ssize(s.tokens)});
-            rec.n_tokens += sc.n;
-            rec.n_decode += sc.decode ? 1 : 0;
-        }
-        rec.n_seqs = std::ssize(scheduled);
-        const Clock::time_point t_fwd = Clock::now();
-        const MatrixRM& logits = model.forward_batch(batch_tokens, batch, pool, &rec.cost);
-        const Clock::time_point t_fwd_end = Clock::now();
-        rec.forward_ns = ns_between(t_fwd, t_fwd_end);
-
-        // the K and V written: the pool as the step used it
-        for (const Scheduled& sc : scheduled) {
-            Live& s = lives[static_cast<std::size_t>(sc.id)];
-            s.n_computed += sc.n;
-            alloc.commit(sc.id, s.tokens, kv_seq_rows(cfg, s.n_computed));
-            result.requests[static_cast<std::size_t>(sc.id)].events.push_back(
-                {step, sc.decode ? ServeEventKind::decode : ServeEventKind::prefill, sc.n});
-        }
-        rec.rows_in_use = alloc.rows_in_use();
-        rec.rows_tokens = alloc.rows_holding_tokens();
-        rec.rows_cached = alloc.rows_cached();
-        rec.largest_free = alloc.largest_free_range();
-
-        // the tokens: each sequence that asked for logits gets its next one
-        std::int64_t m = 0, check_ns = 0;
-        for (const Scheduled& sc : scheduled) {
-            Live& s = lives[static_cast<std::size_t>(sc.id)];
-            const ServeRequest& r = requests[static_cast<std::size_t>(sc.id)];
-            ServeRequestResult& rr = result.requests[static_cast<std::size_t>(sc.id)];
-            if (s.n_computed < std::ssize(s.tokens)) continue;  // a prompt chunk with more to come
-            row = logits.row(m++).transpose();
-            const TokenId token = argmax(row);
-            if (o.check) s.logits.push_back(row);
-            s.tokens.push_back(token);
-            rr.generated.push_back(token);
-            ++rec.n_generated;
-            const std::int64_t now_ns = clock_ns + ns_between(t_start, Clock::now()) - check_ns;
-            if (rr.first_token_step < 0) {
-                rr.first_token_step = step;
-                rr.first_token_ns = now_ns;
-            }
-            if (std::ssize(rr.generated) < r.max_tokens) continue;
-            rr.finish_step = step;
-            rr.finish_ns = now_ns;
-            alloc.release(sc.id);
-            running.erase(std::find(running.begin(), running.end(), sc.id));
-            ++n_finished;
-            if (o.check) {
-                const Clock::time_point t_check = Clock::now();
-                check_against_solo(cfg, *solo, r, s, rr);
-                s.logits = {};
-                check_ns += ns_between(t_check, Clock::now());
-            }
-        }
+        const MatrixRM& logits = run_forward(rec);
+        const std::int64_t check_ns = finish(rec, logits, t_start);
         const std::int64_t step_ns = ns_between(t_start, Clock::now()) - check_ns;
         rec.schedule_ns = step_ns - rec.forward_ns;
-        clock_ns += step_ns;
-        rec.n_running = std::ssize(running);
-        rec.n_waiting = std::ssize(waiting);
-        result.steps.push_back(rec);
+        clock_ns_ += step_ns;
+        rec.n_running = std::ssize(running_);
+        rec.n_waiting = std::ssize(waiting_);
+        result_.steps.push_back(rec);
     }
-    result.core_use = core_clock.elapsed();
-    result.counters = alloc.counters();
-    result.rows_left_in_use = alloc.rows_in_use();
-    return result;
+    result_.core_use = core_clock.elapsed();
+    result_.counters = alloc_.counters();
+    result_.rows_left_in_use = alloc_.rows_in_use();
+    return std::move(result_);
+}
+
+// Requests whose arrival step has come join the back of the queue.
+void Scheduler::arrive(std::int64_t step) {
+    while (next_arrival_ < order_.size() && request(order_[next_arrival_]).arrival_step <= step) {
+        const std::int64_t id = order_[next_arrival_++];
+        live(id).id = id;
+        live(id).tokens = request(id).prompt;
+        result_of(id).arrival_ns = clock_ns_;
+        waiting_.push_back(id);
+    }
+}
+
+// 1. Running sequences, oldest first: the next token (decode) or prompt chunk of each, while the step has
+// tokens left. One that cannot get rows preempts the newest running sequence, or waits itself if newest.
+void Scheduler::schedule_running(ServeStep& rec) {
+    for (std::size_t i = 0; i < running_.size() && budget_ > 0; ++i) {
+        const std::int64_t id = running_[i];
+        const Live& s = live(id);
+        const std::int64_t n = std::min(std::ssize(s.tokens) - s.n_computed, budget_);
+        bool got = take_rows(id, n);
+        while (!got && running_.back() != id) {  // the newest running sequence gives its rows back
+            preempt(running_.back(), rec);
+            got = take_rows(id, n);
+        }
+        if (!got) {  // it is the newest: it waits itself
+            preempt(id, rec);
+            break;
+        }
+        // a decode: one generated token fed back (a recomputation after preemption is a prefill)
+        const bool decode = n == 1 && s.n_computed == std::ssize(s.tokens) - 1 && s.n_computed >= std::ssize(request(id).prompt);
+        scheduled_.push_back({id, n, decode});
+        budget_ -= n;
+    }
+}
+
+// 2. Waiting requests, first come first served, while the step has tokens and sequence slots and the pool
+// has rows; none in a step that preempted. A prefix-cache hit starts it past the cached tokens.
+void Scheduler::admit_waiting(ServeStep& rec) {
+    while (rec.n_preempted == 0 && !waiting_.empty() && std::ssize(running_) < o_.max_seqs && budget_ > 0) {
+        const std::int64_t id = waiting_.front();
+        Live& s = live(id);
+        const std::int64_t hit = alloc_.match_prefix(id, s.tokens);
+        s.n_computed = std::min(hit, std::ssize(s.tokens) - 1);  // the last token runs: its logits are needed
+        const std::int64_t n = std::min(std::ssize(s.tokens) - s.n_computed, budget_);
+        if (!take_rows(id, n)) {
+            alloc_.release(id);
+            s.n_computed = 0;
+            break;
+        }
+        waiting_.pop_front();
+        running_.push_back(id);
+        ServeRequestResult& rr = result_of(id);
+        rr.prefix_hit_tokens += s.n_computed;  // counted once admitted (a failed attempt gave its blocks back)
+        if (hit > 0) result_.prefix_hit_blocks += hit / o_.pool.block_size;  // (only a paged pool finds any)
+        if (rr.first_step < 0) rr.first_step = rec.step;
+        scheduled_.push_back({id, n, false});
+        budget_ -= n;
+    }
+}
+
+// 3. One forward over every scheduled sequence's tokens; then the pool as the step left it (before
+// finished requests give their rows back).
+const MatrixRM& Scheduler::run_forward(ServeStep& rec) {
+    batch_tokens_.clear();
+    batch_.clear();
+    for (const Scheduled& sc : scheduled_) {
+        const Live& s = live(sc.id);
+        batch_tokens_.insert(batch_tokens_.end(), s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + sc.n);
+        batch_.push_back({sc.n, s.n_computed, alloc_.rows(sc.id), s.n_computed + sc.n == std::ssize(s.tokens)});
+        rec.n_tokens += sc.n;
+        rec.n_decode += sc.decode ? 1 : 0;
+    }
+    rec.n_seqs = std::ssize(scheduled_);
+    const Clock::time_point t_fwd = Clock::now();
+    const MatrixRM& logits = model_.forward_batch(batch_tokens_, batch_, pool_, &rec.cost);
+    rec.forward_ns = ns_between(t_fwd, Clock::now());
+    for (const Scheduled& sc : scheduled_) {
+        Live& s = live(sc.id);
+        s.n_computed += sc.n;
+        alloc_.commit(sc.id, s.tokens, kv_seq_rows(cfg_, s.n_computed));
+        result_of(sc.id).events.push_back({rec.step, sc.decode ? ServeEventKind::decode : ServeEventKind::prefill, sc.n});
+    }
+    rec.rows_in_use = alloc_.rows_in_use();
+    rec.rows_tokens = alloc_.rows_holding_tokens();
+    rec.rows_cached = alloc_.rows_cached();
+    rec.largest_free = alloc_.largest_free_range();
+    return logits;
+}
+
+// 4. Each sequence that asked for logits gets its next token (greedy); a request with all its tokens
+// finishes and gives its rows back (--check: compared with its solo run). Returns the checks' time.
+std::int64_t Scheduler::finish(ServeStep& rec, const MatrixRM& logits, Clock::time_point t_start) {
+    std::int64_t m = 0, check_ns = 0;
+    for (const Scheduled& sc : scheduled_) {
+        Live& s = live(sc.id);
+        ServeRequestResult& rr = result_of(sc.id);
+        if (s.n_computed < std::ssize(s.tokens)) continue;  // a prompt chunk with more to come
+        row_ = logits.row(m++).transpose();
+        const TokenId token = argmax(row_);
+        if (o_.check) s.logits.push_back(row_);
+        s.tokens.push_back(token);
+        rr.generated.push_back(token);
+        ++rec.n_generated;
+        const std::int64_t now_ns = clock_ns_ + ns_between(t_start, Clock::now()) - check_ns;
+        if (rr.first_token_step < 0) {
+            rr.first_token_step = rec.step;
+            rr.first_token_ns = now_ns;
+        }
+        if (std::ssize(rr.generated) < request(sc.id).max_tokens) continue;
+        rr.finish_step = rec.step;
+        rr.finish_ns = now_ns;
+        alloc_.release(sc.id);
+        running_.erase(std::find(running_.begin(), running_.end(), sc.id));
+        ++n_finished_;
+        if (o_.check) {
+            const Clock::time_point t_check = Clock::now();
+            check_against_solo(cfg_, *solo_, request(sc.id), s, rr);
+            s.logits = {};
+            check_ns += ns_between(t_check, Clock::now());
+        }
+    }
+    return check_ns;
+}
+
+// Rows seq `id` needs to hold n more tokens, taken from the pool (and made private where shared).
+bool Scheduler::take_rows(std::int64_t id, std::int64_t n) {
+    const Live& s = live(id);
+    const std::int64_t need = paged_ ? kv_seq_rows(cfg_, s.n_computed + n) : reservation_rows(cfg_, request(id), o_);
+    if (!alloc_.reserve(id, need)) return false;
+    const auto copies = alloc_.make_writable(id, s.n_computed, n);
+    if (!copies) return false;
+    for (const RowCopy& c : *copies) pool_.copy(c);
+    return true;
+}
+
+// Its rows back to the pool, its K and V to be recomputed: to the front of the queue.
+void Scheduler::preempt(std::int64_t id, ServeStep& rec) {
+    Live& s = live(id);
+    ServeRequestResult& rr = result_of(id);
+    ++rr.preemptions;
+    ++result_.preemptions;
+    ++rec.n_preempted;
+    rr.recomputed_tokens += s.n_computed;
+    rr.events.push_back({rec.step, ServeEventKind::preempted, s.n_computed});
+    alloc_.release(id);
+    s.n_computed = 0;
+    running_.erase(std::find(running_.begin(), running_.end(), id));
+    waiting_.push_front(id);
+}
+
+}  // namespace
+
+ServeResult run_serving(const ModelConfig& cfg, const Weights& weights, std::span<const ServeRequest> requests, const ServeOptions& o) {
+    check_serve_workload(cfg, requests, o);
+    return Scheduler(cfg, weights, requests, o).run();
 }
 
 }  // namespace kvlab
