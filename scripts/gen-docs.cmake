@@ -14,7 +14,9 @@
 #
 # CHECK compares counted figures, not measurements: on both sides, numbers are masked on the rows of
 # measured speed (wall time, tokens/s, achieved GFLOP/s and GB/s; serve's time in steps, throughput, TTFT
-# and TPOT in ms, bookkeeping share), in table columns whose header says tok/s, and of the cached-vs-uncached (serve: solo) logit difference, the trailing `wall µs` / `% of step` columns of per-step tables are masked, and runs of
+# and TPOT in ms, bookkeeping share), in table columns whose header says tok/s, tokens/s, (ms), ms/token,
+# min, max or time vs fast (simulate --kernel reference), and of the cached-vs-uncached (serve: solo) and
+# fast-vs-reference logit differences, the trailing `wall µs` / `% of step` columns of per-step tables are masked, and runs of
 # spaces or of a table rule's dashes count as one (a wider timing widens its column). Quality figures
 # (columns headed max |dlogit|, mean/max KL, NLL, perplexity, vs fp32 full) are compared within a
 # tolerance (tolerant_equal): they move in their last digits with the compiler's instruction choice, and
@@ -188,7 +190,7 @@ function(masked var text)
           endwhile()
           math(EXPR width "${i} - ${begin}")
           string(SUBSTRING "${previous}" ${begin} ${width} title)
-          if(title MATCHES "tok/s")
+          if(title MATCHES "tok/s|tokens/s|\\(ms\\)|ms/token|time vs fast|^ *(min|max) *$")
             list(APPEND spans "${begin}:${width}:mask")
           elseif(title MATCHES "max \\|dlogit\\||mean KL|max KL|vs fp32 full|NLL|perplexity")
             list(APPEND spans "${begin}:${width}:approx")
@@ -234,7 +236,7 @@ function(masked var text)
     if(m MATCHES "^[ -]+$")
       string(REGEX REPLACE "-+" "-" m "${m}")  # a wider timing widens its column's rule
     elseif(m MATCHES "^[| ]*(wall time|tokens/s|achieved |time in steps|throughput|TTFT \\(ms\\)|TPOT \\(ms\\)|scheduler bookkeeping|--check: max)"
-           OR m MATCHES "max .?.cached - uncached.?. =")
+           OR m MATCHES "max .?.cached - uncached.?. =" OR m MATCHES "max .?.fast - reference.?. =")
       # measured: timings, and the rounding difference between the two modes' logits (it moves with
       # the compiler and the CPU's vector width)
       string(REGEX REPLACE "[0-9]+(\\.[0-9]+)?" "#" m "${m}")
