@@ -28,111 +28,150 @@ struct Layout {
     bool hybrid() const { return full_layers > 0 && sliding_layers > 0; }
 };
 
-}  // namespace
+// What vLLM sizes one case by: its settings, the page, the layers by kind and the blocks one request needs.
+struct VllmPlan {
+    std::uint64_t elem = 0, bs = 0, batched = 0, page = 0, len = 0;
+    Layout lay;
+    std::uint64_t window = 0, full_pages = 0, sliding_pages = 0, needed = 0;
+    std::uint64_t blocks_per_request = 0, layers_per_block = 0, groups = 1;
+};
 
-EngineAnswer vllm_answer(const EngineCase& c, const EngineSettings& s) {
+// The cache dtype's bytes, the block size, the step's batched tokens, the page and max_model_len.
+void read_vllm_settings(const EngineCase& c, const EngineSettings& s, VllmPlan& p) {
     const ModelConfig& cfg = *c.model;
     // "auto" is the model's fp16/bf16; fp8, fp8_e4m3 and fp8_e5m2 are stored as uint8
-    const std::uint64_t elem = engine_value_bytes(c.dtype, {DType::fp16, DType::bf16, DType::fp8_e4m3, DType::fp8_e5m2},
-                                                  "vLLM's --kv-cache-dtype takes auto (fp16/bf16), fp8, fp8_e4m3, fp8_e5m2");
-    const std::uint64_t bs = s.block_size ? s.block_size : 16;
+    p.elem = engine_value_bytes(c.dtype, {DType::fp16, DType::bf16, DType::fp8_e4m3, DType::fp8_e5m2},
+                                "vLLM's --kv-cache-dtype takes auto (fp16/bf16), fp8, fp8_e4m3, fp8_e5m2");
+    p.bs = s.block_size ? s.block_size : 16;
     // vllm/engine/arg_utils.py (_set_default_args): the API server's default is 8192 on GPUs of 70 GiB or
     // more whose name does not contain "a100" (PR #17885), 2048 on the rest
     const bool small_default = c.gpu_memory != 0 && (c.gpu_memory < (std::uint64_t{70} << 30) || c.gpu_is_a100);
-    const std::uint64_t batched = s.max_num_batched_tokens.value_or(small_default ? 2048 : 8192);
-    const std::uint64_t page = checked_mul(checked_mul((cfg.mla ? 1 : 2) * bs, kv_row_values_per_rank(cfg, c.tp, false), "vLLM page"), elem, "vLLM page");
-    const std::uint64_t len = c.context;  // max_model_len
+    p.batched = s.max_num_batched_tokens.value_or(small_default ? 2048 : 8192);
+    p.page = checked_mul(checked_mul((cfg.mla ? 1 : 2) * p.bs, kv_row_values_per_rank(cfg, c.tp, false), "vLLM page"), p.elem, "vLLM page");
+    p.len = c.context;  // max_model_len
+}
 
-    Layout lay;
+// Counts full and sliding layers, the pages a request needs of each, and groups a hybrid model's layers.
+void group_vllm_layers(const ModelConfig& cfg, VllmPlan& p) {
+    Layout& lay = p.lay;
     for (std::int64_t l = 0; l < cfg.n_layer; ++l) (cfg.layer_window(l) > 0 ? lay.sliding_layers : lay.full_layers) += 1;
-    const std::uint64_t window = cfg.sliding_window ? static_cast<std::uint64_t>(*cfg.sliding_window) : 0;
-    const std::uint64_t full_pages = cdiv(len, bs);
-    const std::uint64_t sliding_pages = window ? cdiv(std::min(window - 1 + batched, len), bs) + 1 : 0;
+    p.window = cfg.sliding_window ? static_cast<std::uint64_t>(*cfg.sliding_window) : 0;
+    p.full_pages = cdiv(p.len, p.bs);
+    p.sliding_pages = p.window ? cdiv(std::min(p.window - 1 + p.batched, p.len), p.bs) + 1 : 0;
     // blocks one request needs, counted per layer (what check_enough_kv_cache_memory sums) and per group
-    const std::uint64_t needed = checked_mul(page, lay.full_layers * full_pages + lay.sliding_layers * sliding_pages, "vLLM KV needed");
-    std::uint64_t blocks_per_request = 0, layers_per_block = 0, groups = 1;
+    p.needed = checked_mul(p.page, lay.full_layers * p.full_pages + lay.sliding_layers * p.sliding_pages, "vLLM KV needed");
     if (lay.hybrid()) {
         lay.group_size = std::min(lay.full_layers, lay.sliding_layers);
         lay.full_groups = cdiv(lay.full_layers, lay.group_size);
         lay.sliding_groups = cdiv(lay.sliding_layers, lay.group_size);
-        groups = lay.full_groups + lay.sliding_groups;
-        blocks_per_request = lay.full_groups * full_pages + lay.sliding_groups * sliding_pages;
-        layers_per_block = lay.group_size;
+        p.groups = lay.full_groups + lay.sliding_groups;
+        p.blocks_per_request = lay.full_groups * p.full_pages + lay.sliding_groups * p.sliding_pages;
+        p.layers_per_block = lay.group_size;
     } else {
-        blocks_per_request = lay.sliding_layers ? sliding_pages : full_pages;
-        layers_per_block = static_cast<std::uint64_t>(cfg.n_layer);
+        p.blocks_per_request = lay.sliding_layers ? p.sliding_pages : p.full_pages;
+        p.layers_per_block = static_cast<std::uint64_t>(cfg.n_layer);
     }
+}
 
-    EngineAnswer a;
-    a.settings = fmt::format("--max-model-len {} --block-size {} --kv-cache-dtype {}{}{}", len, bs, elem == 1 ? "fp8" : "auto",
-                             c.tp > 1 ? fmt::format(" -tp {}", c.tp) : "", window ? fmt::format(" --max-num-batched-tokens {}", batched) : "");
+// The flags, the MLA block-size note and the hybrid grouping note; returns the padding line to log, if any.
+std::string add_vllm_settings(const ModelConfig& cfg, const EngineCase& c, const VllmPlan& p, EngineAnswer& a) {
+    const Layout& lay = p.lay;
+    a.settings = fmt::format("--max-model-len {} --block-size {} --kv-cache-dtype {}{}{}", p.len, p.bs, p.elem == 1 ? "fp8" : "auto",
+                             c.tp > 1 ? fmt::format(" -tp {}", c.tp) : "", p.window ? fmt::format(" --max-num-batched-tokens {}", p.batched) : "");
     // vllm/platforms/cuda.py (check_and_update_config) raises an MLA model's block size on its own: to 64 when
     // the FlashMLA backend runs it (Hopper), to 128 for CUTLASS MLA (Blackwell)
-    if (cfg.mla && bs % 64 != 0)
+    if (cfg.mla && p.bs % 64 != 0)
         a.notes.push_back(fmt::format("{}: MLA with --block-size {}; vLLM on CUDA forces 64 with FlashMLA (Hopper) and 128 with "
                                       "CUTLASS MLA (Blackwell), logging \"Forcing kv cache block size to 64 for FlashMLA backend.\": give "
                                       "--block-size 64 for a Hopper GPU, 128 for a Blackwell one",
-                                      cfg.name, bs));
+                                      cfg.name, p.bs));
     std::string padding_line;  // logged when the engine core groups the layers, after the worker's budget line
     if (lay.hybrid()) {
-        const std::uint64_t padding = groups * lay.group_size - lay.full_layers - lay.sliding_layers;
+        const std::uint64_t padding = p.groups * lay.group_size - lay.full_layers - lay.sliding_layers;
         if (padding > 0) {
             const std::uint64_t padded_kind = lay.full_layers % lay.group_size ? lay.full_layers : lay.sliding_layers;
             padding_line = fmt::format("Add {} padding layers, may waste at most {:.2f}% KV cache memory", padding,
                                        static_cast<double>(padding) / static_cast<double>(padded_kind) * 100.0);
         }
         a.notes.push_back(fmt::format("{}: {} full-attention and {} sliding-window layers share blocks in {} groups of {} (hybrid KV cache manager)",
-                                      cfg.name, lay.full_layers, lay.sliding_layers, groups, lay.group_size));
+                                      cfg.name, lay.full_layers, lay.sliding_layers, p.groups, lay.group_size));
     }
+    return padding_line;
+}
+
+// The largest max_model_len whose request fits the budget, by the same sum (a binary search in vLLM).
+std::uint64_t vllm_max_model_len(const VllmPlan& p, std::uint64_t budget) {
+    auto need_at = [&](std::uint64_t l) {
+        const auto sp = p.window ? cdiv(std::min(p.window - 1 + p.batched, l), p.bs) + 1 : 0;
+        return p.page * (p.lay.full_layers * cdiv(l, p.bs) + p.lay.sliding_layers * sp);
+    };
+    std::uint64_t lo = 0, hi = p.len;
+    while (lo < hi) {
+        const std::uint64_t mid = lo + (hi - lo + 1) / 2;
+        if (need_at(mid) <= budget) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// vLLM's "not enough memory" error and the note that it refuses to start.
+void refuse_vllm_start(const ModelConfig& cfg, const VllmPlan& p, std::uint64_t budget, EngineAnswer& a) {
+    const std::uint64_t lo = vllm_max_model_len(p, budget);
+    a.log_lines.push_back(fmt::format(
+        "ValueError: To serve at least one request with the models's max seq len ({}), ({:.2f} GiB KV cache is needed, which is larger than "
+        "the available KV cache memory ({:.2f} GiB).{} Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+        "initializing the engine.",
+        p.len, gib(p.needed), gib(budget), lo > 0 ? fmt::format(" Based on the available memory, the estimated maximum model length is {}.", lo) : ""));
+    a.notes.push_back(fmt::format("{}: vLLM refuses to start: one request of {} tokens needs {} B of KV, more than the {} B available", cfg.name,
+                                  p.len, p.needed, budget));
+}
+
+// The pool's tokens, concurrency and bytes from its blocks, with vLLM's two log lines.
+void fill_vllm_pool(const VllmPlan& p, std::uint64_t blocks, EngineAnswer& a) {
+    const std::uint64_t tokens = checked_mul(blocks / p.groups, p.bs, "vLLM tokens");
+    const double concurrency = static_cast<double>(blocks) / static_cast<double>(p.blocks_per_request);
+    a.log_lines.push_back(fmt::format("GPU KV cache size: {} tokens", with_thousands(tokens)));
+    a.log_lines.push_back(fmt::format("Maximum concurrency for {} tokens per request: {:.2f}x", with_thousands(p.len), concurrency));
+    a.bytes_allocated = checked_mul(checked_mul(blocks, p.page, "vLLM pool"), p.layers_per_block, "vLLM pool");
+    a.token_capacity = tokens;
+    a.concurrency = concurrency;
+}
+
+}  // namespace
+
+EngineAnswer vllm_answer(const EngineCase& c, const EngineSettings& s) {
+    const ModelConfig& cfg = *c.model;
+    VllmPlan p;
+    read_vllm_settings(c, s, p);
+    group_vllm_layers(cfg, p);
+    EngineAnswer a;
+    const std::string padding_line = add_vllm_settings(cfg, c, p, a);
 
     // the order vLLM logs them in: the worker's budget (gpu_worker.py), then the engine core's grouping
     // (the padding line), the override and the check that one request fits (kv_cache_utils.py)
     // (check_enough_kv_cache_memory runs before the grouping: a refused start prints no padding line)
     if (c.kv_budget) a.log_lines.push_back(fmt::format("Available KV cache memory: {:.2f} GiB", gib(*c.kv_budget)));
-    const bool refused = !s.kv_tokens && c.kv_budget && needed > *c.kv_budget;
+    const bool refused = !s.kv_tokens && c.kv_budget && p.needed > *c.kv_budget;
     if (!padding_line.empty() && !refused) a.log_lines.push_back(padding_line);
     std::optional<std::uint64_t> blocks;
     if (s.kv_tokens) {
-        blocks = *s.kv_tokens / bs;  // --num-gpu-blocks-override: the pool's blocks, whatever the memory says
+        blocks = *s.kv_tokens / p.bs;  // --num-gpu-blocks-override: the pool's blocks, whatever the memory says
         if (c.kv_budget)
-            a.log_lines.push_back(fmt::format("Overriding num_gpu_blocks={} with num_gpu_blocks_override={}", *c.kv_budget / page / layers_per_block, *blocks));
+            a.log_lines.push_back(fmt::format("Overriding num_gpu_blocks={} with num_gpu_blocks_override={}", *c.kv_budget / p.page / p.layers_per_block, *blocks));
     } else if (c.kv_budget) {
-        if (needed > *c.kv_budget) {
-            // the largest max_model_len whose request fits, by the same sum (a binary search in vLLM)
-            auto need_at = [&](std::uint64_t l) {
-                const auto sp = window ? cdiv(std::min(window - 1 + batched, l), bs) + 1 : 0;
-                return page * (lay.full_layers * cdiv(l, bs) + lay.sliding_layers * sp);
-            };
-            std::uint64_t lo = 0, hi = len;
-            while (lo < hi) {
-                const std::uint64_t mid = lo + (hi - lo + 1) / 2;
-                if (need_at(mid) <= *c.kv_budget) lo = mid;
-                else hi = mid - 1;
-            }
-            a.log_lines.push_back(fmt::format(
-                "ValueError: To serve at least one request with the models's max seq len ({}), ({:.2f} GiB KV cache is needed, which is larger than "
-                "the available KV cache memory ({:.2f} GiB).{} Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
-                "initializing the engine.",
-                len, gib(needed), gib(*c.kv_budget), lo > 0 ? fmt::format(" Based on the available memory, the estimated maximum model length is {}.", lo) : ""));
-            a.notes.push_back(fmt::format("{}: vLLM refuses to start: one request of {} tokens needs {} B of KV, more than the {} B available", cfg.name,
-                                          len, needed, *c.kv_budget));
+        if (p.needed > *c.kv_budget) {
+            refuse_vllm_start(cfg, p, *c.kv_budget, a);
             return a;
         }
-        blocks = *c.kv_budget / page / layers_per_block;
+        blocks = *c.kv_budget / p.page / p.layers_per_block;
     }
     if (!blocks) {
         a.notes.push_back(fmt::format("{}: one request of {} tokens needs {} blocks ({} B); give --kv-budget (vLLM's \"Available KV cache memory\") "
                                       "or --gpu for the pool",
-                                      cfg.name, len, blocks_per_request, needed));
+                                      cfg.name, p.len, p.blocks_per_request, p.needed));
         return a;
     }
-    const std::uint64_t tokens = checked_mul(*blocks / groups, bs, "vLLM tokens");
-    const double concurrency = static_cast<double>(*blocks) / static_cast<double>(blocks_per_request);
-    a.log_lines.push_back(fmt::format("GPU KV cache size: {} tokens", with_thousands(tokens)));
-    a.log_lines.push_back(fmt::format("Maximum concurrency for {} tokens per request: {:.2f}x", with_thousands(len), concurrency));
-    a.bytes_allocated = checked_mul(checked_mul(*blocks, page, "vLLM pool"), layers_per_block, "vLLM pool");
-    a.token_capacity = tokens;
-    a.concurrency = concurrency;
+    fill_vllm_pool(p, *blocks, a);
     return a;
 }
 

@@ -1,5 +1,5 @@
-// kvcalc's tables from a request (~360 lines, over the house's ~350: run_kvcalc is one loop over models,
-// variants, dtypes, contexts and batches that fills every table, and reads best whole).
+// kvcalc's tables from a request (~580 lines, over the house's ~350: run_kvcalc's steps each fill one table
+// for the model, variant and dtype they share, and read best together).
 #include "calc/kvcalc.hpp"
 
 #include <algorithm>
@@ -159,12 +159,27 @@ std::uint64_t min_tp_to_fit(const ModelConfig& cfg, std::uint64_t total, std::ui
     return 0;
 }
 
-}  // namespace
+// Every table kvcalc fills, in the order it prints them.
+struct KvcalcTables {
+    Table per_token, per_seq, gpu_fit, gpu_batch, gpu_context, roofline, budget;
+    bool no_window_column = false;  // per_seq also shows the batch's KV without windows
+};
 
-Report run_kvcalc(const KvcalcRequest& r) {
-    Report report;
-    const auto U = r.units;
-    auto& in = report.inputs;
+// One model, attention variant and KV dtype being sized, and what every row of it names.
+struct KvCase {
+    const ModelConfig& base;     // the model as configured
+    const ModelConfig& cfg;      // with the variant's KV heads
+    const ModelConfig& gpu_cfg;  // one GPU's share of it under TP
+    bool native;                 // the model's own attention layout
+    DType dtype;
+    std::string dn, att;
+    KvBytes layer;               // bytes per token per layer
+    std::uint64_t token;         // bytes per token
+    const std::vector<std::uint64_t>& contexts;
+};
+
+// Records the request's inputs (the models are added as they are sized).
+void record_inputs(nlohmann::json& in, const KvcalcRequest& r) {
     in["dtypes"] = nlohmann::json::array();
     for (auto d : r.dtypes) in["dtypes"].push_back(std::string(dtype_name(d)));
     in["attention"] = nlohmann::json::array();
@@ -174,272 +189,393 @@ Report run_kvcalc(const KvcalcRequest& r) {
     in["window_mode"] = choice_name(window_mode_choices, r.window_mode);
     in["block_size"] = r.block_size;
     in["tp"] = r.tp;
-    in["units"] = choice_name(unit_system_choices, U);
+    in["units"] = choice_name(unit_system_choices, r.units);
     in["models"] = nlohmann::json::array();
+}
 
-    Table per_token{"KV cache per token", {
+// The per-token and per-sequence tables, the latter with columns for windows, paging and TP as asked.
+void make_kv_tables(const KvcalcRequest& r, KvcalcTables& t) {
+    t.per_token = Table{"KV cache per token", {
         {"model", "model", false}, {"attention", "attention", false}, {"n_layer", "layers"}, {"n_head", "heads"},
         {"n_head_kv", "kv heads"}, {"d_head", "head dim"}, {"dtype", "dtype", false},
         {"bytes_k_per_token_layer", "K/token/layer"}, {"bytes_v_per_token_layer", "V/token/layer"},
         {"bytes_per_token", "KV/token"}, {"reduction_vs_mha", "vs MHA"}}, {}, {}};
-    Table per_seq{"KV cache per sequence and batch", {
+    t.per_seq = Table{"KV cache per sequence and batch", {
         {"model", "model", false}, {"attention", "attention", false}, {"dtype", "dtype", false}, {"context", "context"},
         {"batch", "batch"}, {"tokens_held", "tokens held"}, {"bytes_per_sequence", "KV/sequence"}, {"bytes_per_batch", "KV/batch"}}, {}, {}};
     const bool any_window = std::any_of(r.models.begin(), r.models.end(), [](const ModelConfig& m) { return m.sliding_window.has_value(); });
-    if (any_window && r.window_mode == WindowMode::cap) per_seq.columns.push_back({"bytes_per_batch_no_window", "no window"});
+    t.no_window_column = any_window && r.window_mode == WindowMode::cap;
+    if (t.no_window_column) t.per_seq.columns.push_back({"bytes_per_batch_no_window", "no window"});
     if (r.block_size) {
-        per_seq.columns.push_back({"blocks_per_sequence", "blocks/seq"});
-        per_seq.columns.push_back({"bytes_paging_waste_per_batch", "paging waste"});
+        t.per_seq.columns.push_back({"blocks_per_sequence", "blocks/seq"});
+        t.per_seq.columns.push_back({"bytes_paging_waste_per_batch", "paging waste"});
     }
     if (r.tp > 1) {
-        per_seq.columns.push_back({"n_head_kv_per_gpu", "kv heads/GPU"});
-        per_seq.columns.push_back({"bytes_per_batch_per_gpu", "KV/batch/GPU"});
+        t.per_seq.columns.push_back({"n_head_kv_per_gpu", "kv heads/GPU"});
+        t.per_seq.columns.push_back({"bytes_per_batch_per_gpu", "KV/batch/GPU"});
     }
-    Table gpu_fit{"", {}, {}, {}}, gpu_batch{"", {}, {}, {}}, gpu_context{"", {}, {}, {}};
-    Table roofline{"", {}, {}, {}};
-    Table budget{"", {}, {}, {}};
-    if (r.gpu) {
-        const std::string on = fmt::format("{} ({} of {}{}, TP {})", r.gpu->display_name, fmt::format("{:.0f}%", r.mem_util * 100),
-                                           format_bytes(usable_gpu_bytes(*r.gpu), U), r.gpu->driver_bytes ? " driver-reported" : "", r.tp);
-        gpu_fit = Table{"Does it fit on " + on + "?",
-                        {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"parameters", "params"},
-                         {"bytes_weights_per_gpu", "weights/GPU"}, {"fits", "weights fit", false}, {"bytes_kv_budget_per_gpu", "KV budget/GPU"},
-                         {"max_tokens", "max KV tokens"}}, {}, {}};
-        gpu_batch = Table{"Largest batch at each context on " + on,
-                          {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"context", "context"},
-                           {"max_batch", "max batch"}}, {}, {}};
-        gpu_context = Table{"Longest context at each batch on " + on,
-                            {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"batch", "batch"},
-                             {"max_context", "max context"}}, {}, {}};
-        roofline = Table{fmt::format("Decode roofline on {} ({} per GPU)", r.gpu->display_name, format_rate(r.gpu->bandwidth_bytes_per_s)),
-                         {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"context", "context"},
-                          {"batch", "batch"}, {"bytes_weights_read", "weights read"}, {"bytes_kv_read", "KV read"},
-                          {"min_ms_per_step", "min ms/step"}, {"max_tokens_per_s", "max tok/s"}, {"kv_fits", "KV fits", false}}, {}, {}};
-    }
-    if (r.kv_budget) {
-        const auto bs = r.block_size ? r.block_size : 16;
-        budget = Table{fmt::format("KV budget {} ({} B) per GPU, block size {}", format_bytes(*r.kv_budget, U), *r.kv_budget, bs),
-                       {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "dtype", false}, {"bytes_per_token_per_gpu", "KV/token/GPU"},
-                        {"gpu_blocks", "# GPU blocks"}, {"tokens", "tokens"}, {"context", "tokens/request"}, {"max_concurrency", "max concurrency"}}, {}, {}};
-    }
+}
 
-    for (const auto& base : r.models) {
-        nlohmann::json mj = {{"name", base.name}, {"display_name", base.display_name}, {"source", base.source},
-                             {"n_layer", base.n_layer}, {"hidden_size", base.d_model}, {"n_head", base.n_head}, {"n_head_kv", base.n_head_kv},
-                             {"d_head", base.d_head}, {"max_position_embeddings", base.n_ctx_max}, {"attention", base.attention_kind()},
-                             {"head_dim_rule", base.head_dim_rule}, {"kv_heads_rule", base.kv_heads_rule}, {"window_rule", base.window_rule},
-                             {"ffn_rule", base.ffn_rule}, {"ctx_rule", base.ctx_rule}, {"defaults_applied", base.defaults},
-                             {"numeric_defaults_applied", base.numeric_defaults}};
-        if (base.stored_weight_bytes) mj["stored_weight_bytes"] = *base.stored_weight_bytes;
-        if (base.sliding_window) mj["sliding_window"] = *base.sliding_window;
-        const auto contexts = contexts_for(base, r);
-        mj["contexts"] = contexts;
-        in["models"].push_back(mj);
-        // the context's source is named when it is not plainly max_position_embeddings
-        const bool plain_ctx = base.ctx_rule.empty() || base.ctx_rule == fmt::format("max context {} from max_position_embeddings", base.n_ctx_max);
-        report.notes.push_back(fmt::format("{}: {}; {}; {}{}{}", base.name, base.head_dim_rule, base.kv_heads_rule, base.window_rule,
-                                           plain_ctx ? "" : "; " + base.ctx_rule,
-                                           base.defaults.empty() ? "" : fmt::format("; defaults applied: {}", fmt::join(base.defaults, "; "))));
-        if (r.explain && !base.numeric_defaults.empty())
-            report.notes.push_back(fmt::format("{}: defaults that change no size: {}", base.name, fmt::join(base.numeric_defaults, "; ")));
-        if (r.gpu && base.stored_weight_bytes) report.notes.push_back(fmt::format("{}: {}", base.name, base.stored_weights_rule));
-        if (r.gpu && !base.vision_rule.empty()) report.notes.push_back(fmt::format("{}: {}", base.name, base.vision_rule));
-        if (r.gpu && !base.stored_weight_bytes && !base.quant_method.empty())
-            report.notes.push_back(fmt::format("{}: its quantization_config says quant_method {}, so the checkpoint stores most weights narrower "
-                                               "than the {} the fit prices every parameter at: give --weights-dtype (e.g. fp8), or --config the "
-                                               "checkpoint's folder so its safetensors headers give the bytes",
-                                               base.name, quote(base.quant_method, 40), dtype_name(r.weights_dtype)));
-        for (auto t : contexts)
-            if (base.n_ctx_max > 0 && t > u(base.n_ctx_max))
-                report.notes.push_back(fmt::format("warning: context {} exceeds {}'s {}", t, base.name,
-                                                   plain_ctx ? fmt::format("max_position_embeddings {}", base.n_ctx_max) : base.ctx_rule));
+// The GPU tables: does it fit, largest batch, longest context and the decode roofline.
+void make_gpu_tables(const KvcalcRequest& r, KvcalcTables& t) {
+    const auto U = r.units;
+    const std::string on = fmt::format("{} ({} of {}{}, TP {})", r.gpu->display_name, fmt::format("{:.0f}%", r.mem_util * 100),
+                                       format_bytes(usable_gpu_bytes(*r.gpu), U), r.gpu->driver_bytes ? " driver-reported" : "", r.tp);
+    t.gpu_fit = Table{"Does it fit on " + on + "?",
+                      {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"parameters", "params"},
+                       {"bytes_weights_per_gpu", "weights/GPU"}, {"fits", "weights fit", false}, {"bytes_kv_budget_per_gpu", "KV budget/GPU"},
+                       {"max_tokens", "max KV tokens"}}, {}, {}};
+    t.gpu_batch = Table{"Largest batch at each context on " + on,
+                        {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"context", "context"},
+                         {"max_batch", "max batch"}}, {}, {}};
+    t.gpu_context = Table{"Longest context at each batch on " + on,
+                          {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"batch", "batch"},
+                           {"max_context", "max context"}}, {}, {}};
+    t.roofline = Table{fmt::format("Decode roofline on {} ({} per GPU)", r.gpu->display_name, format_rate(r.gpu->bandwidth_bytes_per_s)),
+                       {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"context", "context"},
+                        {"batch", "batch"}, {"bytes_weights_read", "weights read"}, {"bytes_kv_read", "KV read"},
+                        {"min_ms_per_step", "min ms/step"}, {"max_tokens_per_s", "max tok/s"}, {"kv_fits", "KV fits", false}}, {}, {}};
+}
 
-        for (const auto& variant : r.variants) {
-            const ModelConfig cfg = apply_variant(base, variant);
-            const std::string att = variant.label == "native" ? cfg.attention_kind() + " (native)" : cfg.attention_kind();
-            const auto gpu_cfg = per_gpu_config(cfg, r.tp);
-            if (r.tp > u(cfg.n_head_kv) && !cfg.mla)
-                report.notes.push_back(fmt::format("{} {}: TP {} exceeds {} KV heads, so each GPU holds 1 KV head and every head is replicated on {} GPUs",
-                                                   cfg.name, att, r.tp, cfg.n_head_kv, r.tp / u(cfg.n_head_kv)));
-            if (r.tp > 1 && cfg.mla)
-                report.notes.push_back(fmt::format("{} {}: the MLA latent is shared by all heads, so every one of the {} GPUs holds it whole", cfg.name, att, r.tp));
-            for (const auto dtype : r.dtypes) {
-                const auto dn = std::string(dtype_name(dtype));
-                const auto layer = kv_bytes_per_token_layer(cfg, dtype);
-                const auto token = kv_bytes_per_token(cfg, dtype).total();
-                const auto token_mha = mha_equivalent_bytes_per_token(base, dtype);
-                per_token.rows.push_back({text_cell(cfg.name), text_cell(att), int_cell(cfg.n_layer), int_cell(cfg.n_head),
-                                          int_cell(cfg.mla ? 1 : cfg.n_head_kv), int_cell(cfg.mla ? cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim : cfg.d_head), text_cell(dn),
-                                          bytes_cell(layer.k, U), bytes_cell(layer.v, U), bytes_cell(token, U),
-                                          ratio_cell(static_cast<double>(token_mha) / static_cast<double>(token))});
-                if (r.explain) {
-                    if (cfg.mla)
-                        report.notes.push_back(fmt::format("{} {} {}: KV/token = {} layers x {} (latent {} + rope {}) = {} B = {}", cfg.name, att, dn,
-                                                           cfg.n_layer, dtype_formula(dtype, u(cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim)),
-                                                           cfg.mla->kv_lora_rank, cfg.mla->qk_rope_head_dim, token, format_bytes(token, U)));
-                    else
-                        report.notes.push_back(fmt::format("{} {} {}: KV/token = 2 (K and V) x {} layers x ({} KV head{} x {} head dim =) {} = {} B = {}", cfg.name, att,
-                                                           dn, cfg.n_layer, cfg.n_head_kv, cfg.n_head_kv == 1 ? "" : "s", cfg.d_head, dtype_formula(dtype, u(cfg.d_kv())), token,
-                                                           format_bytes(token, U)));
-                }
-                for (const auto t : contexts) {
-                    const auto seq = sequence_bytes(cfg, dtype, t, r);
-                    const auto exact_seq = kv_bytes_sequence(cfg, dtype, t, r.window_mode).total();
-                    std::uint64_t held = 0;
-                    for (std::int64_t l = 0; l < cfg.n_layer; ++l) held = std::max(held, kv_tokens_held(cfg, l, t, r.window_mode));
-                    if (r.explain) {
-                        report.notes.push_back(fmt::format("{} {} {}: KV/sequence at T={} = {} = {} B = {}", cfg.name, att, dn, t,
-                                                           window_formula(cfg, t, r, layer.total(), token),
-                                                           seq, format_bytes(seq, U)));
-                    }
-                    for (const auto b : r.batches) {
-                        const auto batch = checked_mul(seq, b, "KV bytes per batch");
-                        std::vector<Cell> row{text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(t), uint_cell(b), uint_cell(held),
-                                              bytes_cell(seq, U), bytes_cell(batch, U)};
-                        if (any_window && r.window_mode == WindowMode::cap)
-                            row.push_back(bytes_cell(checked_mul(kv_bytes_sequence_paged(cfg, dtype, t, WindowMode::ignore, r.block_size).total(), b,
-                                                                 "KV bytes per batch"), U));
-                        if (r.block_size) {
-                            // the blocks of the layer that holds the most (a full layer's ceil(T / N), unless every layer is windowed)
-                            std::uint64_t blocks = 0;
-                            for (std::int64_t l = 0; l < cfg.n_layer; ++l)
-                                blocks = std::max(blocks, kv_slots_held(cfg, l, t, r.window_mode, r.block_size) / r.block_size);
-                            row.push_back(uint_cell(blocks));
-                            row.push_back(bytes_cell(checked_mul(seq - exact_seq, b, "paging waste"), U));
-                        }
-                        if (r.tp > 1) {
-                            row.push_back(int_cell(gpu_cfg.mla ? 1 : gpu_cfg.n_head_kv));
-                            row.push_back(bytes_cell(checked_mul(sequence_bytes(gpu_cfg, dtype, t, r), b, "KV bytes per GPU"), U));
-                        }
-                        per_seq.rows.push_back(std::move(row));
-                        if (r.explain)
-                            report.notes.push_back(fmt::format("{} {} {}: KV/batch at T={}, B={} = {} B x {} = {} B = {}", cfg.name, att, dn, t, b, seq, b,
-                                                               batch, format_bytes(batch, U)));
-                    }
-                }
-                if (r.gpu) {
-                    const auto params = count_params(cfg);
-                    const bool native = variant.n_head_kv == 0;
-                    const auto weights_total = model_weight_bytes(cfg, native, r);
-                    const auto weights = ceil_div(weights_total, r.tp);
-                    const auto usable = usable_bytes(usable_gpu_bytes(*r.gpu), r.mem_util);
-                    const std::uint64_t kv_budget = usable > weights ? usable - weights : 0;
-                    const auto per_token_gpu = kv_bytes_per_token(gpu_cfg, dtype).total();
-                    const auto max_tokens = kv_budget / per_token_gpu;
-                    if (r.explain) {
-                        const auto& w = dtype_info(r.weights_dtype);
-                        const std::string weights_expr =
-                            cfg.stored_weight_bytes && native
-                                ? fmt::format("{} B as stored", *cfg.stored_weight_bytes)
-                                : fmt::format("{} params x {} B ({})", params.total(),
-                                              static_cast<double>(w.block_bytes) / static_cast<double>(w.block_values), dtype_name(r.weights_dtype));
-                        report.notes.push_back(fmt::format("{} {} {} on {}: KV budget/GPU = floor({} B x {}) - weights {} / TP {} = {} B; max tokens = "
-                                                           "floor({} / {} B/token) = {}",
-                                                           cfg.name, att, dn, r.gpu->name, usable_gpu_bytes(*r.gpu), r.mem_util, weights_expr, r.tp,
-                                                           kv_budget, kv_budget, per_token_gpu, max_tokens));
-                    }
-                    const bool fits = usable > weights;
-                    if (!fits) {
-                        const std::uint64_t tp_needed = min_tp_to_fit(cfg, weights_total, usable);
-                        report.notes.push_back(fmt::format(
-                            "{} does not fit on {}: its {} weights need {} per GPU at TP {}, more than the {} usable ({:.0f}% of {}); {}", cfg.name,
-                            r.gpu->name, cfg.stored_weight_bytes && native ? "stored" : dtype_name(r.weights_dtype), format_bytes(weights, U), r.tp, format_bytes(usable, U), r.mem_util * 100,
-                            format_bytes(usable_gpu_bytes(*r.gpu), U),
-                            tp_needed ? fmt::format("needs TP >= {} (--tp {}) for the weights alone", tp_needed, tp_needed)
-                                      : std::string("no tensor-parallel degree that divides its heads makes the weights fit")));
-                        gpu_fit.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), params_cell(params.total()), bytes_cell(weights, U),
-                                                text_cell("no"), {"-", nullptr}, {"-", nullptr}});
-                        continue;  // no batch, context or roofline for a model that cannot load
-                    }
-                    gpu_fit.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), params_cell(params.total()), bytes_cell(weights, U),
-                                            text_cell("yes"), bytes_cell(kv_budget, U), uint_cell(max_tokens)});
-                    const auto limit = cfg.n_ctx_max > 0 ? u(cfg.n_ctx_max) : (std::uint64_t{1} << 40);
-                    for (const auto t : contexts)  // past the model's max context there is no batch to size: "-" (null)
-                        gpu_batch.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(t),
-                                                  t > limit ? Cell{"-", nullptr} : uint_cell(kv_budget / sequence_bytes(gpu_cfg, dtype, t, r))});
-                    for (const auto b : r.batches) {
-                        const auto c = max_context(gpu_cfg, dtype, b, kv_budget, limit, r);
-                        gpu_context.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(b),
-                                                    {fmt::format("{}{}", c, c == limit ? " (model max)" : ""), c}});
-                    }
-                    if (r.gpu->bandwidth_bytes_per_s == 0) continue;  // --gpu-mem without --gpu-bandwidth: no roofline
-                    // Decode roofline: every step reads the weights its batch uses once (a MoE's routed experts:
-                    // those some token of the batch is routed to) and every resident KV byte once.
-                    if (cfg.n_expert > 1 && std::any_of(r.batches.begin(), r.batches.end(), [](std::uint64_t b) { return b > 1; })) {
-                        std::string per_batch;
-                        for (const auto b : r.batches)
-                            per_batch += fmt::format("{}B={}: {:.2f}", per_batch.empty() ? "" : ", ", b, expected_experts_read(cfg.n_expert, cfg.n_expert_active, b));
-                        report.notes.push_back(fmt::format("{}: a MoE decode step at batch B reads every routed expert some token of the batch uses: "
-                                                           "{} x (1 - (1 - {}/{})^B) of the {} per MoE layer in expectation when each token picks its "
-                                                           "{} uniformly ({}); skewed routing reads fewer, down to {}",
-                                                           cfg.name, cfg.n_expert, cfg.n_expert_active, cfg.n_expert, cfg.n_expert,
-                                                           cfg.n_expert_active, per_batch, cfg.n_expert_active));
-                    }
-                    for (const auto t : contexts)
-                        for (const auto b : r.batches) {
-                            const auto active_weights = ceil_div(decode_weight_bytes(cfg, native, r, b), r.tp);
-                            const auto kv_read = checked_mul(kv_bytes_sequence(gpu_cfg, dtype, t, r.window_mode).total(), b, "KV bytes read");
-                            const auto total = checked_add(active_weights, kv_read, "bytes per step");
-                            // fits: the batch's KV as the budget holds it (whole blocks with --block-size), as "Largest batch" counts
-                            const auto kv_held = checked_mul(sequence_bytes(gpu_cfg, dtype, t, r), b, "KV bytes per batch");
-                            const bool kv_fits = kv_held <= kv_budget;
-                            if (!kv_fits)
-                                report.notes.push_back(fmt::format("warning: {} {} {}: batch {} at context {} needs {} of KV per GPU, more than the {} budget; its roofline row is hypothetical",
-                                                                   cfg.name, att, dn, b, t, format_bytes(kv_held, U), format_bytes(kv_budget, U)));
-                            const double s = static_cast<double>(total) / static_cast<double>(r.gpu->bandwidth_bytes_per_s);
-                            roofline.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(t), uint_cell(b),
-                                                     bytes_cell(active_weights, U), bytes_cell(kv_read, U), real_cell(s * 1e3, 3),
-                                                     real_cell(static_cast<double>(b) / s, 1), text_cell(kv_fits ? "yes" : "no")});  // as the fit table's "fits"
-                            if (r.explain)
-                                report.notes.push_back(fmt::format("{} {} {}: min time/step at T={}, B={} = ({} B weights + {} B KV) / {} B/s = {:.3f} ms", cfg.name,
-                                                                   att, dn, t, b, active_weights, kv_read, r.gpu->bandwidth_bytes_per_s, s * 1e3));
-                        }
-                }
-                if (r.kv_budget) {
-                    const auto bs = r.block_size ? r.block_size : 16;
-                    const auto per_token_gpu = kv_bytes_per_token(gpu_cfg, dtype).total();
-                    const auto fit = fit_budget(*r.kv_budget, per_token_gpu, bs);
-                    if (gpu_cfg.sliding_window && r.window_mode == WindowMode::cap)
-                        report.notes.push_back(fmt::format("{} {} {}: max concurrency holds each sliding layer's min(W, T) tokens (exact math); vLLM "
-                                                           "reserves W - 1 + one step's tokens + a block there, fewer requests: --engine vllm gives its figure",
-                                                           cfg.name, att, dn));
-                    for (const auto t : contexts) {
-                        // a request holds whole blocks of its tokens (a windowed layer: of min(W, T), --window-mode cap);
-                        // without windows blocks / ceil(T / bs), vLLM v0.10.2's division (--engine vllm adds what it
-                        // reserves beyond a window)
-                        const auto pool = checked_mul(checked_mul(fit.n_blocks, bs, "KV pool"), per_token_gpu, "KV pool");
-                        const auto request = kv_bytes_sequence_paged(gpu_cfg, dtype, t, r.window_mode, bs).total();
-                        const double conc = static_cast<double>(pool) / static_cast<double>(request);
-                        budget.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), bytes_cell(per_token_gpu, U), uint_cell(fit.n_blocks),
-                                               uint_cell(fit.n_tokens), uint_cell(t), {fmt::format("{:.2f}x", conc), conc}});
-                        if (r.explain)
-                            report.notes.push_back(fmt::format("{} {} {}: # GPU blocks = floor({} B / ({} tokens x {} B)) = {}; concurrency at {} tokens = "
-                                                               "{} x {} x {} B / {} B (a request's whole blocks, windows capped) = {:.2f}x",
-                                                               cfg.name, att, dn, *r.kv_budget, bs, per_token_gpu, fit.n_blocks, t, fit.n_blocks, bs,
-                                                               per_token_gpu, request, conc));
-                    }
-                }
-            }
+// The --kv-budget table: GPU blocks, tokens and concurrency per model.
+Table make_budget_table(const KvcalcRequest& r) {
+    const auto bs = r.block_size ? r.block_size : 16;
+    return Table{fmt::format("KV budget {} ({} B) per GPU, block size {}", format_bytes(*r.kv_budget, r.units), *r.kv_budget, bs),
+                 {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "dtype", false}, {"bytes_per_token_per_gpu", "KV/token/GPU"},
+                  {"gpu_blocks", "# GPU blocks"}, {"tokens", "tokens"}, {"context", "tokens/request"}, {"max_concurrency", "max concurrency"}}, {}, {}};
+}
+
+// Records a model's inputs and notes the rules its config was read by, and contexts past its maximum.
+void describe_model(Report& report, const KvcalcRequest& r, const ModelConfig& base, const std::vector<std::uint64_t>& contexts) {
+    nlohmann::json mj = {{"name", base.name}, {"display_name", base.display_name}, {"source", base.source},
+                         {"n_layer", base.n_layer}, {"hidden_size", base.d_model}, {"n_head", base.n_head}, {"n_head_kv", base.n_head_kv},
+                         {"d_head", base.d_head}, {"max_position_embeddings", base.n_ctx_max}, {"attention", base.attention_kind()},
+                         {"head_dim_rule", base.head_dim_rule}, {"kv_heads_rule", base.kv_heads_rule}, {"window_rule", base.window_rule},
+                         {"ffn_rule", base.ffn_rule}, {"ctx_rule", base.ctx_rule}, {"defaults_applied", base.defaults},
+                         {"numeric_defaults_applied", base.numeric_defaults}};
+    if (base.stored_weight_bytes) mj["stored_weight_bytes"] = *base.stored_weight_bytes;
+    if (base.sliding_window) mj["sliding_window"] = *base.sliding_window;
+    mj["contexts"] = contexts;
+    report.inputs["models"].push_back(mj);
+    // the context's source is named when it is not plainly max_position_embeddings
+    const bool plain_ctx = base.ctx_rule.empty() || base.ctx_rule == fmt::format("max context {} from max_position_embeddings", base.n_ctx_max);
+    report.notes.push_back(fmt::format("{}: {}; {}; {}{}{}", base.name, base.head_dim_rule, base.kv_heads_rule, base.window_rule,
+                                       plain_ctx ? "" : "; " + base.ctx_rule,
+                                       base.defaults.empty() ? "" : fmt::format("; defaults applied: {}", fmt::join(base.defaults, "; "))));
+    if (r.explain && !base.numeric_defaults.empty())
+        report.notes.push_back(fmt::format("{}: defaults that change no size: {}", base.name, fmt::join(base.numeric_defaults, "; ")));
+    if (r.gpu && base.stored_weight_bytes) report.notes.push_back(fmt::format("{}: {}", base.name, base.stored_weights_rule));
+    if (r.gpu && !base.vision_rule.empty()) report.notes.push_back(fmt::format("{}: {}", base.name, base.vision_rule));
+    if (r.gpu && !base.stored_weight_bytes && !base.quant_method.empty())
+        report.notes.push_back(fmt::format("{}: its quantization_config says quant_method {}, so the checkpoint stores most weights narrower "
+                                           "than the {} the fit prices every parameter at: give --weights-dtype (e.g. fp8), or --config the "
+                                           "checkpoint's folder so its safetensors headers give the bytes",
+                                           base.name, quote(base.quant_method, 40), dtype_name(r.weights_dtype)));
+    for (auto t : contexts)
+        if (base.n_ctx_max > 0 && t > u(base.n_ctx_max))
+            report.notes.push_back(fmt::format("warning: context {} exceeds {}'s {}", t, base.name,
+                                               plain_ctx ? fmt::format("max_position_embeddings {}", base.n_ctx_max) : base.ctx_rule));
+}
+
+// Notes how TP spreads a variant's KV heads (or the MLA latent) over the GPUs.
+void note_tp_split(Report& report, const KvcalcRequest& r, const ModelConfig& cfg, const std::string& att) {
+    if (r.tp > u(cfg.n_head_kv) && !cfg.mla)
+        report.notes.push_back(fmt::format("{} {}: TP {} exceeds {} KV heads, so each GPU holds 1 KV head and every head is replicated on {} GPUs",
+                                           cfg.name, att, r.tp, cfg.n_head_kv, r.tp / u(cfg.n_head_kv)));
+    if (r.tp > 1 && cfg.mla)
+        report.notes.push_back(fmt::format("{} {}: the MLA latent is shared by all heads, so every one of the {} GPUs holds it whole", cfg.name, att, r.tp));
+}
+
+// The KV/token row, with its formula under --explain.
+void add_per_token_row(Report& report, Table& per_token, const KvcalcRequest& r, const KvCase& c) {
+    const auto U = r.units;
+    const ModelConfig& cfg = c.cfg;
+    const DType dtype = c.dtype;
+    const std::string &att = c.att, &dn = c.dn;
+    const KvBytes& layer = c.layer;
+    const auto token = c.token;
+    const auto token_mha = mha_equivalent_bytes_per_token(c.base, dtype);
+    per_token.rows.push_back({text_cell(cfg.name), text_cell(att), int_cell(cfg.n_layer), int_cell(cfg.n_head),
+                              int_cell(cfg.mla ? 1 : cfg.n_head_kv), int_cell(cfg.mla ? cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim : cfg.d_head), text_cell(dn),
+                              bytes_cell(layer.k, U), bytes_cell(layer.v, U), bytes_cell(token, U),
+                              ratio_cell(static_cast<double>(token_mha) / static_cast<double>(token))});
+    if (!r.explain) return;
+    if (cfg.mla)
+        report.notes.push_back(fmt::format("{} {} {}: KV/token = {} layers x {} (latent {} + rope {}) = {} B = {}", cfg.name, att, dn,
+                                           cfg.n_layer, dtype_formula(dtype, u(cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim)),
+                                           cfg.mla->kv_lora_rank, cfg.mla->qk_rope_head_dim, token, format_bytes(token, U)));
+    else
+        report.notes.push_back(fmt::format("{} {} {}: KV/token = 2 (K and V) x {} layers x ({} KV head{} x {} head dim =) {} = {} B = {}", cfg.name, att,
+                                           dn, cfg.n_layer, cfg.n_head_kv, cfg.n_head_kv == 1 ? "" : "s", cfg.d_head, dtype_formula(dtype, u(cfg.d_kv())), token,
+                                           format_bytes(token, U)));
+}
+
+// One per-sequence row: a batch of b sequences of t tokens, with the optional no-window, paging and TP columns.
+std::vector<Cell> sequence_row(const KvcalcRequest& r, const KvCase& c, bool no_window_column, std::uint64_t t, std::uint64_t b,
+                               std::uint64_t held, std::uint64_t seq, std::uint64_t exact_seq, std::uint64_t batch) {
+    const auto U = r.units;
+    const ModelConfig &cfg = c.cfg, &gpu_cfg = c.gpu_cfg;
+    const DType dtype = c.dtype;
+    std::vector<Cell> row{text_cell(cfg.name), text_cell(c.att), text_cell(c.dn), uint_cell(t), uint_cell(b), uint_cell(held),
+                          bytes_cell(seq, U), bytes_cell(batch, U)};
+    if (no_window_column)
+        row.push_back(bytes_cell(checked_mul(kv_bytes_sequence_paged(cfg, dtype, t, WindowMode::ignore, r.block_size).total(), b,
+                                             "KV bytes per batch"), U));
+    if (r.block_size) {
+        // the blocks of the layer that holds the most (a full layer's ceil(T / N), unless every layer is windowed)
+        std::uint64_t blocks = 0;
+        for (std::int64_t l = 0; l < cfg.n_layer; ++l)
+            blocks = std::max(blocks, kv_slots_held(cfg, l, t, r.window_mode, r.block_size) / r.block_size);
+        row.push_back(uint_cell(blocks));
+        row.push_back(bytes_cell(checked_mul(seq - exact_seq, b, "paging waste"), U));
+    }
+    if (r.tp > 1) {
+        row.push_back(int_cell(gpu_cfg.mla ? 1 : gpu_cfg.n_head_kv));
+        row.push_back(bytes_cell(checked_mul(sequence_bytes(gpu_cfg, dtype, t, r), b, "KV bytes per GPU"), U));
+    }
+    return row;
+}
+
+// The per-sequence rows at each context and batch, with their formulas under --explain.
+void add_sequence_rows(Report& report, KvcalcTables& tables, const KvcalcRequest& r, const KvCase& c) {
+    const auto U = r.units;
+    const ModelConfig& cfg = c.cfg;
+    const DType dtype = c.dtype;
+    const std::string &att = c.att, &dn = c.dn;
+    for (const auto t : c.contexts) {
+        const auto seq = sequence_bytes(cfg, dtype, t, r);
+        const auto exact_seq = kv_bytes_sequence(cfg, dtype, t, r.window_mode).total();
+        std::uint64_t held = 0;
+        for (std::int64_t l = 0; l < cfg.n_layer; ++l) held = std::max(held, kv_tokens_held(cfg, l, t, r.window_mode));
+        if (r.explain) {
+            report.notes.push_back(fmt::format("{} {} {}: KV/sequence at T={} = {} = {} B = {}", cfg.name, att, dn, t,
+                                               window_formula(cfg, t, r, c.layer.total(), c.token),
+                                               seq, format_bytes(seq, U)));
+        }
+        for (const auto b : r.batches) {
+            const auto batch = checked_mul(seq, b, "KV bytes per batch");
+            tables.per_seq.rows.push_back(sequence_row(r, c, tables.no_window_column, t, b, held, seq, exact_seq, batch));
+            if (r.explain)
+                report.notes.push_back(fmt::format("{} {} {}: KV/batch at T={}, B={} = {} B x {} = {} B = {}", cfg.name, att, dn, t, b, seq, b,
+                                                   batch, format_bytes(batch, U)));
         }
     }
-    report.tables.push_back(std::move(per_token));
-    report.tables.push_back(std::move(per_seq));
+}
+
+// What one GPU holds for a case: its share of the weights, the memory usable and the KV budget left.
+struct GpuFit {
+    ParamCount params;
+    std::uint64_t weights_total = 0, weights = 0, usable = 0, kv_budget = 0, per_token_gpu = 0, max_tokens = 0;
+};
+
+// Sizes the weights and KV budget on one GPU, with the budget's formula under --explain.
+GpuFit fit_on_gpu(Report& report, const KvcalcRequest& r, const KvCase& c) {
+    const ModelConfig& cfg = c.cfg;
+    GpuFit g;
+    g.params = count_params(cfg);
+    g.weights_total = model_weight_bytes(cfg, c.native, r);
+    g.weights = ceil_div(g.weights_total, r.tp);
+    g.usable = usable_bytes(usable_gpu_bytes(*r.gpu), r.mem_util);
+    g.kv_budget = g.usable > g.weights ? g.usable - g.weights : 0;
+    g.per_token_gpu = kv_bytes_per_token(c.gpu_cfg, c.dtype).total();
+    g.max_tokens = g.kv_budget / g.per_token_gpu;
+    if (r.explain) {
+        const auto& w = dtype_info(r.weights_dtype);
+        const std::string weights_expr =
+            cfg.stored_weight_bytes && c.native
+                ? fmt::format("{} B as stored", *cfg.stored_weight_bytes)
+                : fmt::format("{} params x {} B ({})", g.params.total(),
+                              static_cast<double>(w.block_bytes) / static_cast<double>(w.block_values), dtype_name(r.weights_dtype));
+        report.notes.push_back(fmt::format("{} {} {} on {}: KV budget/GPU = floor({} B x {}) - weights {} / TP {} = {} B; max tokens = "
+                                           "floor({} / {} B/token) = {}",
+                                           cfg.name, c.att, c.dn, r.gpu->name, usable_gpu_bytes(*r.gpu), r.mem_util, weights_expr, r.tp,
+                                           g.kv_budget, g.kv_budget, g.per_token_gpu, g.max_tokens));
+    }
+    return g;
+}
+
+// Notes that a model's weights do not fit (and the TP that would fit them) and adds its "no" fit row.
+void add_no_fit_row(Report& report, Table& gpu_fit, const KvcalcRequest& r, const KvCase& c, const GpuFit& g) {
+    const auto U = r.units;
+    const ModelConfig& cfg = c.cfg;
+    const std::uint64_t tp_needed = min_tp_to_fit(cfg, g.weights_total, g.usable);
+    report.notes.push_back(fmt::format(
+        "{} does not fit on {}: its {} weights need {} per GPU at TP {}, more than the {} usable ({:.0f}% of {}); {}", cfg.name,
+        r.gpu->name, cfg.stored_weight_bytes && c.native ? "stored" : dtype_name(r.weights_dtype), format_bytes(g.weights, U), r.tp, format_bytes(g.usable, U), r.mem_util * 100,
+        format_bytes(usable_gpu_bytes(*r.gpu), U),
+        tp_needed ? fmt::format("needs TP >= {} (--tp {}) for the weights alone", tp_needed, tp_needed)
+                  : std::string("no tensor-parallel degree that divides its heads makes the weights fit")));
+    gpu_fit.rows.push_back({text_cell(cfg.name), text_cell(c.att), text_cell(c.dn), params_cell(g.params.total()), bytes_cell(g.weights, U),
+                            text_cell("no"), {"-", nullptr}, {"-", nullptr}});
+}
+
+// The "yes" fit row, then the largest batch at each context and the longest context at each batch.
+void add_fit_rows(KvcalcTables& tables, const KvcalcRequest& r, const KvCase& c, const GpuFit& g) {
+    const auto U = r.units;
+    const ModelConfig &cfg = c.cfg, &gpu_cfg = c.gpu_cfg;
+    const std::string &att = c.att, &dn = c.dn;
+    tables.gpu_fit.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), params_cell(g.params.total()), bytes_cell(g.weights, U),
+                                   text_cell("yes"), bytes_cell(g.kv_budget, U), uint_cell(g.max_tokens)});
+    const auto limit = cfg.n_ctx_max > 0 ? u(cfg.n_ctx_max) : (std::uint64_t{1} << 40);
+    for (const auto t : c.contexts)  // past the model's max context there is no batch to size: "-" (null)
+        tables.gpu_batch.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(t),
+                                         t > limit ? Cell{"-", nullptr} : uint_cell(g.kv_budget / sequence_bytes(gpu_cfg, c.dtype, t, r))});
+    for (const auto b : r.batches) {
+        const auto ctx = max_context(gpu_cfg, c.dtype, b, g.kv_budget, limit, r);
+        tables.gpu_context.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(b),
+                                           {fmt::format("{}{}", ctx, ctx == limit ? " (model max)" : ""), ctx}});
+    }
+}
+
+// Notes how many routed experts a MoE decode step reads at each batch (when some batch is over 1).
+void note_moe_decode_reads(Report& report, const KvcalcRequest& r, const ModelConfig& cfg) {
+    if (!(cfg.n_expert > 1 && std::any_of(r.batches.begin(), r.batches.end(), [](std::uint64_t b) { return b > 1; }))) return;
+    std::string per_batch;
+    for (const auto b : r.batches)
+        per_batch += fmt::format("{}B={}: {:.2f}", per_batch.empty() ? "" : ", ", b, expected_experts_read(cfg.n_expert, cfg.n_expert_active, b));
+    report.notes.push_back(fmt::format("{}: a MoE decode step at batch B reads every routed expert some token of the batch uses: "
+                                       "{} x (1 - (1 - {}/{})^B) of the {} per MoE layer in expectation when each token picks its "
+                                       "{} uniformly ({}); skewed routing reads fewer, down to {}",
+                                       cfg.name, cfg.n_expert, cfg.n_expert_active, cfg.n_expert, cfg.n_expert,
+                                       cfg.n_expert_active, per_batch, cfg.n_expert_active));
+}
+
+// The decode roofline rows: the weights and KV one step reads at each context and batch, and its time.
+void add_roofline_rows(Report& report, Table& roofline, const KvcalcRequest& r, const KvCase& c, std::uint64_t kv_budget) {
+    const auto U = r.units;
+    const ModelConfig &cfg = c.cfg, &gpu_cfg = c.gpu_cfg;
+    const DType dtype = c.dtype;
+    const std::string &att = c.att, &dn = c.dn;
+    for (const auto t : c.contexts)
+        for (const auto b : r.batches) {
+            const auto active_weights = ceil_div(decode_weight_bytes(cfg, c.native, r, b), r.tp);
+            const auto kv_read = checked_mul(kv_bytes_sequence(gpu_cfg, dtype, t, r.window_mode).total(), b, "KV bytes read");
+            const auto total = checked_add(active_weights, kv_read, "bytes per step");
+            // fits: the batch's KV as the budget holds it (whole blocks with --block-size), as "Largest batch" counts
+            const auto kv_held = checked_mul(sequence_bytes(gpu_cfg, dtype, t, r), b, "KV bytes per batch");
+            const bool kv_fits = kv_held <= kv_budget;
+            if (!kv_fits)
+                report.notes.push_back(fmt::format("warning: {} {} {}: batch {} at context {} needs {} of KV per GPU, more than the {} budget; its roofline row is hypothetical",
+                                                   cfg.name, att, dn, b, t, format_bytes(kv_held, U), format_bytes(kv_budget, U)));
+            const double s = static_cast<double>(total) / static_cast<double>(r.gpu->bandwidth_bytes_per_s);
+            roofline.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(t), uint_cell(b),
+                                     bytes_cell(active_weights, U), bytes_cell(kv_read, U), real_cell(s * 1e3, 3),
+                                     real_cell(static_cast<double>(b) / s, 1), text_cell(kv_fits ? "yes" : "no")});  // as the fit table's "fits"
+            if (r.explain)
+                report.notes.push_back(fmt::format("{} {} {}: min time/step at T={}, B={} = ({} B weights + {} B KV) / {} B/s = {:.3f} ms", cfg.name,
+                                                   att, dn, t, b, active_weights, kv_read, r.gpu->bandwidth_bytes_per_s, s * 1e3));
+        }
+}
+
+// The GPU tables' rows for a case; false when nothing more is sized for it (weights that do not fit, or no bandwidth).
+bool add_gpu_rows(Report& report, KvcalcTables& tables, const KvcalcRequest& r, const KvCase& c) {
+    const GpuFit g = fit_on_gpu(report, r, c);
+    const bool fits = g.usable > g.weights;
+    if (!fits) {
+        add_no_fit_row(report, tables.gpu_fit, r, c, g);
+        return false;  // no batch, context or roofline for a model that cannot load
+    }
+    add_fit_rows(tables, r, c, g);
+    if (r.gpu->bandwidth_bytes_per_s == 0) return false;  // --gpu-mem without --gpu-bandwidth: no roofline
+    // Decode roofline: every step reads the weights its batch uses once (a MoE's routed experts:
+    // those some token of the batch is routed to) and every resident KV byte once.
+    note_moe_decode_reads(report, r, c.cfg);
+    add_roofline_rows(report, tables.roofline, r, c, g.kv_budget);
+    return true;
+}
+
+// The --kv-budget rows: the GPU blocks the budget holds and the requests they serve at each context.
+void add_budget_rows(Report& report, Table& budget, const KvcalcRequest& r, const KvCase& c) {
+    const auto U = r.units;
+    const ModelConfig& gpu_cfg = c.gpu_cfg;
+    const DType dtype = c.dtype;
+    const std::string &att = c.att, &dn = c.dn;
+    const std::string& name = c.cfg.name;
+    const auto bs = r.block_size ? r.block_size : 16;
+    const auto per_token_gpu = kv_bytes_per_token(gpu_cfg, dtype).total();
+    const auto fit = fit_budget(*r.kv_budget, per_token_gpu, bs);
+    if (gpu_cfg.sliding_window && r.window_mode == WindowMode::cap)
+        report.notes.push_back(fmt::format("{} {} {}: max concurrency holds each sliding layer's min(W, T) tokens (exact math); vLLM "
+                                           "reserves W - 1 + one step's tokens + a block there, fewer requests: --engine vllm gives its figure",
+                                           name, att, dn));
+    for (const auto t : c.contexts) {
+        // a request holds whole blocks of its tokens (a windowed layer: of min(W, T), --window-mode cap);
+        // without windows blocks / ceil(T / bs), vLLM v0.10.2's division (--engine vllm adds what it
+        // reserves beyond a window)
+        const auto pool = checked_mul(checked_mul(fit.n_blocks, bs, "KV pool"), per_token_gpu, "KV pool");
+        const auto request = kv_bytes_sequence_paged(gpu_cfg, dtype, t, r.window_mode, bs).total();
+        const double conc = static_cast<double>(pool) / static_cast<double>(request);
+        budget.rows.push_back({text_cell(name), text_cell(att), text_cell(dn), bytes_cell(per_token_gpu, U), uint_cell(fit.n_blocks),
+                               uint_cell(fit.n_tokens), uint_cell(t), {fmt::format("{:.2f}x", conc), conc}});
+        if (r.explain)
+            report.notes.push_back(fmt::format("{} {} {}: # GPU blocks = floor({} B / ({} tokens x {} B)) = {}; concurrency at {} tokens = "
+                                               "{} x {} x {} B / {} B (a request's whole blocks, windows capped) = {:.2f}x",
+                                               name, att, dn, *r.kv_budget, bs, per_token_gpu, fit.n_blocks, t, fit.n_blocks, bs,
+                                               per_token_gpu, request, conc));
+    }
+}
+
+// Every table's rows for one model, variant and dtype, in the order their notes read.
+void add_case_rows(Report& report, KvcalcTables& tables, const KvcalcRequest& r, const KvCase& c) {
+    add_per_token_row(report, tables.per_token, r, c);
+    add_sequence_rows(report, tables, r, c);
+    if (r.gpu && !add_gpu_rows(report, tables, r, c)) return;  // nothing more for it: no budget rows either
+    if (r.kv_budget) add_budget_rows(report, tables.budget, r, c);
+}
+
+// Sizes one model: its notes, then each attention variant at each KV dtype.
+void add_model_rows(Report& report, KvcalcTables& tables, const KvcalcRequest& r, const ModelConfig& base) {
+    const auto contexts = contexts_for(base, r);
+    describe_model(report, r, base, contexts);
+    for (const auto& variant : r.variants) {
+        const ModelConfig cfg = apply_variant(base, variant);
+        const std::string att = variant.label == "native" ? cfg.attention_kind() + " (native)" : cfg.attention_kind();
+        const auto gpu_cfg = per_gpu_config(cfg, r.tp);
+        note_tp_split(report, r, cfg, att);
+        for (const auto dtype : r.dtypes) {
+            auto dn = std::string(dtype_name(dtype));
+            const auto layer = kv_bytes_per_token_layer(cfg, dtype);
+            const auto token = kv_bytes_per_token(cfg, dtype).total();
+            const KvCase c{base, cfg, gpu_cfg, variant.n_head_kv == 0, dtype, std::move(dn), att, layer, token, contexts};
+            add_case_rows(report, tables, r, c);
+        }
+    }
+}
+
+// Puts the filled tables in the report with the GPU and budget inputs, then any engine's own tables.
+void finish_report(Report& report, KvcalcTables& tables, const KvcalcRequest& r) {
+    auto& in = report.inputs;
+    report.tables.push_back(std::move(tables.per_token));
+    report.tables.push_back(std::move(tables.per_seq));
     if (r.gpu) {
         in["gpu"] = {{"name", r.gpu->name}, {"memory_bytes", r.gpu->memory_bytes}, {"usable_memory_bytes", usable_gpu_bytes(*r.gpu)}, {"bandwidth_bytes_per_s", r.gpu->bandwidth_bytes_per_s}};
         in["weights_dtype"] = std::string(dtype_name(r.weights_dtype));
         in["mem_util"] = r.mem_util;
-        gpu_fit.notes.push_back("The fit counts weights and KV only: activations, CUDA graphs and framework buffers also take memory, so engines report a smaller KV budget (use --kv-budget with the engine's figure).");
-        report.tables.push_back(std::move(gpu_fit));
-        if (!gpu_batch.rows.empty()) report.tables.push_back(std::move(gpu_batch));
-        if (!gpu_context.rows.empty()) report.tables.push_back(std::move(gpu_context));
-        if (r.gpu->bandwidth_bytes_per_s && !roofline.rows.empty()) report.tables.push_back(std::move(roofline));
+        tables.gpu_fit.notes.push_back("The fit counts weights and KV only: activations, CUDA graphs and framework buffers also take memory, so engines report a smaller KV budget (use --kv-budget with the engine's figure).");
+        report.tables.push_back(std::move(tables.gpu_fit));
+        if (!tables.gpu_batch.rows.empty()) report.tables.push_back(std::move(tables.gpu_batch));
+        if (!tables.gpu_context.rows.empty()) report.tables.push_back(std::move(tables.gpu_context));
+        if (r.gpu->bandwidth_bytes_per_s && !tables.roofline.rows.empty()) report.tables.push_back(std::move(tables.roofline));
         else report.notes.push_back("no decode roofline: give --gpu-bandwidth (bytes per second) with --gpu-mem");
     }
     if (r.kv_budget) {
         in["kv_budget_bytes"] = *r.kv_budget;
-        if (r.engine == Engine::exact) report.tables.push_back(std::move(budget));  // an engine's own table replaces it
+        if (r.engine == Engine::exact) report.tables.push_back(std::move(tables.budget));  // an engine's own table replaces it
     }
     if (r.engine != Engine::exact) append_engine_tables(report, r);
+}
+
+}  // namespace
+
+Report run_kvcalc(const KvcalcRequest& r) {
+    Report report;
+    record_inputs(report.inputs, r);
+    KvcalcTables tables;
+    make_kv_tables(r, tables);
+    if (r.gpu) make_gpu_tables(r, tables);
+    if (r.kv_budget) tables.budget = make_budget_table(r);
+    for (const auto& base : r.models) add_model_rows(report, tables, r, base);
+    finish_report(report, tables, r);
     return report;
 }
 

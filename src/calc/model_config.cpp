@@ -365,30 +365,42 @@ std::string ModelConfig::attention_kind() const {
     return fmt::format("GQA-{}", n_head_kv);
 }
 
-ModelConfig parse_model_config(const json& root, const std::string& where, const std::string& name, bool class_defaults) {
-    if (!root.is_object()) throw ConfigError(fmt::format("{}: top level is {}; expected a JSON object", where, root.type_name()));
+namespace {
+
+// The language model's part of a config, where it was found, its model_type and the class defaults filled in.
+struct TextConfig {
+    json j;
+    std::string where;
+    std::string model_type;
+    AppliedDefaults applied;
+};
+
+// Finds the language model's sub-config (a multimodal wrapper's), names its type and fills its class's defaults.
+TextConfig find_text_config(const json& root, const std::string& where, bool class_defaults) {
     // Multimodal configs keep the language model in a sub-config (Gemma-3, LLaVA: text_config; InternVL: llm_config).
     const std::string outer_type = FieldReader(root, where).string("model_type");
-    json j = root;
+    TextConfig lm;
+    lm.j = root;
     std::string nested;
     for (const char* key : {"text_config", "llm_config"})
         if (auto tc = root.find(key); tc != root.end() && tc->is_object()) {
-            j = *tc;
+            lm.j = *tc;
             nested = key;
             break;
         }
     if (nested.empty() && !text_config_type(outer_type).empty()) {
-        j = json::object();  // a wrapper without its text_config builds the text class from its defaults (Gemma3Config)
+        lm.j = json::object();  // a wrapper without its text_config builds the text class from its defaults (Gemma3Config)
         nested = "text_config";
     }
-    const std::string where_lm = nested.empty() ? where : fmt::format("{} ({})", where, nested);
-    std::string lm_type = FieldReader(j, where_lm).string("model_type");
-    if (lm_type.empty()) lm_type = nested.empty() ? outer_type : std::string(text_config_type(outer_type));
-    AppliedDefaults applied;
-    if (class_defaults) applied = apply_class_defaults(j, lm_type);
-    const FieldReader f(j, where_lm);
+    lm.where = nested.empty() ? where : fmt::format("{} ({})", where, nested);
+    lm.model_type = FieldReader(lm.j, lm.where).string("model_type");
+    if (lm.model_type.empty()) lm.model_type = nested.empty() ? outer_type : std::string(text_config_type(outer_type));
+    if (class_defaults) lm.applied = apply_class_defaults(lm.j, lm.model_type);
+    return lm;
+}
 
-    ModelConfig cfg;
+// Names the model and reads what a preset's _kvlab block adds (display name, source, family, files).
+void read_kvlab_fields(const json& root, const std::string& where, const std::string& name, ModelConfig& cfg) {
     cfg.name = name;
     cfg.origin_path = where;
     cfg.source = where;
@@ -403,14 +415,21 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
         if (const std::string c = kv.string("checkpoint"); !c.empty()) cfg.checkpoint = dir / c;
         if (const std::string t = kv.string("tokenizer"); !t.empty()) cfg.tokenizer = dir / t;
     }
+}
+
+// The activation, model_type, the defaults applied and the family (GPT-2's field names or Llama's).
+void read_model_kind(const FieldReader& f, const TextConfig& lm, ModelConfig& cfg) {
     cfg.activation = f.string("hidden_act");
     if (cfg.activation.empty()) cfg.activation = f.string("activation_function");
-    cfg.model_type = lm_type;
-    if (!applied.sizes.empty()) cfg.defaults.push_back(applied.sizes);
-    if (!applied.numerics.empty()) cfg.numeric_defaults.push_back(applied.numerics);
-    const bool gpt2_names = j.contains("n_embd");
+    cfg.model_type = lm.model_type;
+    if (!lm.applied.sizes.empty()) cfg.defaults.push_back(lm.applied.sizes);
+    if (!lm.applied.numerics.empty()) cfg.numeric_defaults.push_back(lm.applied.numerics);
+    const bool gpt2_names = lm.j.contains("n_embd");
     cfg.family = (cfg.model_type == "gpt2" || gpt2_names) ? Family::gpt2 : Family::llama;
+}
 
+// Layers, hidden size, query heads and vocabulary, the layer count capped at max_layers.
+void read_shape(const FieldReader& f, const std::string& where, ModelConfig& cfg) {
     cfg.n_layer = f.required({"num_hidden_layers", "n_layer", "num_layers"});
     // per-layer rules (windows, KV bytes) walk the layers: a count no model has is refused, not walked
     if (cfg.n_layer > max_layers)
@@ -419,9 +438,12 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
     cfg.d_model = f.required({"hidden_size", "n_embd", "d_model"});
     cfg.n_head = f.required({"num_attention_heads", "n_head"});
     cfg.n_vocab = f.required({"vocab_size"});
+}
+
+// The MLP width: given, else GPT-2's and Falcon's 4 x hidden size, else unknown (0).
+void read_ffn_width(const FieldReader& f, bool falcon, ModelConfig& cfg) {
     // The MLP width matters to the weights only, never to the KV cache: a config without it is still sized.
     std::string ff_name;
-    const bool falcon = cfg.model_type == "falcon" || cfg.model_type == "RefinedWeb" || cfg.model_type == "RefinedWebModel";
     if (const json* ff = f.find({"intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"}, &ff_name); ff && !ff->is_null()) {
         cfg.d_ff = f.positive_int(*ff, ff_name);
         cfg.ffn_rule = fmt::format("FFN width {} from {}", cfg.d_ff, ff_name);
@@ -436,21 +458,24 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
         cfg.ffn_rule = "no intermediate_size: the weights are unknown (the KV cache does not depend on them)";
         cfg.defaults.push_back(cfg.ffn_rule);
     }
-    read_max_context(f, where, cfg);
-    if (falcon) {
-        cfg.falcon = true;
-        if (cfg.n_ctx_max == 0) {
-            cfg.n_ctx_max = 2048;
-            cfg.defaults.push_back("max_position_embeddings 2048 (FalconConfig default)");
-        }
-        // parallel attention without the new decoder architecture: one input LayerNorm feeds attention and MLP
-        const bool new_arch = f.boolean("new_decoder_architecture", false);
-        cfg.norms_per_layer = !new_arch && f.boolean("parallel_attn", true) ? 1 : 2;
-        cfg.mlp_matrices = 2;
-        cfg.norm_bias = true;
-    }
+}
 
-    // head_dim: explicit wins (vLLM PR #2622), else hidden_size / num_attention_heads.
+// Falcon's defaults: a 2048-token context when none is given, its LayerNorms and its two-matrix MLP.
+void apply_falcon_layout(const FieldReader& f, ModelConfig& cfg) {
+    cfg.falcon = true;
+    if (cfg.n_ctx_max == 0) {
+        cfg.n_ctx_max = 2048;
+        cfg.defaults.push_back("max_position_embeddings 2048 (FalconConfig default)");
+    }
+    // parallel attention without the new decoder architecture: one input LayerNorm feeds attention and MLP
+    const bool new_arch = f.boolean("new_decoder_architecture", false);
+    cfg.norms_per_layer = !new_arch && f.boolean("parallel_attn", true) ? 1 : 2;
+    cfg.mlp_matrices = 2;
+    cfg.norm_bias = true;
+}
+
+// head_dim: explicit wins (vLLM PR #2622), else hidden_size / num_attention_heads.
+void read_head_dim(const FieldReader& f, const AppliedDefaults& applied, const std::string& where, ModelConfig& cfg) {
     if (auto hd = f.optional({"head_dim"})) {
         cfg.d_head = *hd;
         cfg.head_dim_rule = applied.filled("head_dim") ? fmt::format("head_dim {} ({} default)", *hd, applied.config_class)
@@ -461,8 +486,20 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
         cfg.d_head = cfg.d_model / cfg.n_head;
         cfg.head_dim_rule = fmt::format("head_dim {} = hidden_size {} / num_attention_heads {}", cfg.d_head, cfg.d_model, cfg.n_head);
     }
+}
 
-    // KV heads: Falcon multi_query, then explicit counts, else MHA.
+// Checks that the query and KV widths the heads form fit 64 bits, as a ConfigError naming the file.
+void check_head_widths(const std::string& where, const ModelConfig& cfg) {
+    try {
+        cfg.d_q();
+        cfg.d_kv();
+    } catch (const OverflowError& e) {
+        throw ConfigError(fmt::format("{}: {}", where, e.what()));
+    }
+}
+
+// KV heads: Falcon multi_query, then explicit counts, else MHA; they must divide the query heads.
+void read_kv_heads(const FieldReader& f, const AppliedDefaults& applied, const std::string& where, ModelConfig& cfg) {
     std::string kv_name;
     const bool multi_query = f.boolean("multi_query", false) && !f.boolean("new_decoder_architecture", false);
     if (multi_query) {
@@ -476,51 +513,48 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
         cfg.n_head_kv = cfg.n_head;
         cfg.kv_heads_rule = fmt::format("{} KV heads: num_key_value_heads absent, so MHA", cfg.n_head_kv);
     }
-    try {  // every width formed later from these fields fits 64 bits (products of two widths are checked where formed)
-        cfg.d_q();
-        cfg.d_kv();
-    } catch (const OverflowError& e) {
-        throw ConfigError(fmt::format("{}: {}", where, e.what()));
-    }
+    // every width formed later from these fields fits 64 bits (products of two widths are checked where formed)
+    check_head_widths(where, cfg);
     if (cfg.n_head % cfg.n_head_kv != 0)
         throw ConfigError(fmt::format("{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", where, cfg.n_head, cfg.n_head_kv));
+}
 
-    if (auto rank = f.optional({"kv_lora_rank"})) {
-        const auto rope = f.optional({"qk_rope_head_dim"});
-        if (!rope) throw ConfigError(fmt::format("{}: kv_lora_rank is set but qk_rope_head_dim is missing; expected a positive integer", where));
-        const MlaShape shape{*rank, *rope, f.optional({"q_lora_rank"}).value_or(0), f.optional({"qk_nope_head_dim"}).value_or(0),
-                             f.optional({"v_head_dim"}).value_or(cfg.d_head)};
-        // Only DeepSeek's family caches the latent (vLLM v0.10.2's ModelConfig.is_deepseek_mla: deepseek_v2,
-        // deepseek_v3, deepseek_mtp, kimi_k2; deepseek_v32 since). Other models with these projections
-        // (MiniCPM3) cache every head's K and V at the q/k head width, V padded to it
-        // (vllm/model_executor/models/minicpm3.py: Attention(num_heads, qk_head_dim, num_kv_heads=num_heads)).
-        // (deepseek2: llama.cpp's architecture name for DeepSeek-V2/V3, as a GGUF header gives it)
-        static const std::array<std::string_view, 6> latent_types{"deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp", "kimi_k2", "deepseek2"};
-        if (std::find(latent_types.begin(), latent_types.end(), cfg.model_type) == latent_types.end()) {
-            cfg.lora_attention = shape;
-            cfg.n_head_kv = cfg.n_head;
-            cfg.d_head = shape.qk_nope_head_dim + shape.qk_rope_head_dim;
-            cfg.kv_heads_rule = fmt::format("{} KV heads: model_type {} caches every head's K and V (only DeepSeek-family model types cache "
-                                            "the kv_lora_rank latent)", cfg.n_head_kv, cfg.model_type.empty() ? "(none)" : cfg.model_type);
-            cfg.head_dim_rule = fmt::format("head_dim {} = qk_nope_head_dim {} + qk_rope_head_dim {} (V is padded to it, as vLLM stores it)",
-                                            cfg.d_head, shape.qk_nope_head_dim, shape.qk_rope_head_dim);
-            try {  // the widths these heads form fit 64 bits, as checked above for the others
-                cfg.d_q();
-                cfg.d_kv();
-            } catch (const OverflowError& e) {
-                throw ConfigError(fmt::format("{}: {}", where, e.what()));
-            }
-        } else {
-            cfg.mla = shape;
-            cfg.kv_heads_rule = fmt::format("MLA: one latent of kv_lora_rank {} + qk_rope_head_dim {} per token per layer", *rank, *rope);
-            // the hidden_size / heads quotient is no width of an MLA head: name the real ones (the tables show the latent)
-            if (cfg.mla->qk_nope_head_dim > 0)
-                cfg.head_dim_rule = fmt::format("MLA heads: q and k {} wide (qk_nope_head_dim {} + qk_rope_head_dim {}), v {} wide (v_head_dim); "
-                                                "the tables' head dim is the cached latent's {}",
-                                                cfg.mla->qk_nope_head_dim + *rope, cfg.mla->qk_nope_head_dim, *rope, cfg.mla->v_head_dim, *rank + *rope);
-        }
+// kv_lora_rank's low-rank attention: DeepSeek's family caches the MLA latent, any other model every head's K and V.
+void read_lora_attention(const FieldReader& f, const std::string& where, ModelConfig& cfg) {
+    const auto rank = f.optional({"kv_lora_rank"});
+    if (!rank) return;
+    const auto rope = f.optional({"qk_rope_head_dim"});
+    if (!rope) throw ConfigError(fmt::format("{}: kv_lora_rank is set but qk_rope_head_dim is missing; expected a positive integer", where));
+    const MlaShape shape{*rank, *rope, f.optional({"q_lora_rank"}).value_or(0), f.optional({"qk_nope_head_dim"}).value_or(0),
+                         f.optional({"v_head_dim"}).value_or(cfg.d_head)};
+    // Only DeepSeek's family caches the latent (vLLM v0.10.2's ModelConfig.is_deepseek_mla: deepseek_v2,
+    // deepseek_v3, deepseek_mtp, kimi_k2; deepseek_v32 since). Other models with these projections
+    // (MiniCPM3) cache every head's K and V at the q/k head width, V padded to it
+    // (vllm/model_executor/models/minicpm3.py: Attention(num_heads, qk_head_dim, num_kv_heads=num_heads)).
+    // (deepseek2: llama.cpp's architecture name for DeepSeek-V2/V3, as a GGUF header gives it)
+    static const std::array<std::string_view, 6> latent_types{"deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp", "kimi_k2", "deepseek2"};
+    if (std::find(latent_types.begin(), latent_types.end(), cfg.model_type) == latent_types.end()) {
+        cfg.lora_attention = shape;
+        cfg.n_head_kv = cfg.n_head;
+        cfg.d_head = shape.qk_nope_head_dim + shape.qk_rope_head_dim;
+        cfg.kv_heads_rule = fmt::format("{} KV heads: model_type {} caches every head's K and V (only DeepSeek-family model types cache "
+                                        "the kv_lora_rank latent)", cfg.n_head_kv, cfg.model_type.empty() ? "(none)" : cfg.model_type);
+        cfg.head_dim_rule = fmt::format("head_dim {} = qk_nope_head_dim {} + qk_rope_head_dim {} (V is padded to it, as vLLM stores it)",
+                                        cfg.d_head, shape.qk_nope_head_dim, shape.qk_rope_head_dim);
+        check_head_widths(where, cfg);  // the widths these heads form fit 64 bits, as checked above for the others
+    } else {
+        cfg.mla = shape;
+        cfg.kv_heads_rule = fmt::format("MLA: one latent of kv_lora_rank {} + qk_rope_head_dim {} per token per layer", *rank, *rope);
+        // the hidden_size / heads quotient is no width of an MLA head: name the real ones (the tables show the latent)
+        if (cfg.mla->qk_nope_head_dim > 0)
+            cfg.head_dim_rule = fmt::format("MLA heads: q and k {} wide (qk_nope_head_dim {} + qk_rope_head_dim {}), v {} wide (v_head_dim); "
+                                            "the tables' head dim is the cached latent's {}",
+                                            cfg.mla->qk_nope_head_dim + *rope, cfg.mla->qk_nope_head_dim, *rope, cfg.mla->v_head_dim, *rank + *rope);
     }
+}
 
+// Experts: routed and active counts, their widths, the dense first layers, Llama 4's and Qwen2-MoE's shared expert.
+void read_experts(const FieldReader& f, const json& j, const std::string& where, ModelConfig& cfg) {
     cfg.n_expert = f.optional({"num_local_experts", "n_routed_experts", "num_experts"}).value_or(1);
     cfg.n_expert_active = f.optional({"num_experts_per_tok"}).value_or(1);
     if (cfg.n_expert_active > cfg.n_expert)
@@ -542,6 +576,55 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
         cfg.d_ff_shared = *shared;
         cfg.shared_expert_gate = cfg.model_type.rfind("qwen", 0) == 0;
     }
+}
+
+// Whether lm_head shares the embedding, by the config or else its class's default.
+void read_tied_embeddings(const FieldReader& f, const json& root, const std::string& where, bool falcon, ModelConfig& cfg) {
+    // When a config omits tie_word_embeddings, the model class's default applies: LlamaConfig, MistralConfig
+    // and most decoder configs default to false; GPT-2 always ties, Gemma and Cohere configs default to
+    // true, and FalconConfig leaves PretrainedConfig's true (FalconForCausalLM ties lm_head to the embedding).
+    const bool tie_default = cfg.family == Family::gpt2 || cfg.model_type.rfind("gemma", 0) == 0 || falcon || cfg.model_type == "cohere" ||
+                             cfg.model_type == "cohere2";
+    cfg.tied_embeddings = FieldReader(root, where).boolean("tie_word_embeddings", f.boolean("tie_word_embeddings", tie_default));
+}
+
+// A quantized checkpoint says so (vLLM reads quantization_config from the config, or its text_config).
+void read_quant_method(const json& root, const json& j, const std::string& where, ModelConfig& cfg) {
+    for (const json* holder : std::array<const json*, 2>{&root, &j})
+        if (const auto q = holder->find("quantization_config"); q != holder->end() && q->is_object() && cfg.quant_method.empty())
+            cfg.quant_method = FieldReader(*q, where + ": quantization_config").string("quant_method");
+}
+
+// Llama 4's chunked local attention (3 layers of 4 see only their attention_chunk_size-token chunk) is
+// sized as full attention: vLLM v0.10.2 turns its hybrid allocator off for it by default and gives every
+// layer every token; transformers' cache and llama.cpp hold one chunk on those layers
+void note_chunked_attention(const FieldReader& f, ModelConfig& cfg) {
+    if (const auto chunk = f.optional({"attention_chunk_size"}); chunk && !cfg.sliding_window)
+        cfg.window_rule += fmt::format("; attention_chunk_size {} sized as full attention, as vLLM v0.10.2 allocates it "
+                                       "(transformers and llama.cpp keep one chunk on its chunked layers)",
+                                       *chunk);
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const json& root, const std::string& where, const std::string& name, bool class_defaults) {
+    if (!root.is_object()) throw ConfigError(fmt::format("{}: top level is {}; expected a JSON object", where, root.type_name()));
+    const TextConfig lm = find_text_config(root, where, class_defaults);
+    const json& j = lm.j;
+    const FieldReader f(j, lm.where);
+
+    ModelConfig cfg;
+    read_kvlab_fields(root, where, name, cfg);
+    read_model_kind(f, lm, cfg);
+    read_shape(f, where, cfg);
+    const bool falcon = cfg.model_type == "falcon" || cfg.model_type == "RefinedWeb" || cfg.model_type == "RefinedWebModel";
+    read_ffn_width(f, falcon, cfg);
+    read_max_context(f, where, cfg);
+    if (falcon) apply_falcon_layout(f, cfg);
+    read_head_dim(f, lm.applied, where, cfg);
+    read_kv_heads(f, lm.applied, where, cfg);
+    read_lora_attention(f, where, cfg);
+    read_experts(f, j, where, cfg);
     read_weight_layout(f, cfg);
     try {
         read_vision_tower(root, where, cfg);
@@ -550,24 +633,10 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
     }
     cfg.rope_theta = f.positive_real({"rope_theta"}, 10000.0);
     cfg.norm_eps = f.positive_real({"rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"}, 1e-5);
-    // When a config omits tie_word_embeddings, the model class's default applies: LlamaConfig, MistralConfig
-    // and most decoder configs default to false; GPT-2 always ties, Gemma and Cohere configs default to
-    // true, and FalconConfig leaves PretrainedConfig's true (FalconForCausalLM ties lm_head to the embedding).
-    const bool tie_default = cfg.family == Family::gpt2 || cfg.model_type.rfind("gemma", 0) == 0 || falcon || cfg.model_type == "cohere" ||
-                             cfg.model_type == "cohere2";
-    cfg.tied_embeddings = FieldReader(root, where).boolean("tie_word_embeddings", f.boolean("tie_word_embeddings", tie_default));
-    // a quantized checkpoint says so (vLLM reads quantization_config from the config, or its text_config)
-    for (const json* holder : std::array<const json*, 2>{&root, &j})
-        if (const auto q = holder->find("quantization_config"); q != holder->end() && q->is_object() && cfg.quant_method.empty())
-            cfg.quant_method = FieldReader(*q, where + ": quantization_config").string("quant_method");
+    read_tied_embeddings(f, root, where, falcon, cfg);
+    read_quant_method(root, j, where, cfg);
     read_sliding_window(f, j, where, cfg);
-    // Llama 4's chunked local attention (3 layers of 4 see only their attention_chunk_size-token chunk) is
-    // sized as full attention: vLLM v0.10.2 turns its hybrid allocator off for it by default and gives every
-    // layer every token; transformers' cache and llama.cpp hold one chunk on those layers
-    if (const auto chunk = f.optional({"attention_chunk_size"}); chunk && !cfg.sliding_window)
-        cfg.window_rule += fmt::format("; attention_chunk_size {} sized as full attention, as vLLM v0.10.2 allocates it "
-                                       "(transformers and llama.cpp keep one chunk on its chunked layers)",
-                                       *chunk);
+    note_chunked_attention(f, cfg);
     return cfg;
 }
 

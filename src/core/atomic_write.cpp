@@ -112,9 +112,8 @@ namespace {
 
 // Hands a file its bytes in whole, aligned pieces of 2 MiB (the last one shorter), one write() each. The
 // page cache then holds the file in 2 MiB folios, which a reader that maps it (kvlab reading a checkpoint
-// in place, llama2.c's run.c) maps with one fault per 2 MiB instead of one per 64 KiB: on the Zen 5 host
-// a 418 MiB checkpoint written a tensor at a time took 6465 faults and 190 ms to touch, the same bytes
-// written in 2 MiB pieces 211 faults and 6.5 ms (docs/performance.md, "Checkpoints are read in place").
+// in place, llama2.c's run.c) maps with one fault per 2 MiB instead of one per 64 KiB (docs/performance.md,
+// "Checkpoints are read in place", has what that saves).
 // The stream it writes to must be unbuffered, so each piece reaches the file as one write().
 class AlignedPieces : public std::streambuf {
 public:

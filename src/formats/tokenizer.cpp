@@ -92,7 +92,14 @@ std::int32_t Tokenizer::find(const std::string& piece) const {
 std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool bos, bool eos) const {
     std::vector<std::int32_t> tokens;
     if (bos) tokens.push_back(bos_id);
+    const std::vector<std::int32_t> work = merge_pairs(code_points(text));
+    tokens.insert(tokens.end(), work.begin(), work.end());
+    if (eos) tokens.push_back(eos_id);
+    return tokens;
+}
 
+// The text as one token per UTF-8 code point (its bytes' fallback tokens when the code point is not one).
+std::vector<std::int32_t> Tokenizer::code_points(std::string_view text) const {
     // SentencePiece's add_dummy_prefix: the text is read as if it began with a space.
     std::string padded;
     if (!text.empty()) {
@@ -123,6 +130,10 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool bos, boo
         start = end;
     }
 
+    return work;
+}
+
+std::vector<std::int32_t> Tokenizer::merge_pairs(std::vector<std::int32_t> work) const {
     // Merge the best-scoring adjacent pair (leftmost on ties) until no pair's concatenation is a token.
     // As llama2.c's loop, but a heap of candidate pairs replaces its rescan of the whole text after every
     // merge: O(n log n), not O(n^2). Symbols form a linked list; a candidate whose two symbols changed since
@@ -170,9 +181,7 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool bos, boo
     for (std::int64_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[static_cast<std::size_t>(i)].next)
         work.push_back(symbols[static_cast<std::size_t>(i)].id);
 
-    tokens.insert(tokens.end(), work.begin(), work.end());
-    if (eos) tokens.push_back(eos_id);
-    return tokens;
+    return work;
 }
 
 const std::string& Tokenizer::piece(std::int32_t token) const {

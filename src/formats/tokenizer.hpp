@@ -47,6 +47,8 @@ public:
 
 private:
     std::int32_t find(const std::string& piece) const;  // -1 when absent
+    std::vector<std::int32_t> code_points(std::string_view text) const;       // encode, step 1
+    std::vector<std::int32_t> merge_pairs(std::vector<std::int32_t> work) const;  // encode, step 2
 
     std::vector<std::string> pieces_;  // (V) raw bytes of each token
     std::vector<float> scores_;        // (V) merge priority; higher merges first

@@ -45,7 +45,7 @@ void dot_rows_n(const float* const (&row)[S], std::int64_t cols, const float* x,
     if constexpr (N == 1) {
         // one token: 4 packets of each row per visit (the same multiply-adds in the same order as the loop
         // below, so the sums do not change), no software prefetch: with the accumulators in registers
-        // (below) a prefetch 2 KiB ahead per visit made decodes 3-13 % slower on Zen 5 (docs/performance.md)
+        // (below) it made decodes slower (docs/performance-log.md)
         for (; j + 4 * kPacket <= cols; j += 4 * kPacket) {
             Packet xj[4];
             for (int u = 0; u < 4; ++u) xj[u] = ei::ploadu<Packet>(x + j + u * kPacket);
@@ -63,9 +63,8 @@ void dot_rows_n(const float* const (&row)[S], std::int64_t cols, const float* x,
     }
     // Unrolled (as the compiler unrolls the loops above) so that no accumulator is indexed at run time:
     // otherwise GCC 12 keeps the array in memory and, for one token on 4 streams, stored and reloaded
-    // three of the four accumulators at every visit, a store-to-load round trip in each FMA chain. Over
-    // stories110M-shaped matrices (438 MB, 2 threads, Zen 5) the GEMV read at 0.83-0.91 of a plain
-    // 4-stream read with that, at 0.92-0.96 without; the sums are the same (docs/performance.md).
+    // three of the four accumulators at every visit, a store-to-load round trip in each FMA chain that
+    // slowed the GEMV's read; the sums are the same (docs/performance-log.md).
 #pragma GCC unroll 8
     for (int s = 0; s < S; ++s)
 #pragma GCC unroll 4
@@ -100,7 +99,7 @@ void gemv_rows_n(const float* w, std::int64_t ldw, std::int64_t rows, std::int64
 // One token over rows that start m floats past a SIMD boundary, 0 < m < kPacket, the same m for every row
 // (the row stride and the row a whole number of packets): a llama2.c checkpoint read in place, whose
 // 28-byte header puts every row 7 floats past a 64-byte line. A load of such a row at its own start
-// spans two lines, which cost the decode's GEMV 15-25 % on Zen 5 (docs/performance.md). Instead each row
+// spans two lines, which slows the decode's GEMV (docs/performance.md). Instead each row
 // is read in aligned packets from m floats before its start to m floats before its end, against
 // x_rot = x shifted m lanes on (zeros around it): the first packet keeps lanes m.. (`head`), the last
 // lanes ..m-1 (`tail`), so the other row's bytes in them, whatever their bits, count as +0. The lanes
@@ -133,8 +132,7 @@ void dot_rows_shifted(const float* const (&row)[S], std::int64_t cols, std::int6
 
 // gemv_rows_n<1, S> for rows m floats past a boundary (dot_rows_shifted): x_rot built once per call,
 // in this thread's buffer (grown once, then reused). The row loop is gemv_rows_n's, written out again:
-// shared through a generic lambda, it made the aligned decode about 5 % slower (stories110M random
-// weights, 2 threads, Zen 5: 6.64-6.84 against 6.32-6.43 ms a step, five alternated runs).
+// shared through a generic lambda, it made the aligned decode slower (docs/performance-log.md).
 template <int S>
 void gemv_rows_shifted(const float* w, std::int64_t ldw, std::int64_t rows, std::int64_t cols, const float* x, float* y, std::int64_t m) {
     thread_local std::vector<float, Eigen::aligned_allocator<float>> x_rot;

@@ -102,14 +102,9 @@ void gemv_buffered(const NarrowMatrix& w, std::int64_t r0, std::int64_t nr, cons
 
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
 constexpr std::int64_t kPrefetchBytes = 512;  // how far ahead in each row the fused GEMV asks for lines (q8_0, the 256-bit pass)
-// The same for the AVX-512 passes. bf16 and fp16: without it their kernel read weights at 0.80-0.87 of a plain
-// 4-stream read on the Zen 5 host (six rounds), while fp32's, with half the arithmetic per byte, kept up
-// with the read: each row's chain of two multiply-adds per line waits for lines the hardware prefetchers
-// had not yet brought. 1024 bytes ahead (16 lines) read at 0.93-1.08 of the plain read, and decoded stories110M
-// 1.055x faster in bf16 (8 alternated rounds, all faster) and 1.067x in fp16 (6 of 6); 512 and 2048 bytes
-// ahead were slower than 1024 (docs/performance.md). q8_0 (a prefetch per 34-byte block): 1024 bytes ahead
-// decoded faster than 512 in 8 of 8 rounds (1.04x, median). Past a stream's last row it asks for lines
-// it will not read, which costs bandwidth but cannot fault.
+// The same for the AVX-512 passes: without it each row's chain of multiply-adds waits for lines the hardware
+// prefetchers have not yet brought; 16 lines ahead was the best distance measured (docs/performance-log.md).
+// Past a stream's last row it asks for lines it will not read, which costs bandwidth but cannot fault.
 constexpr std::int64_t kWidePrefetchBytes = 1024;
 
 #if defined(__AVX512F__)
@@ -118,6 +113,100 @@ __m256 fold_halves(__m512 v) {
     return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 #endif
+
+// gemv_fused's q8_0 pass: whole blocks of 32 from column 0 into acc; returns the columns done.
+template <int R>
+[[gnu::always_inline]] inline std::int64_t gemv_q8_0_blocks(const std::uint8_t* const (&row)[R], const float* x, std::int64_t cols,
+                                                            __m256 (&acc)[8]) {
+    std::int64_t j = 0;
+#if defined(__AVX512F__)
+    // AVX-512: a block per pass, its 32 codes as two 16-lane halves, each widened int8 -> int32 -> fp32
+    // (exact) and multiplied by x; the halves' sum times d into the row's 16-lane accumulator: half the
+    // instructions per block of the 256-bit pass below (docs/performance-log.md has the measurements).
+    __m512 acc16[8];
+    for (auto& a : acc16) a = _mm512_setzero_ps();
+    for (; j + kv_block_values <= cols; j += kv_block_values) {
+        const std::int64_t off = j / kv_block_values * static_cast<std::int64_t>(sizeof(BlockQ8_0));
+        const __m512 x0 = _mm512_loadu_ps(x + j), x1 = _mm512_loadu_ps(x + j + 16);
+        for (int r = 0; r < R; ++r) {
+            const std::uint8_t* blk = row[r] + off;
+            _mm_prefetch(reinterpret_cast<const char*>(blk + kWidePrefetchBytes), _MM_HINT_T0);
+            std::uint16_t dc;
+            std::memcpy(&dc, blk, 2);
+            const __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2))));
+            const __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18))));
+            const __m512 dot = _mm512_fmadd_ps(q1, x1, _mm512_mul_ps(q0, x0));
+            acc16[r] = _mm512_fmadd_ps(dot, _mm512_set1_ps(_cvtsh_ss(dc)), acc16[r]);
+        }
+    }
+    for (int r = 0; r < R; ++r) acc[r] = fold_halves(acc16[r]);
+#else
+    for (; j + kv_block_values <= cols; j += kv_block_values) {
+        const std::int64_t off = j / kv_block_values * static_cast<std::int64_t>(sizeof(BlockQ8_0));
+        for (int r = 0; r < R; ++r) {
+            const std::uint8_t* blk = row[r] + off;
+            _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes), _MM_HINT_T0);
+            std::uint16_t dc;
+            std::memcpy(&dc, blk, 2);
+            __m256 dot = _mm256_setzero_ps();
+            for (int k = 0; k < 32; k += 8) {
+                const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + k))));
+                dot = _mm256_fmadd_ps(q, _mm256_loadu_ps(x + j + k), dot);
+            }
+            acc[r] = _mm256_fmadd_ps(dot, _mm256_set1_ps(_cvtsh_ss(dc)), acc[r]);
+        }
+    }
+#endif
+    return j;
+}
+
+// gemv_fused's bf16 and fp16 pass: 16 columns (32 with AVX-512) of each row at a time into acc; returns
+// the columns done (the rest are added one by one).
+template <int R>
+[[gnu::always_inline]] inline std::int64_t gemv_half_lines(const std::uint8_t* const (&row)[R], const float* x, std::int64_t cols,
+                                                           bool bf16, __m256 (&acc)[8]) {
+    std::int64_t j = 0;
+#if defined(__AVX512F__)
+    // AVX-512: a 64-byte line of each row per pass, 32 values. bf16 needs no shuffle: the even values are
+    // each 32-bit lane's low half shifted up, the odd ones its high half with the low half masked off,
+    // multiplied by x's even and odd values (two permutes per pass, shared by the 8 rows); fp16: F16C on
+    // each 32-byte half. Each row's line kWidePrefetchBytes ahead is asked for at every pass.
+    __m512 acc16[8];
+    for (auto& a : acc16) a = _mm512_setzero_ps();
+    const __m512i even_idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd_idx = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    for (; j + 32 <= cols; j += 32) {
+        const __m512 xa = _mm512_loadu_ps(x + j), xb = _mm512_loadu_ps(x + j + 16);
+        const __m512 x0 = bf16 ? _mm512_permutex2var_ps(xa, even_idx, xb) : xa;
+        const __m512 x1 = bf16 ? _mm512_permutex2var_ps(xa, odd_idx, xb) : xb;
+        for (int r = 0; r < R; ++r) {
+            // (the maskz forms: GCC 12's plain ones start from an undefined register and warn)
+            const std::uint8_t* at = row[r] + 2 * j;
+            _mm_prefetch(reinterpret_cast<const char*>(at + kWidePrefetchBytes), _MM_HINT_T0);
+            const __m512i h = _mm512_loadu_si512(at);
+            const __m512 w0 = bf16 ? _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, h, 16))
+                                   : _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
+            const __m512 w1 = bf16 ? _mm512_castsi512_ps(_mm512_and_si512(h, high_half))
+                                   : _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 32)));
+            acc16[r] = _mm512_fmadd_ps(w0, x0, acc16[r]);
+            acc16[r] = _mm512_fmadd_ps(w1, x1, acc16[r]);
+        }
+    }
+    for (int r = 0; r < R; ++r) acc[r] = fold_halves(acc16[r]);
+#endif
+    auto widen = [bf16](__m128i h) { return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h); };
+    for (; j + 16 <= cols; j += 16) {  // 32 bytes of each row per pass, the next lines prefetched
+        const __m256 x0 = _mm256_loadu_ps(x + j), x1 = _mm256_loadu_ps(x + j + 8);
+        for (int r = 0; r < R; ++r) {
+            _mm_prefetch(reinterpret_cast<const char*>(row[r] + 2 * j + kPrefetchBytes), _MM_HINT_T0);
+            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[r] + 2 * j));
+            acc[r] = _mm256_fmadd_ps(widen(_mm256_castsi256_si128(h)), x0, acc[r]);
+            acc[r] = _mm256_fmadd_ps(widen(_mm256_extracti128_si256(h, 1)), x1, acc[r]);
+        }
+    }
+    return j;
+}
 
 // R rows side by side (R streams in flight: narrow_gemv_streams, or one for the rows left over), each
 // 8 weights (16 with AVX-512) widened in a register and multiplied into the row's accumulator; one tree
@@ -132,89 +221,8 @@ void gemv_fused(const NarrowMatrix& w, const std::uint8_t* const (&row)[R], cons
     __m256 acc[8];
     for (auto& a : acc) a = _mm256_setzero_ps();
     std::int64_t j = 0;
-    if (w.dtype() == DType::q8_0) {
-#if defined(__AVX512F__)
-        // AVX-512: a block per pass, its 32 codes as two 16-lane halves, each widened int8 -> int32 -> fp32
-        // (exact) and multiplied by x; the halves' sum times d into the row's 16-lane accumulator. Half the
-        // instructions per block of the 256-bit pass below: stories110M decoded 1.38x faster with it
-        // (Zen 5, 6 alternated rounds, all faster), and reading 4 rows side by side instead of 8 was slower
-        // (6 of 8 rounds, 0.95x median).
-        __m512 acc16[8];
-        for (auto& a : acc16) a = _mm512_setzero_ps();
-        for (; j + kv_block_values <= cols; j += kv_block_values) {
-            const std::int64_t off = j / kv_block_values * static_cast<std::int64_t>(sizeof(BlockQ8_0));
-            const __m512 x0 = _mm512_loadu_ps(x + j), x1 = _mm512_loadu_ps(x + j + 16);
-            for (int r = 0; r < R; ++r) {
-                const std::uint8_t* blk = row[r] + off;
-                _mm_prefetch(reinterpret_cast<const char*>(blk + kWidePrefetchBytes), _MM_HINT_T0);
-                std::uint16_t dc;
-                std::memcpy(&dc, blk, 2);
-                const __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2))));
-                const __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18))));
-                const __m512 dot = _mm512_fmadd_ps(q1, x1, _mm512_mul_ps(q0, x0));
-                acc16[r] = _mm512_fmadd_ps(dot, _mm512_set1_ps(_cvtsh_ss(dc)), acc16[r]);
-            }
-        }
-        for (int r = 0; r < R; ++r) acc[r] = fold_halves(acc16[r]);
-#else
-        for (; j + kv_block_values <= cols; j += kv_block_values) {
-            const std::int64_t off = j / kv_block_values * static_cast<std::int64_t>(sizeof(BlockQ8_0));
-            for (int r = 0; r < R; ++r) {
-                const std::uint8_t* blk = row[r] + off;
-                _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes), _MM_HINT_T0);
-                std::uint16_t dc;
-                std::memcpy(&dc, blk, 2);
-                __m256 dot = _mm256_setzero_ps();
-                for (int k = 0; k < 32; k += 8) {
-                    const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + k))));
-                    dot = _mm256_fmadd_ps(q, _mm256_loadu_ps(x + j + k), dot);
-                }
-                acc[r] = _mm256_fmadd_ps(dot, _mm256_set1_ps(_cvtsh_ss(dc)), acc[r]);
-            }
-        }
-#endif
-    } else {
-        const bool bf16 = w.dtype() == DType::bf16;
-#if defined(__AVX512F__)
-        // AVX-512: a 64-byte line of each row per pass, 32 values. bf16 needs no shuffle: the even values are
-        // each 32-bit lane's low half shifted up, the odd ones its high half with the low half masked off,
-        // multiplied by x's even and odd values (two permutes per pass, shared by the 8 rows); fp16: F16C on
-        // each 32-byte half. Each row's line kWidePrefetchBytes ahead is asked for at every pass.
-        __m512 acc16[8];
-        for (auto& a : acc16) a = _mm512_setzero_ps();
-        const __m512i even_idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        const __m512i odd_idx = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-        const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
-        for (; j + 32 <= cols; j += 32) {
-            const __m512 xa = _mm512_loadu_ps(x + j), xb = _mm512_loadu_ps(x + j + 16);
-            const __m512 x0 = bf16 ? _mm512_permutex2var_ps(xa, even_idx, xb) : xa;
-            const __m512 x1 = bf16 ? _mm512_permutex2var_ps(xa, odd_idx, xb) : xb;
-            for (int r = 0; r < R; ++r) {
-                // (the maskz forms: GCC 12's plain ones start from an undefined register and warn)
-                const std::uint8_t* at = row[r] + 2 * j;
-                _mm_prefetch(reinterpret_cast<const char*>(at + kWidePrefetchBytes), _MM_HINT_T0);
-                const __m512i h = _mm512_loadu_si512(at);
-                const __m512 w0 = bf16 ? _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, h, 16))
-                                       : _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
-                const __m512 w1 = bf16 ? _mm512_castsi512_ps(_mm512_and_si512(h, high_half))
-                                       : _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 32)));
-                acc16[r] = _mm512_fmadd_ps(w0, x0, acc16[r]);
-                acc16[r] = _mm512_fmadd_ps(w1, x1, acc16[r]);
-            }
-        }
-        for (int r = 0; r < R; ++r) acc[r] = fold_halves(acc16[r]);
-#endif
-        auto widen = [bf16](__m128i h) { return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h); };
-        for (; j + 16 <= cols; j += 16) {  // 32 bytes of each row per pass, the next lines prefetched
-            const __m256 x0 = _mm256_loadu_ps(x + j), x1 = _mm256_loadu_ps(x + j + 8);
-            for (int r = 0; r < R; ++r) {
-                _mm_prefetch(reinterpret_cast<const char*>(row[r] + 2 * j + kPrefetchBytes), _MM_HINT_T0);
-                const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[r] + 2 * j));
-                acc[r] = _mm256_fmadd_ps(widen(_mm256_castsi256_si128(h)), x0, acc[r]);
-                acc[r] = _mm256_fmadd_ps(widen(_mm256_extracti128_si256(h, 1)), x1, acc[r]);
-            }
-        }
-    }
+    if (w.dtype() == DType::q8_0) j = gemv_q8_0_blocks<R>(row, x, cols, acc);
+    else j = gemv_half_lines<R>(row, x, cols, w.dtype() == DType::bf16, acc);
     _mm256_storeu_ps(y, sum8(acc));
     for (; j < cols; ++j)  // columns past the last 16 (bf16, fp16): one by one
         for (int r = 0; r < R; ++r) {

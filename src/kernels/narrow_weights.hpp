@@ -67,9 +67,8 @@ struct NarrowWeights {
 void gemv_narrow(const NarrowMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, float* y, int streams);
 void gemv_narrow(const NarrowMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, float* y);
 // The rows gemv_narrow reads side by side for a dtype on this CPU: bf16 and fp16 as many as gemv_rows
-// reads fp32 (gemv_streams(): 4 on AMD, 8 elsewhere); q8_0 8 everywhere. On the Zen 5 host, in six
-// alternated rounds each, 4 streams decoded stories110M faster than 8 in bf16 (all six) and fp16 (five),
-// slower in q8_0 (all six), whose per-block arithmetic gains from more independent rows.
+// reads fp32 (gemv_streams(): 4 on AMD, 8 elsewhere); q8_0 8 everywhere: its per-block arithmetic gains
+// from more independent rows (docs/performance-log.md).
 int narrow_gemv_streams(DType dtype);
 std::int64_t narrow_panel_floats(std::int64_t cols);
 void gemm_narrow(const NarrowMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, std::int64_t ldx, std::int64_t n,

@@ -25,79 +25,107 @@ std::string data_label(std::string text) {
     return '"' + text + '"';
 }
 
-}  // namespace
+// One line of the chart: a KV line, or with budget a horizontal one.
+struct Series {
+    std::string label;
+    std::vector<double> y;
+    bool budget = false;  // a horizontal line: the KV budget of a model on the GPU
+    std::size_t colour = 0;
+};
 
-void plot_kv_memory(const KvcalcRequest& r, const std::filesystem::path& output) {
-    gnuplot_terminal(output, 1, 1, "--plot");  // the extension, checked before any work
+// The lines of the chart as they are added, and the largest y among them.
+struct Lines {
+    std::vector<Series> series;
+    double y_max = 0;
+    std::size_t n_lines = 0;  // KV lines so far: the next one's colour
+};
 
-    // the x range: the largest --context, else the largest model maximum, else 4096
+// The x range: the largest --context, else the largest model maximum, else 4096.
+std::uint64_t context_max(const KvcalcRequest& r) {
     std::uint64_t t_max = 0;
     for (const auto t : r.contexts) t_max = std::max(t_max, t);
     if (t_max == 0)
         for (const auto& m : r.models) t_max = std::max<std::uint64_t>(t_max, static_cast<std::uint64_t>(std::max<std::int64_t>(m.n_ctx_max, 0)));
     if (t_max == 0) t_max = 4096;
+    return t_max;
+}
+
+// The x values: 257 evenly spaced from 0 to t_max, and the asked-for contexts exactly, sorted and unique.
+std::vector<std::uint64_t> context_points(const KvcalcRequest& r, std::uint64_t t_max) {
     constexpr std::uint64_t n_points = 256;
     std::vector<std::uint64_t> xs;
     for (std::uint64_t i = 0; i <= n_points; ++i) xs.push_back(t_max * i / n_points);
     for (const auto t : r.contexts) xs.push_back(t);  // the asked-for contexts exactly
     std::sort(xs.begin(), xs.end());
     xs.erase(std::unique(xs.begin(), xs.end()), xs.end());
+    return xs;
+}
 
-    struct Series {
-        std::string label;
-        std::vector<double> y;
-        bool budget = false;  // a horizontal line: the KV budget of a model on the GPU
-        std::size_t colour = 0;
-    };
-    std::vector<Series> series;
-    double y_max = 0;
-    std::size_t n_lines = 0;
+// One KV line: a model variant at one dtype and batch, per GPU, at every x.
+void add_kv_line(Lines& lines, const KvcalcRequest& r, const ModelConfig& cfg, const ModelConfig& gpu_cfg, DType dtype,
+                 std::uint64_t b, const std::vector<std::uint64_t>& xs) {
+    Series s;
+    s.colour = lines.n_lines++;
+    s.label = fmt::format("{} {} {}{}{}", cfg.name, cfg.attention_kind(), dtype_name(dtype), b > 1 ? fmt::format(" x{}", b) : "",
+                          r.tp > 1 ? fmt::format(" /GPU of TP {}", r.tp) : "");
+    for (const auto t : xs) {
+        const double y = static_cast<double>(checked_mul(sequence_bytes(gpu_cfg, dtype, t, r), b, "KV bytes per batch"));
+        s.y.push_back(y);
+        lines.y_max = std::max(lines.y_max, y);
+    }
+    lines.series.push_back(std::move(s));
+}
+
+// The budget line: what the KV cache may use next to this model's native weights on the GPU (the fit
+// table's figure), when the weights leave any room.
+void add_budget_line(Lines& lines, const KvcalcRequest& r, const ModelConfig& base, std::size_t colour,
+                     const std::vector<std::uint64_t>& xs) {
+    const auto weights = ceil_div(model_weight_bytes(base, true, r), r.tp);
+    const auto usable = usable_bytes(usable_gpu_bytes(*r.gpu), r.mem_util);
+    if (usable > weights) {
+        Series s;
+        s.budget = true;
+        s.colour = colour;
+        s.label = fmt::format("{}: KV budget on {}", base.name, r.gpu->name);
+        s.y.assign(xs.size(), static_cast<double>(usable - weights));
+        lines.y_max = std::max(lines.y_max, s.y.front());
+        lines.series.push_back(std::move(s));
+    }
+}
+
+// Every line of the request: per model, attention layout, dtype and batch, and with --gpu each model's budget.
+Lines kv_lines(const KvcalcRequest& r, const std::vector<std::uint64_t>& xs) {
+    Lines lines;
     for (const ModelConfig& base : r.models) {
-        const std::size_t model_colour = n_lines;  // a model's budget line takes the colour of its first line
+        const std::size_t model_colour = lines.n_lines;  // a model's budget line takes the colour of its first line
         for (const auto& variant : r.variants) {
             const ModelConfig cfg = apply_variant(base, variant);
             const ModelConfig gpu_cfg = per_gpu_config(cfg, r.tp);
             for (const DType dtype : r.dtypes)
-                for (const auto b : r.batches) {
-                    Series s;
-                    s.colour = n_lines++;
-                    s.label = fmt::format("{} {} {}{}{}", cfg.name, cfg.attention_kind(), dtype_name(dtype), b > 1 ? fmt::format(" x{}", b) : "",
-                                          r.tp > 1 ? fmt::format(" /GPU of TP {}", r.tp) : "");
-                    for (const auto t : xs) {
-                        const double y = static_cast<double>(checked_mul(sequence_bytes(gpu_cfg, dtype, t, r), b, "KV bytes per batch"));
-                        s.y.push_back(y);
-                        y_max = std::max(y_max, y);
-                    }
-                    series.push_back(std::move(s));
-                }
-            if (r.gpu && (base.d_ff > 0 || base.stored_weight_bytes) && variant.label == r.variants.front().label) {
-                // what the KV cache may use next to this model's native weights on the GPU (the fit table's figure)
-                const auto weights = ceil_div(model_weight_bytes(base, true, r), r.tp);
-                const auto usable = usable_bytes(usable_gpu_bytes(*r.gpu), r.mem_util);
-                if (usable > weights) {
-                    Series s;
-                    s.budget = true;
-                    s.colour = model_colour;
-                    s.label = fmt::format("{}: KV budget on {}", base.name, r.gpu->name);
-                    s.y.assign(xs.size(), static_cast<double>(usable - weights));
-                    y_max = std::max(y_max, s.y.front());
-                    series.push_back(std::move(s));
-                }
-            }
+                for (const auto b : r.batches) add_kv_line(lines, r, cfg, gpu_cfg, dtype, b, xs);
+            if (r.gpu && (base.d_ff > 0 || base.stored_weight_bytes) && variant.label == r.variants.front().label)
+                add_budget_line(lines, r, base, model_colour, xs);
         }
     }
-    if (series.size() > max_kv_plot_series)
+    if (lines.series.size() > max_kv_plot_series)
         throw UsageError(fmt::format("--plot: {} lines (models x attention layouts x dtypes x batches{}); at most {} on one chart",
-                                     series.size(), r.gpu ? ", and budgets" : "", max_kv_plot_series));
+                                     lines.series.size(), r.gpu ? ", and budgets" : "", max_kv_plot_series));
+    return lines;
+}
 
-    const ByteAxis axis = byte_axis(y_max);  // one binary unit for the axis, from the largest value
-    const double scale = axis.scale;
-
+// The data file: a block per line, its column names then x and y in the axis unit.
+std::string plot_data(const std::vector<Series>& series, const std::vector<std::uint64_t>& xs, double scale) {
     std::ostringstream data;
     for (std::size_t i = 0; i < series.size(); ++i) {
         data << (i ? "\n\n" : "") << "\"context\" " << data_label(series[i].label) << "\n";
         for (std::size_t j = 0; j < xs.size(); ++j) data << xs[j] << ' ' << fmt::format("{:.17g}", series[i].y[j] / scale) << '\n';
     }
+    return data.str();
+}
+
+// The gnuplot script: a line per series, budgets dashed; the data file is ARG1, the title ARG2.
+std::string plot_script(const std::filesystem::path& output, const std::vector<Series>& series, std::uint64_t t_max,
+                        const ByteAxis& axis) {
     static const char* colours[] = {"#1b6ca8", "#d1495b", "#2e933c", "#8e44ad", "#e67e22", "#555555"};
     std::ostringstream gp;
     gp << gnuplot_terminal(output, 1000, 640, "--plot") << "set output\n"
@@ -113,10 +141,27 @@ void plot_kv_memory(const KvcalcRequest& r, const std::filesystem::path& output)
                                                series[i].budget ? " dt 2" : "");
     }
     gp << "\nset output\n";
-    const std::string title = fmt::format("KV cache against context{}{}{}", r.tp > 1 ? ", per GPU" : "",
-                                          r.gpu ? fmt::format(", and what fits next to the weights on {} (dashed)", r.gpu->display_name) : "",
-                                          r.window_mode == WindowMode::cap ? "" : " (windows ignored)");
-    draw_with_gnuplot(output, data.str(), gp.str(), {title}, "--plot");
+    return gp.str();
+}
+
+// The chart's title: per GPU under TP, the GPU with --gpu, and whether windows were ignored.
+std::string plot_title(const KvcalcRequest& r) {
+    return fmt::format("KV cache against context{}{}{}", r.tp > 1 ? ", per GPU" : "",
+                       r.gpu ? fmt::format(", and what fits next to the weights on {} (dashed)", r.gpu->display_name) : "",
+                       r.window_mode == WindowMode::cap ? "" : " (windows ignored)");
+}
+
+}  // namespace
+
+void plot_kv_memory(const KvcalcRequest& r, const std::filesystem::path& output) {
+    gnuplot_terminal(output, 1, 1, "--plot");  // the extension, checked before any work
+    const std::uint64_t t_max = context_max(r);
+    const std::vector<std::uint64_t> xs = context_points(r, t_max);
+    const Lines lines = kv_lines(r, xs);
+    const ByteAxis axis = byte_axis(lines.y_max);  // one binary unit for the axis, from the largest value
+    const std::string data = plot_data(lines.series, xs, axis.scale);
+    const std::string script = plot_script(output, lines.series, t_max, axis);
+    draw_with_gnuplot(output, data, script, {plot_title(r)}, "--plot");
 }
 
 }  // namespace kvlab

@@ -75,60 +75,21 @@ Table reference_kernel_table(const ReferenceKernelRun& ref, const std::vector<St
     return t;
 }
 
-}  // namespace
-
-ModeTotals mode_totals(const std::vector<StepRecord>& records, StepMode mode) {
-    ModeTotals t;
-    for (const auto& r : records) {
-        if (r.mode != mode) continue;
-        ++t.n_steps;
-        t.n_tokens += r.n_tokens;
-        t.cost += r.cost.total();
-        t.flops_matmul += r.cost.flops(OpCategory::matmul);
-        t.flops_attention += r.cost.flops(OpCategory::attention);
-        t.flops_other += r.cost.flops(OpCategory::other);
-        t.kv_bytes_resident = r.kv_bytes_resident;
-        t.wall_ns += r.wall_ns;
-    }
-    return t;
-}
-
-RunSummary run_summary(const ModelConfig& cfg, const SimulateOptions& o, const SimulationResult& result) {
-    RunSummary s;
-    s.display_name = cfg.display_name;
-    s.mode = o.mode;
-    s.n_prompt = static_cast<std::int64_t>(result.prompt.size());
-    s.n_steps = o.n_steps;
-    s.n_steps_done = result.n_steps_done;
-    s.interrupted = result.interrupted;
-    s.counted = o.count;
-    s.kv_cache_bytes = result.kv_cache_bytes;
-    s.max_abs_dlogit = result.max_abs_dlogit;
-    s.n_argmax_flips = result.n_argmax_flips;
-    s.first_divergent_step = result.first_divergent_step;
-    s.divergent_dlogit = result.divergent_dlogit;
-    s.divergent_tolerance = result.divergent_tolerance;
-    s.kv_quality = result.kv_quality;
-    s.reference_kernel = result.reference_kernel;
-    return s;
-}
-
-Report simulation_report(const ModelConfig& cfg, const SimulateOptions& o, const SimulationResult& result,
-                         const nlohmann::json& inputs, UnitSystem units) {
-    return simulation_report(run_summary(cfg, o, result), result.records, inputs, units);
-}
-
-Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& records, const nlohmann::json& inputs,
-                         UnitSystem units) {
+// The modes the run holds: cached, uncached or both, cached first.
+std::vector<StepMode> report_modes(const RunSummary& run) {
     std::vector<StepMode> modes;
     if (run.mode != SimMode::uncached) modes.push_back(StepMode::cached);
     if (run.mode != SimMode::cached) modes.push_back(StepMode::uncached);
+    return modes;
+}
+
+// The totals table: one row per metric, one column per mode, and their ratio when both ran.
+Table totals_table(const RunSummary& run, const std::vector<StepRecord>& records, const std::vector<StepMode>& modes,
+                   UnitSystem units) {
     const bool both = modes.size() == 2;
     std::vector<ModeTotals> totals;
     for (const StepMode m : modes) totals.push_back(mode_totals(records, m));
 
-    Report report;
-    report.inputs = inputs;
     Table t;
     t.title = fmt::format("kvlab simulate: {}, prompt {}, {}", run.display_name, counted(run.n_prompt, "token"),
                           counted(run.n_steps_done, "step"));
@@ -174,92 +135,159 @@ Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& r
         add_row("gb_per_s", "achieved GB/s (1e9 B/s)", rate,
                 [](const ModeTotals& m) { return per_second(static_cast<double>(m.cost.bytes_total()) * 1e-9, m.wall_ns); });
     }
+    return t;
+}
 
-    // how per-step cost grows: first decode step vs last step, measured
+// How per-step cost grows: first decode step vs last step, measured, and why the uncached one grows faster.
+void add_growth_notes(Table& t, const RunSummary& run, const std::vector<StepRecord>& records,
+                      const std::vector<StepMode>& modes) {
     const std::int64_t last = run.n_steps_done - 1;
-    if (last >= 2) {
-        std::string growth = fmt::format("per-step FLOPs, step 1 -> step {}:", last);
-        for (const StepMode m : modes) {
-            const StepRecord* a = find_record(records, m, 1);
-            const StepRecord* b = find_record(records, m, last);
-            growth += fmt::format(" {} x{:.2f} (attention x{:.2f}){}", step_mode_name(m),
-                                  ratio(static_cast<double>(b->cost.total().flops), static_cast<double>(a->cost.total().flops)),
-                                  ratio(static_cast<double>(b->cost.flops(OpCategory::attention)),
-                                        static_cast<double>(a->cost.flops(OpCategory::attention))),
-                                  m == modes.back() ? "" : ";");
-        }
-        const StepRecord* first = find_record(records, modes[0], 1);
-        const StepRecord* final = find_record(records, modes[0], last);
-        growth += fmt::format(" (keys attended {} -> {})", first->n_keys, final->n_keys);
-        t.notes.push_back(growth);
-        if (std::find(modes.begin(), modes.end(), StepMode::uncached) != modes.end())
-            t.notes.push_back("uncached work per step grows with T (every K and V is recomputed), so its total grows with T^2; "
-                              "cached work per step is flat apart from attention over the cache");
+    if (last < 2) return;
+    std::string growth = fmt::format("per-step FLOPs, step 1 -> step {}:", last);
+    for (const StepMode m : modes) {
+        const StepRecord* a = find_record(records, m, 1);
+        const StepRecord* b = find_record(records, m, last);
+        growth += fmt::format(" {} x{:.2f} (attention x{:.2f}){}", step_mode_name(m),
+                              ratio(static_cast<double>(b->cost.total().flops), static_cast<double>(a->cost.total().flops)),
+                              ratio(static_cast<double>(b->cost.flops(OpCategory::attention)),
+                                    static_cast<double>(a->cost.flops(OpCategory::attention))),
+                              m == modes.back() ? "" : ";");
     }
-    if (run.kv_cache_bytes > 0) {
-        // --layers N runs the first N layers: kvcalc's figure is the whole model's
-        const auto layers = inputs.value("layers", std::int64_t{0}), in_model = inputs.value("layers_in_model", std::int64_t{0});
-        const std::string which = layers > 0 && in_model > layers ? fmt::format("the {} run, of {}; kvcalc's figure is for all {}", counted(layers, "layer"), in_model, in_model)
-                                                                  : "all layers; = kvcalc's figure";
-        // a windowed layer keeps W rows, not all positions: the last W (or S sinks and the last W - S)
-        const std::int64_t positions = run.n_prompt + run.n_steps - 1;  // the last token is not fed back
-        const auto window = inputs.value("window", std::int64_t{0}), sinks = inputs.value("sink_tokens", std::int64_t{0});
-        const std::string held = window > 0 && window < positions
-                                     ? fmt::format(", a windowed layer holding {} of them{}", window,
-                                                   sinks > 0 ? fmt::format(" ({} sinks and the last {})", sinks, window - sinks) : "")
-                                     : "";
-        t.notes.push_back(fmt::format("KV cache allocated: {} for {} positions{} ({}, K and V, {}{})",
-                                      format_bytes(run.kv_cache_bytes, units), positions, held,
-                                      inputs.value("kv_dtype", std::string("fp32")), which,
-                                      inputs.value("kv_dtype", std::string("fp32")) == "fp32" ? "" : " for the dtype, plus the scales"));
+    const StepRecord* first = find_record(records, modes[0], 1);
+    const StepRecord* final = find_record(records, modes[0], last);
+    growth += fmt::format(" (keys attended {} -> {})", first->n_keys, final->n_keys);
+    t.notes.push_back(growth);
+    if (std::find(modes.begin(), modes.end(), StepMode::uncached) != modes.end())
+        t.notes.push_back("uncached work per step grows with T (every K and V is recomputed), so its total grows with T^2; "
+                          "cached work per step is flat apart from attention over the cache");
+}
+
+// The note on the KV cache allocated: its size, the positions it holds, and how it compares to kvcalc's figure.
+std::string kv_cache_note(const RunSummary& run, const nlohmann::json& inputs, UnitSystem units) {
+    // --layers N runs the first N layers: kvcalc's figure is the whole model's
+    const auto layers = inputs.value("layers", std::int64_t{0}), in_model = inputs.value("layers_in_model", std::int64_t{0});
+    const std::string which = layers > 0 && in_model > layers ? fmt::format("the {} run, of {}; kvcalc's figure is for all {}", counted(layers, "layer"), in_model, in_model)
+                                                              : "all layers; = kvcalc's figure";
+    // a windowed layer keeps W rows, not all positions: the last W (or S sinks and the last W - S)
+    const std::int64_t positions = run.n_prompt + run.n_steps - 1;  // the last token is not fed back
+    const auto window = inputs.value("window", std::int64_t{0}), sinks = inputs.value("sink_tokens", std::int64_t{0});
+    const std::string held = window > 0 && window < positions
+                                 ? fmt::format(", a windowed layer holding {} of them{}", window,
+                                               sinks > 0 ? fmt::format(" ({} sinks and the last {})", sinks, window - sinks) : "")
+                                 : "";
+    return fmt::format("KV cache allocated: {} for {} positions{} ({}, K and V, {}{})",
+                       format_bytes(run.kv_cache_bytes, units), positions, held,
+                       inputs.value("kv_dtype", std::string("fp32")), which,
+                       inputs.value("kv_dtype", std::string("fp32")) == "fp32" ? "" : " for the dtype, plus the scales");
+}
+
+// The logit comparison of the two modes: the largest difference, argmax flips, and whether they diverged.
+void add_logit_notes(Table& t, const RunSummary& run) {
+    t.notes.push_back(fmt::format("logits: max |cached - uncached| = {:.3g} over {} (tolerance 1e-3 * max(1, max |logit|)); "
+                                  "argmax flips on near-ties: {}",
+                                  run.max_abs_dlogit, counted(run.n_steps_done, "step"), run.n_argmax_flips));
+    if (run.first_divergent_step)
+        t.notes.push_back(fmt::format("DIVERGED: at step {} max |delta logit| = {:.3g} > tolerance {:.3g}",
+                                      *run.first_divergent_step, run.divergent_dlogit, run.divergent_tolerance));
+    else
+        t.notes.push_back("both modes produced the same logits within tolerance, on the same tokens");
+}
+
+// The KV cache policy's table: its logit error, KL and argmax agreement against the fp32 full cache.
+Table kv_quality_table(const RunSummary& run, const KvQuality& q, const nlohmann::json& inputs, UnitSystem units) {
+    // the policy is in the inputs (as simulate recorded them); the figures against the fp32 full cache
+    const std::string window = inputs.value("sink_tokens", 0) > 0
+                                   ? fmt::format(", window {} + {} sinks", inputs.value("window", 0), inputs.value("sink_tokens", 0))
+                               : inputs.value("window", 0) > 0 ? fmt::format(", window {}", inputs.value("window", 0))
+                                                               : std::string();
+    Table k;
+    const std::string dtype = inputs.value("kv_dtype", std::string("fp32"));
+    const bool scaled = dtype.rfind("fp8", 0) == 0 || dtype == "int8";
+    const std::string weights = inputs.value("weight_dtype", std::string("fp32"));
+    k.title = weights == "fp32" ? fmt::format("KV cache {}{}{} against the fp32 full cache", dtype,
+                                              scaled ? fmt::format(" ({} scale)", inputs.value("kv_scale", std::string("tensor"))) : "", window)
+                                : fmt::format("KV cache {}{}{}, {} weights against the fp32 weights and fp32 full cache", dtype,
+                                              scaled ? fmt::format(" ({} scale)", inputs.value("kv_scale", std::string("tensor"))) : "", window,
+                                              weights);
+    k.columns = {{"kv_cache_bytes", "KV cache"}, {"max_abs_dlogit", "max |dlogit|"}, {"mean_kl", "mean KL"}, {"max_kl", "max KL"},
+                 {"argmax_agreement_percent", "same argmax"}, {"steps", "steps"}};
+    const double agree = q.n_steps ? 100.0 * static_cast<double>(q.n_agree) / static_cast<double>(q.n_steps) : 0.0;
+    k.rows.push_back({bytes_cell(run.kv_cache_bytes, units), real_cell(q.max_abs_dlogit, 5), {fmt::format("{:.3g}", q.mean_kl), q.mean_kl},
+                      {fmt::format("{:.3g}", q.max_kl), q.max_kl}, percent_cell(agree), int_cell(q.n_steps)});
+    k.notes.push_back("the same tokens through the model's fp32 weights and fp32 full cache, teacher-forced: the largest logit difference, "
+                      "KL(p_fp32 || p) of the next-token distributions in nats, and the steps whose argmax agrees (docs/cli-simulate.md)");
+    return k;
+}
+
+// A boolean of the inputs, else `absent`: a trace read back may hold anything, so booleans only.
+bool input_flag(const nlohmann::json& inputs, const char* key, bool absent) {
+    const auto it = inputs.find(key);
+    return it != inputs.end() && it->is_boolean() ? it->get<bool>() : absent;
+}
+
+}  // namespace
+
+ModeTotals mode_totals(const std::vector<StepRecord>& records, StepMode mode) {
+    ModeTotals t;
+    for (const auto& r : records) {
+        if (r.mode != mode) continue;
+        ++t.n_steps;
+        t.n_tokens += r.n_tokens;
+        t.cost += r.cost.total();
+        t.flops_matmul += r.cost.flops(OpCategory::matmul);
+        t.flops_attention += r.cost.flops(OpCategory::attention);
+        t.flops_other += r.cost.flops(OpCategory::other);
+        t.kv_bytes_resident = r.kv_bytes_resident;
+        t.wall_ns += r.wall_ns;
     }
-    if (both) {
-        t.notes.push_back(fmt::format("logits: max |cached - uncached| = {:.3g} over {} (tolerance 1e-3 * max(1, max |logit|)); "
-                                      "argmax flips on near-ties: {}",
-                                      run.max_abs_dlogit, counted(run.n_steps_done, "step"), run.n_argmax_flips));
-        if (run.first_divergent_step)
-            t.notes.push_back(fmt::format("DIVERGED: at step {} max |delta logit| = {:.3g} > tolerance {:.3g}",
-                                          *run.first_divergent_step, run.divergent_dlogit, run.divergent_tolerance));
-        else
-            t.notes.push_back("both modes produced the same logits within tolerance, on the same tokens");
-    }
+    return t;
+}
+
+RunSummary run_summary(const ModelConfig& cfg, const SimulateOptions& o, const SimulationResult& result) {
+    RunSummary s;
+    s.display_name = cfg.display_name;
+    s.mode = o.mode;
+    s.n_prompt = static_cast<std::int64_t>(result.prompt.size());
+    s.n_steps = o.n_steps;
+    s.n_steps_done = result.n_steps_done;
+    s.interrupted = result.interrupted;
+    s.counted = o.count;
+    s.kv_cache_bytes = result.kv_cache_bytes;
+    s.max_abs_dlogit = result.max_abs_dlogit;
+    s.n_argmax_flips = result.n_argmax_flips;
+    s.first_divergent_step = result.first_divergent_step;
+    s.divergent_dlogit = result.divergent_dlogit;
+    s.divergent_tolerance = result.divergent_tolerance;
+    s.kv_quality = result.kv_quality;
+    s.reference_kernel = result.reference_kernel;
+    return s;
+}
+
+Report simulation_report(const ModelConfig& cfg, const SimulateOptions& o, const SimulationResult& result,
+                         const nlohmann::json& inputs, UnitSystem units) {
+    return simulation_report(run_summary(cfg, o, result), result.records, inputs, units);
+}
+
+Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& records, const nlohmann::json& inputs,
+                         UnitSystem units) {
+    const std::vector<StepMode> modes = report_modes(run);
+    Report report;
+    report.inputs = inputs;
+    Table t = totals_table(run, records, modes, units);
+    add_growth_notes(t, run, records, modes);
+    if (run.kv_cache_bytes > 0) t.notes.push_back(kv_cache_note(run, inputs, units));
+    if (modes.size() == 2) add_logit_notes(t, run);
     if (!run.counted) t.notes.push_back("counting was off: FLOP and byte figures are zero");
     if (!run.has_wall_time) t.notes.push_back("no wall time: the trace was written with --deterministic");
     if (run.interrupted)
         report.notes.push_back(fmt::format("interrupted: stopped after {} of {} steps", run.n_steps_done, run.n_steps));
     report.tables.push_back(std::move(t));
     if (run.reference_kernel) report.tables.push_back(reference_kernel_table(*run.reference_kernel, records));
-    if (const auto& q = run.kv_quality) {
-        // the policy is in the inputs (as simulate recorded them); the figures against the fp32 full cache
-        const std::string window = inputs.value("sink_tokens", 0) > 0
-                                       ? fmt::format(", window {} + {} sinks", inputs.value("window", 0), inputs.value("sink_tokens", 0))
-                                   : inputs.value("window", 0) > 0 ? fmt::format(", window {}", inputs.value("window", 0))
-                                                                   : std::string();
-        Table k;
-        const std::string dtype = inputs.value("kv_dtype", std::string("fp32"));
-        const bool scaled = dtype.rfind("fp8", 0) == 0 || dtype == "int8";
-        const std::string weights = inputs.value("weight_dtype", std::string("fp32"));
-        k.title = weights == "fp32" ? fmt::format("KV cache {}{}{} against the fp32 full cache", dtype,
-                                                  scaled ? fmt::format(" ({} scale)", inputs.value("kv_scale", std::string("tensor"))) : "", window)
-                                    : fmt::format("KV cache {}{}{}, {} weights against the fp32 weights and fp32 full cache", dtype,
-                                                  scaled ? fmt::format(" ({} scale)", inputs.value("kv_scale", std::string("tensor"))) : "", window,
-                                                  weights);
-        k.columns = {{"kv_cache_bytes", "KV cache"}, {"max_abs_dlogit", "max |dlogit|"}, {"mean_kl", "mean KL"}, {"max_kl", "max KL"},
-                     {"argmax_agreement_percent", "same argmax"}, {"steps", "steps"}};
-        const double agree = q->n_steps ? 100.0 * static_cast<double>(q->n_agree) / static_cast<double>(q->n_steps) : 0.0;
-        k.rows.push_back({bytes_cell(run.kv_cache_bytes, units), real_cell(q->max_abs_dlogit, 5), {fmt::format("{:.3g}", q->mean_kl), q->mean_kl},
-                          {fmt::format("{:.3g}", q->max_kl), q->max_kl}, percent_cell(agree), int_cell(q->n_steps)});
-        k.notes.push_back("the same tokens through the model's fp32 weights and fp32 full cache, teacher-forced: the largest logit difference, "
-                          "KL(p_fp32 || p) of the next-token distributions in nats, and the steps whose argmax agrees (docs/cli-simulate.md)");
-        report.tables.push_back(std::move(k));
-    } else if (auto flag = [&](const char* key, bool absent) {  // a trace read back may hold anything: booleans only
-                   const auto it = inputs.find(key);
-                   return it != inputs.end() && it->is_boolean() ? it->get<bool>() : absent;
-               };
-               flag("policy", false) && !flag("quality", true)) {
+    if (const auto& q = run.kv_quality)
+        report.tables.push_back(kv_quality_table(run, *q, inputs, units));
+    else if (input_flag(inputs, "policy", false) && !input_flag(inputs, "quality", true))
         report.notes.push_back("--no-quality: the run's cache policy or weight storage ran alone, without the fp32 model beside it: "
                                "no logit error was measured");
-    }
     return report;
 }
 

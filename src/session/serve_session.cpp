@@ -155,6 +155,85 @@ std::vector<ServeRequest> read_workload(const std::string& path, const ModelConf
     return reqs;
 }
 
+namespace {
+
+// What the run holds at once (one layout runs at a time), refused above --max-memory before anything is allocated.
+std::uint64_t check_serve_memory(const ServeCommand& c, const ModelConfig& cfg, const PreparedServe& p, std::int64_t rows,
+                                 std::int64_t max_model_len) {
+    // what the run holds at once (one layout runs at a time): the weights, the pool, the batched forward's
+    // buffers; with --check, the solo run's and the logits kept for the running requests' tokens
+    const std::uint64_t max_memory = max_memory_allowed(c.max_memory, c.force_memory);
+    std::uint64_t memory = checked_add(weights_bytes(cfg), checked_mul(static_cast<std::uint64_t>(rows), p.token_bytes, "KV pool bytes"),
+                                       "memory estimate");
+    memory = checked_add(memory, Transformer::activation_bytes(cfg, {max_model_len, c.max_batched_tokens, false, false, c.max_seqs}),
+                         "memory estimate");
+    if (c.check) {
+        std::int64_t longest_prompt = 1, most_tokens = 1;
+        for (const ServeRequest& r : p.requests) {
+            longest_prompt = std::max<std::int64_t>(longest_prompt, std::ssize(r.prompt));
+            most_tokens = std::max(most_tokens, r.max_tokens);
+        }
+        memory = checked_add(memory, Transformer::activation_bytes(cfg, {max_model_len, longest_prompt, false}), "memory estimate");
+        const std::uint64_t logits = checked_mul(checked_mul(static_cast<std::uint64_t>(c.max_seqs), static_cast<std::uint64_t>(most_tokens), "memory estimate"),
+                                                 checked_mul(static_cast<std::uint64_t>(cfg.n_vocab), sizeof(float), "memory estimate"), "memory estimate");
+        memory = checked_add(memory, logits, "memory estimate");
+    }
+    if (memory > max_memory)
+        throw UsageError(fmt::format("--max-memory: the weights of {}, the {} KV pool and the batch's buffers{} need {}, more than the {} "
+                                     "allowed; try --layers, a smaller --kv-budget or --max-seqs",
+                                     cfg.display_name, format_bytes(static_cast<std::uint64_t>(rows) * p.token_bytes, UnitSystem::iec),
+                                     c.check ? " (and --check's logits)" : "", format_bytes(memory, UnitSystem::iec),
+                                     format_bytes(max_memory, UnitSystem::iec)));
+    return memory;
+}
+
+// The report's and trace's "inputs": every value the run used.
+nlohmann::json serve_inputs(const ServeCommand& c, const ModelConfig& cfg, const PreparedServe& p, std::int64_t rows,
+                            std::int64_t max_model_len, std::uint64_t memory) {
+    std::int64_t prompt_tokens = 0, output_tokens = 0;
+    for (const ServeRequest& r : p.requests) {
+        prompt_tokens += std::ssize(r.prompt);
+        output_tokens += r.max_tokens;
+    }
+    nlohmann::json inputs = {
+        {"command", "serve"},
+        {"model", cfg.name},
+        {"model_source", cfg.source},
+        {"family", cfg.family == Family::gpt2 ? "gpt2" : "llama"},
+        {"layers", cfg.n_layer},
+        {"weights", c.source.checkpoint.empty() ? fmt::format("random N(0, {}), norms 1, seed {}", default_weight_sigma, c.seed)
+                                                : c.source.checkpoint},
+        {"workload", c.workload.empty() ? "synthetic" : c.workload},
+        {"requests", std::ssize(p.requests)},
+        {"prompt_tokens", prompt_tokens},
+        {"max_output_tokens", output_tokens},
+        {"kv_layout", std::string(choice_name(layout_choices, c.layout))},
+        {"pool_rows", rows},
+        {"pool_bytes", checked_mul(static_cast<std::uint64_t>(rows), p.token_bytes, "KV pool bytes")},
+        {"token_bytes", p.token_bytes},
+        {"block_size", c.block_size},
+        {"reserve", std::string(choice_name(reserve_rule_choices, c.reserve))},
+        {"max_model_len", max_model_len},
+        {"prefix_cache", c.prefix_cache},
+        {"max_batched_tokens", c.max_batched_tokens},
+        {"max_seqs", c.max_seqs},
+        {"seed", c.seed},
+        {"threads", omp_get_max_threads()},
+        {"check", c.check},
+        {"memory_estimate_bytes", memory},
+    };
+    if (c.workload.empty()) {
+        inputs["prompt_len"] = c.prompt_len;
+        inputs["output_len"] = c.output_len;
+        inputs["arrival_rate"] = c.arrival_rate;
+        inputs["shared_prefix"] = c.shared_prefix;
+    }
+    if (!c.source.tokenizer.empty()) inputs["tokenizer"] = c.source.tokenizer;
+    return inputs;
+}
+
+}  // namespace
+
 PreparedServe prepare_serve(ServeCommand c) {
     PreparedServe p;
     const ModelConfig full = resolve_model(c.source);
@@ -184,70 +263,8 @@ PreparedServe prepare_serve(ServeCommand c) {
     if (c.prefix_cache && c.layout == LayoutChoice::contiguous)
         throw UsageError("--prefix-cache: blocks are shared in the paged layout; expected --kv-layout paged or both");
     if (!c.trace.empty()) check_trace_writable(c.trace);
-    // what the run holds at once (one layout runs at a time): the weights, the pool, the batched forward's
-    // buffers; with --check, the solo run's and the logits kept for the running requests' tokens
-    const std::uint64_t max_memory = max_memory_allowed(c.max_memory, c.force_memory);
-    std::uint64_t memory = checked_add(weights_bytes(cfg), checked_mul(static_cast<std::uint64_t>(rows), p.token_bytes, "KV pool bytes"),
-                                       "memory estimate");
-    memory = checked_add(memory, Transformer::activation_bytes(cfg, {max_model_len, c.max_batched_tokens, false, false, c.max_seqs}),
-                         "memory estimate");
-    if (c.check) {
-        std::int64_t longest_prompt = 1, most_tokens = 1;
-        for (const ServeRequest& r : p.requests) {
-            longest_prompt = std::max<std::int64_t>(longest_prompt, std::ssize(r.prompt));
-            most_tokens = std::max(most_tokens, r.max_tokens);
-        }
-        memory = checked_add(memory, Transformer::activation_bytes(cfg, {max_model_len, longest_prompt, false}), "memory estimate");
-        const std::uint64_t logits = checked_mul(checked_mul(static_cast<std::uint64_t>(c.max_seqs), static_cast<std::uint64_t>(most_tokens), "memory estimate"),
-                                                 checked_mul(static_cast<std::uint64_t>(cfg.n_vocab), sizeof(float), "memory estimate"), "memory estimate");
-        memory = checked_add(memory, logits, "memory estimate");
-    }
-    if (memory > max_memory)
-        throw UsageError(fmt::format("--max-memory: the weights of {}, the {} KV pool and the batch's buffers{} need {}, more than the {} "
-                                     "allowed; try --layers, a smaller --kv-budget or --max-seqs",
-                                     cfg.display_name, format_bytes(static_cast<std::uint64_t>(rows) * p.token_bytes, UnitSystem::iec),
-                                     c.check ? " (and --check's logits)" : "", format_bytes(memory, UnitSystem::iec),
-                                     format_bytes(max_memory, UnitSystem::iec)));
-
-    std::int64_t prompt_tokens = 0, output_tokens = 0;
-    for (const ServeRequest& r : p.requests) {
-        prompt_tokens += std::ssize(r.prompt);
-        output_tokens += r.max_tokens;
-    }
-    p.inputs = {
-        {"command", "serve"},
-        {"model", cfg.name},
-        {"model_source", cfg.source},
-        {"family", cfg.family == Family::gpt2 ? "gpt2" : "llama"},
-        {"layers", cfg.n_layer},
-        {"weights", c.source.checkpoint.empty() ? fmt::format("random N(0, {}), norms 1, seed {}", default_weight_sigma, c.seed)
-                                                : c.source.checkpoint},
-        {"workload", c.workload.empty() ? "synthetic" : c.workload},
-        {"requests", std::ssize(p.requests)},
-        {"prompt_tokens", prompt_tokens},
-        {"max_output_tokens", output_tokens},
-        {"kv_layout", std::string(choice_name(layout_choices, c.layout))},
-        {"pool_rows", rows},
-        {"pool_bytes", checked_mul(static_cast<std::uint64_t>(rows), p.token_bytes, "KV pool bytes")},
-        {"token_bytes", p.token_bytes},
-        {"block_size", c.block_size},
-        {"reserve", std::string(choice_name(reserve_rule_choices, c.reserve))},
-        {"max_model_len", max_model_len},
-        {"prefix_cache", c.prefix_cache},
-        {"max_batched_tokens", c.max_batched_tokens},
-        {"max_seqs", c.max_seqs},
-        {"seed", c.seed},
-        {"threads", omp_get_max_threads()},
-        {"check", c.check},
-        {"memory_estimate_bytes", memory},
-    };
-    if (c.workload.empty()) {
-        p.inputs["prompt_len"] = c.prompt_len;
-        p.inputs["output_len"] = c.output_len;
-        p.inputs["arrival_rate"] = c.arrival_rate;
-        p.inputs["shared_prefix"] = c.shared_prefix;
-    }
-    if (!c.source.tokenizer.empty()) p.inputs["tokenizer"] = c.source.tokenizer;
+    const std::uint64_t memory = check_serve_memory(c, cfg, p, rows, max_model_len);
+    p.inputs = serve_inputs(c, cfg, p, rows, max_model_len, memory);
     p.weights = load_model_weights(c.source, cfg, c.seed);
     p.config = cfg;
     p.command = c;

@@ -54,21 +54,10 @@ void check_save_path(const std::string& path, const ModelConfig& cfg) {
 
 }  // namespace
 
-PreparedSimulation prepare_simulation(SimulateRequest o) {
-    // options that exclude one another (--config/--model/--checkpoint, the prompt options, --eval) are
-    // refused by the CLI (CLI11 excludes); what is checked here depends on values, not on presence
-    const bool prompt_given = o.prompt_given;
-    ModelSource source{o.model, o.config, o.checkpoint, o.tokenizer};
-    const ModelConfig full = resolve_model(source);  // a preset with weights: its checkpoint and tokenizer
-    o.checkpoint = source.checkpoint;
-    o.tokenizer = source.tokenizer;
-    if (prompt_given && o.tokenizer.empty())
-        throw UsageError("--prompt: text needs --tokenizer FILE (llama2.c tokenizer.bin) to become token ids; without one, give "
-                         "--prompt-ids, or a model that ships a tokenizer (kvlab presets: tiny-llama, tiny-gpt2)");
-    PreparedSimulation p;
-    set_thread_count(o.threads, o.deterministic);
+namespace {
 
-    // everything that can be wrong with the input is found before any allocation or work
+// The shape simulate runs: --layers of the model, and an --attention what-if's KV heads.
+ModelConfig shaped_config(const SimulateRequest& o, const ModelConfig& full) {
     ModelConfig cfg = simulation_config(full, o.layers > 0 ? std::optional<std::int64_t>(o.layers) : std::nullopt);
     if (o.layers < 0) throw UsageError(fmt::format("--layers: {}; expected 1..{}", o.layers, full.n_layer));
     if (const AttentionVariant variant = parse_attention_variant(o.attention); variant.n_head_kv != 0) {
@@ -80,6 +69,12 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
         cfg = with_kv_heads(cfg, variant_kv_heads(variant, cfg.n_head, cfg.n_head_kv));
         cfg.display_name += fmt::format(", {} what-if", cfg.attention_kind());
     }
+    return cfg;
+}
+
+// The cache and weight policies (--window, --sink-tokens, --kv-dtype, --weight-dtype, --no-quality,
+// --kernel) as runs to compare, each checked against the shape; cfg gets the window policy.
+void plan_policies(SimulateRequest& o, ModelConfig& cfg, PreparedSimulation& p) {
     SimulateOptions& sim = p.sim;
     sim.mode = o.mode;
     // --window / --sink-tokens: a cache policy on the model's attention, measured against the model as it is
@@ -140,6 +135,11 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     sim.kv_storage = p.policies.front().kv;
     sim.weight_dtype = p.policies.front().weights;
     sim.quality = !o.no_quality;
+}
+
+// The prompt's token ids (--prompt-ids, or --prompt through the tokenizer), --eval's text, the steps and the sampler.
+void prepare_prompt(const SimulateRequest& o, const ModelConfig& cfg, const ModelConfig& full, PreparedSimulation& p) {
+    SimulateOptions& sim = p.sim;
     sim.n_prompt = o.prompt_len;
     if (!o.prompt_ids.empty()) sim.prompt_ids = parse_token_ids(o.prompt_ids);
     std::optional<Tokenizer>& tokenizer = p.tokenizer;
@@ -149,7 +149,7 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
         if (!tokenizer) throw UsageError("--eval: the text needs --tokenizer FILE (llama2.c tokenizer.bin) to become token ids");
         eval_ids = tokenizer->encode(read_input_file(o.eval, "eval text file", 64 << 20), true, false);
     }
-    if (prompt_given) {
+    if (o.prompt_given) {
         // a prompt that cannot fit is refused before it is encoded, however long it is
         if (const std::int64_t at_least = tokenizer->min_tokens(o.prompt.size(), true); at_least > cfg.n_ctx_max)
             throw UsageError(fmt::format("--prompt: {} bytes of text encode to at least {} tokens (BOS included; the longest "
@@ -161,9 +161,12 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     sim.n_steps = o.steps;
     sim.sampler = {o.temperature, o.top_k, o.top_p, o.seed};
     sim.seed = o.seed;
-    const std::int64_t n_positions = o.eval.empty() ? simulation_positions(cfg, sim) : 0;  // validates sizes and ids first
-    if (!o.trace.empty()) check_trace_writable(o.trace);
-    if (!o.save_checkpoint.empty()) check_save_path(o.save_checkpoint, cfg);
+}
+
+// The memory the run will hold, refused above --max-memory (default 75% of RAM) before anything is allocated.
+MemoryEstimate check_memory(const SimulateRequest& o, const ModelConfig& cfg, const PreparedSimulation& p) {
+    const SimulateOptions& sim = p.sim;
+    const std::vector<TokenId>& eval_ids = p.eval_ids;
     const std::uint64_t max_memory = max_memory_allowed(o.max_memory, o.force_memory);
     // --eval holds the weights (and every listed narrow copy), one window's KV cache and one token's
     // activations: the weights decide. A list of runs holds one run's buffers at a time.
@@ -188,8 +191,14 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
                                      cfg.display_name, format_bytes(memory.total(), UnitSystem::iec),
                                      format_bytes(max_memory, UnitSystem::iec)));
 
-    nlohmann::json& inputs = p.inputs;
-    inputs = {
+    return memory;
+}
+
+// The report's and trace's "inputs": every value the run used.
+nlohmann::json simulation_inputs(const SimulateRequest& o, const ModelConfig& cfg, const ModelConfig& full, const PreparedSimulation& p,
+                                 std::int64_t n_positions, const MemoryEstimate& memory) {
+    const SimulateOptions& sim = p.sim;
+    nlohmann::json inputs = {
         {"model", cfg.name},
         {"model_source", cfg.source},
         {"family", cfg.family == Family::gpt2 ? "gpt2" : "llama"},
@@ -221,9 +230,39 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
 
     if (!o.checkpoint.empty()) inputs["checkpoint"] = o.checkpoint;
     if (!o.tokenizer.empty()) inputs["tokenizer"] = o.tokenizer;
-    if (prompt_given) inputs["prompt"] = to_valid_utf8(o.prompt);
+    if (o.prompt_given) inputs["prompt"] = to_valid_utf8(o.prompt);
     if (!o.save_checkpoint.empty()) inputs["save_checkpoint"] = o.save_checkpoint;
     if (o.kernel != ForwardKernel::fast) inputs["kernel"] = std::string(choice_name(forward_kernel_choices, o.kernel));
+    return inputs;
+}
+
+}  // namespace
+
+PreparedSimulation prepare_simulation(SimulateRequest o) {
+    // options that exclude one another (--config/--model/--checkpoint, the prompt options, --eval) are
+    // refused by the CLI (CLI11 excludes); what is checked here depends on values, not on presence
+    const bool prompt_given = o.prompt_given;
+    ModelSource source{o.model, o.config, o.checkpoint, o.tokenizer};
+    const ModelConfig full = resolve_model(source);  // a preset with weights: its checkpoint and tokenizer
+    o.checkpoint = source.checkpoint;
+    o.tokenizer = source.tokenizer;
+    if (prompt_given && o.tokenizer.empty())
+        throw UsageError("--prompt: text needs --tokenizer FILE (llama2.c tokenizer.bin) to become token ids; without one, give "
+                         "--prompt-ids, or a model that ships a tokenizer (kvlab presets: tiny-llama, tiny-gpt2)");
+    PreparedSimulation p;
+    set_thread_count(o.threads, o.deterministic);
+
+    // everything that can be wrong with the input is found before any allocation or work
+    ModelConfig cfg = shaped_config(o, full);
+    plan_policies(o, cfg, p);
+    prepare_prompt(o, cfg, full, p);
+    SimulateOptions& sim = p.sim;
+    const std::int64_t n_positions = o.eval.empty() ? simulation_positions(cfg, sim) : 0;  // validates sizes and ids first
+    if (!o.trace.empty()) check_trace_writable(o.trace);
+    if (!o.save_checkpoint.empty()) check_save_path(o.save_checkpoint, cfg);
+    const MemoryEstimate memory = check_memory(o, cfg, p);
+    nlohmann::json& inputs = p.inputs;
+    inputs = simulation_inputs(o, cfg, full, p, n_positions, memory);
 
 #if defined(__GLIBC__)
     // The KV cache and weights converted at load are allocated once and live for the whole run (random
@@ -242,7 +281,7 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     if (!o.save_checkpoint.empty()) save_llama2c_v0(o.save_checkpoint, cfg, p.weights);
     if (!o.eval.empty()) inputs["eval"] = o.eval;
     // tokens mean something (and are worth streaming) with a tokenizer, a given prompt or real weights
-    p.tokens_meaningful = tokenizer || !sim.prompt_ids.empty() || !o.checkpoint.empty();
+    p.tokens_meaningful = p.tokenizer || !sim.prompt_ids.empty() || !o.checkpoint.empty();
     if (o.eval.empty()) sim.prompt_ids = simulation_prompt(cfg, sim);
     p.config = cfg;
     p.request = o;

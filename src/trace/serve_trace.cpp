@@ -73,83 +73,90 @@ json record_json(const ServeStep& s, KvLayout layout, std::int64_t pool_rows, bo
 
 std::string csv_cell(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
-// The Perfetto timeline: per layout a process; a "steps" track with a slice per step and the counters,
-// and a track per request with its queue, prefill chunks, decode stretch, preemptions and finish.
-void write_perfetto(std::ostream& out, const std::vector<ServeOptions>& runs, const std::vector<ServeResult>& results, const json& inputs,
-                    bool deterministic) {
-    std::vector<json> ev;
-    const auto us = [](std::int64_t ns) { return static_cast<double>(ns) / 1000.0; };
-    for (std::size_t k = 0; k < results.size(); ++k) {
-        const ServeResult& r = results[k];
-        const int pid = static_cast<int>(k) + 1;
-        const std::string layout(choice_name(kv_layout_choices, runs[k].pool.layout));
-        ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", fmt::format("{} KV pool", layout)}}}});
-        ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", "steps"}}}});
-        // each step's start and length on this timeline: measured, or modelled from its counted cost
-        std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>> when;  // step -> (start, duration)
-        std::int64_t t = 0;
-        for (const ServeStep& s : r.steps) {
-            std::int64_t dur = s.forward_ns + s.schedule_ns;
-            if (deterministic) {
-                dur = 0;
-                for (const OpCost& c : s.cost.ops) dur += modelled_op_ns(c);
-            }
-            when[s.step] = {t, dur};
-            ev.push_back({{"name", fmt::format("step {}", s.step)}, {"cat", "step"}, {"ph", "X"}, {"ts", us(t)}, {"dur", us(dur)}, {"pid", pid},
-                          {"tid", 0}, {"args", record_json(s, runs[k].pool.layout, r.pool_rows, deterministic)}});
-            ev.push_back({{"name", "KV rows"}, {"ph", "C"}, {"ts", us(t)}, {"pid", pid}, {"tid", 0},
-                          {"args", {{"holding tokens", s.rows_tokens}, {"allocated, no token", s.rows_in_use - s.rows_tokens},
-                                    {"free", r.pool_rows - s.rows_in_use}}}});
-            ev.push_back({{"name", "batch"}, {"ph", "C"}, {"ts", us(t)}, {"pid", pid}, {"tid", 0},
-                          {"args", {{"sequences", s.n_seqs}, {"tokens", s.n_tokens}}}});
-            t += dur;
-        }
-        const std::int64_t end = t;
-        auto start_of = [&](std::int64_t step) {  // a step that did not run (idle): the next one that did
-            const auto it = when.lower_bound(step);
-            return it == when.end() ? end : it->second.first;
-        };
-        auto end_of = [&](std::int64_t step) {
-            const auto& [s0, d] = when.at(step);
-            return s0 + d;
-        };
-        for (std::size_t i = 0; i < r.requests.size(); ++i) {
-            const ServeRequestResult& q = r.requests[i];
-            const int tid = static_cast<int>(i) + 1;
-            ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid},
-                          {"args", {{"name", fmt::format("request {} ({}+{})", i, q.prompt_len, q.max_tokens)}}}});
-            auto slice = [&](const std::string& name, std::int64_t t0, std::int64_t t1, json args) {
-                ev.push_back({{"name", name}, {"cat", "request"}, {"ph", "X"}, {"ts", us(t0)}, {"dur", us(std::max<std::int64_t>(0, t1 - t0))},
-                              {"pid", pid}, {"tid", tid}, {"args", std::move(args)}});
-            };
-            std::int64_t waiting_since = start_of(q.arrival_step);  // queued (first, or after a preemption)
-            for (std::size_t e = 0; e < q.events.size(); ++e) {
-                const ServeEvent& x = q.events[e];
-                if (x.kind == ServeEventKind::preempted) {
-                    slice("preempted", start_of(x.step), start_of(x.step), {{"step", x.step}, {"kv_discarded_tokens", x.n_tokens}});
-                    waiting_since = start_of(x.step);
-                    continue;
-                }
-                if (waiting_since >= 0) {
-                    if (start_of(x.step) > waiting_since) slice("queued", waiting_since, start_of(x.step), json::object());
-                    waiting_since = -1;
-                }
-                if (x.kind == ServeEventKind::prefill) {
-                    slice("prefill", start_of(x.step), end_of(x.step), {{"step", x.step}, {"tokens", x.n_tokens}});
-                    continue;
-                }
-                // a stretch of consecutive decode events is one slice
-                std::size_t last = e;
-                while (last + 1 < q.events.size() && q.events[last + 1].kind == ServeEventKind::decode) ++last;
-                slice("decode", start_of(x.step), end_of(q.events[last].step),
-                      {{"first_step", x.step}, {"last_step", q.events[last].step}, {"tokens", static_cast<std::int64_t>(last - e + 1)}});
-                e = last;
-            }
-            if (q.finish_step >= 0)
-                ev.push_back({{"name", "finished"}, {"ph", "i"}, {"s", "t"}, {"ts", us(end_of(q.finish_step))}, {"pid", pid}, {"tid", tid},
-                              {"args", {{"step", q.finish_step}, {"generated", q.generated.size()}}}});
-        }
+// Microseconds, the Perfetto timeline's unit, from nanoseconds.
+double us(std::int64_t ns) { return static_cast<double>(ns) / 1000.0; }
+
+// Each step's start and length on a layout's timeline, and where its last step ends.
+struct StepTimes {
+    std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>> when;  // step -> (start, duration)
+    std::int64_t end = 0;
+    std::int64_t start_of(std::int64_t step) const {  // a step that did not run (idle): the next one that did
+        const auto it = when.lower_bound(step);
+        return it == when.end() ? end : it->second.first;
     }
+    std::int64_t end_of(std::int64_t step) const {
+        const auto& [s0, d] = when.at(step);
+        return s0 + d;
+    }
+};
+
+// A layout's process and its "steps" track: a slice per step and the counters, steps back to back from 0.
+StepTimes add_step_events(std::vector<json>& ev, int pid, KvLayout kv_layout, const ServeResult& r, bool deterministic) {
+    const std::string layout(choice_name(kv_layout_choices, kv_layout));
+    ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", fmt::format("{} KV pool", layout)}}}});
+    ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", "steps"}}}});
+    // each step's start and length on this timeline: measured, or modelled from its counted cost
+    StepTimes times;
+    std::int64_t t = 0;
+    for (const ServeStep& s : r.steps) {
+        std::int64_t dur = s.forward_ns + s.schedule_ns;
+        if (deterministic) {
+            dur = 0;
+            for (const OpCost& c : s.cost.ops) dur += modelled_op_ns(c);
+        }
+        times.when[s.step] = {t, dur};
+        ev.push_back({{"name", fmt::format("step {}", s.step)}, {"cat", "step"}, {"ph", "X"}, {"ts", us(t)}, {"dur", us(dur)}, {"pid", pid},
+                      {"tid", 0}, {"args", record_json(s, kv_layout, r.pool_rows, deterministic)}});
+        ev.push_back({{"name", "KV rows"}, {"ph", "C"}, {"ts", us(t)}, {"pid", pid}, {"tid", 0},
+                      {"args", {{"holding tokens", s.rows_tokens}, {"allocated, no token", s.rows_in_use - s.rows_tokens},
+                                {"free", r.pool_rows - s.rows_in_use}}}});
+        ev.push_back({{"name", "batch"}, {"ph", "C"}, {"ts", us(t)}, {"pid", pid}, {"tid", 0},
+                      {"args", {{"sequences", s.n_seqs}, {"tokens", s.n_tokens}}}});
+        t += dur;
+    }
+    times.end = t;
+    return times;
+}
+
+// Request i's track: its queue, prefill chunks, decode stretches, preemptions and finish.
+void add_request_events(std::vector<json>& ev, int pid, std::size_t i, const ServeRequestResult& q, const StepTimes& times) {
+    const int tid = static_cast<int>(i) + 1;
+    ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid},
+                  {"args", {{"name", fmt::format("request {} ({}+{})", i, q.prompt_len, q.max_tokens)}}}});
+    auto slice = [&](const std::string& name, std::int64_t t0, std::int64_t t1, json args) {
+        ev.push_back({{"name", name}, {"cat", "request"}, {"ph", "X"}, {"ts", us(t0)}, {"dur", us(std::max<std::int64_t>(0, t1 - t0))},
+                      {"pid", pid}, {"tid", tid}, {"args", std::move(args)}});
+    };
+    std::int64_t waiting_since = times.start_of(q.arrival_step);  // queued (first, or after a preemption)
+    for (std::size_t e = 0; e < q.events.size(); ++e) {
+        const ServeEvent& x = q.events[e];
+        if (x.kind == ServeEventKind::preempted) {
+            slice("preempted", times.start_of(x.step), times.start_of(x.step), {{"step", x.step}, {"kv_discarded_tokens", x.n_tokens}});
+            waiting_since = times.start_of(x.step);
+            continue;
+        }
+        if (waiting_since >= 0) {
+            if (times.start_of(x.step) > waiting_since) slice("queued", waiting_since, times.start_of(x.step), json::object());
+            waiting_since = -1;
+        }
+        if (x.kind == ServeEventKind::prefill) {
+            slice("prefill", times.start_of(x.step), times.end_of(x.step), {{"step", x.step}, {"tokens", x.n_tokens}});
+            continue;
+        }
+        // a stretch of consecutive decode events is one slice
+        std::size_t last = e;
+        while (last + 1 < q.events.size() && q.events[last + 1].kind == ServeEventKind::decode) ++last;
+        slice("decode", times.start_of(x.step), times.end_of(q.events[last].step),
+              {{"first_step", x.step}, {"last_step", q.events[last].step}, {"tokens", static_cast<std::int64_t>(last - e + 1)}});
+        e = last;
+    }
+    if (q.finish_step >= 0)
+        ev.push_back({{"name", "finished"}, {"ph", "i"}, {"s", "t"}, {"ts", us(times.end_of(q.finish_step))}, {"pid", pid}, {"tid", tid},
+                      {"args", {{"step", q.finish_step}, {"generated", q.generated.size()}}}});
+}
+
+// The timeline's otherData: the format, the inputs, and where its times come from.
+json perfetto_other_data(const json& inputs, bool deterministic) {
     json other = {{"kvlab_serve_trace", serve_trace_format_version},
                   {"generator", "kvlab serve"},
                   {"time", deterministic ? "modelled" : "measured"},
@@ -158,6 +165,21 @@ void write_perfetto(std::ostream& out, const std::vector<ServeOptions>& runs, co
                                                      "(a nominal machine); each layout's steps back to back from t = 0",
                                                      model_flop_per_s, model_bytes_per_s)
                                        : "measured: each step's forward and bookkeeping time; each layout's steps back to back from t = 0";
+    return other;
+}
+
+// The Perfetto timeline: per layout a process; a "steps" track with a slice per step and the counters,
+// and a track per request with its queue, prefill chunks, decode stretch, preemptions and finish.
+void write_perfetto(std::ostream& out, const std::vector<ServeOptions>& runs, const std::vector<ServeResult>& results, const json& inputs,
+                    bool deterministic) {
+    std::vector<json> ev;
+    for (std::size_t k = 0; k < results.size(); ++k) {
+        const ServeResult& r = results[k];
+        const int pid = static_cast<int>(k) + 1;
+        const StepTimes times = add_step_events(ev, pid, runs[k].pool.layout, r, deterministic);
+        for (std::size_t i = 0; i < r.requests.size(); ++i) add_request_events(ev, pid, i, r.requests[i], times);
+    }
+    const json other = perfetto_other_data(inputs, deterministic);
     out << "{\"traceEvents\":[\n";
     for (std::size_t i = 0; i < ev.size(); ++i) out << json_dump(ev[i]) << (i + 1 < ev.size() ? ",\n" : "\n");
     out << "],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":" << json_dump(other) << "}\n";
@@ -205,27 +227,43 @@ void write_serve_trace(const std::filesystem::path& path, const std::vector<Serv
     });
 }
 
-ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
-    ServeTrace t;
+namespace {
+
+// Reading a serve trace: its lines, its columns, the next line to read, and what is read so far.
+struct ServeTraceReader {
+    std::string_view text;
+    const std::string& where;
     std::vector<std::string> lines;
-    {
+    bool csv = false;
+    std::vector<std::string> columns;
+    std::size_t i = 1;  // the next line, from 0
+    ServeTrace t;
+    struct {
+        std::int64_t ns = 0, counts = 0;  // times; every count field together (a bound on each one's sum)
+        std::uint64_t bytes = 0;          // every op count together, likewise
+    } sums;
+
+    ServeTraceReader(std::string_view text_in, const std::string& where_in) : text(text_in), where(where_in) {}
+
+    FormatError fail(std::size_t line, const std::string& what) const { return FormatError(fmt::format("{}:{}: {}", where, line, what)); }
+
+    // The text's lines, each without its line end.
+    void split_lines() {
         std::istringstream in{std::string(text)};
         for (std::string l; std::getline(in, l);) {
             if (!l.empty() && l.back() == '\r') l.pop_back();  // a file saved with CRLF line ends reads as it was written
             lines.push_back(l);
         }
     }
-    auto fail = [&](std::size_t line, const std::string& what) { return FormatError(fmt::format("{}:{}: {}", where, line, what)); };
-    if (lines.empty()) throw FormatError(fmt::format("{}: empty file; expected a kvlab serve trace", where));
-    if (!text.empty() && text.back() != '\n') throw fail(lines.size(), "the last line has no line end: the file is truncated");
-    const bool csv = lines[0].rfind(magic, 0) == 0;
-    std::vector<std::string> columns;
-    std::size_t i = 1;
-    auto check_version = [&](const json& v) {
+
+    // The header's format version: the one this kvlab reads.
+    void check_version(const json& v) const {
         if (!v.is_number_integer() || v.get<std::int64_t>() != serve_trace_format_version)
             throw fail(1, fmt::format("serve trace format {}; this kvlab reads format {}", json_excerpt(v), serve_trace_format_version));
-    };
-    if (csv) {
+    }
+
+    // A CSV header: the magic line with the version, '# key=value' inputs, then the column line.
+    void read_csv_header() {
         const std::string v = lines[0].substr(std::string_view(magic).size(), lines[0].find(' ', std::string_view(magic).size()) - std::string_view(magic).size());
         check_version(json::accept(v) ? json::parse(v) : json(v));
         for (; i < lines.size() && !lines[i].empty() && lines[i][0] == '#'; ++i) {
@@ -238,7 +276,10 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
         std::istringstream cells(lines[i]);
         for (std::string c; std::getline(cells, c, ',');) columns.push_back(c);
         ++i;
-    } else {
+    }
+
+    // A JSON Lines header: one object with the version, the columns and the inputs.
+    void read_jsonl_header() {
         const json header = parse_json(lines[0], fmt::format("{}:1", where), Keys::unique);
         if (!header.is_object() || !header.contains("kvlab_serve_trace")) throw fail(1, "not a kvlab serve trace header");
         check_version(header.at("kvlab_serve_trace"));
@@ -249,22 +290,22 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
         }
         if (header.contains("inputs") && header.at("inputs").is_object()) t.inputs = header.at("inputs");
     }
-    // one token's K and V bytes: every byte figure of the summary and the chart is rows x this
-    const auto token_bytes = t.inputs.find("token_bytes");
-    if (token_bytes == t.inputs.end() || !token_bytes->is_number_unsigned() || token_bytes->get<std::uint64_t>() == 0)
-        throw fail(1, fmt::format("input token_bytes is {}; expected one token's K and V bytes, 1 or more, as kvlab serve writes",
-                                  token_bytes == t.inputs.end() ? std::string("missing") : json_excerpt(*token_bytes)));
-    t.has_wall_time = std::find(columns.begin(), columns.end(), "forward_ns") != columns.end();
-    if (columns != serve_trace_columns(!t.has_wall_time))
-        throw fail(csv ? i : 1, fmt::format("the columns are not those of serve trace format {} ({} columns, expected {})", serve_trace_format_version,
-                                            columns.size(), serve_trace_columns(!t.has_wall_time).size()));
-    struct {
-        std::int64_t ns = 0, counts = 0;  // times; every count field together (a bound on each one's sum)
-        std::uint64_t bytes = 0;          // every op count together, likewise
-    } sums;
-    for (; i < lines.size(); ++i) {
-        const std::size_t line = i + 1;
-        if (lines[i].empty()) throw fail(line, "empty line inside the records");
+
+    // The input token_bytes, and the columns: those of the format, with or without the measured times.
+    void check_token_bytes_and_columns() {
+        // one token's K and V bytes: every byte figure of the summary and the chart is rows x this
+        const auto token_bytes = t.inputs.find("token_bytes");
+        if (token_bytes == t.inputs.end() || !token_bytes->is_number_unsigned() || token_bytes->get<std::uint64_t>() == 0)
+            throw fail(1, fmt::format("input token_bytes is {}; expected one token's K and V bytes, 1 or more, as kvlab serve writes",
+                                      token_bytes == t.inputs.end() ? std::string("missing") : json_excerpt(*token_bytes)));
+        t.has_wall_time = std::find(columns.begin(), columns.end(), "forward_ns") != columns.end();
+        if (columns != serve_trace_columns(!t.has_wall_time))
+            throw fail(csv ? i : 1, fmt::format("the columns are not those of serve trace format {} ({} columns, expected {})", serve_trace_format_version,
+                                                columns.size(), serve_trace_columns(!t.has_wall_time).size()));
+    }
+
+    // Record line i as a JSON object: CSV cells (the layout as text, the rest integers), or a JSON object of the columns.
+    json row_of_line(std::size_t line) const {
         json row = json::object();
         if (csv) {
             const std::vector<std::string> cells = split_fields(lines[i], ',');
@@ -284,9 +325,11 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
             row = parse_json(lines[i], fmt::format("{}:{}", where, line), Keys::unique);
             if (!row.is_object() || row.size() != columns.size()) throw fail(line, fmt::format("expected an object of the {} columns", columns.size()));
         }
-        ServeStep s;
-        KvLayout layout = KvLayout::paged;
-        std::int64_t pool = 0;
+        return row;
+    }
+
+    // A row's step, layout and pool size: every column present, counts integers >= 0 that hang together.
+    void read_step(std::size_t line, const json& row, ServeStep& s, KvLayout& layout, std::int64_t& pool) const {
         for (const std::string& c : columns) {
             if (!row.contains(c)) throw fail(line, fmt::format("missing column '{}'", c));
             const json& v = row.at(c);
@@ -320,6 +363,10 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
             s.n_seqs > s.n_tokens || s.n_generated > s.n_seqs)
             throw fail(line, "inconsistent counts (rows holding tokens > rows in use, rows in use + cached > pool, decodes > sequences > "
                              "tokens, or tokens generated > sequences); the file was edited or corrupted");
+    }
+
+    // The steps of the step's layout: a new layout starts after the last one's steps, with its own pool.
+    std::vector<ServeStep>& steps_of_layout(std::size_t line, KvLayout layout, std::int64_t pool) {
         auto it = std::find(t.layouts.begin(), t.layouts.end(), layout);
         if (it == t.layouts.end()) {
             t.layouts.push_back(layout);
@@ -332,7 +379,12 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
             throw fail(line, fmt::format("pool_rows {} in a {} layout whose pool has {}; one pool per layout", pool,
                                          choice_name(kv_layout_choices, layout), t.pool_rows.back()));
         }
-        std::vector<ServeStep>& steps = t.steps[static_cast<std::size_t>(it - t.layouts.begin())];
+        return t.steps[static_cast<std::size_t>(it - t.layouts.begin())];
+    }
+
+    // Adds the step to its layout's steps: a step number above the last, sums that fit 64 bits.
+    void add_step(std::size_t line, const ServeStep& s, KvLayout layout, std::int64_t pool) {
+        std::vector<ServeStep>& steps = steps_of_layout(line, layout, pool);
         if (!steps.empty() && s.step <= steps.back().step) throw fail(line, fmt::format("step {} after step {}; expected increasing steps", s.step, steps.back().step));
         // the summary adds up each layout's steps: the sums must fit (an edited file could wrap them)
         if (steps.empty()) sums = {};
@@ -349,8 +401,36 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
                                          "or corrupted", choice_name(kv_layout_choices, layout), s.step));
         steps.push_back(s);
     }
-    if (t.layouts.empty()) throw FormatError(fmt::format("{}: a serve trace with no step records", where));
-    return t;
+
+    // The records, a line each, from line i to the end.
+    void read_records() {
+        for (; i < lines.size(); ++i) {
+            const std::size_t line = i + 1;
+            if (lines[i].empty()) throw fail(line, "empty line inside the records");
+            const json row = row_of_line(line);
+            ServeStep s;
+            KvLayout layout = KvLayout::paged;
+            std::int64_t pool = 0;
+            read_step(line, row, s, layout, pool);
+            add_step(line, s, layout, pool);
+        }
+    }
+};
+
+}  // namespace
+
+ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
+    ServeTraceReader r{text, where};
+    r.split_lines();
+    if (r.lines.empty()) throw FormatError(fmt::format("{}: empty file; expected a kvlab serve trace", where));
+    if (!text.empty() && text.back() != '\n') throw r.fail(r.lines.size(), "the last line has no line end: the file is truncated");
+    r.csv = r.lines[0].rfind(magic, 0) == 0;
+    if (r.csv) r.read_csv_header();
+    else r.read_jsonl_header();
+    r.check_token_bytes_and_columns();
+    r.read_records();
+    if (r.t.layouts.empty()) throw FormatError(fmt::format("{}: a serve trace with no step records", where));
+    return std::move(r.t);
 }
 
 }  // namespace kvlab

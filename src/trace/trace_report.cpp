@@ -146,9 +146,10 @@ Report trace_steps_report(const StepTrace& trace, std::int64_t every, bool ops, 
     return report;
 }
 
-Report trace_compare_report(const StepTrace& a, const StepTrace& b, const std::string& label_a, const std::string& label_b,
-                            std::int64_t every, UnitSystem units) {
-    const bool wall = a.run.has_wall_time && b.run.has_wall_time;
+namespace {
+
+// The modes both traces ran; none in common is a usage error.
+std::vector<StepMode> common_modes(const StepTrace& a, const StepTrace& b, const std::string& label_a, const std::string& label_b) {
     std::vector<StepMode> modes;
     for (const StepMode m : modes_of(a)) {
         const auto bm = modes_of(b);
@@ -157,66 +158,82 @@ Report trace_compare_report(const StepTrace& a, const StepTrace& b, const std::s
     if (modes.empty())
         throw UsageError(fmt::format("trace compare: {} and {} have no mode in common (one is cached only, the other "
                                      "uncached only)", quote(label_a), quote(label_b)));
-    const std::int64_t n_common = std::min(a.run.n_steps_done, b.run.n_steps_done);
+    return modes;
+}
 
-    Report report;
-    report.inputs = {{"a", label_a}, {"b", label_b}, {"every", every}};
+// A mode's totals over the steps both traces have: A, B, B - A and B / A per metric.
+void add_mode_totals(Table& tot, const StepTrace& a, const StepTrace& b, StepMode m, std::int64_t n_common, bool wall, UnitSystem units) {
+    std::vector<StepRecord> ra, rb;
+    for (const auto& r : a.records)
+        if (r.mode == m && r.step < n_common) ra.push_back(r);
+    for (const auto& r : b.records)
+        if (r.mode == m && r.step < n_common) rb.push_back(r);
+    const ModeTotals ta = mode_totals(ra, m), tb = mode_totals(rb, m);
+    const std::string mode(step_mode_name(m));
+    auto add = [&](const char* metric, std::uint64_t va, std::uint64_t vb, bool bytes) {
+        const Cell ca = bytes ? bytes_cell(va, units) : count_cell(va, "FLOP");
+        const Cell cb = bytes ? bytes_cell(vb, units) : count_cell(vb, "FLOP");
+        tot.rows.push_back({text_cell(mode), text_cell(metric), ca, cb, delta_cell(va, vb, bytes, units),
+                            ratio_of(static_cast<double>(vb), static_cast<double>(va))});
+    };
+    add("flops", ta.cost.flops, tb.cost.flops, false);
+    add("flops_matmul", ta.flops_matmul, tb.flops_matmul, false);
+    add("flops_attention", ta.flops_attention, tb.flops_attention, false);
+    add("bytes_total", ta.cost.bytes_total(), tb.cost.bytes_total(), true);
+    add("bytes_weights_read", ta.cost.bytes_weights_read, tb.cost.bytes_weights_read, true);
+    add("bytes_kv_read", ta.cost.bytes_kv_read, tb.cost.bytes_kv_read, true);
+    add("kv_bytes_resident", ta.kv_bytes_resident, tb.kv_bytes_resident, true);
+    if (wall) {
+        const double ms_a = static_cast<double>(ta.wall_ns) * 1e-6, ms_b = static_cast<double>(tb.wall_ns) * 1e-6;
+        tot.rows.push_back({text_cell(mode), text_cell("wall_ms"), real_cell(ms_a, 2), real_cell(ms_b, 2),
+                            real_cell(ms_b - ms_a, 2), ratio_of(ms_b, ms_a)});
+    }
+}
 
-    // totals over the steps both traces have
-    Table tot;
-    tot.title = fmt::format("kvlab trace compare: A = {}, B = {}", label_a, label_b);
-    tot.columns = {{"mode", "mode", false}, {"metric", "metric", false}, {"a", "A"}, {"b", "B"}, {"delta", "B - A"},
-                   {"ratio", "B / A"}};
-    for (const StepMode m : modes) {
-        std::vector<StepRecord> ra, rb;
-        for (const auto& r : a.records)
-            if (r.mode == m && r.step < n_common) ra.push_back(r);
-        for (const auto& r : b.records)
-            if (r.mode == m && r.step < n_common) rb.push_back(r);
-        const ModeTotals ta = mode_totals(ra, m), tb = mode_totals(rb, m);
-        const std::string mode(step_mode_name(m));
-        auto add = [&](const char* metric, std::uint64_t va, std::uint64_t vb, bool bytes) {
-            const Cell ca = bytes ? bytes_cell(va, units) : count_cell(va, "FLOP");
-            const Cell cb = bytes ? bytes_cell(vb, units) : count_cell(vb, "FLOP");
-            tot.rows.push_back({text_cell(mode), text_cell(metric), ca, cb, delta_cell(va, vb, bytes, units),
-                                ratio_of(static_cast<double>(vb), static_cast<double>(va))});
-        };
-        add("flops", ta.cost.flops, tb.cost.flops, false);
-        add("flops_matmul", ta.flops_matmul, tb.flops_matmul, false);
-        add("flops_attention", ta.flops_attention, tb.flops_attention, false);
-        add("bytes_total", ta.cost.bytes_total(), tb.cost.bytes_total(), true);
-        add("bytes_weights_read", ta.cost.bytes_weights_read, tb.cost.bytes_weights_read, true);
-        add("bytes_kv_read", ta.cost.bytes_kv_read, tb.cost.bytes_kv_read, true);
-        add("kv_bytes_resident", ta.kv_bytes_resident, tb.kv_bytes_resident, true);
-        if (wall) {
-            const double ms_a = static_cast<double>(ta.wall_ns) * 1e-6, ms_b = static_cast<double>(tb.wall_ns) * 1e-6;
-            tot.rows.push_back({text_cell(mode), text_cell("wall_ms"), real_cell(ms_a, 2), real_cell(ms_b, 2),
-                                real_cell(ms_b - ms_a, 2), ratio_of(ms_b, ms_a)});
-        }
-    }
-    if (a.run.kv_quality || b.run.kv_quality) {
-        // cache policies: how far each moved the logits from the fp32 full cache (a plain fp32 run: 0)
-        const KvQuality qa = a.run.kv_quality.value_or(KvQuality{}), qb = b.run.kv_quality.value_or(KvQuality{});
-        // a policy run with --no-quality measured nothing: not a 0
-        auto measured = [](const StepTrace& t) {
-            const auto it = t.inputs.find("quality");
-            const bool off = it != t.inputs.end() && ((it->is_boolean() && !it->get<bool>()) || (it->is_string() && it->get<std::string>() == "false"));
-            return t.run.kv_quality.has_value() || !off;
-        };
-        const bool ma = measured(a), mb = measured(b);
-        auto add_real = [&](const char* metric, double va, double vb) {
-            const Cell ca = ma ? Cell{fmt::format("{:.3g}", va), va} : text_cell("not measured");
-            const Cell cb = mb ? Cell{fmt::format("{:.3g}", vb), vb} : text_cell("not measured");
-            const bool both = ma && mb;
-            tot.rows.push_back({text_cell("cached"), text_cell(metric), ca, cb, both ? Cell{fmt::format("{:+.3g}", vb - va), vb - va} : text_cell("-"),
-                                both && va > 0 ? ratio_of(vb, va) : Cell{"-", nullptr}});
-        };
-        add_real("kv_max_abs_dlogit", qa.max_abs_dlogit, qb.max_abs_dlogit);
-        add_real("kv_mean_kl", qa.mean_kl, qb.mean_kl);
-        add_real("kv_max_kl", qa.max_kl, qb.max_kl);
-        tot.notes.push_back("kv_*: the run's policy (KV storage, window, narrow weights) against the fp32 weights and fp32 full cache on the same tokens (0 for a run without one; "
-                            "not measured for a policy run with --no-quality)");
-    }
+// The cache policies' quality rows, when either trace ran one.
+void add_quality_totals(Table& tot, const StepTrace& a, const StepTrace& b) {
+    if (!(a.run.kv_quality || b.run.kv_quality)) return;
+    // cache policies: how far each moved the logits from the fp32 full cache (a plain fp32 run: 0)
+    const KvQuality qa = a.run.kv_quality.value_or(KvQuality{}), qb = b.run.kv_quality.value_or(KvQuality{});
+    // a policy run with --no-quality measured nothing: not a 0
+    auto measured = [](const StepTrace& t) {
+        const auto it = t.inputs.find("quality");
+        const bool off = it != t.inputs.end() && ((it->is_boolean() && !it->get<bool>()) || (it->is_string() && it->get<std::string>() == "false"));
+        return t.run.kv_quality.has_value() || !off;
+    };
+    const bool ma = measured(a), mb = measured(b);
+    auto add_real = [&](const char* metric, double va, double vb) {
+        const Cell ca = ma ? Cell{fmt::format("{:.3g}", va), va} : text_cell("not measured");
+        const Cell cb = mb ? Cell{fmt::format("{:.3g}", vb), vb} : text_cell("not measured");
+        const bool both = ma && mb;
+        tot.rows.push_back({text_cell("cached"), text_cell(metric), ca, cb, both ? Cell{fmt::format("{:+.3g}", vb - va), vb - va} : text_cell("-"),
+                            both && va > 0 ? ratio_of(vb, va) : Cell{"-", nullptr}});
+    };
+    add_real("kv_max_abs_dlogit", qa.max_abs_dlogit, qb.max_abs_dlogit);
+    add_real("kv_mean_kl", qa.mean_kl, qb.mean_kl);
+    add_real("kv_max_kl", qa.max_kl, qb.max_kl);
+    tot.notes.push_back("kv_*: the run's policy (KV storage, window, narrow weights) against the fp32 weights and fp32 full cache on the same tokens (0 for a run without one; "
+                        "not measured for a policy run with --no-quality)");
+}
+
+// The inputs either trace has that differ, as one note (none: empty). One without a key ran its
+// default: an older trace without weight_dtype ran fp32.
+std::string differing_inputs_note(const StepTrace& a, const StepTrace& b) {
+    std::vector<std::string> differ;
+    for (const auto& [key, value] : a.inputs.items())
+        if (key != "memory_estimate_bytes" && (!b.inputs.contains(key) || b.inputs.at(key) != value))
+            differ.push_back(fmt::format("{} {} vs {}", key, json_excerpt(value), b.inputs.contains(key) ? json_excerpt(b.inputs.at(key)) : "absent"));
+    for (const auto& [key, value] : b.inputs.items())
+        if (key != "memory_estimate_bytes" && !a.inputs.contains(key)) differ.push_back(fmt::format("{} absent vs {}", key, json_excerpt(value)));
+    if (differ.empty()) return "";
+    std::string line = "inputs that differ:";
+    for (std::size_t i = 0; i < differ.size(); ++i) line += (i ? "; " : " ") + differ[i];
+    return line;
+}
+
+// The totals table's notes: the sources, the steps and modes compared, differing inputs, no wall time.
+void add_totals_notes(Table& tot, const StepTrace& a, const StepTrace& b, const std::vector<StepMode>& modes, std::int64_t n_common,
+                      bool wall) {
     tot.notes.push_back(fmt::format("A: {}", source_note(a)));
     tot.notes.push_back(fmt::format("B: {}", source_note(b)));
     if (a.run.n_steps_done != b.run.n_steps_done)
@@ -226,22 +243,13 @@ Report trace_compare_report(const StepTrace& a, const StepTrace& b, const std::s
         for (const StepMode m : modes_of(*t))
             if (std::find(modes.begin(), modes.end(), m) == modes.end())
                 tot.notes.push_back(fmt::format("the {} mode is only in {}: not compared", step_mode_name(m), label));
-    // inputs either trace has (one without a key ran its default: an older trace without weight_dtype ran fp32)
-    std::vector<std::string> differ;
-    for (const auto& [key, value] : a.inputs.items())
-        if (key != "memory_estimate_bytes" && (!b.inputs.contains(key) || b.inputs.at(key) != value))
-            differ.push_back(fmt::format("{} {} vs {}", key, json_excerpt(value), b.inputs.contains(key) ? json_excerpt(b.inputs.at(key)) : "absent"));
-    for (const auto& [key, value] : b.inputs.items())
-        if (key != "memory_estimate_bytes" && !a.inputs.contains(key)) differ.push_back(fmt::format("{} absent vs {}", key, json_excerpt(value)));
-    if (!differ.empty()) {
-        std::string line = "inputs that differ:";
-        for (std::size_t i = 0; i < differ.size(); ++i) line += (i ? "; " : " ") + differ[i];
-        tot.notes.push_back(line);
-    }
+    if (const std::string differ = differing_inputs_note(a, b); !differ.empty()) tot.notes.push_back(differ);
     if (!wall) tot.notes.push_back("wall time left out: a trace was written with --deterministic");
-    report.tables.push_back(std::move(tot));
+}
 
-    // per step
+// The per-step table: each shown step's FLOPs, bytes, KV read (and wall time) in A and B.
+Table per_step_table(const StepTrace& a, const StepTrace& b, const std::vector<StepMode>& modes, std::int64_t n_common, std::int64_t every,
+                     bool wall, UnitSystem units) {
     Table ps;
     ps.title = "per step";
     ps.columns = {{"step", "step"},           {"mode", "mode", false},    {"flops_a", "FLOPs A"}, {"flops_b", "FLOPs B"},
@@ -281,7 +289,31 @@ Report trace_compare_report(const StepTrace& a, const StepTrace& b, const std::s
         }
     ps.notes.push_back("a ratio of -: A's value is 0 (e.g. KV read in the uncached mode)");
     if (every > 1) ps.notes.push_back(fmt::format("every {} steps and the last (--every)", every));
-    report.tables.push_back(std::move(ps));
+    return ps;
+}
+
+}  // namespace
+
+Report trace_compare_report(const StepTrace& a, const StepTrace& b, const std::string& label_a, const std::string& label_b,
+                            std::int64_t every, UnitSystem units) {
+    const bool wall = a.run.has_wall_time && b.run.has_wall_time;
+    const std::vector<StepMode> modes = common_modes(a, b, label_a, label_b);
+    const std::int64_t n_common = std::min(a.run.n_steps_done, b.run.n_steps_done);
+
+    Report report;
+    report.inputs = {{"a", label_a}, {"b", label_b}, {"every", every}};
+
+    // totals over the steps both traces have
+    Table tot;
+    tot.title = fmt::format("kvlab trace compare: A = {}, B = {}", label_a, label_b);
+    tot.columns = {{"mode", "mode", false}, {"metric", "metric", false}, {"a", "A"}, {"b", "B"}, {"delta", "B - A"},
+                   {"ratio", "B / A"}};
+    for (const StepMode m : modes) add_mode_totals(tot, a, b, m, n_common, wall, units);
+    add_quality_totals(tot, a, b);
+    add_totals_notes(tot, a, b, modes, n_common, wall);
+    report.tables.push_back(std::move(tot));
+
+    report.tables.push_back(per_step_table(a, b, modes, n_common, every, wall, units));
     return report;
 }
 

@@ -80,9 +80,8 @@ __device__ inline void store(__nv_bfloat16* p, float x) { *p = __float2bfloat16_
 // flight. Each K and V row is read once for all GT heads (GQA/MQA-aware). At the end the 8 warps' states
 // are merged through shared memory, one head at a time.
 //
-// Tiles of up to 4 heads are held to 128 registers so that two blocks (16 warps) share a multiprocessor:
-// on an H200 that took GQA-8 at batch 64 from 48-62 % to 69-82 % of the copy bandwidth (a few bytes spill)
-// (docs/cuda-timing.md). 8-head tiles need their registers (capped, they spill), so one block per SM.
+// Tiles of up to 4 heads are held to 128 registers so that two blocks (16 warps) share a multiprocessor,
+// which the measured bandwidth rewarded despite a few bytes of spill (docs/cuda-timing.md). 8-head tiles need their registers (capped, they spill), so one block per SM.
 template <typename T, int LANES, int GT, int U>
 __global__ void __launch_bounds__(kThreads, GT >= 8 ? 1 : 2) decode_attention_kernel(const KernelParams p) {
     constexpr int kGroups = 32 / LANES;  // rows one 16-byte load of the warp covers
