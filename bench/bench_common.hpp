@@ -15,10 +15,10 @@
 #include <fmt/format.h>
 #include <omp.h>
 
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 
 #include "core/atomic_write.hpp"
-#include "core/printer.hpp"
+#include "kvlab/core/printer.hpp"
 #include "session/model_source.hpp"
 
 namespace kvlab::bench {

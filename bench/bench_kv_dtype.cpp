@@ -20,14 +20,14 @@
 #include <omp.h>
 
 #include "bench_common.hpp"
-#include "calc/presets.hpp"
-#include "core/error.hpp"
-#include "core/printer.hpp"
-#include "core/units.hpp"
-#include "kv/kv_cache.hpp"
-#include "model/ops.hpp"
-#include "weights/random_weights.hpp"
-#include "sim/simulator.hpp"
+#include "kvlab/calc/presets.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/printer.hpp"
+#include "kvlab/core/units.hpp"
+#include "kvlab/kv/kv_cache.hpp"
+#include "kvlab/model/ops.hpp"
+#include "kvlab/weights/random_weights.hpp"
+#include "kvlab/sim/simulator.hpp"
 
 using namespace kvlab;
 using kvlab::bench::median;

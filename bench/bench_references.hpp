@@ -19,9 +19,9 @@
 #include <immintrin.h>
 #include <omp.h>
 
-#include "core/error.hpp"
-#include "core/huge_pages.hpp"
-#include "weights/weights.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/huge_pages.hpp"
+#include "kvlab/weights/weights.hpp"
 
 namespace kvlab::bench {
 

@@ -24,14 +24,14 @@
 
 #include "bench_common.hpp"
 #include "child_process.hpp"
-#include "calc/presets.hpp"
-#include "core/error.hpp"
-#include "core/printer.hpp"
-#include "core/units.hpp"
+#include "kvlab/calc/presets.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/printer.hpp"
+#include "kvlab/core/units.hpp"
 #include "formats/llama2c_checkpoint.hpp"
 #include "kernels/narrow_weights.hpp"
-#include "weights/random_weights.hpp"
-#include "sim/simulator.hpp"
+#include "kvlab/weights/random_weights.hpp"
+#include "kvlab/sim/simulator.hpp"
 
 using namespace kvlab;
 using kvlab::bench::median;

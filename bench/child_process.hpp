@@ -20,8 +20,8 @@
 #include <omp.h>
 
 #include "bench_references.hpp"
-#include "core/error.hpp"
-#include "core/printer.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/printer.hpp"
 
 namespace kvlab::bench {
 

@@ -9,9 +9,9 @@
 #include <omp.h>
 
 #include "bench_references.hpp"
-#include "calc/model_config.hpp"
-#include "core/error.hpp"
-#include "weights/weights.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/weights/weights.hpp"
 
 namespace kvlab::bench {
 

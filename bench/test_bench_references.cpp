@@ -9,7 +9,7 @@
 #include "../tests/sim_configs.hpp"
 #include "bench_references.hpp"
 #include "decode_replay.hpp"
-#include "weights/random_weights.hpp"
+#include "kvlab/weights/random_weights.hpp"
 
 using namespace kvlab;
 using namespace kvlab::bench;

@@ -15,8 +15,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "calc/model_config.hpp"
-#include "weights/weights.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/weights/weights.hpp"
 #include "test_files.hpp"
 
 namespace kvlab::fixtures {

@@ -17,9 +17,9 @@
 
 #include "formats/llama2c_checkpoint.hpp"
 #include "fixture_writers.hpp"
-#include "weights/random_weights.hpp"
+#include "kvlab/weights/random_weights.hpp"
 #include "report/simulation_report.hpp"
-#include "sim/simulator.hpp"
+#include "kvlab/sim/simulator.hpp"
 #include "trace/step_trace.hpp"
 #include "trace/serve_trace.hpp"
 #include "test_files.hpp"

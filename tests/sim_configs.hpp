@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "calc/model_config.hpp"
+#include "kvlab/calc/model_config.hpp"
 
 namespace kvlab::test {
 

@@ -17,16 +17,16 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "formats/checkpoint.hpp"
-#include "core/error.hpp"
-#include "core/text.hpp"
-#include "kv/kv_cache.hpp"
+#include "kvlab/formats/checkpoint.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/text.hpp"
+#include "kvlab/kv/kv_cache.hpp"
 #include "formats/llama2c_checkpoint.hpp"
-#include "calc/presets.hpp"
-#include "weights/random_weights.hpp"
-#include "sim/simulator.hpp"
-#include "formats/tokenizer.hpp"
-#include "model/transformer.hpp"
+#include "kvlab/calc/presets.hpp"
+#include "kvlab/weights/random_weights.hpp"
+#include "kvlab/sim/simulator.hpp"
+#include "kvlab/formats/tokenizer.hpp"
+#include "kvlab/model/transformer.hpp"
 #include "sim_configs.hpp"
 #include "test_files.hpp"
 

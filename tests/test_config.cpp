@@ -2,9 +2,9 @@
 
 #include <string>
 
-#include "core/error.hpp"
-#include "calc/kv_memory.hpp"
-#include "calc/param_count.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/calc/kv_memory.hpp"
+#include "kvlab/calc/param_count.hpp"
 #include "test_support.hpp"
 
 using namespace kvlab;

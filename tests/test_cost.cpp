@@ -2,10 +2,10 @@
 
 #include <vector>
 
-#include "model/cost.hpp"
-#include "kv/kv_cache.hpp"
-#include "weights/random_weights.hpp"
-#include "model/transformer.hpp"
+#include "kvlab/model/cost.hpp"
+#include "kvlab/kv/kv_cache.hpp"
+#include "kvlab/weights/random_weights.hpp"
+#include "kvlab/model/transformer.hpp"
 #include "sim_configs.hpp"
 #include "test_support.hpp"
 

@@ -2,10 +2,10 @@
 // reproduce are in tests/cli/engines.cmake).
 #include <doctest/doctest.h>
 
-#include "calc/engine.hpp"
-#include "calc/gpu_specs.hpp"
-#include "calc/kv_memory.hpp"
-#include "core/error.hpp"
+#include "kvlab/calc/engine.hpp"
+#include "kvlab/calc/gpu_specs.hpp"
+#include "kvlab/calc/kv_memory.hpp"
+#include "kvlab/core/error.hpp"
 #include "test_support.hpp"
 
 using namespace kvlab;

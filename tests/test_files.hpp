@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "weights/weights.hpp"
+#include "kvlab/weights/weights.hpp"
 
 namespace kvlab::test {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <string>
 
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 #include "gpu/gpu_attention.hpp"
 #include "gpu/gpu_attention_report.hpp"
 

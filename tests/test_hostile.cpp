@@ -17,15 +17,15 @@
 
 #include "fixture_writers.hpp"
 #include "core/atomic_write.hpp"
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 #include "formats/hf_checkpoint.hpp"
 #include "core/interrupt.hpp"
 #include "core/json_input.hpp"
-#include "weights/random_weights.hpp"
+#include "kvlab/weights/random_weights.hpp"
 #include "formats/safetensors.hpp"
-#include "core/text.hpp"
-#include "formats/tokenizer.hpp"
-#include "model/transformer.hpp"
+#include "kvlab/core/text.hpp"
+#include "kvlab/formats/tokenizer.hpp"
+#include "kvlab/model/transformer.hpp"
 #include "test_files.hpp"
 
 using namespace kvlab;

@@ -8,12 +8,12 @@
 
 #include <sys/mman.h>
 
-#include "calc/presets.hpp"
-#include "core/error.hpp"
-#include "core/huge_pages.hpp"
-#include "core/mapped_file.hpp"
-#include "weights/random_weights.hpp"
-#include "sim/simulator.hpp"
+#include "kvlab/calc/presets.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/huge_pages.hpp"
+#include "kvlab/core/mapped_file.hpp"
+#include "kvlab/weights/random_weights.hpp"
+#include "kvlab/sim/simulator.hpp"
 #include "test_files.hpp"
 
 using namespace kvlab;

@@ -13,11 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_write.hpp"
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 #include "core/file_roles.hpp"
 #include "core/json_input.hpp"
-#include "core/mapped_file.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/mapped_file.hpp"
+#include "kvlab/core/text.hpp"
 #include "test_files.hpp"
 
 using namespace kvlab;

@@ -7,12 +7,12 @@
 
 #include <omp.h>
 
-#include "calc/kv_memory.hpp"
-#include "model/cost.hpp"
-#include "kv/kv_cache.hpp"
-#include "model/ops.hpp"
-#include "weights/random_weights.hpp"
-#include "model/transformer.hpp"
+#include "kvlab/calc/kv_memory.hpp"
+#include "kvlab/model/cost.hpp"
+#include "kvlab/kv/kv_cache.hpp"
+#include "kvlab/model/ops.hpp"
+#include "kvlab/weights/random_weights.hpp"
+#include "kvlab/model/transformer.hpp"
 #include "sim_configs.hpp"
 
 using namespace kvlab;

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "kv/kv_format.hpp"
+#include "kvlab/kv/kv_format.hpp"
 
 using namespace kvlab;
 

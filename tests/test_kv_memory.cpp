@@ -1,8 +1,8 @@
 #include <doctest/doctest.h>
 
-#include "core/error.hpp"
-#include "calc/kv_memory.hpp"
-#include "calc/model_config.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/calc/kv_memory.hpp"
+#include "kvlab/calc/model_config.hpp"
 #include "test_support.hpp"
 
 using namespace kvlab;

@@ -2,10 +2,10 @@
 
 #include <sstream>
 
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 #include "calc/kvcalc.hpp"
-#include "calc/param_count.hpp"
-#include "core/units.hpp"
+#include "kvlab/calc/param_count.hpp"
+#include "kvlab/core/units.hpp"
 #include "test_support.hpp"
 
 using namespace kvlab;

@@ -23,14 +23,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "formats/checkpoint.hpp"
-#include "core/error.hpp"
+#include "kvlab/formats/checkpoint.hpp"
+#include "kvlab/core/error.hpp"
 #include "formats/hf_checkpoint.hpp"
 #include "formats/llama2c_checkpoint.hpp"
-#include "core/huge_pages.hpp"
-#include "core/mapped_file.hpp"
+#include "kvlab/core/huge_pages.hpp"
+#include "kvlab/core/mapped_file.hpp"
 #include "formats/safetensors.hpp"
-#include "formats/tokenizer.hpp"
+#include "kvlab/formats/tokenizer.hpp"
 #include "test_files.hpp"
 
 namespace fs = std::filesystem;

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <vector>
 
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 #include "kernels/matmul.hpp"
-#include "weights/weights.hpp"
+#include "kvlab/weights/weights.hpp"
 
 #include <Eigen/Core>
 

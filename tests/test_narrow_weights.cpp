@@ -7,14 +7,14 @@
 #include <random>
 #include <vector>
 
-#include "calc/presets.hpp"
-#include "core/error.hpp"
-#include "kv/kv_format.hpp"
+#include "kvlab/calc/presets.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/kv/kv_format.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/narrow_weights.hpp"
-#include "weights/random_weights.hpp"
-#include "sim/simulator.hpp"
-#include "model/transformer.hpp"
+#include "kvlab/weights/random_weights.hpp"
+#include "kvlab/sim/simulator.hpp"
+#include "kvlab/model/transformer.hpp"
 #include "sim_configs.hpp"
 
 using namespace kvlab;

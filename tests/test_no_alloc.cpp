@@ -11,11 +11,11 @@
 
 #include <omp.h>
 
-#include "kv/kv_cache.hpp"
-#include "weights/random_weights.hpp"
-#include "sim/simulator.hpp"
+#include "kvlab/kv/kv_cache.hpp"
+#include "kvlab/weights/random_weights.hpp"
+#include "kvlab/sim/simulator.hpp"
 #include "kernels/narrow_weights.hpp"
-#include "model/transformer.hpp"
+#include "kvlab/model/transformer.hpp"
 #include "sim_configs.hpp"
 
 namespace {

@@ -14,12 +14,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "formats/checkpoint.hpp"
-#include "sim/evaluate.hpp"
-#include "kv/kv_cache.hpp"
-#include "calc/presets.hpp"
-#include "formats/tokenizer.hpp"
-#include "model/transformer.hpp"
+#include "kvlab/formats/checkpoint.hpp"
+#include "kvlab/sim/evaluate.hpp"
+#include "kvlab/kv/kv_cache.hpp"
+#include "kvlab/calc/presets.hpp"
+#include "kvlab/formats/tokenizer.hpp"
+#include "kvlab/model/transformer.hpp"
 #include "test_paths.hpp"
 
 using namespace kvlab;

@@ -20,13 +20,13 @@
 #include <nlohmann/json.hpp>
 #include <omp.h>
 
-#include "formats/checkpoint.hpp"
-#include "kv/kv_cache.hpp"
-#include "kv/kv_pool.hpp"
+#include "kvlab/formats/checkpoint.hpp"
+#include "kvlab/kv/kv_cache.hpp"
+#include "kvlab/kv/kv_pool.hpp"
 #include "kernels/narrow_weights.hpp"
-#include "weights/random_weights.hpp"
-#include "model/reference.hpp"
-#include "model/transformer.hpp"
+#include "kvlab/weights/random_weights.hpp"
+#include "kvlab/model/reference.hpp"
+#include "kvlab/model/transformer.hpp"
 #include "sim_configs.hpp"
 #include "test_paths.hpp"
 

@@ -10,10 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "formats/checkpoint.hpp"
-#include "kv/kv_pool.hpp"
-#include "weights/random_weights.hpp"
-#include "serve/scheduler.hpp"
+#include "kvlab/formats/checkpoint.hpp"
+#include "kvlab/kv/kv_pool.hpp"
+#include "kvlab/weights/random_weights.hpp"
+#include "kvlab/serve/scheduler.hpp"
 #include "sim_configs.hpp"
 #include "test_paths.hpp"
 

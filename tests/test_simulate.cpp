@@ -13,13 +13,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/core_use.hpp"
-#include "core/error.hpp"
-#include "calc/kv_memory.hpp"
+#include "kvlab/core/core_use.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/calc/kv_memory.hpp"
 #include "kernels/matmul.hpp"
-#include "weights/random_weights.hpp"
+#include "kvlab/weights/random_weights.hpp"
 #include "report/simulation_report.hpp"
-#include "sim/simulator.hpp"
+#include "kvlab/sim/simulator.hpp"
 #include "trace/step_trace.hpp"
 #include "sim_configs.hpp"
 #include "test_files.hpp"

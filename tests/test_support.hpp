@@ -2,8 +2,8 @@
 #pragma once
 #include <string>
 
-#include "calc/model_config.hpp"
-#include "calc/presets.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/calc/presets.hpp"
 #include "test_paths.hpp"
 
 namespace kvlab::test {

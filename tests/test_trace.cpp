@@ -13,11 +13,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 #include "trace/perfetto_trace.hpp"
-#include "weights/random_weights.hpp"
+#include "kvlab/weights/random_weights.hpp"
 #include "report/simulation_report.hpp"
-#include "sim/simulator.hpp"
+#include "kvlab/sim/simulator.hpp"
 #include "trace/step_trace.hpp"
 #include "trace/trace_plot.hpp"
 #include "trace/trace_reader.hpp"

@@ -3,16 +3,16 @@
 #include <random>
 #include <vector>
 
-#include "kernels/attention.hpp"
-#include "core/error.hpp"
-#include "kv/kv_cache.hpp"
-#include "calc/kv_memory.hpp"
-#include "weights/random_weights.hpp"
-#include "sim/sampler.hpp"
-#include "weights/tensor_table.hpp"
-#include "calc/param_count.hpp"
-#include "calc/presets.hpp"
-#include "model/transformer.hpp"
+#include "kvlab/kernels/attention.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/kv/kv_cache.hpp"
+#include "kvlab/calc/kv_memory.hpp"
+#include "kvlab/weights/random_weights.hpp"
+#include "kvlab/sim/sampler.hpp"
+#include "kvlab/weights/tensor_table.hpp"
+#include "kvlab/calc/param_count.hpp"
+#include "kvlab/calc/presets.hpp"
+#include "kvlab/model/transformer.hpp"
 #include "sim_configs.hpp"
 #include "test_support.hpp"
 

@@ -1,9 +1,9 @@
 #include <doctest/doctest.h>
 
-#include "core/text.hpp"
-#include "core/error.hpp"
-#include "core/printer.hpp"
-#include "core/units.hpp"
+#include "kvlab/core/text.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/printer.hpp"
+#include "kvlab/core/units.hpp"
 
 using namespace kvlab;
 

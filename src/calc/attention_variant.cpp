@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "core/error.hpp"
-#include "core/text.hpp"
-#include "core/units.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/text.hpp"
+#include "kvlab/core/units.hpp"
 
 namespace kvlab {
 

@@ -1,10 +1,10 @@
-#include "calc/engine.hpp"
+#include "kvlab/calc/engine.hpp"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab {
 

@@ -6,7 +6,7 @@
 //   SWA cells = PAD(min(cells, n_swa x (unified ? -np : 1) + n_ubatch), 256)   (--swa-full: cells)
 //   bytes     = sum over the cache's layers of row_size(type, n_embd_k_gqa) x cells x streams (and V alike)
 //   MLA (DeepSeek GGUFs with the MLA split): K rows of kv_lora_rank + rope dims, no V tensor (b7832, PR #19067)
-#include "calc/engine.hpp"
+#include "kvlab/calc/engine.hpp"
 
 #include <algorithm>
 #include <array>
@@ -14,8 +14,8 @@
 
 #include <fmt/format.h>
 
-#include "core/checked.hpp"
-#include "core/error.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab {
 namespace {

@@ -7,12 +7,12 @@
 //   #tokens = rest_memory // cell, capped by --max-total-tokens, floored to a multiple of page_size (1)
 //   each K and V buffer holds #tokens + page_size rows (slot 0 takes padded tokens' writes)
 //   the log's "GB" is 2^30 bytes (memory_pool.py: GB = 1024 * 1024 * 1024)
-#include "calc/engine.hpp"
+#include "kvlab/calc/engine.hpp"
 
 #include <fmt/format.h>
 
-#include "core/checked.hpp"
-#include "core/error.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab {
 

@@ -5,12 +5,12 @@
 //   bytes per token = kv_factor (2; 1 for MLA) x layers x ceil(KV heads / TP) x head_dim x dtype bytes
 //   max_tokens = free memory x free_gpu_memory_fraction (0.9) / bytes per token, capped by max_tokens
 //   blocks = ceil(max_tokens / tokens_per_block (32)): whole blocks, so a little past the budget
-#include "calc/engine.hpp"
+#include "kvlab/calc/engine.hpp"
 
 #include <fmt/format.h>
 
-#include "core/checked.hpp"
-#include "core/error.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab {
 

@@ -8,14 +8,14 @@
 //                       tokens = blocks // groups x block_size
 //   blocks a request needs = per group: cdiv(max_model_len, bs) (full) or cdiv(min(W - 1 + batched, len), bs) + 1 (sliding)
 //   concurrency = blocks / blocks a request needs
-#include "calc/engine.hpp"
+#include "kvlab/calc/engine.hpp"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
-#include "core/checked.hpp"
-#include "core/error.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab {
 namespace {

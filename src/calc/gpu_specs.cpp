@@ -1,4 +1,4 @@
-#include "calc/gpu_specs.hpp"
+#include "kvlab/calc/gpu_specs.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -7,11 +7,11 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "core/error.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/text.hpp"
 #include "core/json_input.hpp"
-#include "core/mapped_file.hpp"
-#include "calc/presets.hpp"
+#include "kvlab/core/mapped_file.hpp"
+#include "kvlab/calc/presets.hpp"
 
 namespace kvlab {
 

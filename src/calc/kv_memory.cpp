@@ -1,10 +1,10 @@
-#include "calc/kv_memory.hpp"
+#include "kvlab/calc/kv_memory.hpp"
 
 #include <fmt/format.h>
 
-#include "core/checked.hpp"
-#include "core/error.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/text.hpp"
 
 namespace kvlab {
 

@@ -7,11 +7,11 @@
 
 #include <fmt/format.h>
 
-#include "core/checked.hpp"
-#include "calc/param_count.hpp"
-#include "core/error.hpp"
-#include "core/text.hpp"
-#include "core/units.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/calc/param_count.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/text.hpp"
+#include "kvlab/core/units.hpp"
 
 namespace kvlab {
 namespace {

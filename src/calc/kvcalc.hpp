@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "calc/attention_variant.hpp"
-#include "calc/engine.hpp"
-#include "core/dtype.hpp"
-#include "calc/gpu_specs.hpp"
-#include "calc/kv_memory.hpp"
-#include "calc/model_config.hpp"
-#include "core/printer.hpp"
+#include "kvlab/calc/engine.hpp"
+#include "kvlab/core/dtype.hpp"
+#include "kvlab/calc/gpu_specs.hpp"
+#include "kvlab/calc/kv_memory.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/core/printer.hpp"
 
 namespace kvlab {
 

@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include "calc/kvcalc.hpp"
-#include "calc/param_count.hpp"
-#include "core/checked.hpp"
-#include "core/units.hpp"
+#include "kvlab/calc/param_count.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/units.hpp"
 
 namespace kvlab {
 

@@ -1,4 +1,4 @@
-#include "calc/model_config.hpp"
+#include "kvlab/calc/model_config.hpp"
 
 #include <algorithm>
 #include <array>
@@ -8,11 +8,11 @@
 #include <fmt/format.h>
 
 #include "calc/config_defaults.hpp"
-#include "core/checked.hpp"
-#include "core/error.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
 #include "core/json_input.hpp"
-#include "core/mapped_file.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/mapped_file.hpp"
+#include "kvlab/core/text.hpp"
 
 namespace kvlab {
 namespace {

@@ -1,11 +1,11 @@
-#include "calc/param_count.hpp"
+#include "kvlab/calc/param_count.hpp"
 
 #include <cmath>
 
 #include <fmt/format.h>
 
-#include "core/checked.hpp"
-#include "core/error.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab {
 namespace {

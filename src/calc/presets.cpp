@@ -1,4 +1,4 @@
-#include "calc/presets.hpp"
+#include "kvlab/calc/presets.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "core/error.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/text.hpp"
 
 namespace kvlab {
 namespace {

@@ -2,9 +2,9 @@
 
 #include <fmt/format.h>
 
-#include "calc/gpu_specs.hpp"
-#include "calc/param_count.hpp"
-#include "calc/presets.hpp"
+#include "kvlab/calc/gpu_specs.hpp"
+#include "kvlab/calc/param_count.hpp"
+#include "kvlab/calc/presets.hpp"
 
 namespace kvlab {
 

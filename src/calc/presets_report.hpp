@@ -1,7 +1,7 @@
 // `kvlab presets`: the model presets (shapes, attention, computed parameter count) and, with --gpus,
 // the GPU presets (memory, bandwidth, dense FP16 FLOP/s), each row with its public source.
 #pragma once
-#include "core/printer.hpp"
+#include "kvlab/core/printer.hpp"
 
 namespace kvlab {
 

@@ -11,8 +11,8 @@
 
 #include "commands.hpp"
 #include "options.hpp"
-#include "calc/gpu_specs.hpp"
-#include "calc/presets.hpp"
+#include "kvlab/calc/gpu_specs.hpp"
+#include "kvlab/calc/presets.hpp"
 
 namespace kvlab::cli {
 

@@ -7,8 +7,8 @@
 
 #include "commands.hpp"
 #include "options.hpp"
-#include "core/error.hpp"
-#include "core/printer.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/printer.hpp"
 #include "gpu/gpu_attention_report.hpp"
 
 namespace kvlab::cli {

@@ -6,13 +6,13 @@
 
 #include "commands.hpp"
 #include "options.hpp"
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 #include "calc/kvcalc.hpp"
-#include "calc/presets.hpp"
+#include "kvlab/calc/presets.hpp"
 #include "formats/gguf.hpp"
 #include "formats/hf_checkpoint.hpp"
 #include "report/kv_plot.hpp"
-#include "core/units.hpp"
+#include "kvlab/core/units.hpp"
 
 namespace kvlab::cli {
 

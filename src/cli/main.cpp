@@ -13,10 +13,10 @@
 
 #include "commands.hpp"
 #include "options.hpp"
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 #include "core/file_roles.hpp"
 #include "core/interrupt.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/text.hpp"
 
 namespace {
 

@@ -13,10 +13,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "core/choice.hpp"
-#include "core/printer.hpp"
-#include "core/text.hpp"
-#include "core/units.hpp"
+#include "kvlab/core/choice.hpp"
+#include "kvlab/core/printer.hpp"
+#include "kvlab/core/text.hpp"
+#include "kvlab/core/units.hpp"
 
 namespace kvlab::cli {
 

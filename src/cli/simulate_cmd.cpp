@@ -15,8 +15,8 @@
 #include "commands.hpp"
 #include "options.hpp"
 #include "core/interrupt.hpp"
-#include "core/printer.hpp"
-#include "formats/tokenizer.hpp"
+#include "kvlab/core/printer.hpp"
+#include "kvlab/formats/tokenizer.hpp"
 #include "session/simulate_session.hpp"
 
 namespace kvlab::cli {

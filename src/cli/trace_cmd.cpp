@@ -9,12 +9,12 @@
 
 #include "commands.hpp"
 #include "options.hpp"
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 #include "trace/serve_trace.hpp"
 #include "trace/trace_plot.hpp"
 #include "trace/trace_reader.hpp"
 #include "trace/trace_report.hpp"
-#include "core/units.hpp"
+#include "kvlab/core/units.hpp"
 
 namespace kvlab::cli {
 

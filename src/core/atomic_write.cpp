@@ -14,10 +14,10 @@
 
 #include <fmt/format.h>
 
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 #include "core/file_roles.hpp"
 #include "core/interrupt.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/text.hpp"
 
 namespace kvlab {
 

@@ -1,8 +1,8 @@
-#include "core/checked.hpp"
+#include "kvlab/core/checked.hpp"
 
 #include <fmt/format.h>
 
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab {
 

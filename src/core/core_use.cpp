@@ -1,4 +1,4 @@
-#include "core/core_use.hpp"
+#include "kvlab/core/core_use.hpp"
 
 #include <ctime>
 

@@ -1,10 +1,10 @@
-#include "core/dtype.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/dtype.hpp"
+#include "kvlab/core/text.hpp"
 
 #include <fmt/format.h>
 
-#include "core/checked.hpp"
-#include "core/error.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab {
 

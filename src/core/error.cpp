@@ -1,2 +1,2 @@
 // Anchors the error hierarchy's vtables in one translation unit.
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"

@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "core/error.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/text.hpp"
 
 namespace kvlab {
 

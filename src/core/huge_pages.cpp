@@ -1,4 +1,4 @@
-#include "core/huge_pages.hpp"
+#include "kvlab/core/huge_pages.hpp"
 
 #include <cstdint>
 #include <new>
@@ -16,7 +16,7 @@
 #include <sanitizer/asan_interface.h>
 #endif
 
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab {
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab {
 

@@ -1,4 +1,4 @@
-#include "core/mapped_file.hpp"
+#include "kvlab/core/mapped_file.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -12,10 +12,10 @@
 
 #include <fmt/format.h>
 
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 #include "core/file_roles.hpp"
-#include "core/huge_pages.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/huge_pages.hpp"
+#include "kvlab/core/text.hpp"
 
 namespace kvlab {
 

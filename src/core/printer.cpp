@@ -1,4 +1,4 @@
-#include "core/printer.hpp"
+#include "kvlab/core/printer.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "core/json_input.hpp"
-#include "core/text.hpp"
-#include "core/error.hpp"
+#include "kvlab/core/text.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab {
 namespace {

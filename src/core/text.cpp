@@ -1,4 +1,4 @@
-#include "core/text.hpp"
+#include "kvlab/core/text.hpp"
 
 #include <algorithm>
 #include <cstdint>

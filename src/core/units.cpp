@@ -1,4 +1,4 @@
-#include "core/units.hpp"
+#include "kvlab/core/units.hpp"
 
 #include <cctype>
 #include <cmath>
@@ -6,9 +6,9 @@
 
 #include <fmt/format.h>
 
-#include "core/checked.hpp"
-#include "core/error.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/text.hpp"
 
 namespace kvlab {
 namespace {

@@ -1,4 +1,4 @@
-#include "formats/checkpoint.hpp"
+#include "kvlab/formats/checkpoint.hpp"
 
 #include <cstddef>
 #include <exception>
@@ -7,14 +7,14 @@
 #include <fmt/format.h>
 #include <omp.h>
 
-#include "core/checked.hpp"
-#include "core/error.hpp"
-#include "core/huge_pages.hpp"
-#include "core/mapped_file.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/huge_pages.hpp"
+#include "kvlab/core/mapped_file.hpp"
+#include "kvlab/core/text.hpp"
 #include "formats/hf_checkpoint.hpp"
 #include "formats/llama2c_checkpoint.hpp"
-#include "weights/tensor_table.hpp"
+#include "kvlab/weights/tensor_table.hpp"
 
 namespace kvlab {
 

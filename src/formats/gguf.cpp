@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/error.hpp"
-#include "core/mapped_file.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/mapped_file.hpp"
+#include "kvlab/core/text.hpp"
 
 namespace kvlab {
 

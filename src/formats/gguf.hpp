@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "calc/model_config.hpp"
+#include "kvlab/calc/model_config.hpp"
 
 namespace kvlab {
 

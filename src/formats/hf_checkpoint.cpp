@@ -12,13 +12,13 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "core/checked.hpp"
-#include "core/error.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/text.hpp"
 #include "core/json_input.hpp"
-#include "core/mapped_file.hpp"
+#include "kvlab/core/mapped_file.hpp"
 #include "formats/safetensors.hpp"
-#include "weights/tensor_table.hpp"
+#include "kvlab/weights/tensor_table.hpp"
 
 namespace kvlab {
 namespace {

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "formats/checkpoint.hpp"
+#include "kvlab/formats/checkpoint.hpp"
 
 namespace kvlab {
 

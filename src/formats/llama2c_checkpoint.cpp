@@ -19,11 +19,11 @@
 #include <fmt/format.h>
 
 #include "core/atomic_write.hpp"
-#include "core/checked.hpp"
-#include "core/error.hpp"
-#include "core/mapped_file.hpp"
-#include "formats/checkpoint.hpp"
-#include "weights/tensor_table.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/mapped_file.hpp"
+#include "kvlab/formats/checkpoint.hpp"
+#include "kvlab/weights/tensor_table.hpp"
 
 static_assert(std::endian::native == std::endian::little, "llama2.c files are little-endian; so must the host be");
 

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <optional>
 
-#include "formats/checkpoint.hpp"
+#include "kvlab/formats/checkpoint.hpp"
 
 namespace kvlab {
 

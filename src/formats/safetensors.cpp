@@ -9,8 +9,8 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "core/error.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/text.hpp"
 #include "core/json_input.hpp"
 
 static_assert(std::endian::native == std::endian::little, "safetensors is little-endian; so must the host be");

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/mapped_file.hpp"
-#include "weights/weights.hpp"
+#include "kvlab/core/mapped_file.hpp"
+#include "kvlab/weights/weights.hpp"
 
 namespace kvlab {
 

@@ -1,4 +1,4 @@
-#include "formats/tokenizer.hpp"
+#include "kvlab/formats/tokenizer.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -9,8 +9,8 @@
 
 #include <fmt/format.h>
 
-#include "core/error.hpp"
-#include "core/mapped_file.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/mapped_file.hpp"
 
 static_assert(std::endian::native == std::endian::little, "tokenizer.bin is little-endian; so must the host be");
 

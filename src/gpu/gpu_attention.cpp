@@ -12,9 +12,9 @@
 #include <fmt/format.h>
 
 #include "calc/attention_variant.hpp"
-#include "core/checked.hpp"
-#include "core/text.hpp"
-#include "core/error.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/text.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab {
 

@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/attention.hpp"
-#include "core/dtype.hpp"
+#include "kvlab/kernels/attention.hpp"
+#include "kvlab/core/dtype.hpp"
 
 namespace kvlab {
 

@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "gpu/cuda/module_api.hpp"
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 #include "gpu/gpu_attention.hpp"
 
 namespace kvlab {

@@ -1,5 +1,5 @@
 // The device half of include/gpu/gpu_attention.hpp for builds without CUDA: every call says so.
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 #include "gpu/gpu_attention.hpp"
 
 namespace kvlab {

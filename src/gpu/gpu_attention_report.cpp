@@ -8,10 +8,10 @@
 #include <fmt/format.h>
 
 #include "calc/attention_variant.hpp"
-#include "calc/presets.hpp"
-#include "core/checked.hpp"
-#include "core/error.hpp"
-#include "core/units.hpp"
+#include "kvlab/calc/presets.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/units.hpp"
 #include "gpu/gpu_attention.hpp"
 
 namespace kvlab {

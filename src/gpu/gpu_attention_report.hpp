@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/printer.hpp"
+#include "kvlab/core/printer.hpp"
 
 namespace kvlab {
 

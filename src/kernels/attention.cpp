@@ -1,13 +1,13 @@
-#include "kernels/attention.hpp"
+#include "kvlab/kernels/attention.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#include "core/checked.hpp"
-#include "kv/kv_cache.hpp"
-#include "kv/kv_view.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/kv/kv_cache.hpp"
+#include "kvlab/kv/kv_view.hpp"
 #include "kernels/simd.hpp"
-#include "core/matrix.hpp"
+#include "kvlab/core/matrix.hpp"
 
 namespace kvlab {
 

@@ -7,7 +7,7 @@
 #include <Eigen/Core>
 #include <fmt/format.h>
 
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab {
 

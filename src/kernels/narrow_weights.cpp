@@ -7,9 +7,9 @@
 
 #include <fmt/format.h>
 
-#include "core/checked.hpp"
-#include "core/error.hpp"
-#include "kv/kv_format.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/kv/kv_format.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/simd.hpp"
 

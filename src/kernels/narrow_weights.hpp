@@ -9,10 +9,10 @@
 #include <memory>
 #include <vector>
 
-#include "core/dtype.hpp"
-#include "core/huge_pages.hpp"
+#include "kvlab/core/dtype.hpp"
+#include "kvlab/core/huge_pages.hpp"
 #include "kernels/matmul.hpp"
-#include "weights/weights.hpp"
+#include "kvlab/weights/weights.hpp"
 
 namespace kvlab {
 

@@ -1,4 +1,4 @@
-#include "kv/kv_cache.hpp"
+#include "kvlab/kv/kv_cache.hpp"
 
 #include <algorithm>
 #include <array>
@@ -8,11 +8,11 @@
 #include <Eigen/Core>
 #include <fmt/format.h>
 
-#include "calc/kv_memory.hpp"
-#include "core/checked.hpp"
-#include "core/huge_pages.hpp"
-#include "core/error.hpp"
-#include "kv/kv_format.hpp"
+#include "kvlab/calc/kv_memory.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/huge_pages.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/kv/kv_format.hpp"
 
 namespace kvlab {
 namespace {

@@ -1,4 +1,4 @@
-#include "kv/kv_format.hpp"
+#include "kvlab/kv/kv_format.hpp"
 
 #include <algorithm>
 #include <array>

@@ -1,12 +1,12 @@
-#include "kv/kv_pool.hpp"
+#include "kvlab/kv/kv_pool.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
-#include "calc/kv_memory.hpp"
-#include "core/error.hpp"
+#include "kvlab/calc/kv_memory.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab {
 

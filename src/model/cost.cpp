@@ -1,11 +1,11 @@
 // Per-op cost formulas (docs/cost-model.md). Inputs are validated model sizes and positions within
 // the context, so every product stays far below 2^64 (the largest, 2*n*d_in*d_out, is ~1e17 for a
 // 405B layer at 1M tokens).
-#include "model/cost.hpp"
+#include "kvlab/model/cost.hpp"
 
 #include <algorithm>
 
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab {
 

@@ -2,14 +2,14 @@
 // its cost. Threads: a matmul runs in one parallel region where each thread computes its shares of the
 // output features (Shares), with the elementwise work that follows on the same share; attention runs one
 // task per (query, part of its heads); row-wise work over several tokens is split by rows.
-#include "model/ops.hpp"
+#include "kvlab/model/ops.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 #include <omp.h>
 
-#include "kv/kv_cache.hpp"
+#include "kvlab/kv/kv_cache.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/narrow_weights.hpp"
 #include "kernels/threads.hpp"

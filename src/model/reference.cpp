@@ -8,14 +8,14 @@
 // Normalization"; [RoPE] Su et al. 2021, "RoFormer"; [GLU] Shazeer 2020, "GLU Variants Improve
 // Transformer"; [GQA] Ainslie et al. 2023; [SW] Beltagy et al. 2020, "Longformer" (sliding window);
 // [SLLM] Xiao et al. 2023, "Efficient Streaming Language Models with Attention Sinks".
-#include "model/reference.hpp"
+#include "kvlab/model/reference.hpp"
 
 #include <cmath>
 #include <limits>
 
 #include <fmt/format.h>
 
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab {
 

@@ -1,6 +1,6 @@
 // The transformer: buffers sized once per run, and the forward pass as a list of named ops
 // (model/ops.hpp), each counting its cost from the shapes it actually processed.
-#include "model/transformer.hpp"
+#include "kvlab/model/transformer.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -10,11 +10,11 @@
 #include <fmt/format.h>
 #include <omp.h>
 
-#include "core/checked.hpp"
-#include "core/error.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/narrow_weights.hpp"
-#include "model/ops.hpp"
+#include "kvlab/model/ops.hpp"
 
 namespace kvlab {
 

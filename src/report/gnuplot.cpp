@@ -14,8 +14,8 @@
 #include <fmt/format.h>
 
 #include "core/atomic_write.hpp"
-#include "core/error.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/text.hpp"
 
 extern char** environ;
 

@@ -8,9 +8,9 @@
 
 #include <fmt/format.h>
 
-#include "calc/param_count.hpp"
-#include "core/checked.hpp"
-#include "core/error.hpp"
+#include "kvlab/calc/param_count.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
 #include "report/gnuplot.hpp"
 
 namespace kvlab {

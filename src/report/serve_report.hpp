@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "core/printer.hpp"
-#include "model/cost.hpp"
-#include "kv/kv_pool.hpp"
-#include "serve/scheduler.hpp"
+#include "kvlab/core/printer.hpp"
+#include "kvlab/model/cost.hpp"
+#include "kvlab/kv/kv_pool.hpp"
+#include "kvlab/serve/scheduler.hpp"
 
 namespace kvlab {
 

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "core/text.hpp"
+#include "kvlab/core/text.hpp"
 
 namespace kvlab {
 

@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/printer.hpp"
-#include "sim/simulator.hpp"
+#include "kvlab/core/printer.hpp"
+#include "kvlab/sim/simulator.hpp"
 
 namespace kvlab {
 

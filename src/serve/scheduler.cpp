@@ -1,4 +1,4 @@
-#include "serve/scheduler.hpp"
+#include "kvlab/serve/scheduler.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -8,11 +8,11 @@
 
 #include <fmt/format.h>
 
-#include "core/checked.hpp"
-#include "core/error.hpp"
-#include "sim/sampler.hpp"
-#include "sim/simulator.hpp"
-#include "model/transformer.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/sim/sampler.hpp"
+#include "kvlab/sim/simulator.hpp"
+#include "kvlab/model/transformer.hpp"
 
 namespace kvlab {
 

@@ -8,12 +8,12 @@
 #include <fmt/format.h>
 #include <omp.h>
 
-#include "calc/presets.hpp"
-#include "core/error.hpp"
-#include "core/text.hpp"
-#include "core/units.hpp"
-#include "formats/checkpoint.hpp"
-#include "weights/random_weights.hpp"
+#include "kvlab/calc/presets.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/text.hpp"
+#include "kvlab/core/units.hpp"
+#include "kvlab/formats/checkpoint.hpp"
+#include "kvlab/weights/random_weights.hpp"
 
 namespace kvlab {
 

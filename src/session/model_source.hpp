@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <string>
 
-#include "calc/model_config.hpp"
-#include "core/core_use.hpp"
-#include "formats/checkpoint.hpp"
-#include "weights/weights.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/core/core_use.hpp"
+#include "kvlab/formats/checkpoint.hpp"
+#include "kvlab/weights/weights.hpp"
 
 namespace kvlab {
 

@@ -8,16 +8,16 @@
 #include <fmt/format.h>
 #include <omp.h>
 
-#include "calc/kv_memory.hpp"
-#include "core/checked.hpp"
-#include "core/error.hpp"
+#include "kvlab/calc/kv_memory.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
 #include "core/json_input.hpp"
-#include "core/mapped_file.hpp"
-#include "core/text.hpp"
-#include "weights/random_weights.hpp"
-#include "sim/simulator.hpp"
-#include "weights/tensor_table.hpp"
-#include "model/transformer.hpp"
+#include "kvlab/core/mapped_file.hpp"
+#include "kvlab/core/text.hpp"
+#include "kvlab/weights/random_weights.hpp"
+#include "kvlab/sim/simulator.hpp"
+#include "kvlab/weights/tensor_table.hpp"
+#include "kvlab/model/transformer.hpp"
 #include "trace/serve_trace.hpp"
 #include "trace/step_trace.hpp"
 

@@ -9,12 +9,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "calc/model_config.hpp"
-#include "core/printer.hpp"
-#include "core/units.hpp"
-#include "formats/tokenizer.hpp"
-#include "serve/scheduler.hpp"
-#include "weights/weights.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/core/printer.hpp"
+#include "kvlab/core/units.hpp"
+#include "kvlab/formats/tokenizer.hpp"
+#include "kvlab/serve/scheduler.hpp"
+#include "kvlab/weights/weights.hpp"
 #include "report/serve_report.hpp"
 #include "session/model_source.hpp"
 

@@ -9,12 +9,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "calc/model_config.hpp"
-#include "core/printer.hpp"
-#include "core/units.hpp"
-#include "formats/tokenizer.hpp"
-#include "sim/simulator.hpp"
-#include "weights/weights.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/core/printer.hpp"
+#include "kvlab/core/units.hpp"
+#include "kvlab/formats/tokenizer.hpp"
+#include "kvlab/sim/simulator.hpp"
+#include "kvlab/weights/weights.hpp"
 
 namespace kvlab {
 

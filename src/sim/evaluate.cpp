@@ -1,4 +1,4 @@
-#include "sim/evaluate.hpp"
+#include "kvlab/sim/evaluate.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -6,10 +6,10 @@
 
 #include <fmt/format.h>
 
-#include "core/error.hpp"
-#include "kv/kv_cache.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/kv/kv_cache.hpp"
 #include "kernels/narrow_weights.hpp"
-#include "sim/simulator.hpp"
+#include "kvlab/sim/simulator.hpp"
 
 namespace kvlab {
 

@@ -1,4 +1,4 @@
-#include "sim/sampler.hpp"
+#include "kvlab/sim/sampler.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab {
 

@@ -1,4 +1,4 @@
-#include "sim/simulator.hpp"
+#include "kvlab/sim/simulator.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -8,15 +8,15 @@
 
 #include <fmt/format.h>
 
-#include "core/checked.hpp"
-#include "core/error.hpp"
-#include "kv/kv_cache.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/kv/kv_cache.hpp"
 #include "kernels/narrow_weights.hpp"
-#include "calc/kv_memory.hpp"
-#include "weights/random_weights.hpp"
-#include "model/reference.hpp"
-#include "core/text.hpp"
-#include "core/units.hpp"
+#include "kvlab/calc/kv_memory.hpp"
+#include "kvlab/weights/random_weights.hpp"
+#include "kvlab/model/reference.hpp"
+#include "kvlab/core/text.hpp"
+#include "kvlab/core/units.hpp"
 
 namespace kvlab {
 

@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/cost.hpp"
+#include "kvlab/model/cost.hpp"
 #include "report/simulation_report.hpp"
-#include "sim/simulator.hpp"
+#include "kvlab/sim/simulator.hpp"
 
 namespace kvlab {
 

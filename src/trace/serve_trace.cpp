@@ -12,12 +12,12 @@
 #include <fstream>
 
 #include "core/atomic_write.hpp"
-#include "core/mapped_file.hpp"
+#include "kvlab/core/mapped_file.hpp"
 #include "report/gnuplot.hpp"
 #include "report/serve_report.hpp"
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 #include "core/json_input.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/text.hpp"
 #include "trace/perfetto_trace.hpp"
 #include "trace/step_trace.hpp"
 #include "trace/trace_schema.hpp"

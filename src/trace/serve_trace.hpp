@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/printer.hpp"
-#include "serve/scheduler.hpp"
+#include "kvlab/core/printer.hpp"
+#include "kvlab/serve/scheduler.hpp"
 
 namespace kvlab {
 

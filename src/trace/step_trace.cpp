@@ -9,10 +9,10 @@
 #include <fmt/format.h>
 
 #include "core/atomic_write.hpp"
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 #include "core/json_input.hpp"
 #include "trace/perfetto_trace.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/text.hpp"
 
 namespace kvlab {
 

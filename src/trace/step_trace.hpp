@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "report/simulation_report.hpp"
-#include "sim/simulator.hpp"
+#include "kvlab/sim/simulator.hpp"
 #include "trace/trace_schema.hpp"
 
 namespace kvlab {

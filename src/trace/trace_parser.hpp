@@ -16,10 +16,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 #include "core/json_input.hpp"
-#include "core/mapped_file.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/mapped_file.hpp"
+#include "kvlab/core/text.hpp"
 
 #include "trace/step_trace.hpp"
 

@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "core/error.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/text.hpp"
 #include "report/gnuplot.hpp"
 #include "trace/perfetto_trace.hpp"
 

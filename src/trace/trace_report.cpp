@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "core/json_input.hpp"
-#include "core/error.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/text.hpp"
 #include "trace/perfetto_trace.hpp"
 #include "report/simulation_report.hpp"
 

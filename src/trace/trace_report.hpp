@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/printer.hpp"
+#include "kvlab/core/printer.hpp"
 #include "trace/step_trace.hpp"
 
 namespace kvlab {

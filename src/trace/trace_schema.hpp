@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sim/simulator.hpp"
+#include "kvlab/sim/simulator.hpp"
 
 namespace kvlab {
 

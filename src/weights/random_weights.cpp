@@ -1,10 +1,10 @@
-#include "weights/random_weights.hpp"
+#include "kvlab/weights/random_weights.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#include "core/checked.hpp"
-#include "core/huge_pages.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/huge_pages.hpp"
 
 namespace kvlab {
 

@@ -1,9 +1,9 @@
-#include "weights/tensor_table.hpp"
+#include "kvlab/weights/tensor_table.hpp"
 
 #include <fmt/format.h>
 
-#include "core/checked.hpp"
-#include "core/error.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab {
 

@@ -1,9 +1,9 @@
 // The shapes a forward pass checks once before it reads raw rows (weights/weights.hpp).
-#include "weights/weights.hpp"
+#include "kvlab/weights/weights.hpp"
 
 #include <fmt/format.h>
 
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab {
 

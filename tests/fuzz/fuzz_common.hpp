@@ -13,7 +13,7 @@
 #include <string_view>
 #include <unistd.h>
 
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab::fuzz {
 

@@ -6,10 +6,10 @@
 
 #include "fuzz_common.hpp"
 #include "core/json_input.hpp"
-#include "calc/kv_memory.hpp"
-#include "calc/model_config.hpp"
-#include "calc/param_count.hpp"
-#include "weights/random_weights.hpp"
+#include "kvlab/calc/kv_memory.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/calc/param_count.hpp"
+#include "kvlab/weights/random_weights.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     const std::string_view text(reinterpret_cast<const char*>(data), size);

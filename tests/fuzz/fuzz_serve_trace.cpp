@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "fuzz_common.hpp"
-#include "core/printer.hpp"
+#include "kvlab/core/printer.hpp"
 #include "trace/serve_trace.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

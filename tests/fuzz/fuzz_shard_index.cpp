@@ -9,7 +9,7 @@
 #include "fuzz_common.hpp"
 #include "formats/hf_checkpoint.hpp"
 #include "fixture_writers.hpp"
-#include "weights/random_weights.hpp"
+#include "kvlab/weights/random_weights.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     static const std::filesystem::path dir = kvlab::fixtures::write_sharded_hf(

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "fuzz_common.hpp"
-#include "formats/tokenizer.hpp"
+#include "kvlab/formats/tokenizer.hpp"
 
 namespace {
 

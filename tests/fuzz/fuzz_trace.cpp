@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "fuzz_common.hpp"
-#include "core/printer.hpp"
+#include "kvlab/core/printer.hpp"
 #include "trace/trace_reader.hpp"
 #include "trace/trace_report.hpp"
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <type_traits>
 
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 
 namespace kvlab::cuda {
 

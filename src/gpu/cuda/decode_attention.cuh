@@ -8,9 +8,9 @@
 
 #include <cuda_runtime.h>
 
-#include "core/dtype.hpp"
+#include "kvlab/core/dtype.hpp"
 #include "gpu/gpu_attention.hpp"
-#include "kernels/attention.hpp"
+#include "kvlab/kernels/attention.hpp"
 
 namespace kvlab::cuda {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "decode_attention.cuh"
-#include "core/error.hpp"
+#include "kvlab/core/error.hpp"
 #include "gpu/gpu_attention.hpp"
 #include "module_api.hpp"
 

@@ -20,10 +20,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "calc/model_config.hpp"
-#include "core/choice.hpp"
-#include "core/matrix.hpp"
-#include "kv/kv_view.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/core/choice.hpp"
+#include "kvlab/core/matrix.hpp"
+#include "kvlab/kv/kv_view.hpp"
 
 namespace kvlab {
 

@@ -6,10 +6,10 @@
 #include <span>
 #include <vector>
 
-#include "calc/model_config.hpp"
-#include "kv/kv_cache.hpp"
-#include "model/transformer.hpp"
-#include "weights/weights.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/kv/kv_cache.hpp"
+#include "kvlab/model/transformer.hpp"
+#include "kvlab/weights/weights.hpp"
 
 namespace kvlab {
 

@@ -7,7 +7,7 @@
 #include <limits>
 #include <span>
 
-#include "core/matrix.hpp"
+#include "kvlab/core/matrix.hpp"
 
 namespace kvlab {
 

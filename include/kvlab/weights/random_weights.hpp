@@ -3,9 +3,9 @@
 #pragma once
 #include <cstdint>
 
-#include "calc/model_config.hpp"
-#include "weights/tensor_table.hpp"
-#include "weights/weights.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/weights/tensor_table.hpp"
+#include "kvlab/weights/weights.hpp"
 
 namespace kvlab {
 

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "kv/kv_view.hpp"
-#include "calc/model_config.hpp"
+#include "kvlab/kv/kv_view.hpp"
+#include "kvlab/calc/model_config.hpp"
 
 namespace kvlab {
 

@@ -13,10 +13,10 @@
 #include <initializer_list>
 #include <span>
 
-#include "kernels/attention.hpp"
-#include "kv/kv_view.hpp"
-#include "model/cost.hpp"
-#include "weights/weights.hpp"
+#include "kvlab/kernels/attention.hpp"
+#include "kvlab/kv/kv_view.hpp"
+#include "kvlab/model/cost.hpp"
+#include "kvlab/weights/weights.hpp"
 
 namespace kvlab {
 

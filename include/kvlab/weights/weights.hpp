@@ -5,8 +5,8 @@
 #include <memory>
 #include <vector>
 
-#include "calc/model_config.hpp"
-#include "core/matrix.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/core/matrix.hpp"
 
 namespace kvlab {
 

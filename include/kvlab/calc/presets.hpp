@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "calc/model_config.hpp"
+#include "kvlab/calc/model_config.hpp"
 
 namespace kvlab {
 

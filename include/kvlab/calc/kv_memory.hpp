@@ -4,9 +4,9 @@
 #pragma once
 #include <cstdint>
 
-#include "core/choice.hpp"
-#include "core/dtype.hpp"
-#include "calc/model_config.hpp"
+#include "kvlab/core/choice.hpp"
+#include "kvlab/core/dtype.hpp"
+#include "kvlab/calc/model_config.hpp"
 
 namespace kvlab {
 

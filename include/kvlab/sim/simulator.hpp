@@ -9,15 +9,15 @@
 #include <string_view>
 #include <vector>
 
-#include "core/checked.hpp"
-#include "core/choice.hpp"
-#include "core/core_use.hpp"
-#include "model/cost.hpp"
-#include "kv/kv_cache.hpp"
-#include "calc/model_config.hpp"
-#include "sim/sampler.hpp"
-#include "model/transformer.hpp"
-#include "weights/weights.hpp"
+#include "kvlab/core/checked.hpp"
+#include "kvlab/core/choice.hpp"
+#include "kvlab/core/core_use.hpp"
+#include "kvlab/model/cost.hpp"
+#include "kvlab/kv/kv_cache.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/sim/sampler.hpp"
+#include "kvlab/model/transformer.hpp"
+#include "kvlab/weights/weights.hpp"
 
 namespace kvlab {
 

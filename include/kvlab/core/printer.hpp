@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/choice.hpp"
-#include "core/units.hpp"
+#include "kvlab/core/choice.hpp"
+#include "kvlab/core/units.hpp"
 
 namespace kvlab {
 

@@ -3,7 +3,7 @@
 #pragma once
 #include <Eigen/Core>
 
-#include "core/huge_pages.hpp"
+#include "kvlab/core/huge_pages.hpp"
 
 namespace kvlab {
 

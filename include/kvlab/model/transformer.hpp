@@ -7,13 +7,13 @@
 #include <span>
 #include <vector>
 
-#include "kernels/attention.hpp"
-#include "model/cost.hpp"
-#include "kv/kv_cache.hpp"
-#include "kv/kv_pool.hpp"
-#include "model/ops.hpp"
-#include "calc/model_config.hpp"
-#include "weights/weights.hpp"
+#include "kvlab/kernels/attention.hpp"
+#include "kvlab/model/cost.hpp"
+#include "kvlab/kv/kv_cache.hpp"
+#include "kvlab/kv/kv_pool.hpp"
+#include "kvlab/model/ops.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/weights/weights.hpp"
 
 namespace kvlab {
 

@@ -2,8 +2,8 @@
 #pragma once
 #include <cstdint>
 
-#include "calc/model_config.hpp"
-#include "core/printer.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/core/printer.hpp"
 
 namespace kvlab {
 

@@ -12,9 +12,9 @@
 #include <string_view>
 #include <vector>
 
-#include "calc/model_config.hpp"
-#include "core/choice.hpp"
-#include "core/dtype.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/core/choice.hpp"
+#include "kvlab/core/dtype.hpp"
 
 namespace kvlab {
 

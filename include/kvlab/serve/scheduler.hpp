@@ -14,11 +14,11 @@
 #include <span>
 #include <vector>
 
-#include "calc/model_config.hpp"
-#include "core/core_use.hpp"
-#include "model/cost.hpp"
-#include "kv/kv_pool.hpp"
-#include "weights/weights.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/core/core_use.hpp"
+#include "kvlab/model/cost.hpp"
+#include "kvlab/kv/kv_pool.hpp"
+#include "kvlab/weights/weights.hpp"
 
 namespace kvlab {
 

@@ -6,9 +6,9 @@
 #include <span>
 #include <string_view>
 
-#include "calc/model_config.hpp"
-#include "core/mapped_file.hpp"
-#include "weights/weights.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/core/mapped_file.hpp"
+#include "kvlab/weights/weights.hpp"
 
 namespace kvlab {
 

@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "core/matrix.hpp"
+#include "kvlab/core/matrix.hpp"
 
 namespace kvlab {
 

@@ -10,11 +10,11 @@
 #include <memory>
 #include <vector>
 
-#include "calc/model_config.hpp"
-#include "core/choice.hpp"
-#include "core/dtype.hpp"
-#include "core/matrix.hpp"
-#include "kv/kv_view.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/core/choice.hpp"
+#include "kvlab/core/dtype.hpp"
+#include "kvlab/core/matrix.hpp"
+#include "kvlab/kv/kv_view.hpp"
 
 namespace kvlab {
 

@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "calc/model_config.hpp"
-#include "weights/weights.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/weights/weights.hpp"
 
 namespace kvlab {
 

@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/choice.hpp"
+#include "kvlab/core/choice.hpp"
 
 namespace kvlab {
 

@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/error.hpp"
-#include "core/text.hpp"
+#include "kvlab/core/error.hpp"
+#include "kvlab/core/text.hpp"
 
 namespace kvlab {
 

@@ -9,8 +9,8 @@
 #include <span>
 #include <vector>
 
-#include "calc/model_config.hpp"
-#include "weights/weights.hpp"
+#include "kvlab/calc/model_config.hpp"
+#include "kvlab/weights/weights.hpp"
 
 namespace kvlab {
 
