@@ -486,31 +486,28 @@ bool add_gpu_rows(Report& report, KvcalcTables& tables, const KvcalcRequest& r, 
 
 // The --kv-budget rows: the GPU blocks the budget holds and the requests they serve at each context.
 void add_budget_rows(Report& report, Table& budget, const KvcalcRequest& r, const KvCase& c) {
-    const auto U = r.units;
     const ModelConfig& gpu_cfg = c.gpu_cfg;
-    const DType dtype = c.dtype;
-    const std::string &att = c.att, &dn = c.dn;
     const std::string& name = c.cfg.name;
     const auto bs = r.block_size ? r.block_size : 16;
-    const auto per_token_gpu = kv_bytes_per_token(gpu_cfg, dtype).total();
+    const auto per_token_gpu = kv_bytes_per_token(gpu_cfg, c.dtype).total();
     const auto fit = fit_budget(*r.kv_budget, per_token_gpu, bs);
     if (gpu_cfg.sliding_window && r.window_mode == WindowMode::cap)
         report.notes.push_back(fmt::format("{} {} {}: max concurrency holds each sliding layer's min(W, T) tokens (exact math); vLLM "
                                            "reserves W - 1 + one step's tokens + a block there, fewer requests: --engine vllm gives its figure",
-                                           name, att, dn));
+                                           name, c.att, c.dn));
     for (const auto t : c.contexts) {
         // a request holds whole blocks of its tokens (a windowed layer: of min(W, T), --window-mode cap);
         // without windows blocks / ceil(T / bs), vLLM v0.10.2's division (--engine vllm adds what it
         // reserves beyond a window)
         const auto pool = checked_mul(checked_mul(fit.n_blocks, bs, "KV pool"), per_token_gpu, "KV pool");
-        const auto request = kv_bytes_sequence_paged(gpu_cfg, dtype, t, r.window_mode, bs).total();
+        const auto request = kv_bytes_sequence_paged(gpu_cfg, c.dtype, t, r.window_mode, bs).total();
         const double conc = static_cast<double>(pool) / static_cast<double>(request);
-        budget.rows.push_back({text_cell(name), text_cell(att), text_cell(dn), bytes_cell(per_token_gpu, U), uint_cell(fit.n_blocks),
+        budget.rows.push_back({text_cell(name), text_cell(c.att), text_cell(c.dn), bytes_cell(per_token_gpu, r.units), uint_cell(fit.n_blocks),
                                uint_cell(fit.n_tokens), uint_cell(t), {fmt::format("{:.2f}x", conc), conc}});
         if (r.explain)
             report.notes.push_back(fmt::format("{} {} {}: # GPU blocks = floor({} B / ({} tokens x {} B)) = {}; concurrency at {} tokens = "
                                                "{} x {} x {} B / {} B (a request's whole blocks, windows capped) = {:.2f}x",
-                                               name, att, dn, *r.kv_budget, bs, per_token_gpu, fit.n_blocks, t, fit.n_blocks, bs,
+                                               name, c.att, c.dn, *r.kv_budget, bs, per_token_gpu, fit.n_blocks, t, fit.n_blocks, bs,
                                                per_token_gpu, request, conc));
     }
 }

@@ -1,13 +1,7 @@
-// The forward pass with a KV cache, written to be read (model/reference.hpp). One token at a time, fp32,
-// plain loops, no threads: each step below names the paper it comes from. The fast path
+// The forward pass with a KV cache, written to be read (kvlab/model/reference.hpp). One token at a time,
+// fp32, plain loops, no threads: each step below names the paper it comes from. The fast path
 // (model/transformer.cpp) computes the same thing a block of tokens at a time, threaded and vectorised,
 // and is tested against this file.
-//
-// Papers: [T] Vaswani et al. 2017, "Attention Is All You Need"; [G2] Radford et al. 2019, GPT-2;
-// [LN] Ba et al. 2016, "Layer Normalization"; [RMS] Zhang & Sennrich 2019, "Root Mean Square Layer
-// Normalization"; [RoPE] Su et al. 2021, "RoFormer"; [GLU] Shazeer 2020, "GLU Variants Improve
-// Transformer"; [GQA] Ainslie et al. 2023; [SW] Beltagy et al. 2020, "Longformer" (sliding window);
-// [SLLM] Xiao et al. 2023, "Efficient Streaming Language Models with Attention Sinks".
 #include "kvlab/model/reference.hpp"
 
 #include <cmath>
@@ -19,6 +13,11 @@
 
 namespace kvlab {
 
+// Papers: [T] Vaswani et al. 2017, "Attention Is All You Need"; [G2] Radford et al. 2019, GPT-2;
+// [LN] Ba et al. 2016, "Layer Normalization"; [RMS] Zhang & Sennrich 2019, "Root Mean Square Layer
+// Normalization"; [RoPE] Su et al. 2021, "RoFormer"; [GLU] Shazeer 2020, "GLU Variants Improve
+// Transformer"; [GQA] Ainslie et al. 2023; [SW] Beltagy et al. 2020, "Longformer" (sliding window);
+// [SLLM] Xiao et al. 2023, "Efficient Streaming Language Models with Attention Sinks".
 namespace {
 
 // out = W x (+ b): W is (rows, cols) row-major, one dot product per output

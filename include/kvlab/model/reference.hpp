@@ -1,9 +1,7 @@
-// Read this first: the whole forward pass with a KV cache, one token at a time, in plain loops
-// (model/reference.cpp, in the shape of llama2.c's run.c). Llama and GPT-2 families, MHA/GQA/MQA,
-// sliding windows and StreamingLLM sinks. No threads, no SIMD, no counting: it is what every fast path
-// (model/transformer.cpp and its ops, the paged serving pool, narrow formats at fp32) is tested against,
-// and what `kvlab simulate --kernel reference` runs beside the fast path to show the same tokens and
-// the price of plain loops.
+// Read this first: the whole forward pass with a KV cache, one token at a time, in plain loops, in the
+// shape of llama2.c's run.c (src/model/reference.cpp). Llama and GPT-2, MHA/GQA/MQA, windows and sinks.
+// No threads, SIMD or counting: every fast path is tested against it, and `kvlab simulate --kernel
+// reference` runs it beside the fast one (same tokens, both speeds).
 #pragma once
 #include <cstdint>
 #include <span>
