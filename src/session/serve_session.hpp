@@ -14,6 +14,7 @@
 #include "kvlab/core/units.hpp"
 #include "kvlab/formats/tokenizer.hpp"
 #include "kvlab/serve/scheduler.hpp"
+#include "serve/workload.hpp"
 #include "kvlab/weights/weights.hpp"
 #include "report/serve_report.hpp"
 #include "session/model_source.hpp"
@@ -57,6 +58,10 @@ struct ServeCommand {
     Format format = Format::table;
 };
 
+// The workload flags' synthetic requests (exposed for tests): lengths uniform in their ranges, ids
+// uniform over the vocabulary, arrivals a Poisson process of `arrival_rate` per step, all from `seed`.
+std::vector<ServeRequest> synthetic_workload(const ModelConfig& cfg, const ServeCommand& c);
+
 struct PreparedServe {
     ServeCommand command;                 // as resolved (a preset's checkpoint and tokenizer filled in)
     ModelConfig config;
@@ -71,12 +76,6 @@ struct PreparedServe {
 // Throws UsageError / ConfigError / FormatError / IoError for anything wrong, before any allocation.
 PreparedServe prepare_serve(ServeCommand command);
 
-// The workload flags' synthetic requests (exposed for tests): lengths uniform in their ranges, ids
-// uniform over the vocabulary, arrivals a Poisson process of `arrival_rate` per step, all from `seed`.
-std::vector<ServeRequest> synthetic_workload(const ModelConfig& cfg, const ServeCommand& c);
-// A JSONL workload: one object per line, {"prompt": text} (needs a tokenizer) or {"prompt_ids": [...]},
-// "max_tokens", optional "arrival_step". Throws FormatError naming the file and line.
-std::vector<ServeRequest> read_workload(const std::string& path, const ModelConfig& cfg, const Tokenizer* tokenizer);
 
 // After the runs: the trace written (--trace) and the report.
 Report serve_outcome(const PreparedServe& p, const std::vector<ServeResult>& results);
