@@ -146,6 +146,8 @@ Cell change_percent_cell(double percent) {
 void print_report(std::ostream& out, const Report& report, Format format) {
     switch (format) {
     case Format::table:
+        for (const auto& h : report.headline) out << printable(h) << "\n";
+        if (!report.headline.empty()) out << "\n";
         for (std::size_t i = 0; i < report.tables.size(); ++i) {
             if (i) out << "\n";
             print_table(out, report.tables[i]);
@@ -154,6 +156,7 @@ void print_report(std::ostream& out, const Report& report, Format format) {
         for (const auto& n : report.notes) out << printable(n) << "\n";
         break;
     case Format::markdown:
+        for (const auto& h : report.headline) out << "**" << md_escape(printable(h)) << "**\n\n";
         for (std::size_t i = 0; i < report.tables.size(); ++i) {
             if (i) out << "\n";
             print_markdown(out, report.tables[i]);
@@ -178,6 +181,7 @@ void print_report(std::ostream& out, const Report& report, Format format) {
         nlohmann::json j = {{"schema", report_json_schema}, {"kvlab_version", KVLAB_VERSION}, {"inputs", report.inputs},
                             {"tables", nlohmann::json::array()}, {"notes", report.notes}};
         for (const auto& t : report.tables) j["tables"].push_back(table_json(t));
+        if (!report.headline.empty()) j["headline"] = report.headline;
         out << json_dump(j, 2) << "\n";
         break;
     }

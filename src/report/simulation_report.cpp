@@ -19,6 +19,32 @@ const StepRecord* find_record(const std::vector<StepRecord>& records, StepMode m
     return nullptr;
 }
 
+// Both modes: how much faster the cached decode was here (wall, measured) and why (FLOPs and activation
+// bytes, counted), and the memory the cache took for it.
+std::vector<std::string> cached_headline(const RunSummary& run, const std::vector<StepRecord>& records, UnitSystem units) {
+    const ModeTotals c = mode_totals(records, StepMode::cached), u = mode_totals(records, StepMode::uncached);
+    const double flops = ratio(static_cast<double>(u.cost.flops), static_cast<double>(c.cost.flops));
+    const double act = ratio(static_cast<double>(u.cost.bytes_act_read + u.cost.bytes_act_written),
+                             static_cast<double>(c.cost.bytes_act_read + c.cost.bytes_act_written));
+    const std::string why = fmt::format("{:.1f}x fewer FLOPs and {:.1f}x fewer activation bytes (counted, exact)", flops, act);
+    std::vector<std::string> h;
+    const double speedup = static_cast<double>(u.wall_ns) / static_cast<double>(std::max<std::int64_t>(1, c.wall_ns));
+    if (run.has_wall_time && c.wall_ns > 0 && u.wall_ns > 0 && speedup >= 1.0)
+        h.push_back(fmt::format("cached decoding: {:.1f}x faster than uncached here (wall time, one run: timings vary), from {}",
+                                speedup, why));
+    else if (run.has_wall_time && c.wall_ns > 0 && u.wall_ns > 0)  // a model this small: fixed costs per call dominate
+        h.push_back(fmt::format("cached decoding: {:.1f}x slower than uncached here (wall time, one run: timings vary), despite {}: "
+                                "on a model this small each call's fixed costs outweigh the work saved",
+                                1.0 / speedup, why));
+    else
+        h.push_back(fmt::format("cached decoding: {} than uncached over {} (no wall time in this trace)", why,
+                                counted(run.n_steps_done, "step")));
+    if (run.kv_cache_bytes > 0)
+        h.push_back(fmt::format("the price: a KV cache of {} for {} positions (the uncached mode keeps none)",
+                                format_bytes(run.kv_cache_bytes, units), c.n_tokens));
+    return h;
+}
+
 // Measured step times: the median and range of the decode steps (step >= 1), and the prompt's (step 0).
 struct StepTimes {
     std::int64_t prompt_ns = 0;
@@ -273,6 +299,7 @@ Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& r
     const std::vector<StepMode> modes = report_modes(run);
     Report report;
     report.inputs = inputs;
+    if (modes.size() == 2 && run.counted) report.headline = cached_headline(run, records, units);
     Table t = totals_table(run, records, modes, units);
     add_growth_notes(t, run, records, modes);
     if (run.kv_cache_bytes > 0) t.notes.push_back(kv_cache_note(run, inputs, units));

@@ -50,6 +50,9 @@ struct Table {
 };
 
 struct Report {
+    // The answer to the question the command was asked, in 1-3 plain lines with the figures that prove it,
+    // printed before any table (table, markdown; JSON "headline" when there is one; CSV keeps rows only).
+    std::vector<std::string> headline;
     nlohmann::json inputs = nlohmann::json::object();  // every input used (JSON: "inputs")
     std::vector<Table> tables;
     std::vector<std::string> notes;         // report-wide notes (warnings, rules applied)
