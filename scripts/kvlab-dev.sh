@@ -37,7 +37,9 @@ case "${1:-}" in
 run)
     install_missing
     cmake --preset release >/dev/null
-    cmake --build --preset release -j"$jobs" --target kvlab  # only what it runs; `test` builds everything
+    # what it runs, and what `cmake --install build/release` copies (kvlab builds every layer of the
+    # library; kvlab_shell_files, the man page and completion); `test` builds everything
+    cmake --build --preset release -j"$jobs" --target kvlab kvlab_shell_files
     ./build/release/kvlab kvcalc
     ;;
 test)
