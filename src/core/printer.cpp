@@ -143,7 +143,7 @@ Cell change_percent_cell(double percent) {
     return {fmt::format("{:+.{}f}%", percent, decimals), percent};
 }
 
-void print_report(std::ostream& out, const Report& report, Format format) {
+void print_report(std::ostream& out, const Report& report, Format format, std::ostream& notes) {
     switch (format) {
     case Format::table:
         for (const auto& h : report.headline) out << printable(h) << "\n";
@@ -175,6 +175,8 @@ void print_report(std::ostream& out, const Report& report, Format format) {
                 out << "\n";
             }
         }
+        for (const auto& n : report.notes)
+            if (n.rfind("warning", 0) == 0) notes << printable(n) << "\n";  // the rest are in the other formats
         break;
     case Format::json: {
         // "schema" names this layout (inputs, tables of columns and rows, notes) and changes when it does

@@ -153,3 +153,9 @@ if(GNUPLOT)
 endif()
 # A Hugging Face id of a preset resolves to it: Qwen/Qwen3-8B is presets/qwen3-8b.json (36 layers x 8 KV heads x 128 x 2 x 2 B = 147456 B/token).
 kvlab_expect(RC 0 ARGS kvcalc -m Qwen/Qwen3-8B -d bf16 --context 1k --format csv OUT "\nqwen3-8b,GQA-8 \\(native\\),36,32,8,128,bf16,2048,2048,147456,")
+
+# Issue 51: CSV has no place for notes, but a warning still reaches the user, on stderr. Llama-3.1-70B at
+# fp8: 80 layers x 8 KV heads x 128 dims x 2 (K, V) x 1 byte = 160 KiB per token; x 32768 tokens x batch 8
+# = 40 GiB, 20 GiB per GPU at --tp 2, more than an H100's budget after the weights.
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-70b -d fp8 --context 32k --batch 8 --gpu h100 --tp 2 --format csv
+             OUT "^# KV cache per token\nmodel," ERR "warning: llama-3.1-70b .*batch 8 at context 32768 needs 20.00 GiB of KV per GPU")

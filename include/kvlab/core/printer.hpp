@@ -1,7 +1,7 @@
 // One printer for every report kvlab writes: aligned table, CSV, JSON or Markdown.
 // A cell has a display text (human units) and an exact value (for CSV/JSON).
 #pragma once
-#include <iosfwd>
+#include <iostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,7 +60,9 @@ struct Report {
 
 // Writes `report` to `out`. CSV: each table as a header line + rows of exact values (the rows carry
 // their inputs as columns); with several tables, each starts with a "# <title>" line after a blank line.
-void print_report(std::ostream& out, const Report& report, Format format);
+// CSV has no place for notes: its report-wide warnings (notes that start "warning") go to `notes`
+// (stderr), one per line, so no format drops a warning.
+void print_report(std::ostream& out, const Report& report, Format format, std::ostream& notes = std::cerr);
 // The "schema" field of every JSON report: the layout's name and version (docs/cli.md, "JSON output").
 inline constexpr const char* report_json_schema = "kvlab-report/1";
 
