@@ -39,7 +39,6 @@ struct KvView {
     std::span<const std::int64_t> block_rows;
     std::int64_t block_size = 0;
 
-    bool narrow() const { return k_store != nullptr; }
     // The matrix (or store) row holding the sequence's row r.
     std::int64_t pool_row(std::int64_t r) const {
         return block_rows.empty() ? r : block_rows[static_cast<std::size_t>(r / block_size)] + r % block_size;
