@@ -4,6 +4,7 @@
 
 #include "kvlab/core/error.hpp"
 #include "calc/kvcalc.hpp"
+#include "kvlab/calc/gpu_specs.hpp"
 #include "kvlab/calc/param_count.hpp"
 #include "kvlab/core/units.hpp"
 #include "test_support.hpp"
@@ -282,4 +283,21 @@ TEST_CASE("Roofline rows say whether the batch's KV fits; no batch is sized past
     const auto paged = run_kvcalc(r);
     CHECK(cell(table_named(paged, "Decode roofline"), 0, "kv_fits") == "no");
     CHECK(cell(table_named(paged, "Largest batch at each context"), 0, "max_batch") == 113);  // 61,248,888,832 / 538,968,064
+}
+
+TEST_CASE("roofline time is the larger of compute time and memory time, from the preset's datasheet figures") {
+    const auto h100 = kvlab::find_gpu("h100");
+    // gpus.json (NVIDIA H100 SXM datasheet): 3.35 TB/s = 3.35e12 B/s, 989.4 TFLOP/s dense BF16.
+    // 3.35e9 bytes take 3.35e9 / 3.35e12 = 1 ms; 9.894e11 FLOPs take 9.894e11 / 9.894e14 = 1 ms.
+    auto t = kvlab::roofline_time(h100, 9.894e11 / 2, 3.35e9);  // compute 0.5 ms, memory 1 ms
+    CHECK(t.memory_s == doctest::Approx(1e-3));
+    CHECK(t.compute_s == doctest::Approx(0.5e-3));
+    CHECK(t.seconds() == doctest::Approx(1e-3));
+    CHECK(t.memory_bound());
+    t = kvlab::roofline_time(h100, 9.894e11 * 2, 3.35e9);  // compute 2 ms beats memory 1 ms
+    CHECK(t.seconds() == doctest::Approx(2e-3));
+    CHECK_FALSE(t.memory_bound());
+    kvlab::GpuSpec no_bandwidth = h100;
+    no_bandwidth.bandwidth_bytes_per_s = 0;
+    CHECK_THROWS_AS(kvlab::roofline_time(no_bandwidth, 1, 1), kvlab::UsageError);
 }

@@ -63,4 +63,11 @@ bool gpu_is_a100(const GpuSpec& gpu) {
     return holds(gpu.name) || holds(gpu.display_name);
 }
 
+RooflineTime roofline_time(const GpuSpec& gpu, double flops, double bytes) {
+    if (gpu.bandwidth_bytes_per_s == 0 || !(gpu.bf16_dense_flops > 0))
+        throw UsageError(fmt::format("GPU {}: the modelled time needs its memory bandwidth and BF16 peak, and it has no {}", quote(gpu.name),
+                                     gpu.bandwidth_bytes_per_s == 0 ? "bandwidth" : "BF16 peak"));
+    return {flops / gpu.bf16_dense_flops, bytes / static_cast<double>(gpu.bandwidth_bytes_per_s)};
+}
+
 }  // namespace kvlab

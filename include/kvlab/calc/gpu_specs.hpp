@@ -27,4 +27,17 @@ std::uint64_t usable_gpu_bytes(const GpuSpec& gpu);
 // device name torch reports ("NVIDIA A100-SXM4-80GB").
 bool gpu_is_a100(const GpuSpec& gpu);
 
+// Modelled time of work on one GPU by the roofline model (Williams, Waterman and Patterson, CACM 2009):
+// max(FLOPs / dense BF16 peak, bytes / memory bandwidth), the least time a kernel that overlaps compute
+// and memory traffic perfectly can take. A model, not a measurement: real kernels take longer (launches,
+// occupancy, imperfect overlap). docs/kv-memory.md, "Modelled GPU time".
+struct RooflineTime {
+    double compute_s = 0;   // FLOPs / peak
+    double memory_s = 0;    // bytes / bandwidth
+    double seconds() const { return compute_s > memory_s ? compute_s : memory_s; }
+    bool memory_bound() const { return memory_s >= compute_s; }
+};
+// Throws UsageError when the GPU has no bandwidth or no BF16 peak (a --gpu-mem description).
+RooflineTime roofline_time(const GpuSpec& gpu, double flops, double bytes);
+
 }  // namespace kvlab
