@@ -2,6 +2,8 @@
 // for the model, variant and dtype they share, and read best together).
 #include "calc/kvcalc.hpp"
 
+#include "calc/kvcalc_headline.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -163,6 +165,7 @@ std::uint64_t min_tp_to_fit(const ModelConfig& cfg, std::uint64_t total, std::ui
 struct KvcalcTables {
     Table per_token, per_seq, gpu_fit, gpu_batch, gpu_context, roofline, budget;
     bool no_window_column = false;  // per_seq also shows the batch's KV without windows
+    std::vector<CaseFacts> cases;   // the headline's figures, one per model, layout and dtype (the last: being filled)
 };
 
 // One model, attention variant and KV dtype being sized, and what every row of it names.
@@ -223,8 +226,8 @@ void make_gpu_tables(const KvcalcRequest& r, KvcalcTables& t) {
                                        format_bytes(usable_gpu_bytes(*r.gpu), U), r.gpu->driver_bytes ? " driver-reported" : "", r.tp);
     t.gpu_fit = Table{"Does it fit on " + on + "?",
                       {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"parameters", "params"},
-                       {"bytes_weights_per_gpu", "weights/GPU"}, {"fits", "weights fit", false}, {"bytes_kv_budget_per_gpu", "KV budget/GPU"},
-                       {"max_tokens", "max KV tokens"}}, {}, {}};
+                       {"bytes_weights_per_gpu", "weights/GPU"}, {"bytes_kv_budget_per_gpu", "KV budget/GPU"}, {"max_tokens", "max KV tokens"},
+                       {"context", "context"}, {"batch", "batch"}, {"bytes_kv_per_gpu", "KV/GPU"}, {"fits", "fits", false}}, {}, {}};
     t.gpu_batch = Table{"Largest batch at each context on " + on,
                         {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"context", "context"},
                          {"max_batch", "max batch"}}, {}, {}};
@@ -354,6 +357,8 @@ void add_sequence_rows(Report& report, KvcalcTables& tables, const KvcalcRequest
         }
         for (const auto b : r.batches) {
             const auto batch = checked_mul(seq, b, "KV bytes per batch");
+            const auto batch_gpu = r.tp > 1 ? checked_mul(sequence_bytes(c.gpu_cfg, dtype, t, r), b, "KV bytes per GPU") : batch;
+            tables.cases.back().sizes.push_back({t, b, batch, batch_gpu});
             tables.per_seq.rows.push_back(sequence_row(r, c, tables.no_window_column, t, b, held, seq, exact_seq, batch));
             if (r.explain)
                 report.notes.push_back(fmt::format("{} {} {}: KV/batch at T={}, B={} = {} B x {} = {} B = {}", cfg.name, att, dn, t, b, seq, b,
@@ -394,28 +399,51 @@ GpuFit fit_on_gpu(Report& report, const KvcalcRequest& r, const KvCase& c) {
     return g;
 }
 
-// Notes that a model's weights do not fit (and the TP that would fit them) and adds its "no" fit row.
-void add_no_fit_row(Report& report, Table& gpu_fit, const KvcalcRequest& r, const KvCase& c, const GpuFit& g) {
+// The fit table's verdict for one context and batch: "yes", or what does not fit ("fits" column).
+const char* fit_verdict(bool weights_fit, bool kv_fits) { return !weights_fit ? "no: weights" : kv_fits ? "yes" : "no: KV"; }
+
+// One fit row per context and batch: the GPU's share of the weights, the KV budget left, the batch's KV per
+// GPU (as held: whole blocks with --block-size) and the verdict, which the headline's figures copy.
+void add_fit_table_rows(KvcalcTables& tables, const KvcalcRequest& r, const KvCase& c, const GpuFit& g, bool weights_fit) {
+    const auto U = r.units;
+    CaseFacts& facts = tables.cases.back();
+    const auto limit = c.cfg.n_ctx_max > 0 ? u(c.cfg.n_ctx_max) : (std::uint64_t{1} << 40);
+    for (const auto t : c.contexts)
+        for (const auto b : r.batches) {
+            const auto kv_gpu = checked_mul(sequence_bytes(c.gpu_cfg, c.dtype, t, r), b, "KV bytes per batch");
+            const bool kv_fits = weights_fit && kv_gpu <= g.kv_budget;
+            tables.gpu_fit.rows.push_back({text_cell(c.cfg.name), text_cell(c.att), text_cell(c.dn), params_cell(g.params.total()),
+                                           bytes_cell(g.weights, U), weights_fit ? bytes_cell(g.kv_budget, U) : Cell{"-", nullptr},
+                                           weights_fit ? uint_cell(g.max_tokens) : Cell{"-", nullptr}, uint_cell(t), uint_cell(b),
+                                           bytes_cell(kv_gpu, U), text_cell(fit_verdict(weights_fit, kv_fits))});
+            if (!weights_fit) continue;
+            CaseFacts::Fit f{t, b, kv_gpu, kv_fits, std::nullopt, max_context(c.gpu_cfg, c.dtype, b, g.kv_budget, limit, r), false, {}, {}};
+            if (t <= limit) f.max_batch = g.kv_budget / sequence_bytes(c.gpu_cfg, c.dtype, t, r);
+            f.max_context_is_model_max = f.max_context == limit;
+            facts.fits.push_back(f);
+        }
+}
+
+// Notes that a model's weights do not fit (and the TP that would fit them) and adds its "no: weights" fit rows.
+void add_no_fit_rows(Report& report, KvcalcTables& tables, const KvcalcRequest& r, const KvCase& c, const GpuFit& g) {
     const auto U = r.units;
     const ModelConfig& cfg = c.cfg;
     const std::uint64_t tp_needed = min_tp_to_fit(cfg, g.weights_total, g.usable);
+    tables.cases.back().tp_needed = tp_needed;
     report.notes.push_back(fmt::format(
         "{} does not fit on {}: its {} weights need {} per GPU at TP {}, more than the {} usable ({:.0f}% of {}); {}", cfg.name,
         r.gpu->name, cfg.stored_weight_bytes && c.native ? "stored" : dtype_name(r.weights_dtype), format_bytes(g.weights, U), r.tp, format_bytes(g.usable, U), r.mem_util * 100,
         format_bytes(usable_gpu_bytes(*r.gpu), U),
         tp_needed ? fmt::format("needs TP >= {} (--tp {}) for the weights alone", tp_needed, tp_needed)
                   : std::string("no tensor-parallel degree that divides its heads makes the weights fit")));
-    gpu_fit.rows.push_back({text_cell(cfg.name), text_cell(c.att), text_cell(c.dn), params_cell(g.params.total()), bytes_cell(g.weights, U),
-                            text_cell("no"), {"-", nullptr}, {"-", nullptr}});
+    add_fit_table_rows(tables, r, c, g, false);
 }
 
-// The "yes" fit row, then the largest batch at each context and the longest context at each batch.
+// The fit rows, then the largest batch at each context and the longest context at each batch.
 void add_fit_rows(KvcalcTables& tables, const KvcalcRequest& r, const KvCase& c, const GpuFit& g) {
-    const auto U = r.units;
     const ModelConfig &cfg = c.cfg, &gpu_cfg = c.gpu_cfg;
     const std::string &att = c.att, &dn = c.dn;
-    tables.gpu_fit.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), params_cell(g.params.total()), bytes_cell(g.weights, U),
-                                   text_cell("yes"), bytes_cell(g.kv_budget, U), uint_cell(g.max_tokens)});
+    add_fit_table_rows(tables, r, c, g, true);
     const auto limit = cfg.n_ctx_max > 0 ? u(cfg.n_ctx_max) : (std::uint64_t{1} << 40);
     for (const auto t : c.contexts)  // past the model's max context there is no batch to size: "-" (null)
         tables.gpu_batch.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(t),
@@ -441,8 +469,10 @@ void note_moe_decode_reads(Report& report, const KvcalcRequest& r, const ModelCo
 }
 
 // The decode roofline rows: the weights and KV one step reads at each context and batch, and its time.
-void add_roofline_rows(Report& report, Table& roofline, const KvcalcRequest& r, const KvCase& c, std::uint64_t kv_budget) {
+void add_roofline_rows(Report& report, KvcalcTables& tables, const KvcalcRequest& r, const KvCase& c, std::uint64_t kv_budget) {
     const auto U = r.units;
+    Table& roofline = tables.roofline;
+    auto fit = tables.cases.back().fits.begin();  // the fit rows' facts, in the same context x batch order
     const ModelConfig &cfg = c.cfg, &gpu_cfg = c.gpu_cfg;
     const DType dtype = c.dtype;
     const std::string &att = c.att, &dn = c.dn;
@@ -458,6 +488,9 @@ void add_roofline_rows(Report& report, Table& roofline, const KvcalcRequest& r, 
                 report.notes.push_back(fmt::format("warning: {} {} {}: batch {} at context {} needs {} of KV per GPU, more than the {} budget; its roofline row is hypothetical",
                                                    cfg.name, att, dn, b, t, format_bytes(kv_held, U), format_bytes(kv_budget, U)));
             const double s = static_cast<double>(total) / static_cast<double>(r.gpu->bandwidth_bytes_per_s);
+            fit->ms_per_step = s * 1e3;
+            fit->tokens_per_s = static_cast<double>(b) / s;
+            ++fit;
             roofline.rows.push_back({text_cell(cfg.name), text_cell(att), text_cell(dn), uint_cell(t), uint_cell(b),
                                      bytes_cell(active_weights, U), bytes_cell(kv_read, U), real_cell(s * 1e3, 3),
                                      real_cell(static_cast<double>(b) / s, 1), text_cell(kv_fits ? "yes" : "no")});  // as the fit table's "fits"
@@ -470,9 +503,14 @@ void add_roofline_rows(Report& report, Table& roofline, const KvcalcRequest& r, 
 // The GPU tables' rows for a case; false when nothing more is sized for it (weights that do not fit, or no bandwidth).
 bool add_gpu_rows(Report& report, KvcalcTables& tables, const KvcalcRequest& r, const KvCase& c) {
     const GpuFit g = fit_on_gpu(report, r, c);
-    const bool fits = g.usable > g.weights;
-    if (!fits) {
-        add_no_fit_row(report, tables.gpu_fit, r, c, g);
+    CaseFacts& facts = tables.cases.back();
+    facts.on_gpu = true;
+    facts.weights_fit = g.usable > g.weights;
+    facts.weights_gpu = g.weights;
+    facts.usable = g.usable;
+    facts.kv_budget = g.kv_budget;
+    if (!facts.weights_fit) {
+        add_no_fit_rows(report, tables, r, c, g);
         return false;  // no batch, context or roofline for a model that cannot load
     }
     add_fit_rows(tables, r, c, g);
@@ -480,17 +518,22 @@ bool add_gpu_rows(Report& report, KvcalcTables& tables, const KvcalcRequest& r, 
     // Decode roofline: every step reads the weights its batch uses once (a MoE's routed experts:
     // those some token of the batch is routed to) and every resident KV byte once.
     note_moe_decode_reads(report, r, c.cfg);
-    add_roofline_rows(report, tables.roofline, r, c, g.kv_budget);
+    add_roofline_rows(report, tables, r, c, g.kv_budget);
     return true;
 }
 
 // The --kv-budget rows: the GPU blocks the budget holds and the requests they serve at each context.
-void add_budget_rows(Report& report, Table& budget, const KvcalcRequest& r, const KvCase& c) {
+void add_budget_rows(Report& report, KvcalcTables& tables, const KvcalcRequest& r, const KvCase& c) {
+    Table& budget = tables.budget;
+    CaseFacts& facts = tables.cases.back();
     const ModelConfig& gpu_cfg = c.gpu_cfg;
     const std::string& name = c.cfg.name;
     const auto bs = r.block_size ? r.block_size : 16;
     const auto per_token_gpu = kv_bytes_per_token(gpu_cfg, c.dtype).total();
     const auto fit = fit_budget(*r.kv_budget, per_token_gpu, bs);
+    facts.n_blocks = fit.n_blocks;
+    facts.n_tokens = fit.n_tokens;
+    facts.block_size = bs;
     if (gpu_cfg.sliding_window && r.window_mode == WindowMode::cap)
         report.notes.push_back(fmt::format("{} {} {}: max concurrency holds each sliding layer's min(W, T) tokens (exact math); vLLM "
                                            "reserves W - 1 + one step's tokens + a block there, fewer requests: --engine vllm gives its figure",
@@ -502,6 +545,7 @@ void add_budget_rows(Report& report, Table& budget, const KvcalcRequest& r, cons
         const auto pool = checked_mul(checked_mul(fit.n_blocks, bs, "KV pool"), per_token_gpu, "KV pool");
         const auto request = kv_bytes_sequence_paged(gpu_cfg, c.dtype, t, r.window_mode, bs).total();
         const double conc = static_cast<double>(pool) / static_cast<double>(request);
+        facts.concurrency.emplace_back(t, conc);
         budget.rows.push_back({text_cell(name), text_cell(c.att), text_cell(c.dn), bytes_cell(per_token_gpu, r.units), uint_cell(fit.n_blocks),
                                uint_cell(fit.n_tokens), uint_cell(t), {fmt::format("{:.2f}x", conc), conc}});
         if (r.explain)
@@ -514,10 +558,17 @@ void add_budget_rows(Report& report, Table& budget, const KvcalcRequest& r, cons
 
 // Every table's rows for one model, variant and dtype, in the order their notes read.
 void add_case_rows(Report& report, KvcalcTables& tables, const KvcalcRequest& r, const KvCase& c) {
+    CaseFacts facts;
+    facts.model = c.cfg.name;
+    facts.attention = c.att;
+    facts.attention_kind = c.cfg.attention_kind();
+    facts.dtype = c.dn;
+    facts.bytes_per_token = c.token;
+    tables.cases.push_back(std::move(facts));
     add_per_token_row(report, tables.per_token, r, c);
     add_sequence_rows(report, tables, r, c);
     if (r.gpu && !add_gpu_rows(report, tables, r, c)) return;  // nothing more for it: no budget rows either
-    if (r.kv_budget) add_budget_rows(report, tables.budget, r, c);
+    if (r.kv_budget) add_budget_rows(report, tables, r, c);
 }
 
 // Sizes one model: its notes, then each attention variant at each KV dtype.
@@ -548,6 +599,9 @@ void finish_report(Report& report, KvcalcTables& tables, const KvcalcRequest& r)
         in["gpu"] = {{"name", r.gpu->name}, {"memory_bytes", r.gpu->memory_bytes}, {"usable_memory_bytes", usable_gpu_bytes(*r.gpu)}, {"bandwidth_bytes_per_s", r.gpu->bandwidth_bytes_per_s}};
         in["weights_dtype"] = std::string(dtype_name(r.weights_dtype));
         in["mem_util"] = r.mem_util;
+        tables.gpu_fit.notes.push_back("fits: the answer for that context and batch: yes when the weights load and the batch's KV (KV/GPU) "
+                                       "fits the KV budget left after them; no: KV when only the weights fit; no: weights when the "
+                                       "weights alone do not.");
         tables.gpu_fit.notes.push_back("The fit counts weights and KV only: activations, CUDA graphs and framework buffers also take memory, so engines report a smaller KV budget (use --kv-budget with the engine's figure).");
         report.tables.push_back(std::move(tables.gpu_fit));
         if (!tables.gpu_batch.rows.empty()) report.tables.push_back(std::move(tables.gpu_batch));
@@ -572,6 +626,7 @@ Report run_kvcalc(const KvcalcRequest& r) {
     if (r.gpu) make_gpu_tables(r, tables);
     if (r.kv_budget) tables.budget = make_budget_table(r);
     for (const auto& base : r.models) add_model_rows(report, tables, r, base);
+    report.headline = kvcalc_headline(tables.cases, r);
     finish_report(report, tables, r);
     return report;
 }

@@ -103,6 +103,14 @@ nlohmann::json table_json(const Table& t) {
     return {{"table", t.title}, {"rows", rows}, {"notes", t.notes}};
 }
 
+// A report-wide note that warns: it goes to stderr in every format (table and markdown leave it off stdout,
+// JSON keeps it in "notes" too), so a warning is seen even when stdout goes to a file or a pipe.
+bool is_warning(const std::string& note) { return note.rfind("warning:", 0) == 0; }
+
+bool has_other_notes(const Report& report) {
+    return std::any_of(report.notes.begin(), report.notes.end(), [](const std::string& n) { return !is_warning(n); });
+}
+
 }  // namespace
 
 Cell text_cell(std::string text) { return {text, text}; }
@@ -152,8 +160,9 @@ void print_report(std::ostream& out, const Report& report, Format format, std::o
             if (i) out << "\n";
             print_table(out, report.tables[i]);
         }
-        if (!report.notes.empty()) out << "\n";
-        for (const auto& n : report.notes) out << printable(n) << "\n";
+        if (has_other_notes(report)) out << "\n";
+        for (const auto& n : report.notes)
+            if (!is_warning(n)) out << printable(n) << "\n";
         break;
     case Format::markdown:
         for (const auto& h : report.headline) out << "**" << md_escape(printable(h)) << "**\n\n";
@@ -161,8 +170,9 @@ void print_report(std::ostream& out, const Report& report, Format format, std::o
             if (i) out << "\n";
             print_markdown(out, report.tables[i]);
         }
-        if (!report.notes.empty()) out << "\n";
-        for (const auto& n : report.notes) out << "- " << md_escape(printable(n)) << "\n";
+        if (has_other_notes(report)) out << "\n";
+        for (const auto& n : report.notes)
+            if (!is_warning(n)) out << "- " << md_escape(printable(n)) << "\n";
         break;
     case Format::csv:
         for (std::size_t i = 0; i < report.tables.size(); ++i) {
@@ -175,8 +185,6 @@ void print_report(std::ostream& out, const Report& report, Format format, std::o
                 out << "\n";
             }
         }
-        for (const auto& n : report.notes)
-            if (n.rfind("warning", 0) == 0) notes << printable(n) << "\n";  // the rest are in the other formats
         break;
     case Format::json: {
         // "schema" names this layout (inputs, tables of columns and rows, notes) and changes when it does
@@ -188,6 +196,9 @@ void print_report(std::ostream& out, const Report& report, Format format, std::o
         break;
     }
     }
+    // every format: the warnings on stderr too, where a reader of stdout through a pipe or file still sees them
+    for (const auto& n : report.notes)
+        if (is_warning(n)) notes << printable(n) << "\n";
 }
 
 }  // namespace kvlab

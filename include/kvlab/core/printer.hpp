@@ -60,8 +60,9 @@ struct Report {
 
 // Writes `report` to `out`. CSV: each table as a header line + rows of exact values (the rows carry
 // their inputs as columns); with several tables, each starts with a "# <title>" line after a blank line.
-// CSV has no place for notes: its report-wide warnings (notes that start "warning") go to `notes`
-// (stderr), one per line, so no format drops a warning.
+// Report-wide warnings (notes that start "warning:") go to `notes` (stderr), one per line, in every format,
+// so no format drops or buries one: table, markdown and CSV leave them off `out`; JSON also keeps them in
+// its "notes" array (stdout stays one JSON document). CSV has no place for the other notes.
 void print_report(std::ostream& out, const Report& report, Format format, std::ostream& notes = std::cerr);
 // The "schema" field of every JSON report: the layout's name and version (docs/cli.md, "JSON output").
 inline constexpr const char* report_json_schema = "kvlab-report/1";
