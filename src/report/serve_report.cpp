@@ -163,9 +163,9 @@ std::string wall_reason(const ServeSummary& p, const ServeSummary& c, UnitSystem
 std::vector<std::string> compare_headline(const ServeSummary& p, const ServeSummary& c, UnitSystem units) {
     std::vector<std::string> h;
     h.push_back(fmt::format("paged kept {} of allocated KV holding tokens vs {} contiguous, and ran up to {} requests at once vs {} "
-                            "in the same {} pool; {} steps vs {} (counted, exact)",
+                            "in the same {} pool; {} vs {} (counted, exact)",
                             utilization_cell(p).text, utilization_cell(c).text, p.max_running, c.max_running,
-                            format_bytes(p.pool_bytes, units), p.n_steps, c.n_steps));
+                            format_bytes(p.pool_bytes, units), counted(p.n_steps, "step"), c.n_steps));
     const bool modelled = p.gpu && c.gpu && p.modelled.seconds > 0 && c.modelled.seconds > 0;
     const double modelled_ratio = modelled ? c.modelled.seconds / p.modelled.seconds : 0.0;
     if (modelled) {
@@ -192,9 +192,9 @@ std::vector<std::string> compare_headline(const ServeSummary& p, const ServeSumm
 // One layout: its utilization and concurrency (counted), then its modelled and wall time.
 std::vector<std::string> single_headline(const ServeSummary& s, UnitSystem units) {
     std::vector<std::string> h;
-    h.push_back(fmt::format("{}: {} of allocated KV held tokens; up to {} requests at once in a {} pool, {} steps (counted, exact)",
+    h.push_back(fmt::format("{}: {} of allocated KV held tokens; up to {} requests at once in a {} pool, {} (counted, exact)",
                             choice_name(kv_layout_choices, s.layout), utilization_cell(s).text, s.max_running,
-                            format_bytes(s.pool_bytes, units), s.n_steps));
+                            format_bytes(s.pool_bytes, units), counted(s.n_steps, "step")));
     std::vector<std::string> times;
     if (s.gpu && s.modelled.seconds > 0)
         times.push_back(fmt::format("modelled on {}: {} ms ({} generated tok/s)", s.gpu->display_name, modelled_ms_cell(s).text,
