@@ -195,12 +195,10 @@ std::vector<std::string> single_headline(const ServeSummary& s, UnitSystem units
     h.push_back(fmt::format("{}: {} of allocated KV held tokens; up to {} requests at once in a {} pool, {} (counted, exact)",
                             choice_name(kv_layout_choices, s.layout), utilization_cell(s).text, s.max_running,
                             format_bytes(s.pool_bytes, units), counted(s.n_steps, "step")));
-    std::vector<std::string> times;
     if (s.gpu && s.modelled.seconds > 0)
-        times.push_back(fmt::format("modelled on {}: {} ms ({} generated tok/s)", s.gpu->display_name, modelled_ms_cell(s).text,
-                                    real_cell(s.modelled_tokens_per_s, 0).text));
-    if (s.has_wall_time && s.seconds > 0) times.push_back(fmt::format("CPU wall time (measured, one run): {} s", seconds_cell(s).text));
-    if (!times.empty()) h.push_back(times.size() == 1 ? times[0] : times[0] + "; " + times[1]);
+        h.push_back(fmt::format("modelled on {}: {} ms ({} generated tok/s)", s.gpu->display_name, modelled_ms_cell(s).text,
+                                real_cell(s.modelled_tokens_per_s, 0).text));
+    if (s.has_wall_time && s.seconds > 0) h.push_back(fmt::format("CPU wall time (measured, one run): {} s", seconds_cell(s).text));
     return h;
 }
 
