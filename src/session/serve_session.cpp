@@ -257,6 +257,7 @@ PreparedServe prepare_serve(ServeCommand c) {
     if (!c.plot.empty()) {
         gnuplot_terminal(c.plot, 1, 1, "--plot");  // .svg or .png
         check_output_path(c.plot, "--plot");
+        find_gnuplot();  // before the run, not after it
     }
     p.gpu = find_gpu(c.gpu);
     roofline_time(p.gpu, 0, 0);  // a GPU with no bandwidth or peak is refused before any work

@@ -437,6 +437,22 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
 
 namespace kvlab {
 
+namespace {
+
+// The GPU the modelled time is for: the trace's "gpu" input (serve --gpu), h100 for a trace without one.
+GpuSpec trace_gpu(const ServeTrace& t) {
+    const auto it = t.inputs.find("gpu");
+    if (it == t.inputs.end()) return find_gpu("h100");
+    if (!it->is_string()) throw FormatError(fmt::format("the trace's input \"gpu\" is {}; expected a GPU preset's name", json_excerpt(*it)));
+    try {
+        return find_gpu(it->get<std::string>());
+    } catch (const UsageError&) {
+        throw FormatError(fmt::format("the trace's input \"gpu\" is {}, not a GPU preset (kvlab presets --gpus lists them)", quote(it->get<std::string>(), 40)));
+    }
+}
+
+}  // namespace
+
 bool is_serve_trace_file(const std::filesystem::path& path) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(path, ec)) return false;  // the step-trace reader says what it is
@@ -464,7 +480,13 @@ ServeTrace read_serve_trace(const std::filesystem::path& path) {
     if (text.rfind("{\"traceEvents\"", 0) == 0)
         throw FormatError(fmt::format("{}: a Perfetto serve timeline, for ui.perfetto.dev; kvlab trace reads serve traces as .csv or .jsonl",
                                       path.string()));
-    return parse_serve_trace(text, path.string());
+    ServeTrace t = parse_serve_trace(text, path.string());
+    try {
+        trace_gpu(t);  // the modelled time's GPU: a preset, checked before any work
+    } catch (const FormatError& e) {
+        throw FormatError(fmt::format("{}: {}", path.string(), e.what()));
+    }
+    return t;
 }
 
 namespace {
@@ -477,14 +499,6 @@ std::string input_text(const ServeTrace& t, const char* key) {
 }
 
 std::uint64_t trace_token_bytes(const ServeTrace& t) { return t.inputs.at("token_bytes").get<std::uint64_t>(); }  // checked by the reader
-
-// The GPU the modelled time is for: the trace's "gpu" input (serve --gpu), h100 for a trace without one.
-GpuSpec trace_gpu(const ServeTrace& t) {
-    const auto it = t.inputs.find("gpu");
-    if (it == t.inputs.end()) return find_gpu("h100");
-    if (!it->is_string()) throw FormatError(fmt::format("the trace's input \"gpu\" is {}; expected a GPU preset's name", json_excerpt(*it)));
-    return find_gpu(it->get<std::string>());
-}
 
 }  // namespace
 

@@ -198,3 +198,7 @@ if(GNUPLOT)
     message(SEND_ERROR "serve --plot at 320 steps: the time panel is not in buckets of 5 steps")
   endif()
 endif()
+
+# a serve trace's "gpu" input names the modelled time's GPU: one that is not a preset is refused, the file named
+trace_edit(badgpu.csv "\n# gpu=\"h100-sxm-80gb\"\n" "\n# gpu=\"nope\"\n"
+           RC 2 ERR "^kvlab: error: badgpu.csv: the trace's input \"gpu\" is 'nope', not a GPU preset \\(kvlab presets --gpus lists them\\)\n$")
