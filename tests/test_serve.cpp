@@ -10,10 +10,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvlab/calc/gpu_specs.hpp"
 #include "kvlab/formats/checkpoint.hpp"
 #include "kvlab/kv/kv_pool.hpp"
 #include "kvlab/weights/random_weights.hpp"
 #include "kvlab/serve/scheduler.hpp"
+#include "report/serve_report.hpp"
+#include "session/serve_session.hpp"
 #include "sim_configs.hpp"
 #include "test_paths.hpp"
 
@@ -306,4 +309,96 @@ TEST_CASE("Impossible serving budgets are refused before any work") {
     CHECK_NOTHROW(check_serve_workload(cfg, reqs, o));
     o.max_model_len = 16;
     CHECK_THROWS_WITH_AS(check_serve_workload(cfg, reqs, o), doctest::Contains("--max-model-len"), UsageError);
+}
+
+namespace {
+
+// A step of the given counted cost: `flops` in q_proj, `bytes` split between q_proj's weights and kv_store's
+// KV writes (the modelled time counts every byte of every op).
+ServeStep fake_step(std::int64_t step, std::uint64_t flops, std::uint64_t bytes, std::int64_t seqs, std::int64_t rows, std::int64_t tokens) {
+    ServeStep s;
+    s.step = step;
+    s.n_seqs = s.n_tokens = s.n_decode = s.n_generated = s.n_running = seqs;
+    s.rows_in_use = rows;
+    s.rows_tokens = tokens;
+    s.cost.ops[static_cast<std::size_t>(Op::q_proj)].flops = flops;
+    s.cost.ops[static_cast<std::size_t>(Op::q_proj)].bytes_weights_read = bytes - bytes / 10;
+    s.cost.ops[static_cast<std::size_t>(Op::kv_store)].bytes_kv_written = bytes / 10;
+    return s;
+}
+
+const Cell& table_cell(const Report& r, const std::string& key, std::size_t column) {
+    for (const auto& row : r.tables.at(0).rows)
+        if (row.at(0).value == key) return row.at(column);
+    FAIL("no row " << key);
+    throw std::logic_error("unreachable");
+}
+
+}  // namespace
+
+TEST_CASE("Modelled GPU time: each step's roofline over its whole counted cost, summed; the headline's figures are the table's") {
+    const GpuSpec h100 = find_gpu("h100");
+    // gpus.json, H100 SXM: 989.4 TFLOP/s BF16 dense, 3.35 TB/s. Step 0: 4.947e11 FLOPs (0.5 ms) and 3.35e9 bytes (1 ms):
+    // memory-bound, 1 ms. Step 1: 1.9788e12 FLOPs (2 ms) and 3.35e9 bytes (1 ms): compute-bound, 2 ms. Sum: 3 ms, one
+    // step memory-bound.
+    const ServeStep memory_bound = fake_step(0, 494'700'000'000, 3'350'000'000, 4, 32, 24);
+    const ServeStep compute_bound = fake_step(1, 1'978'800'000'000, 3'350'000'000, 2, 64, 16);
+    const ModelledServeTime m = modelled_serve_time(h100, {memory_bound, compute_bound});
+    CHECK(m.seconds == doctest::Approx(3e-3));
+    CHECK(m.memory_bound_steps == 1);
+    CHECK(modelled_serve_time(h100, {memory_bound}).seconds == doctest::Approx(1e-3));
+
+    // paged: step 0 alone (1 ms; 4 sequences, 24 of 32 rows hold tokens: 75%); contiguous: both steps (3 ms; at most
+    // 4 sequences, (24/32 + 16/64) / 2 = 50%); 64-row pools
+    ServeResult paged, contiguous;
+    paged.steps = {memory_bound};
+    contiguous.steps = {memory_bound, compute_bound};
+    for (ServeResult* r : {&paged, &contiguous}) {
+        r->pool_rows = 64;
+        r->pool_bytes = 64 * 2048;
+    }
+    std::vector<ServeSummary> s = {summarize_serving(paged, KvLayout::paged, &h100), summarize_serving(contiguous, KvLayout::contiguous, &h100)};
+    CHECK(s[0].modelled_tokens_per_s == doctest::Approx(4 / 1e-3));  // 4 tokens generated in 1 ms
+    CHECK(s[1].modelled_tokens_per_s == doctest::Approx(6 / 3e-3));
+    const Report r = serve_report(s, {}, nlohmann::json::object(), "t", 2048, UnitSystem::iec, Format::table);
+    REQUIRE(r.headline.size() == 2);  // no wall time in these steps: no third line
+    CHECK(r.headline[0] == "paged kept 75.0% of allocated KV holding tokens vs 50.0% contiguous, and ran up to 4 requests at once vs 4 "
+                           "in the same 128.00 KiB pool; 1 step vs 2 (counted, exact)");
+    CHECK(r.headline[1] == "modelled on NVIDIA H100 SXM 80GB: paged 1.000 ms vs contiguous 3.000 ms (3.00x faster: 2 of 3 steps are "
+                           "memory-bound, and a batched step reads the weights once for all its sequences)");
+    // the same figures as the table's rows
+    for (std::size_t col : {1u, 2u}) {
+        CHECK(r.headline[0].find(table_cell(r, "mean_utilization_percent", col).text) != std::string::npos);
+        CHECK(r.headline[1].find(table_cell(r, "modelled_ms", col).text + " ms") != std::string::npos);
+    }
+    CHECK(table_cell(r, "modelled_memory_bound_steps", 2).text == "1 / 2");
+    // one layout: its own line
+    const Report one = serve_report({s[0]}, {}, nlohmann::json::object(), "t", 2048, UnitSystem::iec, Format::table);
+    REQUIRE(one.headline.size() == 2);
+    CHECK(one.headline[1] == "modelled on NVIDIA H100 SXM 80GB: 1.000 ms (4000 generated tok/s)");
+}
+
+TEST_CASE("serve --arrival bursty:SIZE/EVERY: request i arrives at step (i / SIZE) x EVERY") {
+    const ModelConfig cfg = test::tiny_config(Family::llama, 4, 2);
+    ServeCommand c;
+    c.requests = 32;
+    c.prompt_len = "4..8";
+    c.output_len = "4..8";
+    const std::vector<ServeRequest> together = synthetic_workload(cfg, c);
+    c.arrival = "bursty:8/50";
+    const std::vector<ServeRequest> bursts = synthetic_workload(cfg, c);
+    REQUIRE(bursts.size() == 32);
+    // 32 requests in bursts of 8 every 50 steps: requests 0-7 at step 0, 8-15 at 50, 16-23 at 100, 24-31 at 150
+    for (std::size_t i = 0; i < bursts.size(); ++i) {
+        CHECK(bursts[i].arrival_step == static_cast<std::int64_t>(i / 8) * 50);
+        CHECK(bursts[i].prompt == together[i].prompt);  // bursts draw no random numbers: the same requests, later
+    }
+    c.arrival = "bursty:5/3";  // 32 requests, 5 a burst: the last, request 31, is in burst 6, at step 18
+    CHECK(synthetic_workload(cfg, c).back().arrival_step == 18);
+    for (const char* bad : {"bursty:0/50", "bursty:8", "bursty:8/0", "poisson:2", "bursty:8/50x", "bursty:-1/5", "bursty:/5"}) {
+        c.arrival = bad;
+        CHECK_THROWS_WITH_AS(synthetic_workload(cfg, c), doctest::Contains("--arrival: '"), UsageError);
+    }
+    c.arrival = "bursty:1/1099511627776";  // 2^40 steps apart: request 1 would arrive past the last step allowed
+    CHECK_THROWS_WITH_AS(synthetic_workload(cfg, c), doctest::Contains("past step 2^40"), UsageError);
 }

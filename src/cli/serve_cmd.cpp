@@ -40,7 +40,7 @@ void run(const ServeCommand& command) {
         }
     }
     std::vector<ServeOptions> runs(p.runs.begin(), p.runs.begin() + static_cast<std::ptrdiff_t>(results.size()));
-    PreparedServe shown{p.command, p.config, {}, std::nullopt, p.requests, runs, p.token_bytes, p.inputs};
+    PreparedServe shown{p.command, p.config, {}, std::nullopt, p.requests, runs, p.token_bytes, p.inputs, p.gpu};
     print_report(std::cout, serve_outcome(shown, results), command.format);
     std::cout.flush();
     check_serve_outcome(shown, results);
@@ -66,6 +66,9 @@ void setup_serve(CLI::App& app) {
     auto* output_len = cmd->add_option("--output-len", o->output_len, "Tokens each request generates, range A..B (uniform)")->capture_default_str();
     auto* rate = cmd->add_option("--arrival-rate", o->arrival_rate, "Requests arriving per step, a Poisson process (0 = all at step 0)")
                      ->capture_default_str();
+    auto* arrival = cmd->add_option("--arrival", o->arrival, "bursty:SIZE/EVERY: SIZE requests arrive together every EVERY steps, e.g. bursty:8/50 "
+                                                             "(instead of --arrival-rate)")
+                        ->excludes(rate);
     auto* prefix = cmd->add_option("--shared-prefix", o->shared_prefix, "Tokens common to every prompt (a system prompt), before its own")
                        ->capture_default_str();
     input_file(cmd->add_option("--workload", o->workload,
@@ -74,6 +77,7 @@ void setup_serve(CLI::App& app) {
         ->excludes(prompt_len)
         ->excludes(output_len)
         ->excludes(rate)
+        ->excludes(arrival)
         ->excludes(prefix);
     cmd->add_option("-s,--seed", o->seed, "Seed for the synthetic workload and random weights")->capture_default_str();
     // pool
@@ -93,6 +97,8 @@ void setup_serve(CLI::App& app) {
     cmd->add_option("--max-seqs", o->max_seqs, "Sequences per step")->capture_default_str();
     cmd->add_flag("--check", o->check, "Check every request against a solo run of the single-sequence path (tokens and logits)");
     output_file(cmd->add_option("--trace", o->trace, "Write one record per step per layout to FILE.csv or FILE.jsonl, or a Perfetto timeline FILE.json"));
+    output_file(cmd->add_option("--plot", o->plot, "Also draw the run's chart (KV use, utilization, requests, time, modelled GPU time): FILE.svg or FILE.png"));
+    cmd->add_option("--gpu", o->gpu, "GPU preset the modelled time is for (kvlab presets --gpus lists them)")->capture_default_str();
     cmd->add_flag("--deterministic", o->deterministic, "Omit wall time from the trace, modelled time in Perfetto");
     cmd->add_flag("-q,--quiet", o->quiet, "No progress line on stderr");
     cmd->add_option("--max-memory", o->max_memory, "Refuse runs whose weights + KV pool + buffers exceed this, e.g. 8GiB (default: 75% of RAM; at most the RAM)");
@@ -102,6 +108,7 @@ void setup_serve(CLI::App& app) {
     add_format_option(cmd, o->format);
     cmd->footer("Examples:\n  kvlab serve -m tiny-llama --requests 32 --kv-layout both\n"
                 "  kvlab serve -m tiny-llama --requests 16 --shared-prefix 64 --prefix-cache --kv-layout paged\n"
+                "  kvlab serve -m tiny-llama --requests 32 --arrival bursty:8/50 --plot serve.svg\n"
                 "  kvlab serve -m tiny-gpt2 --requests 8 --check --trace serve.json");
     cmd->callback([o] { run(*o); });
 }

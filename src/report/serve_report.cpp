@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "kvlab/core/text.hpp"
+
 namespace kvlab {
 
 Percentiles percentiles(std::vector<double> v) {
@@ -18,55 +20,21 @@ Percentiles percentiles(std::vector<double> v) {
     return {rank(0.5), rank(0.9), v.back(), v.size()};
 }
 
-ServeSummary summarize_serving(const ServeResult& r, KvLayout layout) {
-    ServeSummary s;
-    s.layout = layout;
-    s.n_requests = std::ssize(r.requests);
-    s.n_steps = std::ssize(r.steps);
-    s.pool_rows = r.pool_rows;
-    s.pool_bytes = r.pool_bytes;
-    s.prefix_hit_blocks = r.prefix_hit_blocks;
-    s.cow_copies = r.counters.cow_copies;
-    s.evictions = r.counters.evictions;
-    s.rows_left_in_use = r.rows_left_in_use;
-    std::int64_t forward_ns = 0, schedule_ns = 0;
-    double utilization = 0.0, usage = 0.0, slack = 0.0;
-    std::int64_t n_held = 0;  // steps with rows in use
-    for (const ServeStep& st : r.steps) {
-        s.n_generated += st.n_generated;
-        s.preemptions += st.n_preempted;
-        s.n_computed_tokens += st.n_tokens;
-        s.max_running = std::max(s.max_running, st.n_seqs);
-        s.mean_running += static_cast<double>(st.n_seqs);
-        s.mean_batch_tokens += static_cast<double>(st.n_tokens);
-        s.peak_rows_in_use = std::max(s.peak_rows_in_use, st.rows_in_use);
-        for (int op = 0; op < n_ops; ++op) s.cost.add(static_cast<Op>(op), st.cost.ops[static_cast<std::size_t>(op)]);
-        forward_ns += st.forward_ns;
-        schedule_ns += st.schedule_ns;
-        usage += static_cast<double>(st.rows_in_use) / static_cast<double>(std::max<std::int64_t>(1, r.pool_rows));
-        if (st.rows_in_use > 0) {
-            ++n_held;
-            utilization += static_cast<double>(st.rows_tokens) / static_cast<double>(st.rows_in_use);
-            slack += static_cast<double>(st.rows_in_use - st.rows_tokens);
-        }
+ModelledServeTime modelled_serve_time(const GpuSpec& gpu, const std::vector<ServeStep>& steps) {
+    ModelledServeTime m;
+    for (const ServeStep& st : steps) {
+        const OpCost c = st.cost.total();
+        const RooflineTime t = roofline_time(gpu, static_cast<double>(c.flops), static_cast<double>(c.bytes_total()));
+        m.seconds += t.seconds();
+        m.memory_bound_steps += t.memory_bound() ? 1 : 0;
     }
-    if (s.n_steps > 0) {
-        s.mean_running /= static_cast<double>(s.n_steps);
-        s.mean_batch_tokens /= static_cast<double>(s.n_steps);
-        s.mean_pool_usage = usage / static_cast<double>(s.n_steps);
-    }
-    if (n_held > 0) {
-        s.mean_utilization = utilization / static_cast<double>(n_held);
-        s.mean_slack_rows = slack / static_cast<double>(n_held);
-    }
-    s.seconds = static_cast<double>(forward_ns + schedule_ns) * 1e-9;
-    s.tokens_per_s = s.seconds > 0 ? static_cast<double>(s.n_generated) / s.seconds : 0.0;
-    s.schedule_share = forward_ns + schedule_ns > 0 ? static_cast<double>(schedule_ns) / static_cast<double>(forward_ns + schedule_ns) : 0.0;
-    const OpCost total = s.cost.total();
-    if (s.n_generated > 0) {
-        s.weight_bytes_per_token = static_cast<double>(total.bytes_weights_read) / static_cast<double>(s.n_generated);
-        s.kv_read_bytes_per_token = static_cast<double>(total.bytes_kv_read) / static_cast<double>(s.n_generated);
-    }
+    return m;
+}
+
+namespace {
+
+// The requests' figures: prompt tokens, recomputation, prefix hits, --check, latency percentiles.
+void summarize_requests(const ServeResult& r, ServeSummary& s) {
     std::vector<double> ttft_steps, ttft_ms, tpot_steps, tpot_ms;
     for (const ServeRequestResult& q : r.requests) {
         s.n_prompt_tokens += q.prompt_len;
@@ -93,6 +61,66 @@ ServeSummary summarize_serving(const ServeResult& r, KvLayout layout) {
     s.ttft_ms = percentiles(ttft_ms);
     s.tpot_steps = percentiles(tpot_steps);
     s.tpot_ms = percentiles(tpot_ms);
+}
+
+}  // namespace
+
+ServeSummary summarize_serving(const ServeResult& r, KvLayout layout, const GpuSpec* gpu) {
+    ServeSummary s;
+    s.layout = layout;
+    s.n_requests = std::ssize(r.requests);
+    s.n_steps = std::ssize(r.steps);
+    s.pool_rows = r.pool_rows;
+    s.pool_bytes = r.pool_bytes;
+    s.prefix_hit_blocks = r.prefix_hit_blocks;
+    s.cow_copies = r.counters.cow_copies;
+    s.evictions = r.counters.evictions;
+    s.rows_left_in_use = r.rows_left_in_use;
+    std::int64_t forward_ns = 0, schedule_ns = 0;
+    double utilization = 0.0, usage = 0.0, slack = 0.0;
+    std::int64_t n_held = 0;  // steps with rows in use
+    for (const ServeStep& st : r.steps) {
+        s.n_generated += st.n_generated;
+        s.preemptions += st.n_preempted;
+        s.n_computed_tokens += st.n_tokens;
+        s.max_running = std::max(s.max_running, st.n_seqs);
+        s.mean_running += static_cast<double>(st.n_seqs);
+        s.mean_batch_tokens += static_cast<double>(st.n_tokens);
+        s.peak_rows_in_use = std::max(s.peak_rows_in_use, st.rows_in_use);
+        for (int op = 0; op < n_ops; ++op) s.cost.add(static_cast<Op>(op), st.cost.ops[static_cast<std::size_t>(op)]);
+        s.max_step_weight_bytes = std::max(s.max_step_weight_bytes, st.cost.total().bytes_weights_read);
+        forward_ns += st.forward_ns;
+        schedule_ns += st.schedule_ns;
+        usage += static_cast<double>(st.rows_in_use) / static_cast<double>(std::max<std::int64_t>(1, r.pool_rows));
+        if (st.rows_in_use > 0) {
+            ++n_held;
+            utilization += static_cast<double>(st.rows_tokens) / static_cast<double>(st.rows_in_use);
+            slack += static_cast<double>(st.rows_in_use - st.rows_tokens);
+        }
+    }
+    if (s.n_steps > 0) {
+        s.mean_running /= static_cast<double>(s.n_steps);
+        s.mean_batch_tokens /= static_cast<double>(s.n_steps);
+        s.mean_pool_usage = usage / static_cast<double>(s.n_steps);
+    }
+    if (n_held > 0) {
+        s.mean_utilization = utilization / static_cast<double>(n_held);
+        s.mean_slack_rows = slack / static_cast<double>(n_held);
+    }
+    s.seconds = static_cast<double>(forward_ns + schedule_ns) * 1e-9;
+    s.tokens_per_s = s.seconds > 0 ? static_cast<double>(s.n_generated) / s.seconds : 0.0;
+    s.schedule_share = forward_ns + schedule_ns > 0 ? static_cast<double>(schedule_ns) / static_cast<double>(forward_ns + schedule_ns) : 0.0;
+    const OpCost total = s.cost.total();
+    if (s.n_generated > 0) {
+        s.weight_bytes_per_token = static_cast<double>(total.bytes_weights_read) / static_cast<double>(s.n_generated);
+        s.kv_read_bytes_per_token = static_cast<double>(total.bytes_kv_read) / static_cast<double>(s.n_generated);
+    }
+    summarize_requests(r, s);
+    if (gpu) {
+        s.gpu = *gpu;
+        s.modelled = modelled_serve_time(*gpu, r.steps);
+        s.modelled_tokens_per_s = s.modelled.seconds > 0 ? static_cast<double>(s.n_generated) / s.modelled.seconds : 0.0;
+    }
     return s;
 }
 
@@ -105,7 +133,74 @@ struct Metric {
     std::function<Cell(const ServeSummary&)> cell;
     bool per_request = false;  // from the requests' records, which a trace does not keep
     bool timed = false;        // from the steps' wall time, which a --deterministic trace does not keep
+    bool modelled = false;     // the modelled time on a GPU (none when the summaries have no GPU)
 };
+
+// The cells the table and the headline share, so the headline's figures are the table's.
+Cell utilization_cell(const ServeSummary& s) { return pct_cell(s.mean_utilization); }
+Cell modelled_ms_cell(const ServeSummary& s) { return real_cell(s.modelled.seconds * 1e3, 3); }
+Cell seconds_cell(const ServeSummary& s) { return real_cell(s.seconds, 3); }
+
+std::string ratio_text(double r) { return fmt::format("{:.2f}x", r); }
+
+// Why the CPU's wall time ranks the layouts against the modelled GPU time: what was counted says so.
+std::string wall_reason(const ServeSummary& p, const ServeSummary& c, UnitSystem units) {
+    std::vector<std::string> why;
+    if (p.max_step_weight_bytes < (std::uint64_t{64} << 20))
+        why.push_back(fmt::format("on a CPU a model this small ({} of weights read per step) gains little from batching",
+                                  format_bytes(p.max_step_weight_bytes, units)));
+    if (p.n_computed_tokens > c.n_computed_tokens)
+        why.push_back(fmt::format("paging ran {} tokens through the model vs {} ({})", p.n_computed_tokens, c.n_computed_tokens,
+                                  p.recomputed_tokens > 0 ? fmt::format("{} recomputed after {}", p.recomputed_tokens, counted(p.preemptions, "preemption"))
+                                                          : fmt::format("{} after preemption", counted(p.preemptions, "recomputation"))));
+    if (why.empty()) why.push_back("one run's timings vary");
+    std::string out = why.front();
+    for (std::size_t i = 1; i < why.size(); ++i) out += ", and " + why[i];
+    return out;
+}
+
+// Paged against contiguous: utilization and concurrency (counted), the modelled GPU time, the CPU's wall time.
+std::vector<std::string> compare_headline(const ServeSummary& p, const ServeSummary& c, UnitSystem units) {
+    std::vector<std::string> h;
+    h.push_back(fmt::format("paged kept {} of allocated KV holding tokens vs {} contiguous, and ran up to {} requests at once vs {} "
+                            "in the same {} pool; {} vs {} (counted, exact)",
+                            utilization_cell(p).text, utilization_cell(c).text, p.max_running, c.max_running,
+                            format_bytes(p.pool_bytes, units), counted(p.n_steps, "step"), c.n_steps));
+    const bool modelled = p.gpu && c.gpu && p.modelled.seconds > 0 && c.modelled.seconds > 0;
+    const double modelled_ratio = modelled ? c.modelled.seconds / p.modelled.seconds : 0.0;
+    if (modelled) {
+        const std::int64_t bound = p.modelled.memory_bound_steps + c.modelled.memory_bound_steps, steps = p.n_steps + c.n_steps;
+        const std::string memory = bound == steps ? "every step is memory-bound" : fmt::format("{} of {} steps are memory-bound", bound, steps);
+        const std::string why = modelled_ratio >= 1.0
+                                    ? fmt::format("{} faster: {}, and a batched step reads the weights once for all its sequences",
+                                                  ratio_text(modelled_ratio), memory)
+                                    : fmt::format("{} slower: paging ran {} tokens through the model vs {}, after {}", ratio_text(1.0 / modelled_ratio),
+                                                  p.n_computed_tokens, c.n_computed_tokens, counted(p.preemptions, "preemption"));
+        h.push_back(fmt::format("modelled on {}: paged {} ms vs contiguous {} ms ({})", p.gpu->display_name, modelled_ms_cell(p).text,
+                                modelled_ms_cell(c).text, why));
+    }
+    if (p.has_wall_time && c.has_wall_time && p.seconds > 0 && c.seconds > 0) {
+        std::string line = fmt::format("CPU wall time (measured, one run): paged {} s vs contiguous {} s", seconds_cell(p).text, seconds_cell(c).text);
+        const bool paged_faster_wall = p.seconds < c.seconds;
+        if (modelled && modelled_ratio >= 1.0 && !paged_faster_wall) line += ": " + wall_reason(p, c, units);
+        else if (modelled && modelled_ratio >= 1.0) line += ": faster here too";
+        h.push_back(line);
+    }
+    return h;
+}
+
+// One layout: its utilization and concurrency (counted), then its modelled and wall time.
+std::vector<std::string> single_headline(const ServeSummary& s, UnitSystem units) {
+    std::vector<std::string> h;
+    h.push_back(fmt::format("{}: {} of allocated KV held tokens; up to {} requests at once in a {} pool, {} (counted, exact)",
+                            choice_name(kv_layout_choices, s.layout), utilization_cell(s).text, s.max_running,
+                            format_bytes(s.pool_bytes, units), counted(s.n_steps, "step")));
+    if (s.gpu && s.modelled.seconds > 0)
+        h.push_back(fmt::format("modelled on {}: {} ms ({} generated tok/s)", s.gpu->display_name, modelled_ms_cell(s).text,
+                                real_cell(s.modelled_tokens_per_s, 0).text));
+    if (s.has_wall_time && s.seconds > 0) h.push_back(fmt::format("CPU wall time (measured, one run): {} s", seconds_cell(s).text));
+    return h;
+}
 
 std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
     auto rows_bytes = [=](double rows) {
@@ -125,8 +220,13 @@ std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
         {"steps", "steps (forward calls)", [](const ServeSummary& s) { return int_cell(s.n_steps); }},
         {"generated_tokens", "tokens generated", [](const ServeSummary& s) { return int_cell(s.n_generated); }},
         {"computed_tokens", "tokens run through the model", [](const ServeSummary& s) { return int_cell(s.n_computed_tokens); }},
-        {"seconds", "time in steps (s)", [](const ServeSummary& s) { return real_cell(s.seconds, 3); }, false, true},
+        {"seconds", "time in steps (s)", [](const ServeSummary& s) { return seconds_cell(s); }, false, true},
         {"tokens_per_s", "throughput (generated tok/s)", [](const ServeSummary& s) { return real_cell(s.tokens_per_s, 1); }, false, true},
+        {"modelled_ms", "modelled GPU time (ms)", [](const ServeSummary& s) { return modelled_ms_cell(s); }, false, false, true},
+        {"modelled_tokens_per_s", "modelled GPU throughput (generated tok/s)",
+         [](const ServeSummary& s) { return real_cell(s.modelled_tokens_per_s, 0); }, false, false, true},
+        {"modelled_memory_bound_steps", "modelled: memory-bound steps",
+         [](const ServeSummary& s) { return text_cell(fmt::format("{} / {}", s.modelled.memory_bound_steps, s.n_steps)); }, false, false, true},
     };
     for (auto&& v : {stats("ttft_steps", "TTFT (steps)", &ServeSummary::ttft_steps, 0), stats("ttft_ms", "TTFT (ms)", &ServeSummary::ttft_ms, 2),
                      stats("tpot_steps", "TPOT (steps)", &ServeSummary::tpot_steps, 2), stats("tpot_ms", "TPOT (ms)", &ServeSummary::tpot_ms, 3)})
@@ -138,8 +238,8 @@ std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
         {"pool_rows", "KV pool (token rows)", [](const ServeSummary& s) { return int_cell(s.pool_rows); }},
         {"pool_bytes", "KV pool (bytes)", [=](const ServeSummary& s) { return bytes_cell(s.pool_bytes, units); }},
         {"peak_bytes_in_use", "KV allocated, peak", [=](const ServeSummary& s) { return rows_bytes(static_cast<double>(s.peak_rows_in_use)); }},
-        {"mean_pool_usage_percent", "KV allocated / pool, mean (vLLM's usage)", [](const ServeSummary& s) { return pct_cell(s.mean_pool_usage); }},
-        {"mean_utilization_percent", "KV utilization, mean (tokens / allocated)", [](const ServeSummary& s) { return pct_cell(s.mean_utilization); }},
+        {"mean_utilization_percent", "KV utilization, mean (tokens / allocated)", [](const ServeSummary& s) { return utilization_cell(s); }},
+        {"mean_pool_usage_percent", "pool reserved, mean (vLLM's 'KV cache usage')", [](const ServeSummary& s) { return pct_cell(s.mean_pool_usage); }},
         {"mean_slack_bytes", "allocated, no token, mean", [=](const ServeSummary& s) { return rows_bytes(s.mean_slack_rows); }},
         {"preemptions", "preemptions", [](const ServeSummary& s) { return int_cell(s.preemptions); }},
         {"recomputed_tokens", "tokens discarded by preemption", [](const ServeSummary& s) { return int_cell(s.recomputed_tokens); }, true},
@@ -182,6 +282,38 @@ void add_check_rows(Table& t, const std::vector<ServeSummary>& summaries) {
                                                                  : ""));
 }
 
+// The table's notes: what is exact and what is measured, how each number is defined, the paper's figures.
+void add_serve_notes(Table& t, const std::vector<ServeSummary>& summaries, bool from_trace, bool timed, std::uint64_t token_bytes,
+                     UnitSystem units, const std::string& timing_note) {
+    const std::string exact = "counted figures (steps, tokens, FLOPs, bytes, blocks, and the modelled GPU time computed from them) are exact: "
+                              "the same on any host";
+    if (timed)
+        t.notes.push_back(exact + "; timed ones (time in steps, throughput, TTFT/TPOT ms, bookkeeping share) are one run's wall time: " +
+                          (timing_note.empty() ? "they vary from run to run" : timing_note));
+    else
+        t.notes.push_back(exact + "; no wall time: the trace was written with --deterministic, so time, throughput and the scheduler's "
+                                  "share are left out");
+    if (!from_trace)
+        t.notes.push_back("TTFT: arrival to the step that chose the first token (inclusive); TPOT: (finish - first token) / (generated - 1); "
+                          "percentiles by nearest rank over finished requests; times are the steps' wall time (docs/serving.md)");
+    else
+        t.notes.push_back("from a serve trace: the per-step numbers; per-request ones (latency, preemption and prefix counts) are in "
+                          "kvlab serve's report and the Perfetto form");
+    t.notes.push_back(fmt::format("KV utilization: rows holding a token's K and V / rows allocated, when each step's K and V are written, "
+                                  "mean over steps; pool reserved: rows allocated / pool rows (what vLLM logs as 'KV cache usage'), high "
+                                  "whenever reservations hold empty rows; one token row = {} (K and V, every layer, fp32)",
+                                  format_bytes(token_bytes, units)));
+    if (!summaries.empty() && summaries.front().gpu) {
+        const GpuSpec& g = *summaries.front().gpu;
+        t.notes.push_back(fmt::format("modelled GPU time: each step's max(FLOPs / {:.4g} FLOP/s, bytes / {:.4g} B/s) on {} (BF16 dense peak and "
+                                      "bandwidth, presets/gpus.json), summed; the bytes are this run's (fp32 weights, activations and KV), "
+                                      "not re-sized for a GPU (docs/kv-memory.md, 'Modelled GPU time')",
+                                      g.bf16_dense_flops, static_cast<double>(g.bandwidth_bytes_per_s), g.display_name));
+    }
+    t.notes.push_back("for comparison, the vLLM paper (Kwon et al., SOSP 2023, Fig. 2) measured 20.4% (Orca Max), 26.8% (Pow2) and 38.2% "
+                      "(Oracle) of KV memory holding token states in systems that reserve contiguous space, and 96.3% with paging");
+}
+
 // One layout's requests, a row each (the csv/json/markdown forms: long, for tools).
 Table request_table(const ServeSummary& summary, const ServeResult& result) {
     Table q;
@@ -206,10 +338,19 @@ Table request_table(const ServeSummary& summary, const ServeResult& result) {
 
 }  // namespace
 
+std::vector<std::string> serve_headline(const std::vector<ServeSummary>& summaries, UnitSystem units) {
+    const auto paged = std::find_if(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.layout == KvLayout::paged; });
+    const auto contiguous = std::find_if(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.layout == KvLayout::contiguous; });
+    if (paged != summaries.end() && contiguous != summaries.end()) return compare_headline(*paged, *contiguous, units);
+    if (summaries.empty()) return {};
+    return single_headline(summaries.front(), units);
+}
+
 Report serve_report(const std::vector<ServeSummary>& summaries, const std::vector<ServeResult>& results, const nlohmann::json& inputs,
-                    const std::string& title, std::uint64_t token_bytes, UnitSystem units, Format format) {
+                    const std::string& title, std::uint64_t token_bytes, UnitSystem units, Format format, const std::string& timing_note) {
     Report report;
     report.inputs = inputs;
+    report.headline = serve_headline(summaries, units);
     Table t;
     t.title = title;
     t.columns = {{"metric", "metric", false}};
@@ -219,33 +360,15 @@ Report serve_report(const std::vector<ServeSummary>& summaries, const std::vecto
     }
     const bool from_trace = results.empty();
     const bool timed = std::all_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.has_wall_time; });
+    const bool modelled = !summaries.empty() && std::all_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.gpu.has_value(); });
     for (const Metric& m : metrics(token_bytes, units)) {
-        if ((from_trace && m.per_request) || (!timed && m.timed)) continue;
+        if ((from_trace && m.per_request) || (!timed && m.timed) || (!modelled && m.modelled)) continue;
         std::vector<Cell> row{{m.name, m.key}};
         for (const ServeSummary& s : summaries) row.push_back(m.cell(s));
         t.rows.push_back(std::move(row));
     }
     add_check_rows(t, summaries);
-    if (!timed)
-        t.notes.push_back("no wall time: the trace was written with --deterministic, so time, throughput and the scheduler's share are "
-                          "left out (kvlab trace plot draws its modelled time)");
-    if (from_trace)
-        t.notes.push_back("from a serve trace: the per-step numbers; per-request ones (latency, preemption and prefix counts) are in "
-                          "kvlab serve's report and the Perfetto form");
-    else
-        t.notes.push_back("TTFT: arrival to the step that chose the first token (inclusive); TPOT: (finish - first token) / (generated - 1); "
-                      "percentiles by nearest rank over finished requests; times are the steps' wall time (docs/serving.md)");
-    t.notes.push_back(fmt::format("KV utilization: rows holding a token's K and V / rows allocated, when each step's K and V are written, "
-                                  "mean over steps; one token row = {} (K and V, every layer, fp32: kvcalc's per-token bytes)",
-                                  format_bytes(token_bytes, units)));
-    const auto paged = std::find_if(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.layout == KvLayout::paged; });
-    const auto contiguous = std::find_if(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.layout == KvLayout::contiguous; });
-    if (paged != summaries.end() && contiguous != summaries.end() && contiguous->max_running > 0)
-        t.notes.push_back(fmt::format("paging ran up to {} sequences at once, contiguous reservation {} ({:.2f}x), in the same pool",
-                                      paged->max_running, contiguous->max_running,
-                                      static_cast<double>(paged->max_running) / static_cast<double>(contiguous->max_running)));
-    t.notes.push_back("for comparison, the vLLM paper (Kwon et al., SOSP 2023, Fig. 2) measured 20.4% (Orca Max), 26.8% (Pow2) and 38.2% "
-                      "(Oracle) of KV memory holding token states in systems that reserve contiguous space, and 96.3% with paging");
+    add_serve_notes(t, summaries, from_trace, timed, token_bytes, units, timing_note);
     report.tables.push_back(std::move(t));
 
     if (format != Format::table && !from_trace) {  // per request: long, for tools

@@ -4,9 +4,11 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "kvlab/calc/gpu_specs.hpp"
 #include "kvlab/core/printer.hpp"
 #include "kvlab/model/cost.hpp"
 #include "kvlab/kv/kv_pool.hpp"
@@ -20,6 +22,15 @@ struct Percentiles {
     std::size_t n = 0;  // values; none: undefined (TPOT when no request generated two tokens)
 };
 Percentiles percentiles(std::vector<double> values);
+
+// The modelled time of serving steps on one GPU (docs/kv-memory.md, "Modelled GPU time"): each step's
+// roofline time, max(FLOPs counted / BF16 peak, bytes counted / bandwidth), over its whole cost (every
+// op), summed over the steps. From counted figures only: exact, the same on any host.
+struct ModelledServeTime {
+    double seconds = 0.0;
+    std::int64_t memory_bound_steps = 0;  // steps whose memory time is at least their compute time
+};
+ModelledServeTime modelled_serve_time(const GpuSpec& gpu, const std::vector<ServeStep>& steps);
 
 struct ServeSummary {
     KvLayout layout = KvLayout::paged;
@@ -47,6 +58,11 @@ struct ServeSummary {
     double weight_bytes_per_token = 0.0; // weight bytes read / generated tokens
     double kv_read_bytes_per_token = 0.0;
     double schedule_share = 0.0;         // bookkeeping time / step time
+    std::uint64_t max_step_weight_bytes = 0;  // the most weight bytes one step read (about the model's weights)
+    // modelled on a GPU (summarize_serving's `gpu`; none: no modelled time)
+    std::optional<GpuSpec> gpu;
+    ModelledServeTime modelled;
+    double modelled_tokens_per_s = 0.0;  // generated / modelled seconds
     bool has_wall_time = true;           // false: from a --deterministic trace, whose steps carry no time
     std::int64_t rows_left_in_use = 0;
     // --check
@@ -55,12 +71,19 @@ struct ServeSummary {
     bool all_within_tolerance = true;
 };
 
-ServeSummary summarize_serving(const ServeResult& result, KvLayout layout);
+// `gpu`: also the modelled time on it (none: no modelled time).
+ServeSummary summarize_serving(const ServeResult& result, KvLayout layout, const GpuSpec* gpu = nullptr);
+
+// The report's headline: paged against contiguous (or one layout's figures) in 1-3 lines, the same
+// numbers as the table's rows (KV utilization, sequences at once, steps, modelled time, wall time).
+std::vector<std::string> serve_headline(const std::vector<ServeSummary>& summaries, UnitSystem units);
 
 // The layouts side by side (one column each), and per request in csv/json/markdown. `token_bytes`: one
 // token's K and V over every layer, as kvcalc counts it. `results` empty: summaries rebuilt from a trace's
-// steps, without the per-request rows.
+// steps, without the per-request rows. `timing_note`: the one line that says how noisy the timed figures
+// are (the host's load, or that they are one run's).
 Report serve_report(const std::vector<ServeSummary>& summaries, const std::vector<ServeResult>& results, const nlohmann::json& inputs,
-                    const std::string& title, std::uint64_t token_bytes, UnitSystem units, Format format);
+                    const std::string& title, std::uint64_t token_bytes, UnitSystem units, Format format,
+                    const std::string& timing_note = "");
 
 }  // namespace kvlab

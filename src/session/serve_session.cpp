@@ -2,13 +2,17 @@
 
 #include <charconv>
 #include <cmath>
+#include <fstream>
 #include <random>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <omp.h>
 
+#include "core/atomic_write.hpp"
+#include "kvlab/calc/gpu_specs.hpp"
 #include "kvlab/calc/kv_memory.hpp"
+#include "report/gnuplot.hpp"
 #include "kvlab/core/checked.hpp"
 #include "kvlab/core/error.hpp"
 #include "core/json_input.hpp"
@@ -73,6 +77,40 @@ std::int64_t pool_rows(const ServeCommand& c, std::uint64_t token_bytes, std::in
     return static_cast<std::int64_t>(rows);
 }
 
+// --arrival "bursty:SIZE/EVERY": SIZE requests arrive together every EVERY steps, whole numbers >= 1.
+Range parse_burst(const std::string& text) {
+    const auto bad = [&] {
+        return UsageError(fmt::format("--arrival: {} is not an arrival pattern; expected bursty:SIZE/EVERY, whole numbers >= 1 "
+                                      "(e.g. bursty:8/50: 8 requests every 50 steps); Poisson arrivals are --arrival-rate", quote(text)));
+    };
+    constexpr std::string_view kind = "bursty:";
+    const auto slash = text.find('/');
+    if (text.rfind(kind, 0) != 0 || slash == std::string::npos) throw bad();
+    auto number = [&](std::string_view s) {
+        std::int64_t v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec != std::errc() || end != s.data() + s.size() || s.empty() || v < 1) throw bad();
+        return v;
+    };
+    const std::string_view t(text);
+    return {number(t.substr(kind.size(), slash - kind.size())), number(t.substr(slash + 1))};
+}
+
+// The step request i arrives at: a Poisson process of `rate` per step (`t` its running arrival time), or bursts.
+std::int64_t arrival_step(const ServeCommand& c, const std::optional<Range>& burst, std::int64_t i, double& t, std::mt19937_64& rng) {
+    if (burst) {
+        const std::int64_t burst_index = i / burst->lo;
+        if (burst_index > max_arrival_step / burst->hi)
+            throw UsageError(fmt::format("--arrival: {} puts request {} past step 2^40; expected bursts closer together", c.arrival, i));
+        return burst_index * burst->hi;
+    }
+    if (c.arrival_rate > 0 && i > 0) t += std::exponential_distribution<double>(c.arrival_rate)(rng);  // the first arrives at step 0
+    if (t > static_cast<double>(max_arrival_step))
+        throw UsageError(fmt::format("--arrival-rate: {} requests per step puts request {} past step 2^40; expected a higher rate",
+                                     c.arrival_rate, i));
+    return static_cast<std::int64_t>(t);
+}
+
 }  // namespace
 
 std::vector<ServeRequest> synthetic_workload(const ModelConfig& cfg, const ServeCommand& c) {
@@ -90,7 +128,8 @@ std::vector<ServeRequest> synthetic_workload(const ModelConfig& cfg, const Serve
     std::uniform_int_distribution<TokenId> token(0, static_cast<TokenId>(cfg.n_vocab - 1));
     std::vector<TokenId> prefix(static_cast<std::size_t>(c.shared_prefix));
     for (TokenId& t : prefix) t = token(rng);
-    std::exponential_distribution<double> gap(c.arrival_rate > 0 ? c.arrival_rate : 1.0);
+    if (!c.arrival.empty() && c.arrival_rate > 0) throw UsageError("--arrival excludes --arrival-rate");
+    const std::optional<Range> burst = c.arrival.empty() ? std::nullopt : std::optional<Range>(parse_burst(c.arrival));
     double t_arrival = 0.0;
     std::vector<ServeRequest> reqs;
     for (std::int64_t i = 0; i < c.requests; ++i) {
@@ -99,11 +138,7 @@ std::vector<ServeRequest> synthetic_workload(const ModelConfig& cfg, const Serve
         const std::int64_t own = std::uniform_int_distribution<std::int64_t>(prompt.lo, prompt.hi)(rng);
         for (std::int64_t j = 0; j < own; ++j) r.prompt.push_back(token(rng));
         r.max_tokens = std::uniform_int_distribution<std::int64_t>(output.lo, output.hi)(rng);
-        if (c.arrival_rate > 0 && i > 0) t_arrival += gap(rng);  // the first arrives at step 0
-        if (t_arrival > static_cast<double>(max_arrival_step))
-            throw UsageError(fmt::format("--arrival-rate: {} requests per step puts request {} past step 2^40; expected a higher rate",
-                                         c.arrival_rate, i));
-        r.arrival_step = static_cast<std::int64_t>(t_arrival);
+        r.arrival_step = arrival_step(c, burst, i, t_arrival, rng);
         reqs.push_back(std::move(r));
     }
     return reqs;
@@ -175,11 +210,13 @@ nlohmann::json serve_inputs(const ServeCommand& c, const ModelConfig& cfg, const
         {"threads", omp_get_max_threads()},
         {"check", c.check},
         {"memory_estimate_bytes", memory},
+        {"gpu", p.gpu.name},
     };
     if (c.workload.empty()) {
         inputs["prompt_len"] = c.prompt_len;
         inputs["output_len"] = c.output_len;
         inputs["arrival_rate"] = c.arrival_rate;
+        if (!c.arrival.empty()) inputs["arrival"] = c.arrival;
         inputs["shared_prefix"] = c.shared_prefix;
     }
     if (!c.source.tokenizer.empty()) inputs["tokenizer"] = c.source.tokenizer;
@@ -217,6 +254,13 @@ PreparedServe prepare_serve(ServeCommand c) {
     if (c.prefix_cache && c.layout == LayoutChoice::contiguous)
         throw UsageError("--prefix-cache: blocks are shared in the paged layout; expected --kv-layout paged or both");
     if (!c.trace.empty()) check_trace_writable(c.trace);
+    if (!c.plot.empty()) {
+        gnuplot_terminal(c.plot, 1, 1, "--plot");  // .svg or .png
+        check_output_path(c.plot, "--plot");
+        find_gnuplot();  // before the run, not after it
+    }
+    p.gpu = find_gpu(c.gpu);
+    roofline_time(p.gpu, 0, 0);  // a GPU with no bandwidth or peak is refused before any work
     const std::uint64_t memory = check_serve_memory(c, cfg, p, rows, max_model_len);
     p.inputs = serve_inputs(c, cfg, p, rows, max_model_len, memory);
     p.weights = load_model_weights(c.source, cfg, c.seed);
@@ -225,21 +269,47 @@ PreparedServe prepare_serve(ServeCommand c) {
     return p;
 }
 
+namespace {
+
+// The one line that says how noisy this run's timed figures are: the host's cores and its load after the run.
+std::string host_timing_note() {
+    std::ifstream in("/proc/loadavg");
+    double one = 0, five = 0;
+    const std::string load = (in >> one >> five) ? fmt::format(", load average {:.2f} (1 min), {:.2f} (5 min)", one, five) : std::string();
+    return fmt::format("on this host ({}{}) they vary from run to run", counted(omp_get_num_procs(), "core"), load);
+}
+
+// --plot: the chart `kvlab trace plot` draws from the run's trace, drawn from the run itself.
+void plot_serve_run(const PreparedServe& p, const std::vector<ServeResult>& results) {
+    ServeTrace t;
+    t.inputs = p.inputs;
+    for (std::size_t k = 0; k < results.size(); ++k) {
+        t.layouts.push_back(p.runs[k].pool.layout);
+        t.steps.push_back(results[k].steps);
+        t.pool_rows.push_back(results[k].pool_rows);
+    }
+    plot_serve_trace(t, p.command.plot, "--plot");
+}
+
+}  // namespace
+
 Report serve_outcome(const PreparedServe& p, const std::vector<ServeResult>& results) {
     std::vector<ServeSummary> summaries;
-    for (std::size_t i = 0; i < results.size(); ++i) summaries.push_back(summarize_serving(results[i], p.runs[i].pool.layout));
+    for (std::size_t i = 0; i < results.size(); ++i) summaries.push_back(summarize_serving(results[i], p.runs[i].pool.layout, &p.gpu));
     const bool any_step = std::any_of(results.begin(), results.end(), [](const ServeResult& r) { return !r.steps.empty(); });
     if (!p.command.trace.empty() && any_step) write_serve_trace(p.command.trace, p.runs, results, p.inputs, p.command.deterministic);
+    if (!p.command.plot.empty() && any_step) plot_serve_run(p, results);
     const std::string title = fmt::format("kvlab serve: {} on {}, KV pool {} ({} token rows{})", counted(std::ssize(p.requests), "request"), p.config.display_name,
                                           format_bytes(static_cast<std::uint64_t>(p.runs.front().pool.n_rows) * p.token_bytes, p.command.units),
                                           p.runs.front().pool.n_rows,
                                           p.command.layout == LayoutChoice::contiguous ? "" : fmt::format(", blocks of {}", p.command.block_size));
-    Report report = serve_report(summaries, results, p.inputs, title, p.token_bytes, p.command.units, p.command.format);
+    Report report = serve_report(summaries, results, p.inputs, title, p.token_bytes, p.command.units, p.command.format, host_timing_note());
     for (const ServeResult& r : results)
         if (const std::string note = thread_use_note(r.core_use); !note.empty()) {
             report.notes.push_back(note);  // once: the first layout it held for
             break;
         }
+    if (!p.command.plot.empty() && any_step) report.notes.push_back("chart written to " + p.command.plot);
     return report;
 }
 

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvlab/calc/gpu_specs.hpp"
 #include "kvlab/calc/model_config.hpp"
 #include "kvlab/core/printer.hpp"
 #include "kvlab/core/units.hpp"
@@ -33,6 +34,7 @@ struct ServeCommand {
     std::string prompt_len = "16..128";  // the part of each prompt after the shared prefix, in tokens
     std::string output_len = "16..128";  // max tokens each request generates
     double arrival_rate = 0.0;           // requests per step (Poisson); 0: all arrive at step 0
+    std::string arrival;                 // "bursty:SIZE/EVERY": SIZE requests arrive together every EVERY steps (instead of --arrival-rate)
     std::int64_t shared_prefix = 0;      // tokens common to every prompt, before its own
     std::string workload;                // JSONL file instead
     std::uint64_t seed = 42;
@@ -49,6 +51,8 @@ struct ServeCommand {
     std::int64_t max_seqs = 16;
     bool check = false;
     std::string trace;
+    std::string plot;                    // also draw the run's chart (.svg or .png), as kvlab trace plot does
+    std::string gpu = "h100";            // the GPU preset the modelled time is for
     bool deterministic = false;
     bool quiet = false;
     std::string max_memory;              // empty: 75% of physical RAM
@@ -59,7 +63,8 @@ struct ServeCommand {
 };
 
 // The workload flags' synthetic requests (exposed for tests): lengths uniform in their ranges, ids
-// uniform over the vocabulary, arrivals a Poisson process of `arrival_rate` per step, all from `seed`.
+// uniform over the vocabulary, arrivals a Poisson process of `arrival_rate` per step (or `arrival`'s bursts:
+// request i at step (i / SIZE) x EVERY), all from `seed`.
 std::vector<ServeRequest> synthetic_workload(const ModelConfig& cfg, const ServeCommand& c);
 
 struct PreparedServe {
@@ -71,6 +76,7 @@ struct PreparedServe {
     std::vector<ServeOptions> runs;       // one per layout
     std::uint64_t token_bytes = 0;        // one token's K and V, every layer, fp32
     nlohmann::json inputs;
+    GpuSpec gpu;                          // --gpu: the modelled time's
 };
 
 // Throws UsageError / ConfigError / FormatError / IoError for anything wrong, before any allocation.

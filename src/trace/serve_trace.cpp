@@ -437,6 +437,22 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
 
 namespace kvlab {
 
+namespace {
+
+// The GPU the modelled time is for: the trace's "gpu" input (serve --gpu), h100 for a trace without one.
+GpuSpec trace_gpu(const ServeTrace& t) {
+    const auto it = t.inputs.find("gpu");
+    if (it == t.inputs.end()) return find_gpu("h100");
+    if (!it->is_string()) throw FormatError(fmt::format("the trace's input \"gpu\" is {}; expected a GPU preset's name", json_excerpt(*it)));
+    try {
+        return find_gpu(it->get<std::string>());
+    } catch (const UsageError&) {
+        throw FormatError(fmt::format("the trace's input \"gpu\" is {}, not a GPU preset (kvlab presets --gpus lists them)", quote(it->get<std::string>(), 40)));
+    }
+}
+
+}  // namespace
+
 bool is_serve_trace_file(const std::filesystem::path& path) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(path, ec)) return false;  // the step-trace reader says what it is
@@ -464,7 +480,13 @@ ServeTrace read_serve_trace(const std::filesystem::path& path) {
     if (text.rfind("{\"traceEvents\"", 0) == 0)
         throw FormatError(fmt::format("{}: a Perfetto serve timeline, for ui.perfetto.dev; kvlab trace reads serve traces as .csv or .jsonl",
                                       path.string()));
-    return parse_serve_trace(text, path.string());
+    ServeTrace t = parse_serve_trace(text, path.string());
+    try {
+        trace_gpu(t);  // the modelled time's GPU: a preset, checked before any work
+    } catch (const FormatError& e) {
+        throw FormatError(fmt::format("{}: {}", path.string(), e.what()));
+    }
+    return t;
 }
 
 namespace {
@@ -488,7 +510,8 @@ Report serve_trace_summary(const ServeTrace& t, UnitSystem units, Format format)
         r.steps = t.steps[k];
         r.pool_rows = t.pool_rows[k];
         r.pool_bytes = static_cast<std::uint64_t>(r.pool_rows) * token_bytes;
-        summaries.push_back(summarize_serving(r, t.layouts[k]));
+        const GpuSpec gpu = trace_gpu(t);
+        summaries.push_back(summarize_serving(r, t.layouts[k], &gpu));
         summaries.back().has_wall_time = t.has_wall_time;
     }
     return serve_report(summaries, {}, t.inputs, fmt::format("kvlab trace summary: serve trace of {} ({} requests)",
@@ -496,64 +519,135 @@ Report serve_trace_summary(const ServeTrace& t, UnitSystem units, Format format)
                         token_bytes, units, format);
 }
 
-void plot_serve_trace(const ServeTrace& t, const std::filesystem::path& output) {
-    gnuplot_terminal(output, 1, 1);  // the extension, checked before any work
-    const std::uint64_t token_bytes = trace_token_bytes(t);
-    // one data block per layout: step, allocated bytes, holding bytes, sequences, ms, weight bytes per generated token
-    std::ostringstream data;
+namespace {
+
+// The chart's data: per layout, a block of its steps and a block of its steps in buckets (index k and
+// layouts + k), and the scales the panels need.
+struct ServePlotData {
+    std::string text;
     double max_bytes = 0, max_wpt = 0;
-    for (std::size_t k = 0; k < t.layouts.size(); ++k) {
-        data << (k ? "\n\n" : "") << "# step allocated holding seqs ms weight_bytes_per_token\n";
-        for (const ServeStep& s : t.steps[k]) {
-            double ms = static_cast<double>(s.forward_ns + s.schedule_ns) * 1e-6;
-            if (!t.has_wall_time) {
-                ms = 0;
-                for (const OpCost& c : s.cost.ops) ms += static_cast<double>(modelled_op_ns(c)) * 1e-6;
-            }
-            const double alloc = static_cast<double>(s.rows_in_use) * static_cast<double>(token_bytes);
-            const double hold = static_cast<double>(s.rows_tokens) * static_cast<double>(token_bytes);
-            const double wpt = s.n_generated > 0 ? static_cast<double>(s.cost.total().bytes_weights_read) / static_cast<double>(s.n_generated) : 0.0;
-            max_bytes = std::max(max_bytes, alloc);
-            max_wpt = std::max(max_wpt, wpt);
-            data << s.step << ' ' << fmt::format("{:.17g} {:.17g}", alloc, hold) << ' ' << s.n_seqs << ' ' << fmt::format("{:.6g}", ms) << ' '
-                 << (s.n_generated > 0 ? fmt::format("{:.17g}", wpt) : std::string("?")) << '\n';
-        }
+    std::int64_t bucket = 1;  // steps per bucket of the time panel
+};
+
+// Steps per bucket: at most about 100 buckets over the longest run, a round number (1, 2, 5, 10, 20, ...).
+std::int64_t bucket_steps(const ServeTrace& t) {
+    std::int64_t last = 0;
+    for (const auto& steps : t.steps)
+        if (!steps.empty()) last = std::max(last, steps.back().step + 1);
+    std::int64_t n = 1;
+    for (int i = 0; n * 100 < last; ++i) n = (i % 3 == 1 ? n / 2 * 5 : n * 2);  // 1, 2, 5, 10, 20, 50, ...
+    return n;
+}
+
+// Per step: step, allocated and holding bytes, KV utilization %, pool reserved %, running, waiting,
+// weight bytes per generated token, cumulative modelled GPU ms.
+void add_step_block(std::ostringstream& data, const ServeTrace& t, std::size_t k, const GpuSpec& gpu, ServePlotData& d) {
+    const double token_bytes = static_cast<double>(trace_token_bytes(t)), pool = static_cast<double>(std::max<std::int64_t>(1, t.pool_rows[k]));
+    data << "# step allocated holding utilization_pct reserved_pct running waiting weight_bytes_per_token modelled_ms_cumulative\n";
+    double modelled_s = 0;
+    for (const ServeStep& s : t.steps[k]) {
+        const OpCost c = s.cost.total();
+        modelled_s += roofline_time(gpu, static_cast<double>(c.flops), static_cast<double>(c.bytes_total())).seconds();
+        const double alloc = static_cast<double>(s.rows_in_use) * token_bytes, hold = static_cast<double>(s.rows_tokens) * token_bytes;
+        const double wpt = s.n_generated > 0 ? static_cast<double>(c.bytes_weights_read) / static_cast<double>(s.n_generated) : 0.0;
+        d.max_bytes = std::max(d.max_bytes, alloc);
+        d.max_wpt = std::max(d.max_wpt, wpt);
+        data << s.step << ' ' << fmt::format("{:.17g} {:.17g} ", alloc, hold)
+             << (s.rows_in_use > 0 ? fmt::format("{:.6g}", 100.0 * static_cast<double>(s.rows_tokens) / static_cast<double>(s.rows_in_use)) : "?")
+             << ' ' << fmt::format("{:.6g}", 100.0 * static_cast<double>(s.rows_in_use) / pool) << ' ' << s.n_running << ' ' << s.n_waiting << ' '
+             << (s.n_generated > 0 ? fmt::format("{:.17g}", wpt) : std::string("?")) << ' ' << fmt::format("{:.9g}", modelled_s * 1e3) << '\n';
     }
+}
+
+// Per bucket of d.bucket steps (the steps that ran in it): its middle step, the mean measured ms per step
+// ('?' without wall time), the mean modelled GPU µs per step.
+void add_bucket_block(std::ostringstream& data, const ServeTrace& t, std::size_t k, const GpuSpec& gpu, const ServePlotData& d) {
+    data << "# bucket_middle_step measured_ms_per_step modelled_us_per_step\n";
+    const auto& steps = t.steps[k];
+    for (std::size_t i = 0; i < steps.size();) {
+        const std::int64_t b = steps[i].step / d.bucket;
+        double ms = 0, us = 0;
+        std::int64_t n = 0;
+        for (; i < steps.size() && steps[i].step / d.bucket == b; ++i, ++n) {
+            const OpCost c = steps[i].cost.total();
+            ms += static_cast<double>(steps[i].forward_ns + steps[i].schedule_ns) * 1e-6;
+            us += roofline_time(gpu, static_cast<double>(c.flops), static_cast<double>(c.bytes_total())).seconds() * 1e6;
+        }
+        data << fmt::format("{:.17g} ", (static_cast<double>(b) + 0.5) * static_cast<double>(d.bucket))
+             << (t.has_wall_time ? fmt::format("{:.6g}", ms / static_cast<double>(n)) : "?") << ' '
+             << fmt::format("{:.6g}", us / static_cast<double>(n)) << '\n';
+    }
+}
+
+ServePlotData serve_plot_data(const ServeTrace& t, const GpuSpec& gpu) {
+    ServePlotData d;
+    d.bucket = bucket_steps(t);
+    std::ostringstream data;
+    for (std::size_t k = 0; k < t.layouts.size(); ++k) {
+        data << (k ? "\n\n" : "");
+        add_step_block(data, t, k, gpu, d);
+    }
+    for (std::size_t k = 0; k < t.layouts.size(); ++k) {
+        data << "\n\n";
+        add_bucket_block(data, t, k, gpu, d);
+    }
+    d.text = data.str();
+    return d;
+}
+
+}  // namespace
+
+void plot_serve_trace(const ServeTrace& t, const std::filesystem::path& output, const char* flag) {
+    gnuplot_terminal(output, 1, 1, flag);  // the extension, checked before any work
+    const GpuSpec gpu = trace_gpu(t);
+    const ServePlotData d = serve_plot_data(t, gpu);
     // (plain variables, not structured bindings: clang 14 cannot capture those in the lambdas below)
-    const ByteAxis mem = byte_axis(max_bytes), wpt = byte_axis(max_wpt);
+    const ByteAxis mem = byte_axis(d.max_bytes), wpt = byte_axis(d.max_wpt);
     const double mem_scale = mem.scale, wpt_scale = wpt.scale;
-    const std::string mem_unit = mem.label, wpt_unit = wpt.label;
+    const std::size_t n = t.layouts.size();
     static const char* colours[] = {"#1b6ca8", "#d1495b"};
     std::ostringstream gp;
-    gp << gnuplot_terminal(output, 1200, 900) << "set output\nset datafile missing '?'\nset grid\nset xlabel 'step'\n";
-    for (std::size_t k = 0; k < t.layouts.size(); ++k)
-        gp << fmt::format("set style line {} lc rgb '{}' lw 2\nset style line {} lc rgb '{}' lw 1 dt 2\n", 10 + k, colours[k % 2], 20 + k, colours[k % 2]);
+    gp << gnuplot_terminal(output, 1200, 1200, flag) << "set output\nset datafile missing '?'\nset grid\nset xlabel 'step'\n";
+    for (std::size_t k = 0; k < n; ++k)
+        gp << fmt::format("set style line {} lc rgb '{}' lw 2\nset style line {} lc rgb '{}' lw 1.5 dt 2\n", 10 + k, colours[k % 2], 20 + k, colours[k % 2]);
     // every panel from 0; `top`: the y range's top as a multiple of the data's largest value (room for the key)
     auto plot = [&](const std::string& title, const std::string& ylabel, auto series, const char* key = "top right", double top = 0) {
         gp << "set title " << gp_quote(title) << "\nset ylabel " << gp_quote(ylabel) << "\nset key " << key << " opaque\n"
            << (top > 0 ? fmt::format("set yrange [0:{:.17g}]\n", top) : std::string("set yrange [0:*]\n")) << "plot ";
-        for (std::size_t k = 0; k < t.layouts.size(); ++k) gp << (k ? ", " : "") << series(k, std::string(choice_name(kv_layout_choices, t.layouts[k])));
+        for (std::size_t k = 0; k < n; ++k) gp << (k ? ", " : "") << series(k, std::string(choice_name(kv_layout_choices, t.layouts[k])));
         gp << "\n";
     };
-    gp << "set multiplot layout 2,2 title ARG2 font ',14' noenhanced\n";
-    plot("KV memory: allocated (solid) vs holding tokens (dashed)", mem_unit, [&](std::size_t k, const std::string& name) {
-        return fmt::format("ARG1 index {0} using 1:($2/{1:.17g}) with lines ls {2} title {3}, ARG1 index {0} using 1:($3/{1:.17g}) with lines ls {4} title {5}",
-                           k, mem_scale, 10 + k, gp_quote(name + " allocated"), 20 + k, gp_quote(name + " holding tokens"));
-    }, "top right", 1.45 * max_bytes / mem_scale);
-    plot("sequences per step (the batch)", "sequences", [&](std::size_t k, const std::string& name) {
-        return fmt::format("ARG1 index {} using 1:4 with lines ls {} title {}", k, 10 + k, gp_quote(name));
-    });
-    plot(t.has_wall_time ? "time per step (measured)" : "modelled time per step (roofline; --deterministic trace)", "ms",
-         [&](std::size_t k, const std::string& name) {
-             return fmt::format("ARG1 index {} using 1:5 with lines ls {} title {}", k, 10 + k, gp_quote(name));
+    // two series of one layout: a solid line of column a, a dashed one of column b
+    auto pair = [&](std::size_t k, const std::string& name, const std::string& a, const std::string& b, const char* ta, const char* tb) {
+        return fmt::format("ARG1 index {0} using 1:{1} with lines ls {2} title {3}, ARG1 index {0} using 1:{4} with lines ls {5} title {6}", k, a,
+                           10 + k, gp_quote(name + ta), b, 20 + k, gp_quote(name + tb));
+    };
+    gp << "set multiplot layout 3,2 title ARG2 font ',14' noenhanced\n";
+    plot("KV memory: allocated (solid) vs holding tokens (dashed)", mem.label, [&](std::size_t k, const std::string& name) {
+        return pair(k, name, fmt::format("($2/{:.17g})", mem_scale), fmt::format("($3/{:.17g})", mem_scale), " allocated", " holding tokens");
+    }, "top right", 1.45 * d.max_bytes / mem_scale);
+    plot("KV utilization: tokens / allocated (solid); pool reserved (dashed)", "%", [&](std::size_t k, const std::string& name) {
+        return pair(k, name, "4", "5", " tokens / allocated", " pool reserved");
+    }, "bottom right", 105);
+    plot("requests running (solid) and waiting (dashed), per step", "requests", [&](std::size_t k, const std::string& name) {
+        return pair(k, name, "6", "7", " running", " waiting");
+    }, "top right");
+    plot("weight bytes read per generated token: falls as 1 / batch", wpt.label, [&](std::size_t k, const std::string& name) {
+        return fmt::format("ARG1 index {} using 1:($8/{:.17g}) with points ls {} pt 7 ps 0.4 title {}", k, wpt_scale, 10 + k, gp_quote(name));
+    }, "top left", 1.2 * d.max_wpt / wpt_scale);
+    const std::string per = d.bucket > 1 ? fmt::format(", mean over each {} steps", d.bucket) : std::string();
+    plot(t.has_wall_time ? "CPU time per step (measured, one run" + per + ")" : "modelled GPU time per step (no wall time in a --deterministic trace" + per + ")",
+         t.has_wall_time ? "ms" : "µs", [&](std::size_t k, const std::string& name) {
+             return fmt::format("ARG1 index {} using 1:{} with histeps ls {} title {}", n + k, t.has_wall_time ? 2 : 3, 10 + k, gp_quote(name));
          });
-    plot("weight bytes read per generated token: falls as 1 / batch", wpt_unit, [&](std::size_t k, const std::string& name) {
-        return fmt::format("ARG1 index {} using 1:($6/{:.17g}) with points ls {} pt 7 ps 0.4 title {}", k, wpt_scale, 10 + k, gp_quote(name));
-    }, "top left", 1.2 * max_wpt / wpt_scale);
+    plot("modelled time on " + gpu.display_name + ", cumulative (roofline)", "ms",
+         [&](std::size_t k, const std::string& name) {
+             return fmt::format("ARG1 index {} using 1:9 with lines ls {} title {}", k, 10 + k, gp_quote(name));
+         }, "top left");
     gp << "unset multiplot\nset output\n";
     const std::string title = fmt::format("kvlab serve trace: {}, {} requests, pool {} token rows", input_text(t, "model"),
                                           input_text(t, "requests"), t.pool_rows.front());
-    draw_with_gnuplot(output, data.str(), gp.str(), {title});
+    draw_with_gnuplot(output, d.text, gp.str(), {title}, flag);
 }
 
 }  // namespace kvlab

@@ -44,6 +44,8 @@ ServeTrace read_serve_trace(const std::filesystem::path& path);
 Report serve_trace_summary(const ServeTrace& trace, UnitSystem units, Format format);
 // `kvlab trace plot` of a serve trace: KV memory allocated vs holding tokens, sequences per step, time per
 // step and weight bytes per generated token, over the steps, every layout overlaid (.svg or .png).
-void plot_serve_trace(const ServeTrace& trace, const std::filesystem::path& output);
+// The modelled time's GPU is the trace's "gpu" input (h100 when the trace has none). `flag`: the option
+// that named `output`, for errors.
+void plot_serve_trace(const ServeTrace& trace, const std::filesystem::path& output, const char* flag = "-o");
 
 }  // namespace kvlab

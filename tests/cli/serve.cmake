@@ -103,7 +103,7 @@ foreach(want "\"name\":\"request 5 \\(" "\"name\":\"prefill\"" "\"name\":\"decod
 endforeach()
 # kvlab trace reads serve traces back: the per-step table; steps/compare say what reads them
 kvlab_expect(RC 0 ARGS trace summary a.csv OUT "serve trace of tiny-llama \\(6 requests\\)" "KV utilization, mean" "sequences per step, max"
-             "no wall time: the trace was written with --deterministic" NOT_OUT "time in steps" "throughput \\(generated" "scheduler bookkeeping")
+             "no wall time: the trace was written with --deterministic" NOT_OUT "time in steps" "\nthroughput \\(generated" "scheduler bookkeeping")
 kvlab_expect(RC 0 ARGS trace summary t.jsonl OUT "metric +paged\n" "time in steps \\(s\\) +[0-9]" NOT_OUT "no wall time")
 kvlab_expect(RC 2 ARGS trace steps a.csv ERR "trace steps: a.csv is a kvlab serve trace")
 kvlab_expect(RC 2 ARGS trace summary t.json ERR "a Perfetto serve timeline")
@@ -130,3 +130,75 @@ trace_edit(edited3.csv "\n# token_bytes=[0-9]+\n" "\n# token_bytes=0\n"
 file(WRITE "${WORK}/one.jsonl" "{\"prompt_ids\": [1, 2, 3, 4], \"max_tokens\": 1}\n")
 kvlab_expect(RC 0 ARGS serve --workload "${WORK}/one.jsonl" OUT "kvlab serve: 1 request on" "TPOT \\(ms\\) median +- +-")
 kvlab_expect(RC 0 ARGS serve --workload "${WORK}/one.jsonl" -f json OUT "\"tpot_ms\": null")
+
+# The headline, before the table: paged vs contiguous with the figures that prove it, each the table's own
+# (KV utilization, sequences at once, steps, modelled GPU ms on the default GPU, h100), then the CPU's wall
+# time (measured: only its presence is checked). 8 blocks of 16 rows x 2 KiB = 256 KiB.
+set(headline_re "^paged kept ([0-9.]+)% of allocated KV holding tokens vs ([0-9.]+)% contiguous, and ran up to ([0-9]+) requests at once vs ([0-9]+) in the same 256.00 KiB pool. ([0-9]+) steps vs ([0-9]+) \\(counted, exact\\)\nmodelled on NVIDIA H100 SXM 80GB: paged ([0-9.]+) ms vs contiguous ([0-9.]+) ms \\([0-9.]+x (faster|slower): ")
+kvlab_expect(RC 0 ARGS ${small} --kv-blocks 8 --reserve request OUT "${headline_re}" "\nCPU wall time \\(measured, one run\\): paged [0-9.]+ s vs contiguous [0-9.]+ s[^\n]*\n\nkvlab serve: 6 requests")
+string(REGEX MATCH "${headline_re}" _ "${KVLAB_OUT}")
+set(h_out "${KVLAB_OUT}")
+foreach(row "KV utilization, mean \\(tokens / allocated\\) +${CMAKE_MATCH_1}% +${CMAKE_MATCH_2}%\n" "sequences per step, max +${CMAKE_MATCH_3} +${CMAKE_MATCH_4}\n"
+            "steps \\(forward calls\\) +${CMAKE_MATCH_5} +${CMAKE_MATCH_6}\n" "modelled GPU time \\(ms\\) +${CMAKE_MATCH_7} +${CMAKE_MATCH_8}\n"
+            "pool reserved, mean \\(vLLM's 'KV cache usage'\\) +[0-9.]+% +[0-9.]+%\n" "counted figures \\(steps, tokens, FLOPs, bytes, blocks, and the modelled GPU time computed from them\\) are exact[^\n]*on this host \\([0-9]+ cores?")
+  if(NOT h_out MATCHES "${row}")
+    message(SEND_ERROR "serve: the table does not match the headline's figures: no row '${row}'\n${h_out}")
+  endif()
+endforeach()
+# one layout: its own headline
+kvlab_expect(RC 0 ARGS ${small} --kv-layout contiguous
+             OUT "^contiguous: [0-9.]+% of allocated KV held tokens. up to [0-9]+ requests at once in a 2.00 MiB pool, [0-9]+ steps \\(counted, exact\\)\nmodelled on NVIDIA H100 SXM 80GB: [0-9.]+ ms \\([0-9]+ generated tok/s\\)\nCPU wall time \\(measured, one run\\): [0-9.]+ s\n")
+# --gpu names the modelled GPU, recorded in the inputs; an unknown one is refused
+kvlab_expect(RC 0 ARGS ${small} --gpu a100-sxm-80gb OUT "\nmodelled on NVIDIA A100 SXM4 80GB: paged ")
+kvlab_expect(RC 0 ARGS ${small} -f json OUT "\"gpu\": \"h100-sxm-80gb\"" "\"headline\": \\[\n +\"paged kept ")
+kvlab_expect(RC 2 ARGS serve --gpu foo ERR "^kvlab: error: --gpu: unknown GPU 'foo'")
+# kvlab trace summary of a serve trace shows serve's headline: the same counted lines (no wall time in a --deterministic trace)
+kvlab_expect(RC 0 ARGS ${small} --kv-blocks 8 --reserve request --deterministic --trace h.csv OUT "${headline_re}")
+string(REGEX MATCH "^[^\n]*\n[^\n]*\n" serve_head "${KVLAB_OUT}")
+kvlab_expect(RC 0 ARGS trace summary h.csv NOT_OUT "CPU wall time")
+string(FIND "${KVLAB_OUT}" "${serve_head}\nkvlab trace summary: serve trace" at)
+if(NOT at EQUAL 0)
+  message(SEND_ERROR "trace summary's headline differs from serve's:\n${serve_head}\n---\n${KVLAB_OUT}")
+endif()
+kvlab_expect(RC 0 ARGS trace summary t.jsonl OUT "^paged: [0-9.]+% of allocated KV held tokens.[^\n]*\nmodelled on NVIDIA H100 SXM 80GB: [0-9.]+ ms[^\n]*\nCPU wall time \\(measured, one run\\)")
+
+# --arrival bursty:SIZE/EVERY: 6 requests, 2 every 10 steps arrive at steps 0, 0, 10, 10, 20, 20 (request i at (i / 2) x 10)
+kvlab_expect(RC 0 ARGS ${small} --arrival bursty:2/10 --kv-layout paged -f csv
+             OUT "\n# requests \\(paged\\)\nrequest,arrival_step,[^\n]*\n0,0,[^\n]*\n1,0,[^\n]*\n2,10,[^\n]*\n3,10,[^\n]*\n4,20,[^\n]*\n5,20,")
+kvlab_expect(RC 0 ARGS ${small} --arrival bursty:2/10 -f json OUT "\"arrival\": \"bursty:2/10\"")
+kvlab_expect(RC 2 ARGS serve --arrival bursty:0/10
+             ERR "^kvlab: error: --arrival: 'bursty:0/10' is not an arrival pattern. expected bursty:SIZE/EVERY, whole numbers >= 1 \\(e.g. bursty:8/50")
+kvlab_expect(RC 2 ARGS serve --arrival 8/50 ERR "^kvlab: error: --arrival: '8/50' is not an arrival pattern")
+kvlab_expect(RC 2 ARGS serve --arrival bursty:2/10 --arrival-rate 0.5 ERR "excludes")
+kvlab_expect(RC 2 ARGS serve --workload ok.jsonl --arrival bursty:2/10 ERR "excludes")
+
+# --plot (and kvlab trace plot of a serve trace): the panels, the time panel in buckets past 100 steps
+kvlab_expect(RC 2 ARGS ${small} --plot s.pdf ERR "^kvlab: error: --plot: 's.pdf' has extension '.pdf'. expected .svg or .png\n$")
+find_program(GNUPLOT gnuplot)
+if(GNUPLOT)
+  kvlab_expect(RC 0 ARGS ${small} --plot s.svg OUT "chart written to s.svg")
+  file(READ "${WORK}/s.svg" svg)
+  foreach(want "KV utilization: tokens / allocated" "requests running \\(solid\\) and waiting" "CPU time per step \\(measured, one run\\)"
+               "modelled time on NVIDIA H100 SXM 80GB, cumulative")
+    if(NOT svg MATCHES "${want}")
+      message(SEND_ERROR "serve --plot: the chart lacks '${want}'")
+    endif()
+  endforeach()
+  kvlab_expect(RC 0 ARGS trace plot h.csv -o h.svg)
+  file(READ "${WORK}/h.svg" svg)
+  if(NOT svg MATCHES "modelled GPU time per step \\(no wall time in a --deterministic trace")
+    message(SEND_ERROR "trace plot of a --deterministic serve trace: no modelled time per step panel")
+  endif()
+  # 40 requests of 4 prompt tokens and 8 to generate, one at a time (--max-seqs 1): 8 steps each (the prefill, which chooses
+  # the first token, and 7 decodes) = 320 steps. At most about 100 buckets, a round size (1, 2, 5, 10, ...): 320 / 100 -> 5
+  kvlab_expect(RC 0 ARGS serve --requests 40 --prompt-len 4 --output-len 8 --max-seqs 1 --kv-layout paged --threads 1 -q --plot b.svg
+               OUT "steps \\(forward calls\\) +320\n")
+  file(READ "${WORK}/b.svg" svg)
+  if(NOT svg MATCHES "mean over each 5 steps")
+    message(SEND_ERROR "serve --plot at 320 steps: the time panel is not in buckets of 5 steps")
+  endif()
+endif()
+
+# a serve trace's "gpu" input names the modelled time's GPU: one that is not a preset is refused, the file named
+trace_edit(badgpu.csv "\n# gpu=\"h100-sxm-80gb\"\n" "\n# gpu=\"nope\"\n"
+           RC 2 ERR "^kvlab: error: badgpu.csv: the trace's input \"gpu\" is 'nope', not a GPU preset \\(kvlab presets --gpus lists them\\)\n$")
