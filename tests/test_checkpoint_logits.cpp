@@ -411,6 +411,47 @@ TEST_CASE("Streamed text drops an opening BOS, the space after BOS and control b
     CHECK(printable_piece("\x1b[") == "\x1b[");  // only single bytes are filtered, as llama2.c does
 }
 
+TEST_CASE("Streamed text is always valid UTF-8: a character cut across tokens waits, stray bytes print U+FFFD") {
+    // 0 <unk>, 1 BOS, 2 EOS, 3.. bytes 0x00..0xFF, 259 " hi"
+    std::vector<std::string> pieces = {"<unk>", "\n<s>\n", "\n</s>\n"};
+    for (int b = 0; b < 256; ++b) pieces.push_back(fmt::format("<0x{:02X}>", b));
+    pieces.push_back(" hi");
+    const Tokenizer tok(pieces, std::vector<float>(pieces.size(), 0.0f), "tiny");
+    const std::string fffd = "\xEF\xBF\xBD";
+    auto byte = [](int b) { return static_cast<TokenId>(3 + b); };
+    TextDecoder d(tok);
+    CHECK(d.next(1).empty());
+    // U+0160 (Š) is C5 A0: nothing prints until its second byte comes
+    CHECK(d.next(byte(0xC5)).empty());
+    CHECK(d.next(byte(0xA0)) == "\xC5\xA0");
+    // the issue's stream <0xC5><0xC5>: the first lead byte is cut short by the second (one U+FFFD), which
+    // then waits for a continuation that never comes: finish() prints its U+FFFD (not "\xc5\xc5")
+    CHECK(d.next(byte(0xC5)).empty());
+    CHECK(d.next(byte(0xC5)) == fffd);
+    CHECK(d.next(259) == fffd + " hi");
+    CHECK(d.finish().empty());
+    // a lone continuation byte, and bytes no sequence starts with (C0, F5..FF): one U+FFFD each
+    CHECK(d.next(byte(0x80)) == fffd);
+    CHECK(d.next(byte(0xFF)) == fffd);
+    // a 4-byte character (U+1F600, F0 9F 98 80) spelled over four tokens
+    std::string text;
+    for (const int b : {0xF0, 0x9F, 0x98, 0x80}) text += d.next(byte(b));
+    CHECK(text == "\xF0\x9F\x98\x80");
+    // E0 80 is an overlong start (E0 must be followed by A0..BF): U+FFFD for E0, U+FFFD for 80
+    CHECK(d.next(byte(0xE0)).empty());
+    CHECK(d.next(byte(0x80)) == fffd + fffd);
+    // a cut-short sequence at the end of the stream
+    CHECK(d.next(byte(0xE2)).empty());
+    CHECK(d.next(byte(0x82)).empty());
+    CHECK(d.finish() == fffd);
+    CHECK(d.finish().empty());
+
+    Utf8Stream u;
+    CHECK(u.put("a\xC3") == "a");
+    CHECK(u.put("\xA9" "b\xED\xA0\x80") == "\xC3\xA9" "b" + fffd + fffd + fffd);  // ED A0..: a surrogate, never valid
+    CHECK(is_valid_utf8(u.put("\xF4\x90\x80\x80")));  // above U+10FFFF: replaced, valid output
+}
+
 TEST_CASE("Text for JSON keeps valid UTF-8 and replaces each stray byte with U+FFFD") {
     CHECK(to_valid_utf8("plain") == "plain");
     CHECK(to_valid_utf8("caf\xC3\xA9 \xF0\x9F\x98\x80") == "caf\xC3\xA9 \xF0\x9F\x98\x80");  // é, 😀

@@ -40,7 +40,10 @@ public:
         put(id);
         out_.flush();
     }
-    void end() { out_ << "\n"; }
+    void end() {
+        if (decoder_) out_ << decoder_->finish();  // a character cut short at the end: U+FFFD
+        out_ << "\n";
+    }
 
 private:
     void put(TokenId id) {
@@ -132,6 +135,7 @@ void run(const SimulateRequest& request) {
     {
         const StopOnInterrupt stop_on_interrupt(stop);
         result = run_simulation(p.config, p.weights, sim);
+        if (!result.interrupted) repeat_simulation(p, result, stop);
     }
     if (show_progress) ProgressLine::clear();
 
@@ -158,7 +162,9 @@ void setup_simulate(CLI::App& app) {
         ->capture_default_str();
     add_choice(cmd, "--mode", o->mode, sim_mode_choices, "cached, uncached or both (same tokens, logits compared)");
     input_file(cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer.bin for the model's vocabulary: --prompt text in, text out"));
-    auto* prompt = cmd->add_option("--prompt", o->prompt, "Prompt text, encoded with --tokenizer (BOS first)");
+    auto* prompt = cmd->add_option("--prompt", o->prompt,
+                                   "Prompt text, encoded with --tokenizer (BOS first); a trained model with a tokenizer and no prompt option: "
+                                   "\"Once upon a time\"");
     auto* prompt_len = cmd->add_option("-p,--prompt-len", o->prompt_len, "Prompt length in tokens (random ids from --seed)")->capture_default_str();
     auto* prompt_ids = cmd->add_option("--prompt-ids", o->prompt_ids, "Comma-separated prompt token ids (instead of --prompt-len)")->excludes(prompt_len);
     prompt->excludes(prompt_len)->excludes(prompt_ids);
@@ -172,6 +178,12 @@ void setup_simulate(CLI::App& app) {
     output_file(cmd->add_option("--save-checkpoint", o->save_checkpoint, "Write the model run (e.g. random weights) as a llama2.c v0 FILE.bin"));
     output_file(cmd->add_option("--trace", o->trace, "Write one record per step per mode to FILE.csv, FILE.jsonl or FILE.json (Perfetto timeline)"))->excludes(eval);
     cmd->add_flag("--deterministic", o->deterministic, "Omit wall time from the trace, modelled time in Perfetto (byte-identical reruns)");
+    cmd->add_option("--gpu", o->gpu, "GPU preset whose roofline models each step's time beside the wall time (kvlab presets --gpus)")
+        ->capture_default_str();
+    cmd->add_option("--repeat", o->repeat, "Run the timed decode N times; wall figures as median and min-max")->capture_default_str();
+    output_file(cmd->add_option("--logits", o->logits,
+                                "Write each step's logits (the ones the token is chosen from) to FILE.npy: float32, shape (steps, vocab)"))
+        ->excludes(eval);
     cmd->add_flag("-q,--quiet", o->quiet, "No progress line on stderr (csv/json/markdown: no token stream there either)");
     cmd->add_option("--max-memory", o->max_memory, "Refuse runs whose weights + KV + activations exceed this, e.g. 8GiB (default: 75% of RAM; at most the RAM)");
     cmd->add_flag("--force-memory", o->force_memory, "Allow a --max-memory above the machine's physical memory");
@@ -204,7 +216,8 @@ void setup_simulate(CLI::App& app) {
                 "  kvlab simulate -m tiny-llama --prompt \"Once upon a time\" -n 64 --kv-dtype fp32,fp16,fp8_e4m3,q4_0\n"
                 "  kvlab simulate -m stories110m -p 16 -n 64 --weight-dtype fp32,bf16,q8_0");
     auto* mode_opt = cmd->get_option("--mode");
-    cmd->callback([o, prompt, kv_scale, mode_opt] {
+    cmd->callback([o, prompt, prompt_len, kv_scale, mode_opt] {
+        o->prompt_len_given = prompt_len->count() > 0;
         o->kv_scale_given = kv_scale->count() > 0;
         o->mode_given = mode_opt->count() > 0;
         o->prompt_given = prompt->count() > 0;

@@ -204,6 +204,69 @@ std::string Tokenizer::decode(std::int32_t prev_token, std::int32_t token) const
     return text;
 }
 
+namespace {
+
+// The bytes a UTF-8 sequence starting with `lead` has in all (0: `lead` cannot start one), and the range
+// its second byte must fall in (Unicode 15, Table 3-7: no overlong forms, surrogates or code points
+// above U+10FFFF).
+struct Utf8Lead {
+    int length = 0;
+    unsigned char second_lo = 0x80, second_hi = 0xBF;
+};
+Utf8Lead utf8_lead(unsigned char lead) {
+    if (lead < 0x80) return {1};
+    if (lead >= 0xC2 && lead <= 0xDF) return {2};
+    if (lead == 0xE0) return {3, 0xA0, 0xBF};
+    if (lead == 0xED) return {3, 0x80, 0x9F};
+    if (lead >= 0xE1 && lead <= 0xEF) return {3};
+    if (lead == 0xF0) return {4, 0x90, 0xBF};
+    if (lead >= 0xF1 && lead <= 0xF3) return {4};
+    if (lead == 0xF4) return {4, 0x80, 0x8F};
+    return {};
+}
+
+constexpr std::string_view replacement_character = "\xEF\xBF\xBD";  // U+FFFD
+
+}  // namespace
+
+std::string Utf8Stream::put(std::string_view bytes) {
+    pending_.append(bytes);
+    std::string out;
+    std::size_t i = 0;
+    while (i < pending_.size()) {
+        const Utf8Lead lead = utf8_lead(static_cast<unsigned char>(pending_[i]));
+        if (lead.length == 0) {  // a continuation byte or a byte no sequence starts with
+            out += replacement_character;
+            ++i;
+            continue;
+        }
+        // the longest valid prefix of the sequence (its "maximal subpart", replaced by one U+FFFD if cut short)
+        std::size_t n = 1;
+        while (n < static_cast<std::size_t>(lead.length) && i + n < pending_.size()) {
+            const auto c = static_cast<unsigned char>(pending_[i + n]);
+            const bool ok = n == 1 ? c >= lead.second_lo && c <= lead.second_hi : c >= 0x80 && c <= 0xBF;
+            if (!ok) break;
+            ++n;
+        }
+        if (n == static_cast<std::size_t>(lead.length)) {
+            out.append(pending_, i, n);
+        } else if (i + n == pending_.size()) {
+            break;  // valid so far: the next token may complete it
+        } else {
+            out += replacement_character;
+        }
+        i += n;
+    }
+    pending_.erase(0, i);
+    return out;
+}
+
+std::string Utf8Stream::finish() {
+    const bool cut = !pending_.empty();
+    pending_.clear();
+    return cut ? std::string(replacement_character) : std::string();
+}
+
 std::string TextDecoder::next(std::int32_t token) {
     const std::int32_t prev = prev_;
     prev_ = token;
@@ -211,8 +274,10 @@ std::string TextDecoder::next(std::int32_t token) {
         tokenizer_.piece(token);  // range check
         return {};
     }
-    return printable_piece(tokenizer_.decode(prev, token));
+    return utf8_.put(printable_piece(tokenizer_.decode(prev, token)));
 }
+
+std::string TextDecoder::finish() { return utf8_.finish(); }
 
 std::string printable_piece(std::string piece) {
     if (piece.size() != 1) return piece;

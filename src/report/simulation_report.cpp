@@ -10,7 +10,6 @@ namespace kvlab {
 
 namespace {
 
-double per_second(double amount, std::int64_t ns) { return ns > 0 ? amount / (static_cast<double>(ns) * 1e-9) : 0.0; }
 double ratio(double num, double den) { return den > 0.0 ? num / den : 0.0; }
 
 const StepRecord* find_record(const std::vector<StepRecord>& records, StepMode mode, std::int64_t step) {
@@ -19,29 +18,44 @@ const StepRecord* find_record(const std::vector<StepRecord>& records, StepMode m
     return nullptr;
 }
 
-// Both modes: how much faster the cached decode was here (wall, measured) and why (FLOPs and activation
-// bytes, counted), and the memory the cache took for it.
-std::vector<std::string> cached_headline(const RunSummary& run, const std::vector<StepRecord>& records, UnitSystem units) {
+// "9.3x faster here (wall, median of 5 runs: 7.5-12.1x)" or "(wall, one run: timings vary)": a wall-time ratio with its spread.
+std::string ratio_spread_text(const Spread& s) {
+    return s.n > 1 ? fmt::format("{:.1f}x faster here (wall, median of {} runs: {:.1f}-{:.1f}x)", s.median, s.n, s.min, s.max)
+                   : fmt::format("{:.1f}x faster here (wall, one run: timings vary)", s.median);
+}
+
+// Both modes: how much faster the cached decode was here (wall, measured, with its spread) and on the
+// modelled GPU, why (FLOPs and bytes, counted), and the memory the cache took for it.
+std::vector<std::string> cached_headline(const RunSummary& run, const std::vector<StepRecord>& records, const nlohmann::json& inputs,
+                                         UnitSystem units) {
     const ModeTotals c = mode_totals(records, StepMode::cached), u = mode_totals(records, StepMode::uncached);
     const double flops = ratio(static_cast<double>(u.cost.flops), static_cast<double>(c.cost.flops));
-    const double act = ratio(static_cast<double>(u.cost.bytes_act_read + u.cost.bytes_act_written),
-                             static_cast<double>(c.cost.bytes_act_read + c.cost.bytes_act_written));
-    const std::string why = fmt::format("{:.1f}x fewer FLOPs and {:.1f}x fewer activation bytes (counted, exact)", flops, act);
+    const double bytes = ratio(static_cast<double>(u.cost.bytes_total()), static_cast<double>(c.cost.bytes_total()));
+    std::string modelled;
+    if (const std::optional<GpuSpec> gpu = modelled_gpu(inputs)) {
+        double sec[2] = {0, 0};  // [cached, uncached]
+        for (const StepRecord& r : records) sec[r.mode == StepMode::cached ? 0 : 1] += modelled_step_seconds(*gpu, r);
+        modelled = fmt::format("{:.1f}x modelled on {}", ratio(sec[1], sec[0]), gpu->display_name);
+    }
     std::vector<std::string> h;
-    const double speedup = static_cast<double>(u.wall_ns) / static_cast<double>(std::max<std::int64_t>(1, c.wall_ns));
-    if (run.has_wall_time && c.wall_ns > 0 && u.wall_ns > 0 && speedup >= 1.0)
-        h.push_back(fmt::format("cached decoding: {:.1f}x faster than uncached here (wall time, one run: timings vary), from {}",
-                                speedup, why));
-    else if (run.has_wall_time && c.wall_ns > 0 && u.wall_ns > 0)  // a model this small: fixed costs per call dominate
-        h.push_back(fmt::format("cached decoding: {:.1f}x slower than uncached here (wall time, one run: timings vary), despite {}: "
-                                "on a model this small each call's fixed costs outweigh the work saved",
-                                1.0 / speedup, why));
+    const std::vector<double> wc = run_walls_ns(run, records, StepMode::cached), wu = run_walls_ns(run, records, StepMode::uncached);
+    std::vector<double> speedups;
+    for (std::size_t i = 0; i < wc.size() && i < wu.size(); ++i)
+        if (wc[i] > 0 && wu[i] > 0) speedups.push_back(wu[i] / wc[i]);
+    const Spread s = spread_of(speedups);
+    const std::string model_part = modelled.empty() ? "" : ", " + modelled;
+    if (run.has_wall_time && s.n > 0 && s.median >= 1.0)
+        h.push_back(fmt::format("cached decoding: {}{}", ratio_spread_text(s), model_part));
+    else if (run.has_wall_time && s.n > 0)  // a model this small: fixed costs per call dominate on a CPU
+        h.push_back(fmt::format("cached decoding: {:.1f}x slower here (wall{}: each call's fixed costs outweigh the work saved on a "
+                                "model this small){}",
+                                1.0 / s.median, s.n > 1 ? fmt::format(", median of {} runs", s.n) : ", one run", model_part));
     else
-        h.push_back(fmt::format("cached decoding: {} than uncached over {} (no wall time in this trace)", why,
-                                counted(run.n_steps_done, "step")));
+        h.push_back(fmt::format("cached decoding{} (no wall time in this trace)", modelled.empty() ? "" : ": " + modelled));
+    std::string why = fmt::format("from {:.1f}x fewer FLOPs and {:.1f}x fewer bytes moved (counted, exact)", flops, bytes);
     if (run.kv_cache_bytes > 0)
-        h.push_back(fmt::format("the price: a KV cache of {} for {} positions (the uncached mode keeps none)",
-                                format_bytes(run.kv_cache_bytes, units), c.n_tokens));
+        why += fmt::format("; the cache held {} for {} positions (uncached keeps none)", format_bytes(run.kv_cache_bytes, units), c.n_tokens);
+    h.push_back(why);
     return h;
 }
 
@@ -109,9 +123,46 @@ std::vector<StepMode> report_modes(const RunSummary& run) {
     return modes;
 }
 
+// A measured figure over runs: "199.4", or "199.4 (180.2-220.1)" for the median and range of several.
+Cell spread_cell(const Spread& s, int decimals) {
+    if (s.n <= 1) return real_cell(s.median, decimals);
+    return {fmt::format("{:.{}f} ({:.{}f}-{:.{}f})", s.median, decimals, s.min, decimals, s.max, decimals), s.median};
+}
+
+// The measured rows: wall time, ms/token, tokens/s, achieved rates; over --repeat runs their median
+// (and range), the ratio column the median of each run's uncached / cached.
+void add_wall_rows(Table& t, const RunSummary& run, const std::vector<StepRecord>& records, const std::vector<StepMode>& modes,
+                   const std::vector<ModeTotals>& totals) {
+    const bool both = modes.size() == 2;
+    std::vector<std::vector<double>> walls;  // per mode, per run (ns)
+    for (const StepMode m : modes) walls.push_back(run_walls_ns(run, records, m));
+    auto add = [&](const std::string& key, const std::string& label, int decimals, auto value) {
+        std::vector<Cell> row{{label, key}};
+        std::vector<std::vector<double>> per_run(modes.size());
+        for (std::size_t i = 0; i < modes.size(); ++i) {
+            for (const double ns : walls[i]) per_run[i].push_back(value(ns, totals[i]));
+            row.push_back(spread_cell(spread_of(per_run[i]), decimals));
+        }
+        if (both) {
+            std::vector<double> ratios;
+            for (std::size_t r = 0; r < per_run[0].size() && r < per_run[1].size(); ++r) ratios.push_back(ratio(per_run[1][r], per_run[0][r]));
+            row.push_back(ratio_cell(spread_of(ratios).median));
+        }
+        t.rows.push_back(std::move(row));
+    };
+    const std::string which = walls.front().size() > 1 ? fmt::format(", median (min-max) of {} runs", walls.front().size()) : "";
+    add("wall_ms", "wall time (ms)" + which, 1, [](double ns, const ModeTotals&) { return ns * 1e-6; });
+    add("ms_per_token", "ms/token", 3, [](double ns, const ModeTotals& m) { return m.n_steps > 0 ? ns * 1e-6 / static_cast<double>(m.n_steps) : 0.0; });
+    add("tokens_per_s", "tokens/s", 2, [](double ns, const ModeTotals& m) { return ns > 0 ? static_cast<double>(m.n_steps) / (ns * 1e-9) : 0.0; });
+    add("gflop_per_s", "achieved GFLOP/s", 2,
+        [](double ns, const ModeTotals& m) { return ns > 0 ? static_cast<double>(m.cost.flops) / ns : 0.0; });
+    add("gb_per_s", "achieved GB/s (1e9 B/s)", 2,
+        [](double ns, const ModeTotals& m) { return ns > 0 ? static_cast<double>(m.cost.bytes_total()) / ns : 0.0; });
+}
+
 // The totals table: one row per metric, one column per mode, and their ratio when both ran.
 Table totals_table(const RunSummary& run, const std::vector<StepRecord>& records, const std::vector<StepMode>& modes,
-                   UnitSystem units) {
+                   const nlohmann::json& inputs, UnitSystem units) {
     const bool both = modes.size() == 2;
     std::vector<ModeTotals> totals;
     for (const StepMode m : modes) totals.push_back(mode_totals(records, m));
@@ -133,7 +184,6 @@ Table totals_table(const RunSummary& run, const std::vector<StepRecord>& records
     auto ops = [](std::uint64_t v) { return count_cell(v, "op"); };
     auto bytes = [&](std::uint64_t v) { return bytes_cell(v, units); };
     auto integer = [](std::int64_t v) { return int_cell(v); };
-    auto ms = [](double v) { return real_cell(v, 1); };
     auto rate = [](double v) { return real_cell(v, 2); };
 
     add_row("steps", "steps (tokens generated)", integer, [](const ModeTotals& m) { return m.n_steps; });
@@ -152,15 +202,24 @@ Table totals_table(const RunSummary& run, const std::vector<StepRecord>& records
     add_row("kv_bytes_resident", "KV cache resident at the end", bytes, [](const ModeTotals& m) { return m.kv_bytes_resident; });
     add_row("flop_per_byte", "arithmetic intensity (FLOP/B)", rate,
             [](const ModeTotals& m) { return ratio(static_cast<double>(m.cost.flops), static_cast<double>(m.cost.bytes_total())); });
-    if (run.has_wall_time) {
-        add_row("wall_ms", "wall time (ms)", ms, [](const ModeTotals& m) { return static_cast<double>(m.wall_ns) * 1e-6; });
-        add_row("tokens_per_s", "tokens/s", rate,
-                [](const ModeTotals& m) { return per_second(static_cast<double>(m.n_steps), m.wall_ns); });
-        add_row("gflop_per_s", "achieved GFLOP/s", rate,
-                [](const ModeTotals& m) { return per_second(static_cast<double>(m.cost.flops) * 1e-9, m.wall_ns); });
-        add_row("gb_per_s", "achieved GB/s (1e9 B/s)", rate,
-                [](const ModeTotals& m) { return per_second(static_cast<double>(m.cost.bytes_total()) * 1e-9, m.wall_ns); });
+    if (const std::optional<GpuSpec> gpu = modelled_gpu(inputs)) {
+        std::vector<double> sec;
+        for (const StepMode m : modes) {
+            double total = 0;
+            for (const StepRecord& r : records) total += r.mode == m ? modelled_step_seconds(*gpu, r) : 0.0;
+            sec.push_back(total);
+        }
+        auto modelled_row = [&](const std::string& key, const std::string& label, int decimals, auto value) {
+            std::vector<Cell> row{{label, key}};
+            for (std::size_t i = 0; i < modes.size(); ++i) row.push_back(real_cell(value(sec[i], totals[i]), decimals));
+            if (both) row.push_back(ratio_cell(ratio(value(sec[1], totals[1]), value(sec[0], totals[0]))));
+            t.rows.push_back(std::move(row));
+        };
+        modelled_row("modelled_gpu_ms", fmt::format("modelled time on {} (ms)", gpu->name), 4, [](double s_, const ModeTotals&) { return s_ * 1e3; });
+        modelled_row("modelled_gpu_tokens_per_s", "modelled tokens/s", 0,
+                     [](double s_, const ModeTotals& m) { return s_ > 0 ? static_cast<double>(m.n_steps) / s_ : 0.0; });
     }
+    if (run.has_wall_time) add_wall_rows(t, run, records, modes, totals);
     return t;
 }
 
@@ -269,6 +328,55 @@ ModeTotals mode_totals(const std::vector<StepRecord>& records, StepMode mode) {
     return t;
 }
 
+std::optional<GpuSpec> modelled_gpu(const nlohmann::json& inputs) {
+    const auto it = inputs.find("gpu");
+    if (it == inputs.end() || !it->is_object()) return std::nullopt;
+    const nlohmann::json& g = *it;
+    GpuSpec gpu;
+    if (!g.value("name", nlohmann::json()).is_string() || !g.value("display_name", nlohmann::json()).is_string() ||
+        !g.value("bf16_dense_flops", nlohmann::json()).is_number() || !g.value("bandwidth_bytes_per_s", nlohmann::json()).is_number_unsigned())
+        return std::nullopt;
+    gpu.name = g.at("name").get<std::string>();
+    gpu.display_name = g.at("display_name").get<std::string>();
+    gpu.bf16_dense_flops = g.at("bf16_dense_flops").get<double>();
+    gpu.bandwidth_bytes_per_s = g.at("bandwidth_bytes_per_s").get<std::uint64_t>();
+    if (!(gpu.bf16_dense_flops > 0) || gpu.bandwidth_bytes_per_s == 0) return std::nullopt;  // a trace read back may hold anything
+    return gpu;
+}
+
+double modelled_step_seconds(const GpuSpec& gpu, const StepRecord& record) {
+    const OpCost total = record.cost.total();
+    return roofline_time(gpu, static_cast<double>(total.flops), static_cast<double>(total.bytes_total())).seconds();
+}
+
+Spread spread_of(std::vector<double> v) {
+    Spread s;
+    s.n = v.size();
+    if (v.empty()) return s;
+    std::sort(v.begin(), v.end());
+    const std::size_t mid = v.size() / 2;
+    s.median = v.size() % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
+    s.min = v.front();
+    s.max = v.back();
+    return s;
+}
+
+std::vector<double> run_walls_ns(const RunSummary& run, const std::vector<StepRecord>& records, StepMode mode) {
+    const std::vector<std::int64_t>& rep = mode == StepMode::cached ? run.repeats.cached_ns : run.repeats.uncached_ns;
+    if (!rep.empty()) return {rep.begin(), rep.end()};
+    return {static_cast<double>(mode_totals(records, mode).wall_ns)};
+}
+
+std::string timing_note(const RunSummary& run, const HostLoad& load) {
+    const std::string exact = "FLOPs, bytes, tokens and steps are counted: exact, the same on every machine; modelled GPU times are "
+                              "computed from them (docs/kv-memory.md, \"Modelled GPU time\"); wall times are measured";
+    const std::size_t n = std::max(run.repeats.cached_ns.size(), run.repeats.uncached_ns.size());
+    if (n > 1) return fmt::format("{}: the median of {} runs, their range in brackets", exact, n);
+    const std::string host = load.load1 >= 0 ? fmt::format(" on a host with load average {:.2f} over {} cores", load.load1, load.n_cores)
+                                             : fmt::format(" on a host with {} cores", load.n_cores);
+    return fmt::format("{}, one run{}: they vary from run to run (--repeat N gives their median and range)", exact, host);
+}
+
 RunSummary run_summary(const ModelConfig& cfg, const SimulateOptions& o, const SimulationResult& result) {
     RunSummary s;
     s.display_name = cfg.display_name;
@@ -286,6 +394,7 @@ RunSummary run_summary(const ModelConfig& cfg, const SimulateOptions& o, const S
     s.divergent_tolerance = result.divergent_tolerance;
     s.kv_quality = result.kv_quality;
     s.reference_kernel = result.reference_kernel;
+    s.repeats = result.repeats;
     return s;
 }
 
@@ -299,8 +408,8 @@ Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& r
     const std::vector<StepMode> modes = report_modes(run);
     Report report;
     report.inputs = inputs;
-    if (modes.size() == 2 && run.counted) report.headline = cached_headline(run, records, units);
-    Table t = totals_table(run, records, modes, units);
+    if (modes.size() == 2 && run.counted) report.headline = cached_headline(run, records, inputs, units);
+    Table t = totals_table(run, records, modes, inputs, units);
     add_growth_notes(t, run, records, modes);
     if (run.kv_cache_bytes > 0) t.notes.push_back(kv_cache_note(run, inputs, units));
     if (modes.size() == 2) add_logit_notes(t, run);

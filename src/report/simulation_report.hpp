@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvlab/calc/gpu_specs.hpp"
 #include "kvlab/core/printer.hpp"
 #include "kvlab/sim/simulator.hpp"
 
@@ -42,8 +43,34 @@ struct RunSummary {
     double divergent_tolerance = 0.0;
     std::optional<KvQuality> kv_quality;  // a cache policy (--kv-dtype, --window, --sink-tokens) against the fp32 full cache
     std::optional<ReferenceKernelRun> reference_kernel;  // --kernel reference (not in traces)
+    RepeatWalls repeats;                  // --repeat N > 1: each run's wall time per mode (traces: "repeat_wall_ns")
 };
 RunSummary run_summary(const ModelConfig& cfg, const SimulateOptions& options, const SimulationResult& result);
+
+// The GPU a run's steps are modelled on (simulate --gpu), from the run's inputs ("gpu": name, display
+// name, BF16 peak, bandwidth); nullopt for traces written before it.
+std::optional<GpuSpec> modelled_gpu(const nlohmann::json& inputs);
+// One step's modelled time on `gpu`: roofline_time of its counted FLOPs and bytes moved (docs/kv-memory.md,
+// "Modelled GPU time"), in seconds.
+double modelled_step_seconds(const GpuSpec& gpu, const StepRecord& record);
+
+// A measured figure over repeated runs: median (the mean of the middle two for an even count), min, max.
+struct Spread {
+    double median = 0, min = 0, max = 0;
+    std::size_t n = 0;
+};
+Spread spread_of(std::vector<double> values);
+// Each run's summed wall time of `mode` (ns): the repeats when there are any, else the records' one run.
+std::vector<double> run_walls_ns(const RunSummary& run, const std::vector<StepRecord>& records, StepMode mode);
+
+// The host's load when the run was timed (load1 < 0: unknown).
+struct HostLoad {
+    double load1 = -1;
+    int n_cores = 0;
+};
+// The note that says once which figures are exact (counted), computed (modelled) and measured (wall,
+// with their spread over --repeat runs, or one run's with the host's load).
+std::string timing_note(const RunSummary& run, const HostLoad& load);
 
 // `inputs` is copied into the report (JSON "inputs", CSV comments).
 Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& records, const nlohmann::json& inputs,

@@ -62,11 +62,14 @@ void set_thread_count(int threads, bool deterministic) {
         omp_set_num_threads(threads);
         Eigen::setNbThreads(threads);
     }
-    // --threads 0 (not deterministic): all cores, but fewer when the machine is busy: libgomp then sizes
-    // teams by the load average, which avoids the many-fold slowdown of spinning threads on an
-    // oversubscribed machine. Set either way, so that a process running several sessions (the benches)
-    // does not keep an earlier one's dynamic teams.
-    omp_set_dynamic(threads == 0 && !deterministic ? 1 : 0);
+    // --threads 0: all cores, but fewer when the machine is busy: libgomp then sizes teams by the load
+    // average, which avoids the many-fold slowdown of spinning threads on an oversubscribed machine.
+    // --deterministic too: no output depends on the team's size (every row and head is summed the same way
+    // whatever thread takes it, kernels/threads.hpp), so a fixed team bought nothing but that slowdown
+    // (6.5x on a 2-core machine at load 10, docs/cli-simulate.md). Set either way, so that a process
+    // running several sessions (the benches) does not keep an earlier one's dynamic teams.
+    (void)deterministic;
+    omp_set_dynamic(threads == 0 ? 1 : 0);
 }
 
 std::string thread_use_note(const CoreUse& use) {

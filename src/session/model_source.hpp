@@ -35,9 +35,8 @@ std::uint64_t default_max_memory();
 // a run sized for it would swap or be killed part-way instead of being refused up front.
 std::uint64_t max_memory_allowed(const std::string& text, bool force);
 
-// --threads: a fixed count, or 0 for all cores (fewer when the machine is busy, except with
-// `deterministic`, where GEMM blocking and so float rounding could depend on the team size).
-// Throws UsageError for a negative count.
+// --threads: a fixed count, or 0 for all cores (fewer when the machine is busy, `deterministic` or not:
+// no output depends on the team's size, kernels/threads.hpp). Throws UsageError for a negative count.
 void set_thread_count(int threads, bool deterministic);
 
 // The report's note when the team set by set_thread_count ran on far fewer cores than its threads

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <filesystem>
 #include <unistd.h>
 #if defined(__GLIBC__)
@@ -233,7 +234,40 @@ nlohmann::json simulation_inputs(const SimulateRequest& o, const ModelConfig& cf
     if (o.prompt_given) inputs["prompt"] = to_valid_utf8(o.prompt);
     if (!o.save_checkpoint.empty()) inputs["save_checkpoint"] = o.save_checkpoint;
     if (o.kernel != ForwardKernel::fast) inputs["kernel"] = std::string(choice_name(forward_kernel_choices, o.kernel));
+    // the GPU whose roofline models each step's time: its figures travel with the trace, so that trace
+    // summary and plot model the same time without the presets (simulation_report.hpp, modelled_gpu)
+    inputs["gpu"] = {{"name", p.gpu.name},
+                     {"display_name", p.gpu.display_name},
+                     {"bf16_dense_flops", p.gpu.bf16_dense_flops},
+                     {"bandwidth_bytes_per_s", p.gpu.bandwidth_bytes_per_s}};
+    if (o.repeat > 1) inputs["repeat"] = o.repeat;
+    if (!o.logits.empty()) inputs["logits"] = o.logits;
     return inputs;
+}
+
+// The host's load as the run ends: /proc/loadavg's 1-minute average (Linux; else unknown) and the cores.
+HostLoad host_load() {
+    HostLoad load;
+    load.n_cores = omp_get_num_procs();
+    if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
+        if (std::fscanf(f, "%lf", &load.load1) != 1) load.load1 = -1;
+        std::fclose(f);
+    }
+    return load;
+}
+
+// --logits and --repeat: what they apply to, checked before any work.
+void check_run_outputs(const SimulateRequest& o, const PreparedSimulation& p) {
+    if (!o.logits.empty()) {
+        if (!o.eval.empty()) throw UsageError("--logits: --eval decodes nothing; the logits are written for a decoding run");
+        if (p.policies.size() > 1)
+            throw UsageError(fmt::format("--logits: one run per file, and --kv-dtype {} / --weight-dtype {} list {} runs; write each alone",
+                                         o.kv_dtype, o.weight_dtype, p.policies.size()));
+        check_output_path(o.logits, "--logits");
+    }
+    if (o.repeat > 1 && (p.policies.size() > 1 || !o.eval.empty()))
+        throw UsageError(fmt::format("--repeat {}: repeats one decoding run (cached vs uncached); not with --eval or a list of "
+                                     "--kv-dtype / --weight-dtype formats", o.repeat));
 }
 
 }  // namespace
@@ -249,8 +283,18 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     if (prompt_given && o.tokenizer.empty())
         throw UsageError("--prompt: text needs --tokenizer FILE (llama2.c tokenizer.bin) to become token ids; without one, give "
                          "--prompt-ids, or a model that ships a tokenizer (kvlab presets: tiny-llama, tiny-gpt2)");
+    // a trained model with a tokenizer, and no prompt asked for: a sentence, whose continuation means
+    // something (random ids decode to noise, docs/cli-simulate.md)
+    if (!o.prompt_given && o.prompt_ids.empty() && !o.prompt_len_given && o.eval.empty() && !o.tokenizer.empty() &&
+        !o.checkpoint.empty()) {
+        o.prompt = default_text_prompt;
+        o.prompt_given = true;
+    }
     PreparedSimulation p;
     set_thread_count(o.threads, o.deterministic);
+    p.gpu = find_gpu(o.gpu);
+    roofline_time(p.gpu, 0, 0);  // refuses a GPU without bandwidth or BF16 peak, before any work
+    if (o.repeat < 1) throw UsageError(fmt::format("--repeat: {}; expected 1 or more runs", o.repeat));
 
     // everything that can be wrong with the input is found before any allocation or work
     ModelConfig cfg = shaped_config(o, full);
@@ -260,6 +304,7 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     const std::int64_t n_positions = o.eval.empty() ? simulation_positions(cfg, sim) : 0;  // validates sizes and ids first
     if (!o.trace.empty()) check_trace_writable(o.trace);
     if (!o.save_checkpoint.empty()) check_save_path(o.save_checkpoint, cfg);
+    check_run_outputs(o, p);
     const MemoryEstimate memory = check_memory(o, cfg, p);
     nlohmann::json& inputs = p.inputs;
     inputs = simulation_inputs(o, cfg, full, p, n_positions, memory);
@@ -283,6 +328,11 @@ PreparedSimulation prepare_simulation(SimulateRequest o) {
     // tokens mean something (and are worth streaming) with a tokenizer, a given prompt or real weights
     p.tokens_meaningful = p.tokenizer || !sim.prompt_ids.empty() || !o.checkpoint.empty();
     if (o.eval.empty()) sim.prompt_ids = simulation_prompt(cfg, sim);
+    if (!o.logits.empty()) {
+        p.logits = std::make_shared<NpyRowWriter>(o.logits, "--logits", static_cast<std::uint64_t>(sim.n_steps),
+                                                  static_cast<std::uint64_t>(cfg.n_vocab));
+        sim.on_logits = [w = p.logits.get()](const VectorF& l) { w->add_row({l.data(), static_cast<std::size_t>(l.size())}); };
+    }
     p.config = cfg;
     p.request = o;
     return p;
@@ -463,7 +513,14 @@ Report simulation_outcome(const PreparedSimulation& p, const SimulationResult& r
         throw Interrupted(fmt::format("interrupted before the first step; no report{}",
                                       o.trace.empty() ? "" : fmt::format(", {} not written", quote(o.trace))));
     if (!o.trace.empty()) write_step_trace(o.trace, summary, result.records, p.inputs, o.deterministic);
+    if (p.logits) p.logits->finish();
     Report report = simulation_report(summary, result.records, p.inputs, p.request.units);
+    if (!o.deterministic) report.notes.push_back(timing_note(summary, host_load()));
+    if (p.logits)
+        report.notes.push_back(fmt::format("logits: {} rows (one per step, the logits the tokens were chosen from, {} mode) of {} float32 "
+                                           "values in {} (.npy, docs/cli-simulate.md)",
+                                           p.logits->n_rows(), p.sim.mode == SimMode::uncached ? "uncached" : "cached", p.config.n_vocab,
+                                           o.logits));
     if (const std::string note = thread_use_note(result.core_use); !note.empty()) report.notes.push_back(note);
     if (!o.checkpoint.empty()) {  // where the run read the checkpoint's matrices from
         const MatrixBytes m = matrix_bytes(cfg, p.weights);
@@ -484,6 +541,29 @@ Report simulation_outcome(const PreparedSimulation& p, const SimulationResult& r
         report.notes.push_back(fmt::format("saved the model run as llama2.c v0: {} ({} bytes)", o.save_checkpoint,
                                            llama2c_file_bytes(cfg, Llama2cVersion::v0)));
     return report;
+}
+
+void repeat_simulation(const PreparedSimulation& p, SimulationResult& first, std::atomic<bool>& stop) {
+    const std::int64_t n = p.request.repeat;
+    if (n <= 1) return;
+    const auto walls = [](const SimulationResult& r, StepMode m) {
+        std::int64_t ns = 0;
+        for (const StepRecord& rec : r.records) ns += rec.mode == m ? rec.wall_ns : 0;
+        return ns;
+    };
+    RepeatWalls& w = first.repeats;
+    w.cached_ns = {walls(first, StepMode::cached)};
+    w.uncached_ns = {walls(first, StepMode::uncached)};
+    SimulateOptions again = p.sim;
+    again.on_token = nullptr;
+    again.on_logits = nullptr;
+    again.stop = &stop;
+    for (std::int64_t i = 1; i < n; ++i) {
+        const SimulationResult r = run_simulation(p.config, p.weights, again);
+        if (r.interrupted) throw Interrupted(fmt::format("interrupted in run {} of --repeat {}; no report", i + 1, n));
+        w.cached_ns.push_back(walls(r, StepMode::cached));
+        w.uncached_ns.push_back(walls(r, StepMode::uncached));
+    }
 }
 
 void check_outcome(const PreparedSimulation& p, const SimulationResult& result) {

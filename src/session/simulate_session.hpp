@@ -2,21 +2,28 @@
 // full before any work (model, weights, tokenizer, prompt, memory, output paths), run by the caller
 // (which owns the token stream, progress and Ctrl-C), and turned into a report and a trace.
 #pragma once
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "kvlab/calc/gpu_specs.hpp"
 #include "kvlab/calc/model_config.hpp"
 #include "kvlab/core/printer.hpp"
 #include "kvlab/core/units.hpp"
+#include "kvlab/formats/npy.hpp"
 #include "kvlab/formats/tokenizer.hpp"
 #include "kvlab/sim/simulator.hpp"
 #include "kvlab/weights/weights.hpp"
 
 namespace kvlab {
+
+// The prompt a trained model with a tokenizer decodes when none is given (--prompt, --prompt-ids, --prompt-len).
+inline constexpr const char* default_text_prompt = "Once upon a time";
 
 struct SimulateRequest {
     std::string model = "stories15m";  // preset name or path to a config.json
@@ -46,6 +53,7 @@ struct SimulateRequest {
     UnitSystem units = UnitSystem::iec;
     Format format = Format::table;
     bool prompt_given = false;        // --prompt given (an empty text is a prompt too: BOS alone)
+    bool prompt_len_given = false;    // --prompt-len given: random ids even for a trained model
     std::string kv_dtype = "fp32";     // --kv-dtype: one storage, or a comma list compared side by side
     KvScale kv_scale = KvScale::tensor;
     bool kv_scale_given = false;
@@ -54,6 +62,9 @@ struct SimulateRequest {
     std::int64_t sink_tokens = 0;      // --sink-tokens S: and its first S (StreamingLLM)
     std::string weight_dtype = "fp32"; // --weight-dtype: how the matmuls read the weights; a comma list compares them
     bool no_quality = false;           // --no-quality: policies run without the fp32 model beside them
+    std::string gpu = "h100";          // --gpu: the GPU preset whose roofline models each step's time
+    std::int64_t repeat = 1;           // --repeat: runs of the timed part; wall figures as median and range
+    std::string logits;                // --logits FILE.npy: each step's logits, float32 (steps, vocab)
 };
 
 // Everything a run needs, checked: the config (its first --layers layers), the weights, the
@@ -74,6 +85,8 @@ struct PreparedSimulation {
         DType weights = DType::fp32;
     };
     std::vector<Policy> policies;
+    GpuSpec gpu;                              // --gpu, resolved
+    std::shared_ptr<NpyRowWriter> logits;     // --logits: rows added by sim.on_logits, finished by simulation_outcome
 };
 
 // Throws UsageError / ConfigError / FormatError / IoError for anything wrong with the request, before
@@ -86,6 +99,9 @@ Report eval_report(const PreparedSimulation& prepared);
 // against the fp32 weights and full cache).
 Report kv_policy_report(const PreparedSimulation& p, const std::vector<SimulationResult>& runs);
 Report simulation_outcome(const PreparedSimulation& prepared, const SimulationResult& result);
+// --repeat N: the N - 1 runs after `first`, tokens and logits not streamed again; fills first.repeats with
+// every run's wall time per mode. Throws Interrupted when a Ctrl-C stops one.
+void repeat_simulation(const PreparedSimulation& prepared, SimulationResult& first, std::atomic<bool>& stop);
 // After printing the report: throws Error when cached and uncached diverged, Interrupted after Ctrl-C.
 void check_outcome(const PreparedSimulation& prepared, const SimulationResult& result);
 

@@ -279,6 +279,7 @@ SimulationResult SimulationRun::run() {
             if (!logits) logits = &out;
             if (rec_cached) compare_modes(step, out, *rec_cached, rec);
         }
+        if (o_.on_logits) o_.on_logits(*logits);
         finish_step(step, sampler_.sample(*logits), rec_cached, rec_uncached);
     }
     r_.core_use = core_clock.elapsed();

@@ -78,7 +78,7 @@ void check_trace_writable(const fs::path& path) {
 }
 
 nlohmann::json run_summary_json(const RunSummary& run) {
-    return {
+    nlohmann::json j = {
         {"display_name", run.display_name},
         {"mode", choice_name(sim_mode_choices, run.mode)},
         {"prompt_tokens", run.n_prompt},
@@ -99,6 +99,10 @@ nlohmann::json run_summary_json(const RunSummary& run) {
                                                        {"steps", run.kv_quality->n_steps}}
                                       : nlohmann::json(nullptr)},
     };
+    // --repeat N > 1: each run's summed wall time per mode (added in kvlab 51; absent for one run)
+    if (!run.repeats.cached_ns.empty() || !run.repeats.uncached_ns.empty())
+        j["repeat_wall_ns"] = {{"cached", run.repeats.cached_ns}, {"uncached", run.repeats.uncached_ns}};
+    return j;
 }
 
 void write_step_trace(const fs::path& path, const RunSummary& run, const std::vector<StepRecord>& records,

@@ -263,6 +263,19 @@ public:
                 fail(line, fmt::format("run summary: kv_quality 'steps' is {}; expected at most the {} steps done", kq.n_steps, run.n_steps_done));
             run.kv_quality = kq;
         }
+        // --repeat: each run's wall time per mode (traces before it, and of one run, have no such key)
+        if (j.contains("repeat_wall_ns")) {
+            const json& r = j.at("repeat_wall_ns");
+            auto walls = [&](const char* key) {
+                std::vector<std::int64_t> out;
+                if (!r.is_object() || !r.contains(key) || !r.at(key).is_array())
+                    fail(line, fmt::format("run summary: repeat_wall_ns '{}' is missing; expected an array of nanoseconds", key));
+                for (const json& v : r.at(key)) out.push_back(count_value(line, v, fmt::format("repeat_wall_ns '{}'", key)));
+                return out;
+            };
+            run.repeats.cached_ns = walls("cached");
+            run.repeats.uncached_ns = walls("uncached");
+        }
         // what the summary says of the run must hang together
         if (run.n_steps_done > run.n_steps || run.interrupted != (run.n_steps_done < run.n_steps))
             fail(line, fmt::format("run summary: {} of {} steps done with 'interrupted' {}; expected all steps done, or fewer and "

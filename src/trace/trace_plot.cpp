@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -18,40 +19,57 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The data file's columns (gnuplot counts from 1): step, per-step FLOPs, bytes and ms (cached, uncached),
+// KV resident, running sums of FLOPs, bytes and ms, running speed-up (uncached / cached) in wall time and
+// in modelled GPU time.
+constexpr int plot_n_columns = 16;
+constexpr const char* plot_columns =
+    "step flops_c flops_u bytes_c bytes_u ms_c ms_u kv_c sum_flops_c sum_flops_u sum_bytes_c sum_bytes_u sum_ms_c sum_ms_u speedup_wall speedup_gpu";
+
 std::int64_t modelled_step_ns(const StepRecord& r) {
     std::int64_t ns = 0;
     for (const auto& op : r.cost.ops) ns += modelled_op_ns(op);
     return ns;
 }
 
-// The data file gnuplot reads: a block per trace, a row per step (both modes, and running sums); `col_max`
-// gets each column's largest value over every trace, which picks each panel's unit.
-std::string plot_data(const std::vector<PlotInput>& traces, double (&col_max)[13]) {
+// The data file gnuplot reads: a block per trace, a row per step (both modes, running sums and the
+// running speed-up); `stats` gets each column's largest value over every trace, which picks each panel's
+// unit, and every per-step time, which sets the time panel's clip.
+std::string plot_data_text(const std::vector<PlotInput>& traces, PlotStats& stats) {
     std::ostringstream out;
     for (std::size_t i = 0; i < traces.size(); ++i) {
         const StepTrace& trace = *traces[i].trace;
         const bool wall = trace.run.has_wall_time;
-        out << (i ? "\n\n" : "") << "# step flops_c flops_u bytes_c bytes_u ms_c ms_u kv_c sum_flops_c sum_flops_u sum_bytes_c sum_bytes_u\n";
-        double sum[4] = {0, 0, 0, 0};  // running sums as doubles: gnuplot reads numbers as doubles anyway
+        const std::optional<GpuSpec> gpu = modelled_gpu(trace.inputs);
+        out << (i ? "\n\n" : "") << "# " << plot_columns << "\n";
+        double sum[8] = {};  // flops c/u, bytes c/u, ms c/u, gpu s c/u: doubles, as gnuplot reads them
         const StepIndex index(trace);
         for (std::int64_t s = 0; s < trace.run.n_steps_done; ++s) {
-            const StepRecord* c = index.find(StepMode::cached, s);
-            const StepRecord* u = index.find(StepMode::uncached, s);
-            auto col = [](const StepRecord* r, auto value) { return r ? fmt::format("{}", value(*r)) : std::string("?"); };
-            auto flops = [](const StepRecord& r) { return r.cost.total().flops; };
-            auto bytes = [](const StepRecord& r) { return r.cost.total().bytes_total(); };
-            auto ms = [&](const StepRecord& r) { return static_cast<double>(wall ? r.wall_ns : modelled_step_ns(r)) * 1e-6; };
-            auto kv = [](const StepRecord& r) { return r.kv_bytes_resident; };
-            if (c) sum[0] += static_cast<double>(flops(*c)), sum[2] += static_cast<double>(bytes(*c));
-            if (u) sum[1] += static_cast<double>(flops(*u)), sum[3] += static_cast<double>(bytes(*u));
-            auto total = [&](const StepRecord* r, int k) { return r ? fmt::format("{:.17g}", sum[k]) : std::string("?"); };
-            const double values[13] = {0, 0, c ? static_cast<double>(flops(*c)) : 0, u ? static_cast<double>(flops(*u)) : 0,
-                                       c ? static_cast<double>(bytes(*c)) : 0, u ? static_cast<double>(bytes(*u)) : 0, 0, 0,
-                                       c ? static_cast<double>(kv(*c)) : 0, sum[0], sum[1], sum[2], sum[3]};
-            for (int k = 2; k < 13; ++k) col_max[k] = std::max(col_max[k], values[k]);
-            out << s << ' ' << col(c, flops) << ' ' << col(u, flops) << ' ' << col(c, bytes) << ' ' << col(u, bytes) << ' '
-                << col(c, ms) << ' ' << col(u, ms) << ' ' << col(c, kv) << ' ' << total(c, 0) << ' ' << total(u, 1) << ' '
-                << total(c, 2) << ' ' << total(u, 3) << '\n';
+            const StepRecord* rec[2] = {index.find(StepMode::cached, s), index.find(StepMode::uncached, s)};
+            double v[plot_n_columns] = {static_cast<double>(s)};
+            bool have[plot_n_columns] = {true};
+            for (int m = 0; m < 2; ++m) {
+                const StepRecord* r = rec[m];
+                if (!r) continue;
+                const double ms = static_cast<double>(wall ? r->wall_ns : modelled_step_ns(*r)) * 1e-6;
+                sum[m] += static_cast<double>(r->cost.total().flops);
+                sum[2 + m] += static_cast<double>(r->cost.total().bytes_total());
+                sum[4 + m] += ms;
+                if (gpu) sum[6 + m] += modelled_step_seconds(*gpu, *r);
+                const int cols[] = {1, 3, 5, 8, 10, 12};  // 0-based: flops, bytes, ms, sum flops, sum bytes, sum ms (+ m)
+                const double vals[] = {static_cast<double>(r->cost.total().flops), static_cast<double>(r->cost.total().bytes_total()), ms,
+                                       sum[m], sum[2 + m], sum[4 + m]};
+                for (int k = 0; k < 6; ++k) v[cols[k] + m] = vals[k], have[cols[k] + m] = true;
+                stats.step_ms.push_back(ms);
+            }
+            if (rec[0]) v[7] = static_cast<double>(rec[0]->kv_bytes_resident), have[7] = true;
+            if (rec[0] && rec[1] && sum[4] > 0) v[14] = sum[5] / sum[4], have[14] = true;  // running uncached / cached, wall
+            if (rec[0] && rec[1] && gpu && sum[6] > 0) v[15] = sum[7] / sum[6], have[15] = true;  // and modelled on the GPU
+            for (int k = 0; k < plot_n_columns; ++k) {
+                if (have[k]) stats.col_max[k] = std::max(stats.col_max[k], v[k]);
+                out << (k ? " " : "") << (have[k] ? fmt::format("{:.17g}", v[k]) : std::string("?"));
+            }
+            out << '\n';
         }
     }
     return out.str();
@@ -86,7 +104,8 @@ void line_styles(std::ostream& gp, std::size_t n_traces, bool labelled) {
         const char* cached = labelled ? colours[i] : colours[0];
         const char* uncached = labelled ? colours[i] : colours[1];
         gp << fmt::format("set style line {} lc rgb '{}' lw 2 pt 7 ps 0.4\n", 10 + i, cached)
-           << fmt::format("set style line {} lc rgb '{}' lw 2 dt 2 pt 5 ps 0.4\n", 20 + i, uncached);
+           << fmt::format("set style line {} lc rgb '{}' lw 2 dt 2 pt 5 ps 0.4\n", 20 + i, uncached)
+           << fmt::format("set style line {} lc rgb '{}' lw 2 dt 3\n", 30 + i, labelled ? colours[i] : "#2e933c");  // modelled GPU
     }
 }
 
@@ -99,80 +118,139 @@ std::string time_title(const std::vector<PlotInput>& traces) {
                       : "modelled time per step (roofline; --deterministic trace)";
 }
 
+// The chart's panels as gnuplot commands: series of data columns (1-based, as gnuplot counts), each
+// panel's unit picked from its largest value.
+class PanelWriter {
+public:
+    PanelWriter(std::ostream& gp, const std::vector<PlotInput>& traces, const PlotStats& stats, PlotScale scale)
+        : gp_(gp), traces_(traces), stats_(stats), scale_(scale), labelled_(traces.size() > 1) {}
+
+    struct Axis {
+        double scale;
+        std::string ylabel;
+    };
+    Axis flops(int col_c, int col_u) const {
+        const double m = std::max(max_of(col_c), max_of(col_u));
+        static const char* names[] = {"FLOP", "kFLOP (10^3 FLOP)", "MFLOP (10^6 FLOP)", "GFLOP (10^9 FLOP)", "TFLOP (10^{12} FLOP)"};
+        int k = 0;
+        while (k < 4 && m >= std::pow(1000.0, k + 1)) ++k;
+        return Axis{std::pow(1000.0, k), names[k]};
+    }
+    Axis bytes(int col_c, int col_u) const {
+        const ByteAxis a = byte_axis(std::max(max_of(col_c), max_of(col_u)));
+        return Axis{a.scale, a.label};
+    }
+    // trace i's cached series (style 10 + i) from col_c, its uncached one (20 + i) from col_u; `y` maps
+    // "$N" to the value drawn (a clip); ARG3.. (labels, text from the command line) reach gnuplot as strings
+    std::string series(int col_c, int col_u, const Axis& axis, bool cached_only = false, const std::string& y_fmt = "${}") const {
+        const std::string div = axis.scale == 1.0 ? "" : fmt::format("/{:.17g}", axis.scale);
+        std::vector<std::string> parts;
+        for (std::size_t i = 0; i < traces_.size(); ++i) {
+            const SimMode mode = traces_[i].trace->run.mode;
+            const std::string label = labelled_ ? fmt::format("ARG{}.' '.", i + 3) : std::string();
+            auto one = [&](int col, int style, const char* name) {
+                const std::string y = fmt::format(fmt::runtime(y_fmt), col);
+                return fmt::format("ARG1 index {} using 1:(({}){}) with linespoints ls {} title {}'{}'", i, y, div, style, label, name);
+            };
+            if (mode != SimMode::uncached) parts.push_back(one(col_c, 10 + static_cast<int>(i), "cached"));
+            if (mode != SimMode::cached && !cached_only) parts.push_back(one(col_u, 20 + static_cast<int>(i), "uncached"));
+        }
+        return join(parts);
+    }
+    void panel(const std::string& title, const Axis& axis, const std::string& plots, bool log = true) {
+        gp_ << (scale_ == PlotScale::log && log ? "set logscale y\n" : "unset logscale y\n") << "set format y '%g'\nset ylabel "
+            << gp_quote(axis.ylabel) << "\nset title " << gp_quote(title) << "\nplot " << (plots.empty() ? "NaN notitle" : plots) << "\n";
+    }
+    // per-step time, clipped at `clip` ms (0: none): the steps above it drawn on the clip line as open
+    // triangles, and a label saying how many and the largest
+    void time_panel(const std::string& title, double clip) {
+        const Axis ms{1.0, "ms"};
+        if (clip <= 0) return panel(title, ms, series(6, 7, ms));
+        std::size_t n_above = 0;
+        double top = 0;
+        for (const double v : stats_.step_ms) n_above += v > clip ? 1 : 0, top = std::max(top, v);
+        const std::string c = fmt::format("{:.17g}", clip);
+        std::string plots = series(6, 7, ms, false, "${0} > " + c + " ? " + c + " : ${0}");
+        for (std::size_t i = 0; i < traces_.size(); ++i)
+            for (const int col : {6, 7})
+                plots += fmt::format(", ARG1 index {} using 1:(${} > {} ? {} : NaN) with points pt 8 ps 1.2 lc rgb '#000000' {}", i, col, c, c,
+                                     i == 0 && col == 6 ? "title 'clipped'" : "notitle");
+        gp_ << fmt::format("set yrange [*:{:.17g}]\nset label 1 '{} step time(s) above {:.3g} ms (the 99th percentile), up to {:.3g} ms' at graph 0.98, graph 0.93 right front\n",
+                           clip * 1.05, n_above, clip, top);
+        panel(title + ", clipped at the 99th percentile", ms, plots);
+        gp_ << "unset label 1\nset yrange [*:*]\n";
+    }
+    // the running speed-up, uncached / cached: wall (or the model CPU of --deterministic traces) and GPU
+    void speedup_panel(const std::string& wall_name) {
+        std::vector<std::string> parts;
+        for (std::size_t i = 0; i < traces_.size(); ++i) {
+            if (traces_[i].trace->run.mode != SimMode::both) continue;
+            const std::string label = labelled_ ? fmt::format("ARG{}.' '.", i + 3) : std::string();
+            parts.push_back(fmt::format("ARG1 index {} using 1:15 with lines ls {} title {}'{}'", i, 10 + i, label, wall_name));
+            if (max_of(16) > 0)
+                parts.push_back(fmt::format("ARG1 index {} using 1:16 with lines ls {} title {}'modelled GPU'", i, 30 + i, label));
+        }
+        panel("speed-up so far: uncached time / cached time", Axis{1.0, "x (uncached / cached)"}, join(parts), false);
+    }
+    double max_of(int col) const { return stats_.col_max[col - 1]; }
+
+private:
+    static std::string join(const std::vector<std::string>& parts) {
+        std::string s;
+        for (std::size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
+        return s;
+    }
+    std::ostream& gp_;
+    const std::vector<PlotInput>& traces_;
+    const PlotStats& stats_;
+    PlotScale scale_;
+    bool labelled_;
+};
+
 }  // namespace
+
+std::string trace_plot_data(const std::vector<PlotInput>& traces, PlotStats& stats) { return plot_data_text(traces, stats); }
+
+double time_clip_ms(std::vector<double> v) {
+    if (v.size() < 2) return 0;
+    std::sort(v.begin(), v.end());
+    const auto rank = static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(v.size())));  // nearest rank, 1-based
+    const double p99 = v[std::max<std::size_t>(rank, 1) - 1];
+    return v.back() > 1.5 * p99 ? p99 : 0.0;
+}
 
 void plot_traces(const std::vector<PlotInput>& traces, const fs::path& output, PlotScale scale) {
     if (traces.empty() || traces.size() > max_plot_traces)
         throw UsageError(fmt::format("trace plot: {} traces; expected 1 to {} on one chart", traces.size(), max_plot_traces));
     gnuplot_terminal(output, 1, 1);  // the extension, checked before any work
-
-    double col_max[13] = {};  // per data column, over every trace: picks each panel's unit
-    const std::string data = plot_data(traces, col_max);
-
-    // Series: trace i in colour i; cached solid with points, uncached dashed. A trace's label (ARG3..,
-    // text from the command line) reaches gnuplot as a string value, never as script.
-    const std::string d = "ARG1";  // the data file's name, passed on gnuplot's command line (gnuplot -c)
+    PlotStats stats;
+    const std::string data = plot_data_text(traces, stats);
     const bool labelled = traces.size() > 1;
-    // Units on the axes: each panel scales its data to one unit chosen from its largest value, so the
-    // ticks are round numbers of that unit: FLOPs in decimal prefixes (as the tables: MFLOP, GFLOP),
-    // bytes in binary ones (KiB, MiB, GiB, as the tables with --units iec), time in ms.
-    struct Axis {
-        double scale;
-        std::string ylabel;
-    };
-    auto flop_axis = [&](int col_c, int col_u) {
-        const double m = std::max(col_max[col_c], col_max[col_u]);
-        static const char* names[] = {"FLOP", "kFLOP (10^3 FLOP)", "MFLOP (10^6 FLOP)", "GFLOP (10^9 FLOP)", "TFLOP (10^{12} FLOP)"};
-        int k = 0;
-        while (k < 4 && m >= std::pow(1000.0, k + 1)) ++k;
-        return Axis{std::pow(1000.0, k), names[k]};
-    };
-    auto bytes_axis = [&](int col_c, int col_u) {
-        const ByteAxis a = byte_axis(std::max(col_max[col_c], col_max[col_u]));
-        return Axis{a.scale, a.label};
-    };
-    auto series = [&](int col_c, int col_u, const Axis& axis, bool cached_only = false) {
-        const std::string y = axis.scale == 1.0 ? "" : fmt::format("/{:.17g}", axis.scale);
-        std::vector<std::string> parts;
-        for (std::size_t i = 0; i < traces.size(); ++i) {
-            const SimMode mode = traces[i].trace->run.mode;
-            const std::string label = labelled ? fmt::format("ARG{}.' '.", i + 3) : std::string();
-            if (mode != SimMode::uncached)
-                parts.push_back(fmt::format("{} index {} using 1:(${}{}) with linespoints ls {} title {}'cached'", d, i, col_c, y, 10 + i, label));
-            if (mode != SimMode::cached && !cached_only)
-                parts.push_back(fmt::format("{} index {} using 1:(${}{}) with linespoints ls {} title {}'uncached'", d, i, col_u, y, 20 + i, label));
-        }
-        if (parts.empty()) return std::string("NaN notitle");
-        std::string s;
-        for (std::size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
-        return s;
-    };
     std::ostringstream gp;
-    gp << gnuplot_terminal(output, 1200, 1200) << "set output\n"  // stdout: the chart file kvlab opened
+    gp << gnuplot_terminal(output, 1200, 1500) << "set output\n"  // stdout: the chart file kvlab opened
        << "set datafile missing '?'\n";
     line_styles(gp, traces.size(), labelled);
-    gp << "set style line 3 lc rgb '#2e933c' lw 2\n"
-       << "set grid\nset xlabel 'step (0 = prefill)'\n"
+    gp << "set grid\nset xlabel 'step (0 = prefill)'\n"
        << (labelled ? "set key top left opaque font ',9' spacing 0.9 samplen 3\n" : "set key top left opaque\n");
-    auto panel = [&](const std::string& title, const Axis& axis, const std::string& plots) {
-        gp << (scale == PlotScale::log ? "set logscale y\n" : "unset logscale y\n") << "set format y '%g'\nset ylabel "
-           << gp_quote(axis.ylabel) << "\nset title " << gp_quote(title) << "\nplot " << plots << "\n";
-    };
+    PanelWriter w(gp, traces, stats, scale);
     const std::string title = plot_title(traces, scale);
-    gp << "set multiplot layout 3,2 title ARG2 font ',14' noenhanced\n";
-    const Axis ms{1.0, "ms"};
-    panel("FLOPs per step: uncached grows with the context, cached stays flat", flop_axis(2, 3), series(2, 3, flop_axis(2, 3)));
-    panel("bytes moved per step (weights + activations + KV)", bytes_axis(4, 5), series(4, 5, bytes_axis(4, 5)));
-    panel(time_title(traces), ms, series(6, 7, ms));
+    gp << "set multiplot layout 4,2 title ARG2 font ',14' noenhanced\n";
+    const PanelWriter::Axis ms{1.0, "ms"};
+    w.panel("FLOPs per step: uncached grows with the context, cached stays flat", w.flops(2, 3), w.series(2, 3, w.flops(2, 3)));
+    w.panel("bytes moved per step (weights + activations + KV)", w.bytes(4, 5), w.series(4, 5, w.bytes(4, 5)));
+    w.time_panel(time_title(traces), time_clip_ms(stats.step_ms));
     const bool any_cached = std::any_of(traces.begin(), traces.end(), [](const auto& t) { return t.trace->run.mode != SimMode::uncached; });
     if (any_cached) {
-        panel("KV-cache bytes resident (cached mode): one token more per step, up to any window", bytes_axis(8, 8), series(8, 8, bytes_axis(8, 8), true));
+        w.panel("KV-cache bytes resident (cached mode): one token more per step, up to any window", w.bytes(8, 8), w.series(8, 8, w.bytes(8, 8), true));
     } else {  // uncached runs keep no cache: a zero line over their steps (a log axis has no 0)
         gp << "unset logscale y\nset yrange [0:1]\nset ylabel 'bytes'\nset title 'KV-cache bytes resident: the uncached mode keeps no cache'\n"
-           << "plot " << d << " index 0 using 1:(0) with lines ls 20 title 'uncached: 0 B'\nset yrange [*:*]\n";
+           << "plot ARG1 index 0 using 1:(0) with lines ls 20 title 'uncached: 0 B'\nset yrange [*:*]\n";
     }
-    panel("FLOPs so far: cached grows linearly, uncached quadratically", flop_axis(9, 10), series(9, 10, flop_axis(9, 10)));
-    panel("bytes moved so far", bytes_axis(11, 12), series(11, 12, bytes_axis(11, 12)));
+    w.panel("FLOPs so far: cached grows linearly, uncached quadratically", w.flops(9, 10), w.series(9, 10, w.flops(9, 10)));
+    w.panel("bytes moved so far", w.bytes(11, 12), w.series(11, 12, w.bytes(11, 12)));
+    const bool all_wall = std::all_of(traces.begin(), traces.end(), [](const auto& t) { return t.trace->run.has_wall_time; });
+    w.panel(all_wall ? "wall time so far (measured)" : "time so far (modelled CPU for --deterministic traces)", ms, w.series(13, 14, ms));
+    w.speedup_panel(all_wall ? "wall" : "modelled CPU");
     gp << "unset multiplot\nset output\n";
     std::vector<std::string> args{title};
     for (const auto& t : traces) args.push_back(t.label);  // ARG3..: the series labels

@@ -57,21 +57,37 @@ private:
     std::int64_t max_piece_bytes_ = 0;
 };
 
+// Bytes in, valid UTF-8 out, as a stream: a sequence cut at the end of one put() is held until the next
+// completes it; bytes that cannot be part of a valid sequence come out as U+FFFD, one per maximal
+// subpart (Unicode 15, section 3.9, "U+FFFD Substitution of Maximal Subparts"), as browsers decode.
+class Utf8Stream {
+public:
+    std::string put(std::string_view bytes);
+    std::string finish();  // a sequence still cut short: U+FFFD; then empty
+
+private:
+    std::string pending_;  // at most 3 bytes: the start of a sequence not yet complete
+};
+
 // Turns a stream of ids into printable text one id at a time, as generation produces them: a BOS
-// opening the stream prints nothing; every other id prints printable_piece(decode(previous id, id)).
+// opening the stream prints nothing; every other id adds printable_piece(decode(previous id, id)) to a
+// Utf8Stream, so the text is always valid UTF-8 (byte-fallback tokens that spell one character
+// together print it once complete; bytes that spell none print U+FFFD).
 class TextDecoder {
 public:
     explicit TextDecoder(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
     std::string next(std::int32_t token);  // throws UsageError for ids outside the vocabulary
+    std::string finish();                  // at the end of the stream: U+FFFD for a sequence left incomplete
 
 private:
     const Tokenizer& tokenizer_;
     std::int32_t prev_ = -1;  // -1: nothing decoded yet
+    Utf8Stream utf8_;
 };
 
 // What to print for a decoded piece: "" for a single byte that is a control character other than
-// whitespace (llama2.c's safe printing); bytes >= 0x80 are kept, as parts of UTF-8 sequences that
-// byte-fallback tokens spell one byte at a time.
+// whitespace (as llama2.c's safe printing); bytes >= 0x80 are kept, as parts of UTF-8 sequences that
+// byte-fallback tokens spell one byte at a time (run.c drops them: docs/cli-simulate.md).
 std::string printable_piece(std::string piece);
 
 }  // namespace kvlab

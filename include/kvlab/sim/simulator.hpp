@@ -54,6 +54,9 @@ struct SimulateOptions {
     const std::atomic<bool>* stop = nullptr;  // when set (SIGINT), stop after the current step
     std::function<void(std::int64_t n_done, std::int64_t n_steps)> on_step;  // progress, may be empty
     std::function<void(TokenId token)> on_token;  // each generated token as soon as it is chosen, may be empty
+    // each step's logits, the ones the sampler reads (cached mode when it runs, with any policy; else
+    // uncached), before the token is chosen; may be empty (simulate --logits)
+    std::function<void(const VectorF& logits)> on_logits;
 };
 
 // One forward call of one mode. Costs are summed over layers.
@@ -93,6 +96,11 @@ struct ReferenceKernelRun {
     int fast_threads = 1;                           // the threads the fast path ran on
 };
 
+// --repeat: every run's summed forward wall time per mode (ns), the first run's included; empty for one run.
+struct RepeatWalls {
+    std::vector<std::int64_t> cached_ns, uncached_ns;
+};
+
 struct SimulationResult {
     std::vector<TokenId> prompt;
     std::vector<TokenId> generated;
@@ -108,6 +116,7 @@ struct SimulationResult {
     std::optional<KvQuality> kv_quality;  // a policy: against the fp32 weights and full cache
     std::optional<ReferenceKernelRun> reference_kernel;  // --kernel reference
     CoreUse core_use;                     // over the steps: how many cores the threads had
+    RepeatWalls repeats;                  // --repeat N > 1: filled by the caller from N runs
 };
 
 // KL(p || q) of the softmax distributions of two logit vectors, in nats (double precision).
