@@ -217,6 +217,7 @@ PreparedServe prepare_serve(ServeCommand c) {
     if (c.prefix_cache && c.layout == LayoutChoice::contiguous)
         throw UsageError("--prefix-cache: blocks are shared in the paged layout; expected --kv-layout paged or both");
     if (!c.trace.empty()) check_trace_writable(c.trace);
+    for (ServeOptions& o : p.runs) o.record_pool_map = !c.trace.empty() && trace_format_for(c.trace) == TraceFormat::jsonl;  // the block map
     const std::uint64_t memory = check_serve_memory(c, cfg, p, rows, max_model_len);
     p.inputs = serve_inputs(c, cfg, p, rows, max_model_len, memory);
     p.weights = load_model_weights(c.source, cfg, c.seed);
