@@ -10,6 +10,7 @@ void setup_gpu(CLI::App& app);
 void setup_simulate(CLI::App& app);
 void setup_serve(CLI::App& app);
 void setup_trace(CLI::App& app);
+void setup_report(CLI::App& app);
 void setup_completion(CLI::App& app);  // after the others: it reads their options
 
 }  // namespace kvlab::cli

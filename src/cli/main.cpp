@@ -198,6 +198,7 @@ int main(int argc, char** argv) {
     kvlab::cli::setup_simulate(app);
     kvlab::cli::setup_serve(app);
     kvlab::cli::setup_trace(app);
+    kvlab::cli::setup_report(app);
     kvlab::cli::setup_completion(app);
     read_numbers_strictly(app);
     refuse_empty_text(app);

@@ -256,6 +256,39 @@ std::int64_t KvAllocator::rows_holding_tokens() const {
     return n;
 }
 
+std::vector<KvPoolCell> KvAllocator::pool_map() const {
+    const std::int64_t cell = map_cell_rows(), n_cells = (o_.n_rows + cell - 1) / cell;
+    std::vector<KvPoolCell> map(static_cast<std::size_t>(n_cells));
+    if (o_.layout == KvLayout::contiguous) {
+        // ranges are disjoint: taken in row order, the first range to reach a cell owns it
+        std::vector<std::pair<std::int64_t, const std::pair<const SeqId, Seq>*>> by_start;
+        for (const auto& entry : seqs_) by_start.emplace_back(entry.second.block_rows.front(), &entry);
+        std::sort(by_start.begin(), by_start.end());
+        for (const auto& [start, entry] : by_start) {
+            const std::int64_t end = start + entry->second.reserved, valid_end = start + entry->second.valid;
+            for (std::int64_t c = start / cell; c * cell < end; ++c) {
+                KvPoolCell& m = map[static_cast<std::size_t>(c)];
+                if (m.owner == kv_cell_free) m.owner = entry->first;
+                m.fill += static_cast<std::int32_t>(std::max<std::int64_t>(0, std::min(valid_end, (c + 1) * cell) - std::max(start, c * cell)));
+            }
+        }
+        return map;
+    }
+    for (std::int64_t b = 0; b < n_blocks_; ++b) {
+        const Block& blk = blocks_[static_cast<std::size_t>(b)];
+        KvPoolCell& m = map[static_cast<std::size_t>(b)];
+        if (blk.refs == 0 && blk.key) m = {kv_cell_cached, blk.fill, false};
+        m.shared = blk.refs > 1;
+        if (blk.refs > 0) m.fill = blk.fill;
+    }
+    for (const auto& [id, s] : seqs_)  // in id order: a shared block's owner is its lowest holder
+        for (const std::int64_t row : s.block_rows) {
+            KvPoolCell& m = map[static_cast<std::size_t>(row / o_.block_size)];
+            if (m.owner < 0) m.owner = id;
+        }
+    return map;
+}
+
 std::int64_t KvAllocator::rows_cached() const { return static_cast<std::int64_t>(cached_.size()) * o_.block_size; }
 
 std::int64_t KvAllocator::largest_free_range() const {

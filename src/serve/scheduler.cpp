@@ -208,7 +208,7 @@ ServeResult Scheduler::run() {
         clock_ns_ += step_ns;
         rec.n_running = std::ssize(running_);
         rec.n_waiting = std::ssize(waiting_);
-        result_.steps.push_back(rec);
+        result_.steps.push_back(std::move(rec));
     }
     result_.core_use = core_clock.elapsed();
     result_.counters = alloc_.counters();
@@ -301,6 +301,7 @@ const MatrixRM& Scheduler::run_forward(ServeStep& rec) {
     rec.rows_tokens = alloc_.rows_holding_tokens();
     rec.rows_cached = alloc_.rows_cached();
     rec.largest_free = alloc_.largest_free_range();
+    if (o_.record_pool_map) rec.pool_map = alloc_.pool_map();
     return logits;
 }
 

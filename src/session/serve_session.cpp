@@ -261,6 +261,7 @@ PreparedServe prepare_serve(ServeCommand c) {
     }
     p.gpu = find_gpu(c.gpu);
     roofline_time(p.gpu, 0, 0);  // a GPU with no bandwidth or peak is refused before any work
+    for (ServeOptions& o : p.runs) o.record_pool_map = !c.trace.empty() && trace_format_for(c.trace) == TraceFormat::jsonl;  // the block map
     const std::uint64_t memory = check_serve_memory(c, cfg, p, rows, max_model_len);
     p.inputs = serve_inputs(c, cfg, p, rows, max_model_len, memory);
     p.weights = load_model_weights(c.source, cfg, c.seed);

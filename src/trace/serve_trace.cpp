@@ -71,6 +71,18 @@ json record_json(const ServeStep& s, KvLayout layout, std::int64_t pool_rows, bo
     return j;
 }
 
+// A step's pool map as a JSONL record's "pool_map": the cell size, each cell's owner and filled rows, and
+// the shared cells' indices (docs/trace-format.md, "block map").
+json pool_map_json(const std::vector<KvPoolCell>& map, std::int64_t cell_rows) {
+    json owner = json::array(), fill = json::array(), shared = json::array();
+    for (std::size_t c = 0; c < map.size(); ++c) {
+        owner.push_back(map[c].owner);
+        fill.push_back(map[c].fill);
+        if (map[c].shared) shared.push_back(c);
+    }
+    return {{"cell_rows", cell_rows}, {"owner", std::move(owner)}, {"fill", std::move(fill)}, {"shared", std::move(shared)}};
+}
+
 std::string csv_cell(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
 // Microseconds, the Perfetto timeline's unit, from nanoseconds.
@@ -216,8 +228,10 @@ void write_serve_trace(const std::filesystem::path& path, const std::vector<Serv
         }
         for (std::size_t k = 0; k < results.size(); ++k)
             for (const ServeStep& s : results[k].steps) {
-                const json j = record_json(s, runs[k].pool.layout, results[k].pool_rows, deterministic);
+                json j = record_json(s, runs[k].pool.layout, results[k].pool_rows, deterministic);
                 if (format == TraceFormat::jsonl) {
+                    if (!s.pool_map.empty())
+                        j["pool_map"] = pool_map_json(s.pool_map, runs[k].pool.layout == KvLayout::paged ? runs[k].pool.block_size : kv_map_group_rows);
                     out << json_dump(j) << "\n";
                     continue;
                 }
@@ -323,7 +337,9 @@ struct ServeTraceReader {
             }
         } else {
             row = parse_json(lines[i], fmt::format("{}:{}", where, line), Keys::unique);
-            if (!row.is_object() || row.size() != columns.size()) throw fail(line, fmt::format("expected an object of the {} columns", columns.size()));
+            const std::size_t extra = row.is_object() && row.contains("pool_map") ? 1 : 0;  // the block map, not a column
+            if (!row.is_object() || row.size() != columns.size() + extra)
+                throw fail(line, fmt::format("expected an object of the {} columns (and pool_map)", columns.size()));
         }
         return row;
     }
@@ -365,6 +381,47 @@ struct ServeTraceReader {
                              "tokens, or tokens generated > sequences); the file was edited or corrupted");
     }
 
+    // A JSONL record's pool_map into s.pool_map: cell_rows >= 1, a cell per cell_rows of the pool, owners >= -2,
+    // fills within a cell, shared cells held; the held cells' fill adds up to the step's rows holding tokens.
+    std::int64_t read_pool_map(std::size_t line, const json& row, std::int64_t pool, ServeStep& s) const {
+        if (!row.contains("pool_map")) return 0;
+        const json& m = row.at("pool_map");
+        auto ints = [&](const char* key) {
+            if (!m.is_object() || !m.contains(key) || !m.at(key).is_array()) throw fail(line, fmt::format("pool_map.{}: expected an array", key));
+            std::vector<std::int64_t> v;
+            for (const json& x : m.at(key)) {
+                if (!x.is_number_integer()) throw fail(line, fmt::format("pool_map.{} holds {}; expected integers", key, json_excerpt(x)));
+                v.push_back(x.get<std::int64_t>());
+            }
+            return v;
+        };
+        const json cell = m.is_object() ? m.value("cell_rows", json()) : json();
+        if (!cell.is_number_integer() || cell.get<std::int64_t>() < 1 || cell.get<std::int64_t>() > pool)
+            throw fail(line, fmt::format("pool_map.cell_rows is {}; expected 1..{} (the pool's rows)", json_excerpt(cell), pool));
+        const std::int64_t cell_rows = cell.get<std::int64_t>(), n_cells = (pool + cell_rows - 1) / cell_rows;
+        const auto owner = ints("owner"), fill = ints("fill"), shared = ints("shared");
+        if (std::ssize(owner) != n_cells || std::ssize(fill) != n_cells)
+            throw fail(line, fmt::format("pool_map has {} owners and {} fills; expected {} cells ({} rows / {} per cell)", owner.size(), fill.size(),
+                                         n_cells, pool, cell_rows));
+        s.pool_map.resize(static_cast<std::size_t>(n_cells));
+        std::int64_t held_fill = 0;
+        for (std::size_t c = 0; c < owner.size(); ++c) {
+            if (owner[c] < kv_cell_cached || fill[c] < 0 || fill[c] > cell_rows)
+                throw fail(line, fmt::format("pool_map cell {}: owner {}, fill {}; expected an owner >= -2 and a fill 0..{}", c, owner[c], fill[c], cell_rows));
+            s.pool_map[c] = {owner[c], static_cast<std::int32_t>(fill[c]), false};
+            if (owner[c] >= 0) held_fill += fill[c];
+        }
+        for (std::size_t k = 0; k < shared.size(); ++k) {
+            if (shared[k] < 0 || shared[k] >= n_cells || (k > 0 && shared[k] <= shared[k - 1]) || owner[static_cast<std::size_t>(shared[k])] < 0)
+                throw fail(line, fmt::format("pool_map.shared holds {}; expected increasing indices of held cells", shared[k]));
+            s.pool_map[static_cast<std::size_t>(shared[k])].shared = true;
+        }
+        if (held_fill != s.rows_tokens)
+            throw fail(line, fmt::format("pool_map: the held cells' fill adds up to {} rows, the step's rows_tokens is {}; the file was edited or "
+                                         "corrupted", held_fill, s.rows_tokens));
+        return cell_rows;
+    }
+
     // The steps of the step's layout: a new layout starts after the last one's steps, with its own pool.
     std::vector<ServeStep>& steps_of_layout(std::size_t line, KvLayout layout, std::int64_t pool) {
         auto it = std::find(t.layouts.begin(), t.layouts.end(), layout);
@@ -372,6 +429,7 @@ struct ServeTraceReader {
             t.layouts.push_back(layout);
             t.steps.emplace_back();
             t.pool_rows.push_back(pool);
+            t.map_cell_rows.push_back(-1);  // set by the layout's first step
             it = t.layouts.end() - 1;
         } else if (it != t.layouts.end() - 1) {
             throw fail(line, "the layouts' records are interleaved; expected each layout's steps together");
@@ -412,7 +470,13 @@ struct ServeTraceReader {
             KvLayout layout = KvLayout::paged;
             std::int64_t pool = 0;
             read_step(line, row, s, layout, pool);
+            const std::int64_t cell_rows = read_pool_map(line, row, pool, s);
             add_step(line, s, layout, pool);
+            std::int64_t& layout_cells = t.map_cell_rows.back();
+            if (layout_cells >= 0 && layout_cells != cell_rows)
+                throw fail(line, cell_rows == 0 ? std::string("a step without pool_map in a layout whose steps have one")
+                                                : fmt::format("pool_map.cell_rows {}; the layout's earlier steps have {}", cell_rows, layout_cells));
+            layout_cells = cell_rows;
         }
     }
 };

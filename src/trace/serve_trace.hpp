@@ -29,6 +29,9 @@ struct ServeTrace {
     std::vector<KvLayout> layouts;                 // in file order
     std::vector<std::vector<ServeStep>> steps;     // per layout
     std::vector<std::int64_t> pool_rows;           // per layout
+    // per layout: rows per cell of the steps' pool_map (JSONL "pool_map"); 0: the trace has no map (CSV,
+    // --trace written by a kvlab before the block map), and the steps' pool_map are empty
+    std::vector<std::int64_t> map_cell_rows;
     bool has_wall_time = true;
 };
 

@@ -46,6 +46,18 @@ struct RowCopy {
     std::int64_t src = 0, dst = 0, n = 0;
 };
 
+// One cell of the pool's map (a paged block, or 16 rows of a contiguous pool): who holds it now. The
+// picture of paged vs contiguous the vLLM paper draws by hand (Fig. 3), from a real run.
+inline constexpr std::int64_t kv_cell_free = -1;       // owner: held by nobody, not cached
+inline constexpr std::int64_t kv_cell_cached = -2;     // owner: held by nobody, kept for the prefix cache
+inline constexpr std::int64_t kv_map_group_rows = 16;  // contiguous: rows per cell
+struct KvPoolCell {
+    std::int64_t owner = kv_cell_free;  // the sequence holding it (the lowest id when shared), or kv_cell_*
+    std::int32_t fill = 0;              // rows holding a token's K and V
+    bool shared = false;                // held by two or more sequences (a prefix block, ref count > 1)
+    bool operator==(const KvPoolCell&) const = default;
+};
+
 // Counts the allocator keeps over a run.
 struct KvAllocatorCounters {
     std::int64_t cow_copies = 0;           // blocks copied before a write (copy-on-write)
@@ -92,6 +104,10 @@ public:
     std::int64_t rows_free() const { return o_.n_rows - rows_in_use(); }
     std::int64_t largest_free_range() const;  // contiguous: the longest reservation that fits now
     std::int64_t n_live() const { return static_cast<std::int64_t>(seqs_.size()); }
+    // The pool's map, cell by cell from row 0: paged, one cell per block; contiguous, one per 16 rows (the
+    // last may be shorter), owned by the sequence holding the cell's first held row.
+    std::int64_t map_cell_rows() const { return o_.layout == KvLayout::paged ? o_.block_size : kv_map_group_rows; }
+    std::vector<KvPoolCell> pool_map() const;
     const KvAllocatorCounters& counters() const { return counters_; }
 
 private:

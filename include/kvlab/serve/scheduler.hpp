@@ -40,6 +40,7 @@ struct ServeOptions {
     std::int64_t max_model_len = 0;         // positions a request may use; contiguous max-len reserves this many
     ReserveRule reserve = ReserveRule::max_len;
     bool check = false;  // each finished request against a solo run of the single-sequence path
+    bool record_pool_map = false;  // each step's ServeStep::pool_map (a JSONL trace's block map)
     const std::atomic<bool>* stop = nullptr;  // when set (SIGINT), stop after the current step
 };
 
@@ -61,6 +62,9 @@ struct ServeStep {
     StepCost cost;                      // per op, the whole batch
     std::int64_t forward_ns = 0;        // the forward call
     std::int64_t schedule_ns = 0;       // everything else in the step: scheduling, pool bookkeeping, sampling
+    // record_pool_map: who holds each cell of the pool then (KvAllocator::pool_map; owners are request
+    // indices); else empty
+    std::vector<KvPoolCell> pool_map;
 };
 
 // What a request did in one step (the Perfetto timeline's slices).
