@@ -372,10 +372,25 @@ TEST_CASE("Modelled GPU time: each step's roofline over its whole counted cost, 
         CHECK(r.headline[1].find(table_cell(r, "modelled_ms", col).text + " ms") != std::string::npos);
     }
     CHECK(table_cell(r, "modelled_memory_bound_steps", 2).text == "1 / 2");
+    // the CPU's wall time (set here by hand): paging slower on the CPU while faster modelled, so the line says why from counts
+    s[0].seconds = 2.0;
+    s[1].seconds = 1.0;
+    s[0].max_step_weight_bytes = 1 << 20;  // 1 MiB: below the 64 MiB called "a model this small"
+    s[0].n_computed_tokens = 10;
+    s[0].recomputed_tokens = 3;
+    s[0].preemptions = 1;
+    std::vector<std::string> h = serve_headline(s, UnitSystem::iec);
+    REQUIRE(h.size() == 3);
+    CHECK(h[2] == "CPU wall time (measured, one run): paged 2.000 s vs contiguous 1.000 s: on a CPU a model this small (1.00 MiB of "
+                  "weights read per step) gains little from batching, and paging ran 10 tokens through the model vs 6 (3 recomputed after "
+                  "1 preemption)");
+    s[0].seconds = 0.5;  // faster on the CPU too: nothing to explain
+    CHECK(serve_headline(s, UnitSystem::iec)[2] == "CPU wall time (measured, one run): paged 0.500 s vs contiguous 1.000 s: faster here too");
     // one layout: its own line
     const Report one = serve_report({s[0]}, {}, nlohmann::json::object(), "t", 2048, UnitSystem::iec, Format::table);
-    REQUIRE(one.headline.size() == 2);
+    REQUIRE(one.headline.size() == 3);
     CHECK(one.headline[1] == "modelled on NVIDIA H100 SXM 80GB: 1.000 ms (4000 generated tok/s)");
+    CHECK(one.headline[2] == "CPU wall time (measured, one run): 0.500 s");
 }
 
 TEST_CASE("serve --arrival bursty:SIZE/EVERY: request i arrives at step (i / SIZE) x EVERY") {

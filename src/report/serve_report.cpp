@@ -149,10 +149,12 @@ std::string wall_reason(const ServeSummary& p, const ServeSummary& c, UnitSystem
     if (p.max_step_weight_bytes < (std::uint64_t{64} << 20))
         why.push_back(fmt::format("on a CPU a model this small ({} of weights read per step) gains little from batching",
                                   format_bytes(p.max_step_weight_bytes, units)));
+    // (a trace keeps no per-request records: the tokens recomputed are known from a run only)
+    const std::string after = p.recomputed_tokens > 0 ? fmt::format(" ({} recomputed after {})", p.recomputed_tokens, counted(p.preemptions, "preemption"))
+                              : p.preemptions > 0     ? fmt::format(", after {}", counted(p.preemptions, "preemption"))
+                                                      : std::string();
     if (p.n_computed_tokens > c.n_computed_tokens)
-        why.push_back(fmt::format("paging ran {} tokens through the model vs {} ({})", p.n_computed_tokens, c.n_computed_tokens,
-                                  p.recomputed_tokens > 0 ? fmt::format("{} recomputed after {}", p.recomputed_tokens, counted(p.preemptions, "preemption"))
-                                                          : fmt::format("{} after preemption", counted(p.preemptions, "recomputation"))));
+        why.push_back(fmt::format("paging ran {} tokens through the model vs {}{}", p.n_computed_tokens, c.n_computed_tokens, after));
     if (why.empty()) why.push_back("one run's timings vary");
     std::string out = why.front();
     for (std::size_t i = 1; i < why.size(); ++i) out += ", and " + why[i];
