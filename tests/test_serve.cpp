@@ -141,6 +141,43 @@ TEST_CASE("Prefix cache: a block rewritten in place with the same tokens keeps t
     a.release(3);
 }
 
+TEST_CASE("Pool map, paged: each block's request, its filled rows, shared prefix blocks and idle cached ones") {
+    KvAllocator a({KvLayout::paged, 32, 4, true});  // 8 blocks of 4 rows; free blocks are taken from block 0 up
+    const std::vector<TokenId> t = iota_tokens(10);  // request 0: 10 tokens = blocks 0, 1, 2 holding 4, 4, 2 rows
+    REQUIRE(a.reserve(0, 10));
+    a.commit(0, t, 10);
+    std::vector<TokenId> tb(t.begin(), t.begin() + 8);  // request 1: request 0's first 8 tokens, then 2 of its own
+    tb.push_back(99);
+    tb.push_back(98);
+    CHECK(a.match_prefix(1, tb) == 8);  // it shares blocks 0 and 1 (ref count 2)
+    REQUIRE(a.reserve(1, 10));          // and takes block 3 for its tokens 8 and 9
+    REQUIRE(a.make_writable(1, 8, 2));
+    a.commit(1, tb, 10);
+    CHECK(a.map_cell_rows() == 4);
+    const KvPoolCell free_cell{kv_cell_free, 0, false};
+    // blocks 0, 1: shared, owner the lower request (0), full; block 2: request 0's last 2 rows; block 3: request 1's 2
+    CHECK(a.pool_map() == std::vector<KvPoolCell>{{0, 4, true}, {0, 4, true}, {0, 2, false}, {1, 2, false},
+                                                  free_cell, free_cell, free_cell, free_cell});
+    a.release(0);
+    a.release(1);
+    // the two full blocks stay in the prefix cache, idle (their 4 rows still hold K and V); the partial ones are free
+    CHECK(a.pool_map() == std::vector<KvPoolCell>{{kv_cell_cached, 4, false}, {kv_cell_cached, 4, false}, free_cell, free_cell,
+                                                  free_cell, free_cell, free_cell, free_cell});
+}
+
+TEST_CASE("Pool map, contiguous: a cell per 16 rows, owned by the request holding its first held row") {
+    KvAllocator a({KvLayout::contiguous, 40, 0, false});  // cells: rows 0-15, 16-31, 32-39 (the last has 8)
+    REQUIRE(a.reserve(5, 20));  // request 5: rows [0, 20)
+    REQUIRE(a.reserve(2, 10));  // request 2: rows [20, 30)
+    a.commit(5, iota_tokens(12), 12);  // rows 0-11 hold tokens
+    a.commit(2, iota_tokens(3), 3);    // rows 20-22
+    CHECK(a.map_cell_rows() == 16);
+    // cell 0: request 5, 12 rows filled; cell 1: its first held row (16) is request 5's, the filled rows (20-22) request 2's
+    CHECK(a.pool_map() == std::vector<KvPoolCell>{{5, 12, false}, {5, 3, false}, {kv_cell_free, 0, false}});
+    a.release(5);
+    CHECK(a.pool_map() == std::vector<KvPoolCell>{{kv_cell_free, 0, false}, {2, 3, false}, {kv_cell_free, 0, false}});
+}
+
 TEST_CASE("Contiguous KV pool: one range per sequence, first fit, free ranges merge") {
     KvAllocator a({KvLayout::contiguous, 100, 0, false});
     CHECK(a.reserve(0, 40));  // [0, 40)
