@@ -344,3 +344,46 @@ TEST_CASE("Impossible serving budgets are refused before any work") {
     o.max_model_len = 16;
     CHECK_THROWS_WITH_AS(check_serve_workload(cfg, reqs, o), doctest::Contains("--max-model-len"), UsageError);
 }
+
+TEST_CASE("Serving records each step's pool map: it agrees with the step's counts, and two requests with one prompt share its block") {
+    const ModelConfig cfg = test::tiny_config(Family::llama, 4, 2);
+    const Weights w = random_weights(cfg, 7);
+    // two requests, both arriving at step 0, whose prompts share their first 8 tokens (2 blocks of 4); request 1
+    // is admitted in the step after request 0 committed them, so it finds them in the prefix cache
+    const std::vector<TokenId> shared = {3, 1, 4, 1, 5, 9, 2, 6};
+    std::vector<TokenId> p0 = shared, p1 = shared;
+    p0.push_back(7);
+    p1.push_back(8);
+    const std::vector<ServeRequest> reqs = {{p0, 4, 0}, {p1, 4, 1}};
+    ServeOptions o;
+    o.pool = {KvLayout::paged, 32, 4, true};  // 8 blocks of 4 rows
+    o.max_batched_tokens = 16;
+    o.max_seqs = 4;
+    o.max_model_len = 32;
+    o.record_pool_map = true;
+    const ServeResult r = run_serving(cfg, w, reqs, o);
+    bool saw_shared = false;
+    for (const ServeStep& s : r.steps) {
+        CAPTURE(s.step);
+        REQUIRE(s.pool_map.size() == 8);
+        std::int64_t held = 0, fill = 0, cached = 0;
+        for (const KvPoolCell& c : s.pool_map) {
+            held += c.owner >= 0 ? 1 : 0;
+            fill += c.owner >= 0 ? c.fill : 0;
+            cached += c.owner == kv_cell_cached ? 1 : 0;
+        }
+        CHECK(held * 4 == s.rows_in_use);  // every held block counted once, shared or not
+        CHECK(fill == s.rows_tokens);
+        CHECK(cached * 4 == s.rows_cached);
+        if (s.n_running == 2) {
+            // both hold the prompt's 2 shared blocks (owner: the lower request, 0) and one block each of their own
+            CHECK(s.pool_map[0] == KvPoolCell{0, 4, true});
+            CHECK(s.pool_map[1] == KvPoolCell{0, 4, true});
+            saw_shared = true;
+        }
+    }
+    CHECK(saw_shared);
+    ServeOptions off = o;
+    off.record_pool_map = false;
+    CHECK(run_serving(cfg, w, reqs, off).steps.front().pool_map.empty());
+}
