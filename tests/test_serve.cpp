@@ -144,6 +144,43 @@ TEST_CASE("Prefix cache: a block rewritten in place with the same tokens keeps t
     a.release(3);
 }
 
+TEST_CASE("Pool map, paged: each block's request, its filled rows, shared prefix blocks and idle cached ones") {
+    KvAllocator a({KvLayout::paged, 32, 4, true});  // 8 blocks of 4 rows; free blocks are taken from block 0 up
+    const std::vector<TokenId> t = iota_tokens(10);  // request 0: 10 tokens = blocks 0, 1, 2 holding 4, 4, 2 rows
+    REQUIRE(a.reserve(0, 10));
+    a.commit(0, t, 10);
+    std::vector<TokenId> tb(t.begin(), t.begin() + 8);  // request 1: request 0's first 8 tokens, then 2 of its own
+    tb.push_back(99);
+    tb.push_back(98);
+    CHECK(a.match_prefix(1, tb) == 8);  // it shares blocks 0 and 1 (ref count 2)
+    REQUIRE(a.reserve(1, 10));          // and takes block 3 for its tokens 8 and 9
+    REQUIRE(a.make_writable(1, 8, 2));
+    a.commit(1, tb, 10);
+    CHECK(a.map_cell_rows() == 4);
+    const KvPoolCell free_cell{kv_cell_free, 0, false};
+    // blocks 0, 1: shared, owner the lower request (0), full; block 2: request 0's last 2 rows; block 3: request 1's 2
+    CHECK(a.pool_map() == std::vector<KvPoolCell>{{0, 4, true}, {0, 4, true}, {0, 2, false}, {1, 2, false},
+                                                  free_cell, free_cell, free_cell, free_cell});
+    a.release(0);
+    a.release(1);
+    // the two full blocks stay in the prefix cache, idle (their 4 rows still hold K and V); the partial ones are free
+    CHECK(a.pool_map() == std::vector<KvPoolCell>{{kv_cell_cached, 4, false}, {kv_cell_cached, 4, false}, free_cell, free_cell,
+                                                  free_cell, free_cell, free_cell, free_cell});
+}
+
+TEST_CASE("Pool map, contiguous: a cell per 16 rows, owned by the request holding its first held row") {
+    KvAllocator a({KvLayout::contiguous, 40, 0, false});  // cells: rows 0-15, 16-31, 32-39 (the last has 8)
+    REQUIRE(a.reserve(5, 20));  // request 5: rows [0, 20)
+    REQUIRE(a.reserve(2, 10));  // request 2: rows [20, 30)
+    a.commit(5, iota_tokens(12), 12);  // rows 0-11 hold tokens
+    a.commit(2, iota_tokens(3), 3);    // rows 20-22
+    CHECK(a.map_cell_rows() == 16);
+    // cell 0: request 5, 12 rows filled; cell 1: its first held row (16) is request 5's, the filled rows (20-22) request 2's
+    CHECK(a.pool_map() == std::vector<KvPoolCell>{{5, 12, false}, {5, 3, false}, {kv_cell_free, 0, false}});
+    a.release(5);
+    CHECK(a.pool_map() == std::vector<KvPoolCell>{{kv_cell_free, 0, false}, {2, 3, false}, {kv_cell_free, 0, false}});
+}
+
 TEST_CASE("Contiguous KV pool: one range per sequence, first fit, free ranges merge") {
     KvAllocator a({KvLayout::contiguous, 100, 0, false});
     CHECK(a.reserve(0, 40));  // [0, 40)
@@ -416,4 +453,45 @@ TEST_CASE("serve --arrival bursty:SIZE/EVERY: request i arrives at step (i / SIZ
     }
     c.arrival = "bursty:1/1099511627776";  // 2^40 steps apart: request 1 would arrive past the last step allowed
     CHECK_THROWS_WITH_AS(synthetic_workload(cfg, c), doctest::Contains("past step 2^40"), UsageError);
+TEST_CASE("Serving records each step's pool map: it agrees with the step's counts, and two requests with one prompt share its block") {
+    const ModelConfig cfg = test::tiny_config(Family::llama, 4, 2);
+    const Weights w = random_weights(cfg, 7);
+    // two requests, both arriving at step 0, whose prompts share their first 8 tokens (2 blocks of 4); request 1
+    // is admitted in the step after request 0 committed them, so it finds them in the prefix cache
+    const std::vector<TokenId> shared = {3, 1, 4, 1, 5, 9, 2, 6};
+    std::vector<TokenId> p0 = shared, p1 = shared;
+    p0.push_back(7);
+    p1.push_back(8);
+    const std::vector<ServeRequest> reqs = {{p0, 4, 0}, {p1, 4, 1}};
+    ServeOptions o;
+    o.pool = {KvLayout::paged, 32, 4, true};  // 8 blocks of 4 rows
+    o.max_batched_tokens = 16;
+    o.max_seqs = 4;
+    o.max_model_len = 32;
+    o.record_pool_map = true;
+    const ServeResult r = run_serving(cfg, w, reqs, o);
+    bool saw_shared = false;
+    for (const ServeStep& s : r.steps) {
+        CAPTURE(s.step);
+        REQUIRE(s.pool_map.size() == 8);
+        std::int64_t held = 0, fill = 0, cached = 0;
+        for (const KvPoolCell& c : s.pool_map) {
+            held += c.owner >= 0 ? 1 : 0;
+            fill += c.owner >= 0 ? c.fill : 0;
+            cached += c.owner == kv_cell_cached ? 1 : 0;
+        }
+        CHECK(held * 4 == s.rows_in_use);  // every held block counted once, shared or not
+        CHECK(fill == s.rows_tokens);
+        CHECK(cached * 4 == s.rows_cached);
+        if (s.n_running == 2) {
+            // both hold the prompt's 2 shared blocks (owner: the lower request, 0) and one block each of their own
+            CHECK(s.pool_map[0] == KvPoolCell{0, 4, true});
+            CHECK(s.pool_map[1] == KvPoolCell{0, 4, true});
+            saw_shared = true;
+        }
+    }
+    CHECK(saw_shared);
+    ServeOptions off = o;
+    off.record_pool_map = false;
+    CHECK(run_serving(cfg, w, reqs, off).steps.front().pool_map.empty());
 }

@@ -14,7 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "kvlab/core/error.hpp"
+#include "trace/html_page.hpp"
 #include "trace/perfetto_trace.hpp"
+#include "trace/serve_trace.hpp"
 #include "kvlab/weights/random_weights.hpp"
 #include "report/simulation_report.hpp"
 #include "kvlab/sim/simulator.hpp"
@@ -605,4 +607,57 @@ TEST_CASE("docs/trace-format.md's column table is the trace schema, in order, wi
         CHECK(text.str().find("`<op>." + std::string(f.name) + "`") != std::string::npos);
         CHECK(step_unit.at(std::string(f.name)) == f.unit);
     }
+}
+
+TEST_CASE("A serve JSONL trace carries each step's block map and reads it back; CSV and older traces read without one") {
+    const fs::path dir = temp_dir();
+    // two steps of a paged pool of 4 blocks of 4 rows (hand-made): requests 0 and 1 share block 0, block 3 is cached idle
+    ServeResult r;
+    r.pool_rows = 16;
+    ServeStep s;
+    s.step = 0;
+    s.n_seqs = s.n_tokens = s.n_running = 2;
+    s.rows_in_use = 12;   // blocks 0, 1, 2 held
+    s.rows_tokens = 4 + 3 + 2;
+    s.rows_cached = 4;
+    s.pool_map = {{0, 4, true}, {0, 3, false}, {1, 2, false}, {kv_cell_cached, 4, false}};
+    r.steps.push_back(s);
+    s.step = 1;
+    s.rows_tokens = 4 + 4 + 3;
+    s.pool_map = {{0, 4, true}, {0, 4, false}, {1, 3, false}, {kv_cell_cached, 4, false}};
+    r.steps.push_back(s);
+    ServeOptions o;
+    o.pool = {KvLayout::paged, 16, 4, true};
+    const nlohmann::json inputs = {{"token_bytes", 64}, {"model", "hand-made"}};
+    write_serve_trace(dir / "s.jsonl", {o}, {r}, inputs, true);
+    const ServeTrace t = read_serve_trace(dir / "s.jsonl");
+    REQUIRE(t.steps.size() == 1);
+    CHECK(t.map_cell_rows == std::vector<std::int64_t>{4});
+    CHECK(t.steps[0][0].pool_map == r.steps[0].pool_map);
+    CHECK(t.steps[0][1].pool_map == r.steps[1].pool_map);
+
+    write_serve_trace(dir / "s.csv", {o}, {r}, inputs, true);  // CSV has no map
+    const ServeTrace c = read_serve_trace(dir / "s.csv");
+    CHECK(c.map_cell_rows == std::vector<std::int64_t>{0});
+    CHECK(c.steps[0][0].pool_map.empty());
+
+    // an older trace: the same records without pool_map read as before, with no map
+    std::ifstream in(dir / "s.jsonl");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string old = text;
+    for (std::size_t at; (at = old.find(",\"pool_map\":{")) != std::string::npos;) old.erase(at, old.find("]}", old.find("\"shared\"", at)) + 2 - at);
+    const ServeTrace o2 = parse_serve_trace(old, "old.jsonl");
+    CHECK(o2.map_cell_rows == std::vector<std::int64_t>{0});
+    CHECK(o2.steps[0].size() == 2);
+
+    // an edited map whose filled rows do not add up to the step's rows holding tokens is refused, naming the line
+    std::string edited = text;
+    edited.replace(edited.find("\"fill\":[4,3,2,4]"), 16, "\"fill\":[4,4,2,4]");
+    CHECK_THROWS_WITH_AS(parse_serve_trace(edited, "e.jsonl"), doctest::Contains("e.jsonl:2: pool_map: the held cells' fill adds up to 10"), FormatError);
+}
+
+TEST_CASE("The HTML report escapes every text it shows, and no data can close its script") {
+    CHECK(html_escape("<b a=\"x\">R&D's</b>") == "&lt;b a=&quot;x&quot;&gt;R&amp;D&#39;s&lt;/b&gt;");
+    CHECK(script_json(nlohmann::json{{"name", "</script><script>alert(1)</script>"}}) ==
+          "{\"name\":\"\\u003c/script\\u003e\\u003cscript\\u003ealert(1)\\u003c/script\\u003e\"}");
 }

@@ -48,11 +48,12 @@ ChartSpec kv_chart(const json& report) {
     }
     for (const std::string& n : order) c.series.push_back(std::move(series[n]));
     if (const json* fit = find_table(report, "Does it fit")) {
-        std::set<double> budgets;
+        std::map<double, std::string> budgets;  // each distinct budget, named by the first model that has it
         for (const json& r : fit->at("rows"))
-            if (r.value("bytes_kv_budget_per_gpu", json()).is_number()) budgets.insert(r.at("bytes_kv_budget_per_gpu").get<double>());
-        for (const double b : budgets)
-            if (c.lines.size() < 3) c.lines.emplace_back("KV budget per GPU", b);
+            if (r.value("bytes_kv_budget_per_gpu", json()).is_number())
+                budgets.emplace(r.at("bytes_kv_budget_per_gpu").get<double>(), text_of(r.value("model", json("?"))));
+        for (const auto& [b, model] : budgets)
+            if (c.lines.size() < 2) c.lines.emplace_back(budgets.size() == 1 ? std::string("KV budget per GPU") : "KV budget, " + model, b);
     }
     c.note = "Counted from the formula (exact); lines join the contexts the run asked for, from 0 at context 0.";
     return c;

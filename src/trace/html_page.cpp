@@ -46,7 +46,13 @@ std::string si(double v) {
 // The axes, their ticks and labels, and the title.
 std::string chart_axes(const ChartSpec& c, const Frame& f, double x_max, double y_max) {
     std::string s;
-    const double ys = tick_step(y_max, 4), xs = tick_step(x_max, 6);
+    double ys = tick_step(y_max, 5);
+    if (c.y_kind == ValueKind::bytes) {  // round steps in the unit the labels use (KiB, MiB, GiB: 2^10..)
+        double unit = 1;
+        while (y_max / unit >= 1024) unit *= 1024;
+        ys = tick_step(y_max / unit, 5) * unit;
+    }
+    const double xs = tick_step(x_max, 6);
     for (double y = 0; y <= y_max * 1.0001; y += ys)
         s += fmt::format("<line class=\"grid\" x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/><text class=\"tick\" x=\"{:.1f}\" y=\"{:.1f}\" "
                          "text-anchor=\"end\">{}</text>",
@@ -82,10 +88,26 @@ std::string chart_series(const ChartSpec& c, std::size_t k, const Frame& f, doub
             points += fmt::format("<circle class=\"pt\" data-c=\"{}\" data-v=\"{:.9g}\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"{}\"><title>{}</title></circle>",
                                   c.id, ser.y[i], x, y, colour, tip);
     }
-    const double ly = f.top + 4 + 14.0 * static_cast<double>(k);
-    return fmt::format("<polyline fill=\"none\" stroke=\"{0}\" stroke-width=\"1.5\" points=\"{1}\"/>{2}"
-                       "<rect x=\"{3:.1f}\" y=\"{4:.1f}\" width=\"10\" height=\"10\" fill=\"{0}\"/><text class=\"legend\" x=\"{5:.1f}\" y=\"{6:.1f}\">{7}</text>",
-                       colour, line, points, f.w - f.right - 170, ly, f.w - f.right - 156, ly + 9, html_escape(ser.name));
+    return fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>{}", colour, line, points);
+}
+
+// The legend under the x axis: a swatch and a name per series, wrapped onto more rows as needed. Returns
+// the SVG and sets `height` to the chart's height with it.
+std::string chart_legend(const ChartSpec& c, const Frame& f, double& height) {
+    std::string s;
+    double x = f.left, y = f.h + 4;
+    for (std::size_t k = 0; k < c.series.size(); ++k) {
+        const double width = 24 + 6.2 * static_cast<double>(c.series[k].name.size());
+        if (x > f.left && x + width > f.w - f.right) {
+            x = f.left;
+            y += 15;
+        }
+        s += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"10\" height=\"10\" fill=\"{}\"/><text class=\"legend\" x=\"{:.1f}\" y=\"{:.1f}\">{}</text>",
+                         x, y, palette[k % std::size(palette)], x + 14, y + 9, html_escape(c.series[k].name));
+        x += width;
+    }
+    height = c.series.empty() ? f.h : y + 18;
+    return s;
 }
 
 }  // namespace
@@ -161,14 +183,18 @@ std::string svg_chart(const ChartSpec& c) {
     if (c.y_top && *c.y_top < y_max) y_max = *c.y_top;
     y_max = y_max > 0 ? y_max * 1.08 : 1.0;
     x_max = std::max(x_max, 1.0);
-    std::string svg = fmt::format("<svg id=\"{}\" class=\"chart\" viewBox=\"0 0 {} {}\" role=\"img\">", c.id, f.w, f.h) + chart_axes(c, f, x_max, y_max);
-    for (const auto& [label, y] : c.lines)
+    double height = f.h;
+    const std::string legend = chart_legend(c, f, height);
+    std::string svg = fmt::format("<svg id=\"{}\" class=\"chart\" viewBox=\"0 0 {} {:.0f}\" role=\"img\">", c.id, f.w, height) + chart_axes(c, f, x_max, y_max);
+    for (std::size_t i = 0; i < c.lines.size(); ++i) {
+        const auto& [label, y] = c.lines[i];
         svg += fmt::format("<line class=\"budget\" x1=\"{0:.1f}\" x2=\"{1:.1f}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\"><title>{3}</title></line>"
                            "<text class=\"legend\" x=\"{4:.1f}\" y=\"{5:.1f}\">{3}</text>",
-                           f.left, f.w - f.right, f.py(y, y_max), html_escape(fmt::format("{}: {}", label, format_value(y, c.y_kind))), f.left + 6,
-                           f.py(y, y_max) - 4);
+                           f.left, f.w - f.right, f.py(y, y_max), html_escape(fmt::format("{}: {}", label, format_value(y, c.y_kind))),
+                           f.left + 6 + 230.0 * static_cast<double>(i), f.py(y, y_max) - 4);
+    }
     for (std::size_t k = 0; k < c.series.size(); ++k) svg += chart_series(c, k, f, x_max, y_max);
-    svg += "</svg>";
+    svg += legend + "</svg>";
     const std::string note = c.note.empty() ? "" : fmt::format("<figcaption>{}</figcaption>", html_escape(c.note));
     return fmt::format("<figure class=\"chart\">{}{}</figure>\n", svg, note);
 }
@@ -212,12 +238,12 @@ table{border-collapse:collapse;margin:.8em 0;font-size:.9em}caption{text-align:l
 th,td{border:1px solid #ddd;padding:3px 8px}th{background:#f3f6f9}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .exact{color:#1a7f37;font-weight:600}.measured{color:#b35900;font-weight:600}
 ul.formulas li{margin:.35em 0;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.88em}
-.maps{display:flex;flex-wrap:wrap;gap:28px}.map h3{margin:.4em 0;font-size:1em}
+.maps{display:flex;flex-wrap:wrap;gap:28px}.map{flex:0 1 560px}.map h3{margin:.4em 0;font-size:1em}
 .map .grid{display:grid;gap:2px;margin-top:8px}
 .cell{width:20px;height:20px;border:1px solid #999;box-sizing:border-box}
 .cell.free{background:#eee;border-color:#ddd}.cell.cached{background:#fff;border:1px dashed #555}
 .cell.shared{outline:2px solid #000;outline-offset:-4px}
-.controls{display:flex;gap:8px;align-items:center}.controls input{width:260px}.caption{font-size:.9em;color:#333}
+.controls{display:flex;gap:8px;align-items:center}.controls input{width:300px}.caption{font-size:.85em;color:#333;min-height:2.6em}
 .legend span{display:inline-block;margin-right:14px}.legend .cell{display:inline-block;vertical-align:middle;margin-right:4px}
 #tip{position:absolute;display:none;background:#222;color:#fff;padding:3px 7px;border-radius:3px;font-size:12px;pointer-events:none}
 #kvlab-errors:empty{display:none}#kvlab-errors{color:#b00;border:1px solid #b00;padding:6px}

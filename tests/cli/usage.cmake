@@ -4,8 +4,8 @@ include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
 kvlab_expect(RC 2 ARGS kvcalcc ERR "^kvlab: error: unknown subcommand 'kvcalcc' of 'kvlab'; did you mean 'kvcalc'\\? \\(see kvlab --help\\)\n$")
 kvlab_expect(RC 2 ARGS trace sumary run.json ERR "unknown subcommand 'sumary' of 'kvlab trace'; did you mean 'summary'\\? \\(see kvlab trace --help\\)")
 kvlab_expect(RC 2 ARGS simualte -n 3 ERR "did you mean 'simulate'")
-kvlab_expect(RC 2 ARGS frobnicate ERR "unknown subcommand 'frobnicate' of 'kvlab'; expected one of: kvcalc, presets, gpu, simulate, serve, trace, completion")
-kvlab_expect(RC 2 ARGS ERR "'kvlab' needs a subcommand: kvcalc, presets, gpu, simulate, serve, trace, completion \\(see kvlab --help\\)")
+kvlab_expect(RC 2 ARGS frobnicate ERR "unknown subcommand 'frobnicate' of 'kvlab'; expected one of: kvcalc, presets, gpu, simulate, serve, trace, report, completion")
+kvlab_expect(RC 2 ARGS ERR "'kvlab' needs a subcommand: kvcalc, presets, gpu, simulate, serve, trace, report, completion \\(see kvlab --help\\)")
 kvlab_expect(RC 2 ARGS trace ERR "'kvlab trace' needs a subcommand: summary, steps, compare, plot \\(see kvlab trace --help\\)")
 
 # Option errors point to the help of the subcommand they belong to, and list arguments in the order typed.
