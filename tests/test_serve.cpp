@@ -453,6 +453,8 @@ TEST_CASE("serve --arrival bursty:SIZE/EVERY: request i arrives at step (i / SIZ
     }
     c.arrival = "bursty:1/1099511627776";  // 2^40 steps apart: request 1 would arrive past the last step allowed
     CHECK_THROWS_WITH_AS(synthetic_workload(cfg, c), doctest::Contains("past step 2^40"), UsageError);
+}
+
 TEST_CASE("Serving records each step's pool map: it agrees with the step's counts, and two requests with one prompt share its block") {
     const ModelConfig cfg = test::tiny_config(Family::llama, 4, 2);
     const Weights w = random_weights(cfg, 7);
