@@ -13,7 +13,7 @@
 # from the repository root with BIN (default build/release) first on PATH. Other lines are copied.
 #
 # CHECK compares counted figures, not measurements: on both sides, numbers are masked on the rows of
-# measured speed (wall time, tokens/s, achieved GFLOP/s and GB/s; serve's time in steps, throughput, TTFT
+# measured speed (wall time, ms/token, tokens/s, achieved GFLOP/s and GB/s, simulate's timing note with the host's load; serve's time in steps, throughput, TTFT
 # and TPOT in ms, bookkeeping share), in table columns whose header says tok/s, tokens/s, (ms), ms/token,
 # min, max or time vs fast (simulate --kernel reference), and of the cached-vs-uncached (serve: solo) and
 # fast-vs-reference logit differences, the trailing `wall µs` / `% of step` columns of per-step tables are masked, and runs of
@@ -235,9 +235,12 @@ function(masked var text)
     string(REGEX REPLACE "[ \t]+" " " m "${line}")
     # simulate's headline: its wall-time ratio is measured (masked); the counted ratios after it are checked
     string(REGEX REPLACE "^(\\*\\*)?cached decoding: [0-9]+(\\.[0-9]+)?x (faster|slower)" "cached decoding: #x" m "${m}")
+    # ... and --repeat's range of it
+    string(REGEX REPLACE "median of ([0-9]+) runs: [0-9]+(\\.[0-9]+)?-[0-9]+(\\.[0-9]+)?x" "median of \\1 runs: #x" m "${m}")
     if(m MATCHES "^[ -]+$")
       string(REGEX REPLACE "-+" "-" m "${m}")  # a wider timing widens its column's rule
-    elseif(m MATCHES "^[| ]*(wall time|tokens/s|achieved |time in steps|throughput|TTFT \\(ms\\)|TPOT \\(ms\\)|scheduler bookkeeping|--check: max)"
+    elseif(m MATCHES "^[| ]*(wall time|ms/token|tokens/s|achieved |time in steps|throughput|TTFT \\(ms\\)|TPOT \\(ms\\)|scheduler bookkeeping|--check: max)"
+           OR m MATCHES "on a host with load average"
            OR m MATCHES "max .?.cached - uncached.?. =" OR m MATCHES "max .?.fast - reference.?. =")
       # measured: timings, and the rounding difference between the two modes' logits (it moves with
       # the compiler and the CPU's vector width)

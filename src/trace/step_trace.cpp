@@ -102,6 +102,8 @@ nlohmann::json run_summary_json(const RunSummary& run) {
     // --repeat N > 1: each run's summed wall time per mode (added in kvlab 51; absent for one run)
     if (!run.repeats.cached_ns.empty() || !run.repeats.uncached_ns.empty())
         j["repeat_wall_ns"] = {{"cached", run.repeats.cached_ns}, {"uncached", run.repeats.uncached_ns}};
+    // the host's load as the run ended (added in issue 51; absent with --deterministic)
+    if (run.host_load) j["host_load"] = {{"load1", run.host_load->load1}, {"cores", run.host_load->n_cores}};
     return j;
 }
 

@@ -190,6 +190,11 @@ public:
             if (max_of(16) > 0)
                 parts.push_back(fmt::format("ARG1 index {} using 1:16 with lines ls {} title {}'modelled GPU'", i, 30 + i, label));
         }
+        if (parts.empty()) {  // one mode: nothing to divide (gnuplot refuses a panel with no defined point)
+            gp_ << "unset logscale y\nset yrange [0:1]\nset ylabel ''\nset title 'speed-up so far: needs both modes (--mode both)'\n"
+                << "plot ARG1 index 0 using 1:(2) with lines notitle\nset yrange [*:*]\n";
+            return;
+        }
         panel("speed-up so far: uncached time / cached time", Axis{1.0, "x (uncached / cached)"}, join(parts), false);
     }
     double max_of(int col) const { return stats_.col_max[col - 1]; }
