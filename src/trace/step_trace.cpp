@@ -107,8 +107,11 @@ nlohmann::json run_summary_json(const RunSummary& run) {
     return j;
 }
 
-void write_step_trace(const fs::path& path, const RunSummary& run, const std::vector<StepRecord>& records,
+void write_step_trace(const fs::path& path, const RunSummary& measured_run, const std::vector<StepRecord>& records,
                       const nlohmann::json& inputs, bool deterministic) {
+    // --deterministic: nothing measured goes in, --repeat's wall times and the host's load included
+    RunSummary run = measured_run;
+    if (deterministic) run.repeats = {}, run.host_load.reset();
     const TraceFormat format = trace_format_for(path);
     const auto columns = trace_columns(deterministic);
     write_atomically(path, "--trace", [&](std::ostream& out) {
