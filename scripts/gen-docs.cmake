@@ -13,8 +13,8 @@
 # from the repository root with BIN (default build/release) first on PATH. Other lines are copied.
 #
 # CHECK compares counted figures, not measurements: on both sides, numbers are masked on the rows of
-# measured speed (wall time, tokens/s, achieved GFLOP/s and GB/s; serve's time in steps, throughput, TTFT
-# and TPOT in ms, bookkeeping share, its headline's CPU wall time line and its note on the host's load), in table columns whose header says tok/s, tokens/s, (ms), ms/token,
+# measured speed (wall time, ms/token, tokens/s, achieved GFLOP/s and GB/s, simulate's timing note with the host's load; serve's time in steps,
+# throughput, TTFT and TPOT in ms, bookkeeping share, its headline's CPU wall time line and its note on the host's load), in table columns whose header says tok/s, tokens/s, (ms), ms/token,
 # min, max or time vs fast (simulate --kernel reference), and of the cached-vs-uncached (serve: solo) and
 # fast-vs-reference logit differences, the trailing `wall µs` / `% of step` columns of per-step tables are masked, and runs of
 # spaces or of a table rule's dashes count as one (a wider timing widens its column). Quality figures
@@ -235,13 +235,16 @@ function(masked var text)
     string(REGEX REPLACE "[ \t]+" " " m "${line}")
     # simulate's headline: its wall-time ratio is measured (masked); the counted ratios after it are checked
     string(REGEX REPLACE "^(\\*\\*)?cached decoding: [0-9]+(\\.[0-9]+)?x (faster|slower)" "cached decoding: #x" m "${m}")
+    # ... and --repeat's range of it
+    string(REGEX REPLACE "median of ([0-9]+) runs: [0-9]+(\\.[0-9]+)?-[0-9]+(\\.[0-9]+)?x" "median of \\1 runs: #x" m "${m}")
     if(m MATCHES "^[ -]+$")
       string(REGEX REPLACE "-+" "-" m "${m}")  # a wider timing widens its column's rule
     elseif(m MATCHES "^(\\*\\*)?CPU wall time \\(measured")
       # serve's headline: the wall times, and what it says of them (which layout was faster here), are measured
       set(m "CPU wall time #")
-    elseif(m MATCHES "^[| ]*(wall time|tokens/s|achieved |time in steps|throughput|TTFT \\(ms\\)|TPOT \\(ms\\)|scheduler bookkeeping|--check: max)"
+    elseif(m MATCHES "^[| ]*(wall time|ms/token|tokens/s|achieved |time in steps|throughput|TTFT \\(ms\\)|TPOT \\(ms\\)|scheduler bookkeeping|--check: max)"
            OR m MATCHES "^ *counted figures \\(steps, tokens"
+           OR m MATCHES "on a host with load average"
            OR m MATCHES "max .?.cached - uncached.?. =" OR m MATCHES "max .?.fast - reference.?. =")
       # measured: timings, and the rounding difference between the two modes' logits (it moves with
       # the compiler and the CPU's vector width)

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -19,8 +20,13 @@
 #include "kernels/matmul.hpp"
 #include "kvlab/weights/random_weights.hpp"
 #include "report/simulation_report.hpp"
+#include "session/model_source.hpp"
 #include "kvlab/sim/simulator.hpp"
 #include "trace/step_trace.hpp"
+#include "trace/trace_plot.hpp"
+#include "kvlab/formats/checkpoint.hpp"
+#include "kvlab/formats/npy.hpp"
+#include "test_paths.hpp"
 #include "sim_configs.hpp"
 #include "test_files.hpp"
 #include "test_support.hpp"
@@ -321,4 +327,203 @@ TEST_CASE("--kernel reference runs the readable forward beside the fast path: sa
         o.kv_storage.dtype = DType::fp16;
         CHECK_THROWS_AS(run_simulation(cfg, w, o), UsageError);
     }
+}
+
+namespace {
+
+// Two steps per mode with hand-set counts and wall times, on a made-up GPU of 1e15 BF16 FLOP/s and 1e12 B/s.
+struct HandRun {
+    RunSummary run;
+    std::vector<StepRecord> records;
+    nlohmann::json inputs = {{"model", "hand"},
+                             {"gpu", {{"name", "test-gpu"}, {"display_name", "Test GPU"}, {"bf16_dense_flops", 1e15},
+                                      {"bandwidth_bytes_per_s", 1000000000000ull}}}};
+    HandRun() {
+        run.display_name = "hand";
+        run.mode = SimMode::both;
+        run.n_prompt = 4;
+        run.n_steps = run.n_steps_done = 2;
+        run.kv_cache_bytes = 1024;
+        auto add = [&](StepMode mode, std::int64_t step, std::uint64_t flops, std::uint64_t bytes, std::int64_t wall_ns) {
+            StepRecord r;
+            r.mode = mode;
+            r.step = step;
+            r.n_tokens = 1;
+            r.cost.add(Op::q_proj, OpCost{.flops = flops, .bytes_weights_read = bytes});
+            r.wall_ns = wall_ns;
+            records.push_back(r);
+        };
+        // modelled = max(flops / 1e15, bytes / 1e12):
+        add(StepMode::cached, 0, 2'000'000'000'000, 1'000'000'000, 10'000'000);    // max(2 ms, 1 ms) = 2 ms
+        add(StepMode::uncached, 0, 2'000'000'000'000, 1'000'000'000, 20'000'000);  // 2 ms
+        add(StepMode::cached, 1, 1'000'000'000, 4'000'000'000, 10'000'000);        // max(1 us, 4 ms) = 4 ms
+        add(StepMode::uncached, 1, 30'000'000'000'000, 6'000'000'000, 40'000'000); // max(30 ms, 6 ms) = 30 ms
+    }
+};
+
+const Cell* row_cell(const Table& t, const std::string& key, std::size_t col) {
+    for (const auto& row : t.rows)
+        if (row[0].value == key) return &row[col];
+    return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("Modelled GPU time sums each step's roofline time: hand arithmetic in the headline and the table") {
+    const HandRun h;
+    // cached 2 + 4 = 6 ms, uncached 2 + 30 = 32 ms: 32 / 6 = 5.33x; wall (10 + 10) vs (20 + 40) ms: 3.0x;
+    // FLOPs (2e12 + 3e13) / (2e12 + 1e9) = 15.99x, bytes (1e9 + 6e9) / (1e9 + 4e9) = 1.4x
+    const Report r = simulation_report(h.run, h.records, h.inputs, UnitSystem::iec);
+    REQUIRE(r.headline.size() == 2);
+    CHECK(r.headline[0] == "cached decoding: 3.0x faster here (wall, one run: timings vary), 5.3x modelled on Test GPU");
+    CHECK(r.headline[1] == "from 16.0x fewer FLOPs and 1.4x fewer bytes moved (counted, exact); the cache held 1.00 KiB for 2 positions "
+                           "(uncached keeps none)");
+    const Table& t = r.tables.at(0);
+    REQUIRE(row_cell(t, "modelled_gpu_ms", 1));
+    CHECK(row_cell(t, "modelled_gpu_ms", 1)->value.get<double>() == doctest::Approx(6.0));
+    CHECK(row_cell(t, "modelled_gpu_ms", 2)->value.get<double>() == doctest::Approx(32.0));
+    CHECK(row_cell(t, "modelled_gpu_tokens_per_s", 1)->value.get<double>() == doctest::Approx(2 / 6e-3));  // 2 steps in 6 ms
+    CHECK(row_cell(t, "wall_ms", 3)->value.get<double>() == doctest::Approx(3.0));
+    // a trace without the GPU (written before --gpu) has no modelled figures, and says nothing false
+    nlohmann::json no_gpu = h.inputs;
+    no_gpu.erase("gpu");
+    const Report old = simulation_report(h.run, h.records, no_gpu, UnitSystem::iec);
+    CHECK(old.headline[0] == "cached decoding: 3.0x faster here (wall, one run: timings vary)");
+    CHECK_FALSE(row_cell(old.tables.at(0), "modelled_gpu_ms", 1));
+}
+
+TEST_CASE("--repeat's runs give the wall figures as median and range; one run carries a noise note with the host's load") {
+    HandRun h;
+    // speed-ups 60/20 = 3.0, 50/25 = 2.0, 40/10 = 4.0: median 3.0, range 2.0-4.0
+    h.run.repeats.cached_ns = {20'000'000, 25'000'000, 10'000'000};
+    h.run.repeats.uncached_ns = {60'000'000, 50'000'000, 40'000'000};
+    const Report r = simulation_report(h.run, h.records, h.inputs, UnitSystem::iec);
+    CHECK(r.headline[0] == "cached decoding: 3.0x faster here (wall, median of 3 runs: 2.0-4.0x), 5.3x modelled on Test GPU");
+    // cached wall: 10, 20, 25 ms -> median 20.0 (10.0-25.0); ms/token over 2 steps: 10.000 (5.000-12.500)
+    const Table& t = r.tables.at(0);
+    CHECK(row_cell(t, "wall_ms", 1)->text == "20.0 (10.0-25.0)");
+    CHECK(row_cell(t, "ms_per_token", 1)->text == "10.000 (5.000-12.500)");
+    CHECK(row_cell(t, "tokens_per_s", 2)->text == "40.00 (33.33-50.00)");  // 2 steps in 60, 50, 40 ms
+    CHECK(timing_note(h.run, {}).find("the median of 3 runs") != std::string::npos);
+    CHECK(spread_of({4, 1, 3, 2}).median == 2.5);  // an even count: the mean of the middle two
+    h.run.repeats = {};
+    const std::string one = timing_note(h.run, {1.5, 2});
+    CHECK(one.find("counted: exact") != std::string::npos);
+    CHECK(one.find("one run on a host with load average 1.50 over 2 cores") != std::string::npos);
+}
+
+TEST_CASE("--deterministic keeps dynamic teams: no output depends on the team's size, so a fixed team bought only its slowdown") {
+    set_thread_count(0, true);
+    CHECK(omp_get_dynamic() != 0);
+    set_thread_count(2, true);
+    CHECK(omp_get_dynamic() == 0);  // --threads N: a fixed team, as asked
+    // the records do not depend on the team size: one thread and two give the same tokens, counts and logits
+    const auto cfg = tiny_config(Family::llama, 4, 2);
+    const Weights w = random_weights(cfg, 4);
+    const auto o = small_options();
+    set_thread_count(1, true);
+    const auto one = run_simulation(cfg, w, o);
+    set_thread_count(2, true);
+    const auto two = run_simulation(cfg, w, o);
+    set_thread_count(0, false);
+    REQUIRE(one.records.size() == two.records.size());
+    CHECK(one.generated == two.generated);
+    CHECK(one.max_abs_dlogit == two.max_abs_dlogit);
+    for (std::size_t i = 0; i < one.records.size(); ++i) CHECK(one.records[i].cost == two.records[i].cost);
+}
+
+TEST_CASE("The chart's data: running speed-up in wall and modelled GPU time from hand-set steps, and the time panel's clip") {
+    const HandRun h;
+    StepTrace trace;
+    trace.inputs = h.inputs;
+    trace.run = h.run;
+    trace.records = h.records;
+    PlotStats stats;
+    std::istringstream data(trace_plot_data({{&trace, ""}}, stats));
+    std::string header, row0, row1;
+    std::getline(data, header);
+    std::getline(data, row0);
+    std::getline(data, row1);
+    CHECK(header.find("sum_ms_c sum_ms_u speedup_wall speedup_gpu") != std::string::npos);
+    auto fields = [](const std::string& line) {
+        std::istringstream in(line);
+        std::vector<double> v;
+        for (double x; in >> x;) v.push_back(x);
+        return v;
+    };
+    const auto a = fields(row0), b = fields(row1);
+    REQUIRE(a.size() == 16);
+    REQUIRE(b.size() == 16);
+    // step 0: wall 20 / 10 ms = 2, modelled 2 / 2 ms = 1; step 1 (running sums): (20 + 40) / (10 + 10) = 3,
+    // (2 + 30) / (2 + 4) ms = 5.33
+    CHECK(a[14] == doctest::Approx(2.0));
+    CHECK(a[15] == doctest::Approx(1.0));
+    CHECK(b[12] == doctest::Approx(20.0));  // cached wall so far, ms
+    CHECK(b[13] == doctest::Approx(60.0));
+    CHECK(b[14] == doctest::Approx(3.0));
+    CHECK(b[15] == doctest::Approx(32.0 / 6.0));
+    CHECK(stats.step_ms.size() == 4);
+    // the clip: 100 steps of 1 ms and one of 50: the 99th percentile (rank 100 of 101) is 1 ms; no spike, no clip
+    std::vector<double> ms(100, 1.0);
+    ms.push_back(50.0);
+    CHECK(time_clip_ms(ms) == 1.0);
+    ms.back() = 1.4;
+    CHECK(time_clip_ms(ms) == 0.0);
+}
+
+TEST_CASE("--logits rows read back from the .npy match PyTorch's reference logits; the header follows the format") {
+    std::ifstream in(fs::path(test::models_dir) / "reference.json");
+    REQUIRE(in);
+    const nlohmann::json ref = nlohmann::json::parse(in);
+    const nlohmann::json& model_ref = ref.at("models").at("tiny-llama");
+    const LoadedModel model = load_checkpoint(fs::path(test::models_dir) / model_ref.at("checkpoint").get<std::string>());
+    const nlohmann::json& prompt = model_ref.at("prompts").at(0);  // "Once upon a time": ids 1 453 456 261 455
+    SimulateOptions o;
+    o.mode = SimMode::cached;
+    o.prompt_ids = prompt.at("ids").get<std::vector<TokenId>>();
+    o.n_steps = 41;  // rows 0..40: the logits after positions P-1 .. P+39 (P = 5)
+    const test::TempDir dir("kvlab-npy");
+    const fs::path path = dir.path() / "logits.npy";
+    {
+        NpyRowWriter writer(path, "--logits", static_cast<std::uint64_t>(o.n_steps), static_cast<std::uint64_t>(model.config.n_vocab));
+        o.on_logits = [&](const VectorF& l) { writer.add_row({l.data(), static_cast<std::size_t>(l.size())}); };
+        run_simulation(model.config, model.weights, o);  // greedy: the tokens PyTorch's greedy run chose (the reference's teacher-forced ids)
+        writer.finish();
+    }
+    const std::string bytes = slurp(path);
+    // NumPy format 1.0: magic, version 1.0, little-endian uint16 header length, an ASCII dict ending in '\n',
+    // the data starting on a multiple of 64 bytes
+    REQUIRE(bytes.size() > 10);
+    CHECK(bytes.substr(0, 6) == "\x93NUMPY");
+    CHECK(bytes[6] == '\x01');
+    CHECK(bytes[7] == '\x00');
+    const std::size_t header_len = static_cast<unsigned char>(bytes[8]) | static_cast<std::size_t>(static_cast<unsigned char>(bytes[9])) << 8;
+    const std::size_t data_at = 10 + header_len;
+    CHECK(data_at % 64 == 0);
+    const std::string header = bytes.substr(10, header_len);
+    const std::int64_t V = model.config.n_vocab;
+    CHECK(header.rfind(fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': (41, {}), }}", V), 0) == 0);
+    CHECK(header.back() == '\n');
+    REQUIRE(bytes.size() == data_at + 41 * static_cast<std::size_t>(V) * 4);
+    auto row = [&](std::size_t r) {
+        std::vector<float> v(static_cast<std::size_t>(V));
+        std::memcpy(v.data(), bytes.data() + data_at + r * v.size() * 4, v.size() * 4);
+        return v;
+    };
+    // reference logits[p] follow ids[0..p]: row s is position P-1+s, so rows 0, 20, 40 are its keys 4, 24, 44
+    for (const int s : {0, 20, 40}) {
+        CAPTURE(s);
+        const auto want = prompt.at("logits").at(std::to_string(4 + s)).get<std::vector<float>>();
+        const auto got = row(static_cast<std::size_t>(s));
+        double d = 0, scale = 1;
+        for (std::size_t i = 0; i < want.size(); ++i) {
+            d = std::max(d, static_cast<double>(std::abs(got[i] - want[i])));
+            scale = std::max(scale, static_cast<double>(std::abs(want[i])));
+        }
+        CHECK(d / scale <= 1e-4);  // the tolerance the reference forward is held to (test_reference_forward.cpp)
+    }
+    // an interrupted run's file says the rows it holds: the header is rewritten in place, same length
+    const std::string short_header = npy_preamble(3, 512, data_at);
+    CHECK(short_header.size() == data_at);
+    CHECK(npy_preamble(3, 512).size() == 128);  // 10 + 61 (the dict) + 1 (newline) = 72 bytes, padded to 128
 }

@@ -87,19 +87,23 @@ std::string as_json(const Report& report) {
 
 // simulate's report without the rows a --deterministic trace cannot have
 nlohmann::json without_wall_rows(nlohmann::json report) {
-    // the headline's first line leads with the measured speed-up when there is wall time; its counted
-    // clause ("... fewer FLOPs and ... fewer activation bytes (counted, exact)") must survive either way
+    // the headline's first line leads with the measured speed-up when there is wall time; its modelled
+    // clause ("5.3x modelled on ...") and the counted second line must survive either way
     if (report.contains("headline")) {
         std::string& first = report["headline"][0].get_ref<std::string&>();
-        const auto at = first.find(" fewer FLOPs");
-        const auto from = first.rfind(' ', first.rfind('x', at));
-        first = at == std::string::npos ? first : first.substr(from + 1, first.find(" (counted, exact)") - from - 1);
+        const auto at = first.find("x modelled on ");
+        const auto from = at == std::string::npos ? at : first.rfind(' ', at);
+        first = at == std::string::npos ? std::string() : first.substr(from + 1, first.find(" (", at) - from - 1);
     }
+    // the note on what is measured speaks of wall time
+    if (report.contains("notes"))
+        for (auto it = report["notes"].begin(); it != report["notes"].end();)
+            it = it->get<std::string>().rfind("FLOPs, bytes, tokens and steps are counted", 0) == 0 ? report["notes"].erase(it) : std::next(it);
     for (auto& table : report["tables"]) {
         nlohmann::json rows = nlohmann::json::array();
         for (auto& row : table["rows"]) {
             const auto metric = row["metric"].get<std::string>();
-            if (metric != "wall_ms" && metric != "tokens_per_s" && metric != "gflop_per_s" && metric != "gb_per_s")
+            if (metric != "wall_ms" && metric != "ms_per_token" && metric != "tokens_per_s" && metric != "gflop_per_s" && metric != "gb_per_s")
                 rows.push_back(row);
         }
         table["rows"] = rows;

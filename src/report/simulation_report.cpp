@@ -373,7 +373,8 @@ std::string timing_note(const RunSummary& run, const HostLoad& load) {
     const std::size_t n = std::max(run.repeats.cached_ns.size(), run.repeats.uncached_ns.size());
     if (n > 1) return fmt::format("{}: the median of {} runs, their range in brackets", exact, n);
     const std::string host = load.load1 >= 0 ? fmt::format(" on a host with load average {:.2f} over {} cores", load.load1, load.n_cores)
-                                             : fmt::format(" on a host with {} cores", load.n_cores);
+                             : load.n_cores > 0 ? fmt::format(" on a host with {} cores", load.n_cores)
+                                                : std::string();
     return fmt::format("{}, one run{}: they vary from run to run (--repeat N gives their median and range)", exact, host);
 }
 
@@ -415,6 +416,7 @@ Report simulation_report(const RunSummary& run, const std::vector<StepRecord>& r
     if (modes.size() == 2) add_logit_notes(t, run);
     if (!run.counted) t.notes.push_back("counting was off: FLOP and byte figures are zero");
     if (!run.has_wall_time) t.notes.push_back("no wall time: the trace was written with --deterministic");
+    if (run.has_wall_time) report.notes.push_back(timing_note(run, run.host_load.value_or(HostLoad{})));
     if (run.interrupted)
         report.notes.push_back(fmt::format("interrupted: stopped after {} of {} steps", run.n_steps_done, run.n_steps));
     report.tables.push_back(std::move(t));

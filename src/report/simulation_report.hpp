@@ -24,6 +24,12 @@ struct ModeTotals {
 };
 ModeTotals mode_totals(const std::vector<StepRecord>& records, StepMode mode);
 
+// The host's load when a run was timed: /proc/loadavg's 1-minute average (load1 < 0: unknown) and its cores.
+struct HostLoad {
+    double load1 = -1;
+    int n_cores = 0;
+};
+
 // What the report needs beyond the records. simulate takes it from its run; `kvlab trace summary`
 // from a trace file's header, so both print the same table from the same code.
 struct RunSummary {
@@ -44,6 +50,7 @@ struct RunSummary {
     std::optional<KvQuality> kv_quality;  // a cache policy (--kv-dtype, --window, --sink-tokens) against the fp32 full cache
     std::optional<ReferenceKernelRun> reference_kernel;  // --kernel reference (not in traces)
     RepeatWalls repeats;                  // --repeat N > 1: each run's wall time per mode (traces: "repeat_wall_ns")
+    std::optional<HostLoad> host_load;    // when the run was timed (traces: "host_load"; not with --deterministic)
 };
 RunSummary run_summary(const ModelConfig& cfg, const SimulateOptions& options, const SimulationResult& result);
 
@@ -63,11 +70,6 @@ Spread spread_of(std::vector<double> values);
 // Each run's summed wall time of `mode` (ns): the repeats when there are any, else the records' one run.
 std::vector<double> run_walls_ns(const RunSummary& run, const std::vector<StepRecord>& records, StepMode mode);
 
-// The host's load when the run was timed (load1 < 0: unknown).
-struct HostLoad {
-    double load1 = -1;
-    int n_cores = 0;
-};
 // The note that says once which figures are exact (counted), computed (modelled) and measured (wall,
 // with their spread over --repeat runs, or one run's with the host's load).
 std::string timing_note(const RunSummary& run, const HostLoad& load);

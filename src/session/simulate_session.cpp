@@ -264,6 +264,13 @@ void check_run_outputs(const SimulateRequest& o, const PreparedSimulation& p) {
             throw UsageError(fmt::format("--logits: one run per file, and --kv-dtype {} / --weight-dtype {} list {} runs; write each alone",
                                          o.kv_dtype, o.weight_dtype, p.policies.size()));
         check_output_path(o.logits, "--logits");
+        // a preset's checkpoint and tokenizer are inputs the command line never named (main's check sees
+        // only the options): refused here too
+        for (const std::string& input : {o.checkpoint, o.tokenizer}) {
+            std::error_code ec;
+            if (!input.empty() && std::filesystem::equivalent(o.logits, input, ec))
+                throw UsageError(fmt::format("--logits: {} is the run's input {}; expected a new .npy file", quote(o.logits), quote(input)));
+        }
     }
     if (o.repeat > 1 && (p.policies.size() > 1 || !o.eval.empty()))
         throw UsageError(fmt::format("--repeat {}: repeats one decoding run (cached vs uncached); not with --eval or a list of "
@@ -422,23 +429,34 @@ std::string attention_policy_name(const PreparedSimulation& p) {
     return fmt::format(", window {}{}", c.sliding_window.value_or(0), c.sink_tokens ? fmt::format(" + {} sinks", c.sink_tokens) : "");
 }
 
-// Decode steps' (1..) mean counted KV and weight bytes read, and their speed (tokens/s).
+// Decode steps' (1..) mean counted KV and weight bytes read, and their speed: 1 / the median step's wall
+// time. The median, not the mean: on a shared host another program's time slice lands on a few steps of
+// one run and not of the next, and a mean over one run's steps moved by 2x from run to run (fp8_e5m2 read
+// "2.13x" fp8_e4m3 over the same bytes, issue 51); the median step ignores those few.
 struct DecodeRates {
     double kv_read = 0.0, weights_read = 0.0, tokens_per_s = 0.0;
 };
 DecodeRates decode_rates(const SimulationResult& r) {
     std::uint64_t kv = 0, weights = 0;
-    std::int64_t ns = 0, n = 0;
+    std::vector<double> ns;
     for (const StepRecord& rec : r.records)
         if (rec.mode == StepMode::cached && rec.step > 0) {
             kv += rec.cost.total().bytes_kv_read;
             weights += rec.cost.total().bytes_weights_read;
-            ns += rec.wall_ns;
-            ++n;
+            ns.push_back(static_cast<double>(rec.wall_ns));
         }
-    if (n == 0) return {};
-    const auto steps = static_cast<double>(n);
-    return {static_cast<double>(kv) / steps, static_cast<double>(weights) / steps, ns > 0 ? steps * 1e9 / static_cast<double>(ns) : 0.0};
+    if (ns.empty()) return {};
+    const auto steps = static_cast<double>(ns.size());
+    const double median_ns = spread_of(ns).median;
+    return {static_cast<double>(kv) / steps, static_cast<double>(weights) / steps, median_ns > 0 ? 1e9 / median_ns : 0.0};
+}
+
+// The policy table's one note on what is measured: its speeds, one run each, and the host's load then.
+std::string policy_timing_note(const HostLoad& load) {
+    return fmt::format("KV/token, KV cache and bytes read are counted, exact; decode tok/s is measured: 1 / the median decode step's wall "
+                       "time, one run per row, on a host with load average {:.2f} over {} cores; rows a few percent apart are within "
+                       "the noise (docs/cli-simulate.md, \"Exact, modelled and measured figures\")",
+                       load.load1, load.n_cores);
 }
 
 Table policy_table(const std::string& title) {
@@ -493,6 +511,7 @@ Report kv_policy_report(const PreparedSimulation& p, const std::vector<Simulatio
     if (weights_listed)
         t.notes.push_back("narrow weights: the matmuls read bf16 / fp16 / q8_0 rows and widen them in the kernels, so a decode step reads fewer "
                           "weight bytes; where reading the weights bounds the step, tokens/s rises as the bytes fall (docs/performance.md)");
+    t.notes.push_back(policy_timing_note(host_load()));
     for (const SimulationResult& r : runs)
         if (const std::string note = thread_use_note(r.core_use); !note.empty()) {
             t.notes.push_back(note);  // once: the first run it held for
@@ -508,14 +527,14 @@ Report kv_policy_report(const PreparedSimulation& p, const std::vector<Simulatio
 Report simulation_outcome(const PreparedSimulation& p, const SimulationResult& result) {
     const SimulateRequest& o = p.request;
     const ModelConfig& cfg = p.config;
-    const RunSummary summary = run_summary(cfg, p.sim, result);
+    RunSummary summary = run_summary(cfg, p.sim, result);
+    if (!o.deterministic) summary.host_load = host_load();  // for the note on timings, in the report and the trace
     if (result.records.empty())  // interrupted before step 0 finished: nothing to report or trace
         throw Interrupted(fmt::format("interrupted before the first step; no report{}",
                                       o.trace.empty() ? "" : fmt::format(", {} not written", quote(o.trace))));
     if (!o.trace.empty()) write_step_trace(o.trace, summary, result.records, p.inputs, o.deterministic);
     if (p.logits) p.logits->finish();
     Report report = simulation_report(summary, result.records, p.inputs, p.request.units);
-    if (!o.deterministic) report.notes.push_back(timing_note(summary, host_load()));
     if (p.logits)
         report.notes.push_back(fmt::format("logits: {} rows (one per step, the logits the tokens were chosen from, {} mode) of {} float32 "
                                            "values in {} (.npy, docs/cli-simulate.md)",

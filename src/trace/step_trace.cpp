@@ -102,11 +102,16 @@ nlohmann::json run_summary_json(const RunSummary& run) {
     // --repeat N > 1: each run's summed wall time per mode (added in kvlab 51; absent for one run)
     if (!run.repeats.cached_ns.empty() || !run.repeats.uncached_ns.empty())
         j["repeat_wall_ns"] = {{"cached", run.repeats.cached_ns}, {"uncached", run.repeats.uncached_ns}};
+    // the host's load as the run ended (added in issue 51; absent with --deterministic)
+    if (run.host_load) j["host_load"] = {{"load1", run.host_load->load1}, {"cores", run.host_load->n_cores}};
     return j;
 }
 
-void write_step_trace(const fs::path& path, const RunSummary& run, const std::vector<StepRecord>& records,
+void write_step_trace(const fs::path& path, const RunSummary& measured_run, const std::vector<StepRecord>& records,
                       const nlohmann::json& inputs, bool deterministic) {
+    // --deterministic: nothing measured goes in, --repeat's wall times and the host's load included
+    RunSummary run = measured_run;
+    if (deterministic) run.repeats = {}, run.host_load.reset();
     const TraceFormat format = trace_format_for(path);
     const auto columns = trace_columns(deterministic);
     write_atomically(path, "--trace", [&](std::ostream& out) {

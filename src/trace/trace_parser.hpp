@@ -276,6 +276,12 @@ public:
             run.repeats.cached_ns = walls("cached");
             run.repeats.uncached_ns = walls("uncached");
         }
+        if (j.contains("host_load")) {
+            const json& h = j.at("host_load");
+            if (!h.is_object() || !h.contains("load1") || !h.at("load1").is_number() || !h.contains("cores"))
+                fail(line, fmt::format("run summary: 'host_load' is {}; expected {{\"load1\": number, \"cores\": count}}", json_excerpt(h)));
+            run.host_load = HostLoad{h.at("load1").get<double>(), static_cast<int>(count_value(line, h.at("cores"), "host_load 'cores'"))};
+        }
         // what the summary says of the run must hang together
         if (run.n_steps_done > run.n_steps || run.interrupted != (run.n_steps_done < run.n_steps))
             fail(line, fmt::format("run summary: {} of {} steps done with 'interrupted' {}; expected all steps done, or fewer and "

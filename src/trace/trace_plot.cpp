@@ -175,10 +175,11 @@ public:
             for (const int col : {6, 7})
                 plots += fmt::format(", ARG1 index {} using 1:(${} > {} ? {} : NaN) with points pt 8 ps 1.2 lc rgb '#000000' {}", i, col, c, c,
                                      i == 0 && col == 6 ? "title 'clipped'" : "notitle");
-        gp_ << fmt::format("set yrange [*:{:.17g}]\nset label 1 '{} step time(s) above {:.3g} ms (the 99th percentile), up to {:.3g} ms' at graph 0.98, graph 0.93 right front\n",
-                           clip * 1.05, n_above, clip, top);
-        panel(title + ", clipped at the 99th percentile", ms, plots);
-        gp_ << "unset label 1\nset yrange [*:*]\n";
+        gp_ << fmt::format("set yrange [*:{:.17g}]\n", clip * 1.05);
+        panel(fmt::format("{}; {} above the 99th percentile ({:.3g} ms, up to {:.3g}) drawn at it", title, counted(static_cast<std::int64_t>(n_above), "step"),
+                          clip, top),
+              ms, plots);
+        gp_ << "set yrange [*:*]\n";
     }
     // the running speed-up, uncached / cached: wall (or the model CPU of --deterministic traces) and GPU
     void speedup_panel(const std::string& wall_name) {
@@ -189,6 +190,11 @@ public:
             parts.push_back(fmt::format("ARG1 index {} using 1:15 with lines ls {} title {}'{}'", i, 10 + i, label, wall_name));
             if (max_of(16) > 0)
                 parts.push_back(fmt::format("ARG1 index {} using 1:16 with lines ls {} title {}'modelled GPU'", i, 30 + i, label));
+        }
+        if (parts.empty()) {  // one mode: nothing to divide (gnuplot refuses a panel with no defined point)
+            gp_ << "unset logscale y\nset yrange [0:1]\nset ylabel ''\nset title 'speed-up so far: needs both modes (--mode both)'\n"
+                << "plot ARG1 index 0 using 1:(2) with lines notitle\nset yrange [*:*]\n";
+            return;
         }
         panel("speed-up so far: uncached time / cached time", Axis{1.0, "x (uncached / cached)"}, join(parts), false);
     }

@@ -13,6 +13,47 @@ kvlab_expect(RC 0 ARGS simulate --model tiny-llama --prompt "Once upon a time" -
              OUT "^Once upon a time, in a small village, there lived a little boy named Tom\\. He lived with his"
                  "tokens through the model +52 +1368 " "both modes produced the same logits"
                  "checkpoint matrices: all 4\\.69 MiB read in place")
+# issue 51: a trained model with a tokenizer and no prompt option decodes a sentence, not random ids
+# (PyTorch's greedy continuation of it, reference.json); --prompt-len keeps random ids
+kvlab_expect(RC 0 ARGS simulate --model tiny-llama -n 8 --threads 1 -q
+             OUT "^Once upon a time, in a small villa" "prompt 5 tokens, 8 steps")
+kvlab_expect(RC 0 ARGS simulate --model tiny-llama -p 6 -n 2 --threads 1 -q
+             OUT "prompt 6 tokens, 2 steps" NOT_OUT "^Once upon a time")
+# printed text is valid UTF-8: byte-fallback tokens <0xC5> (id 0xC5 + 3 = 200) twice spell no character;
+# they print U+FFFD (EF BF BD) for each, never the raw bytes C5 C5 that run.c's terminal would show as
+# mojibake
+kvlab_expect(RC 0 ARGS simulate --model tiny-llama --prompt-ids 1,200,200 -n 2 --threads 1 -q)
+string(HEX "${KVLAB_OUT}" hex)
+if(NOT hex MATCHES "^efbfbdefbfbd" OR hex MATCHES "c5c5")
+  message(SEND_ERROR "--prompt-ids 1,200,200: expected U+FFFD twice for the lone C5 bytes, got ${hex}")
+endif()
+# the modelled time on the default GPU sits beside the wall time in the headline; --gpu names another
+kvlab_expect(RC 0 ARGS simulate --model tiny-llama -n 8 --threads 1 -q --gpu a100
+             OUT "cached decoding: [0-9.]+x (faster|slower) here \\(wall, one run[^)]*\\).*modelled on NVIDIA A100 SXM4 80GB"
+                 "modelled time on a100-sxm-80gb \\(ms\\)" "one run on a host with load average")
+kvlab_expect(RC 2 ARGS simulate --model tiny-llama -n 8 --gpu h1000 ERR "--gpu: unknown GPU 'h1000'; did you mean: .*h100-sxm-80gb")
+# --repeat: the wall figures over N runs, the counted ones once
+kvlab_expect(RC 0 ARGS simulate --model tiny-llama -n 4 --threads 1 -q --repeat 3
+             OUT "median of 3 runs: [0-9.]+-[0-9.]+x" "wall time \\(ms\\), median \\(min-max\\) of 3 runs" "the median of 3 runs")
+kvlab_expect(RC 2 ARGS simulate --model tiny-llama -n 4 --repeat 0 ERR "--repeat: 0; expected 1 or more runs")
+# --logits: (steps, vocab) float32 rows after a preamble of 10 + 61 + 1 = 72 bytes padded to 128 (64-byte
+# alignment): 128 + 3 x 512 x 4 = 6272 bytes; never over an input, the preset's tokenizer included (a copy here)
+kvlab_expect(RC 0 ARGS simulate --model tiny-llama -n 3 --threads 1 -q --logits "${WORK}/logits.npy"
+             OUT "logits: 3 rows .* of 512 float32 values")
+file(SIZE "${WORK}/logits.npy" npy_size)
+file(READ "${WORK}/logits.npy" npy_head OFFSET 10 LIMIT 118)  # after magic, version and length (bytes 0 and 1 among them)
+if(NOT npy_size EQUAL 6272 OR NOT npy_head MATCHES "^{'descr': '<f4', 'fortran_order': False, 'shape': \\(3, 512\\), } +\n$")
+  message(SEND_ERROR "logits.npy: ${npy_size} bytes, header ${npy_head}")
+endif()
+file(COPY_FILE "${MODELS}/tokenizer.bin" "${WORK}/tokenizer.bin")
+kvlab_expect(RC 2 ARGS simulate --model tiny-llama -n 3 --tokenizer "${WORK}/tokenizer.bin" --logits "${WORK}/tokenizer.bin"
+             ERR "tokenizer.bin")
+file(SHA256 "${WORK}/tokenizer.bin" copy_sum)
+file(SHA256 "${MODELS}/tokenizer.bin" model_sum)
+if(NOT copy_sum STREQUAL model_sum)
+  message(SEND_ERROR "--logits over the tokenizer changed it")
+endif()
+
 # GPT-2's safetensors: only wte (512x128) and wpe (256x128) are stored as kvlab holds them, 98304 floats =
 # 384 KiB in place; each layer's q, k, v, o (4 x 128x128), c_fc and c_proj (2 x 512x128) = 196608 floats,
 # x 5 layers = 983040 floats = 3.75 MiB transposed or sliced into memory of their own; 4.125 MiB in all.

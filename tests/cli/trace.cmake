@@ -25,7 +25,7 @@ set(printed "${last_out}")
 run_kvlab(0 "no wall time" trace summary "${WORK}/det.json" --format json)
 string(JSON n_printed LENGTH "${printed}" tables 0 rows)
 string(JSON n_read LENGTH "${last_out}" tables 0 rows)
-math(EXPR n_expected "${n_printed} - 4")  # wall_ms, tokens_per_s, gflop_per_s, gb_per_s
+math(EXPR n_expected "${n_printed} - 5")  # wall_ms, ms_per_token, tokens_per_s, gflop_per_s, gb_per_s
 if(NOT n_read EQUAL n_expected)
   message(FATAL_ERROR "deterministic summary has ${n_read} rows, expected ${n_expected}")
 endif()
