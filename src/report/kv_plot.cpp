@@ -176,13 +176,16 @@ std::string plot_script(const std::filesystem::path& output, const Lines& lines,
     }
     // each fit limit: a dot on the budget line, a dotted drop to the context axis, and its token count
     for (std::size_t i = 0; i < lines.markers.size(); ++i) {
-        const char* colour = colours[lines.markers[i].colour % std::size(colours)];
         const std::size_t index = series.size() + i;
-        const bool right_half = lines.markers[i].x > 0.5 * static_cast<double>(t_max);  // the label reads leftwards there, inside the chart
+        const auto& m = lines.markers[i];
+        const bool right_half = m.x > 0.5 * static_cast<double>(t_max);  // the label reads leftwards there, inside the chart
+        // labels alternate above and below the line in order of context, so neighbours do not overlap
+        const auto rank = std::count_if(lines.markers.begin(), lines.markers.end(), [&](const Marker& o) { return o.x < m.x; });
+        const char* colour = colours[m.colour % std::size(colours)];
         gp << fmt::format(", ARG1 index {0} using 1:2:(0):(-$2) with vectors nohead dt 3 lw 1 lc rgb '{1}' notitle"
                           ", ARG1 index {0} using 1:2 with points pt 7 ps 1.2 lc rgb '{1}' notitle"
                           ", ARG1 index {0} using 1:2:3 with labels {2} offset {3},{4} tc rgb '{1}' notitle",
-                          index, colour, right_half ? "right" : "left", right_half ? "-0.8" : "0.8", i % 2 ? "-0.9" : "0.9");
+                          index, colour, right_half ? "right" : "left", right_half ? "-0.8" : "0.8", rank % 2 ? "-0.9" : "0.9");
     }
     gp << "\nset output\n";
     return gp.str();
