@@ -174,7 +174,7 @@ kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-70b -d fp8 --context 32k --batch 8 --
 # x 0.9) = 76,968,728,985 B, so 6,415,022,489 B (5.97 GiB) is left for KV. What fits: floor(6,415,022,489 /
 # (32768 x 81920)) = batch 2 at 32k; floor(6,415,022,489 / (8 x 81920)) = 9,788 tokens at batch 8.
 kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-70b -d fp8 --context 32k --batch 8 --gpu h100 --tp 2
-             OUT "^does not fit: batch 8 at 32,768 tokens needs 20.00 GiB of KV per GPU; 5.97 GiB is free after the weights \\(65.71 GiB of weights per GPU at TP 2\\)\nfits: batch 2 at 32,768 tokens, or 9,788 tokens at batch 8\n\nKV cache per token\n"
+             OUT "^does not fit: batch 8 at 32,768 tokens needs 20.00 GiB of KV per GPU. 5.97 GiB is free after the weights \\(65.71 GiB of weights per GPU at TP 2\\)\nfits: batch 2 at 32,768 tokens, or 9,788 tokens at batch 8\n\nKV cache per token\n"
                  "Does it fit on .*\n.* fits *\n.*\nllama-3.1-70b +GQA-8 \\(native\\) +fp8_e4m3 +70.55 B +65.71 GiB +5.97 GiB +78308 +32768 +8 +20.00 GiB +no: KV\n"
              NOT_OUT "weights fit  " " yes *\n")
 # The same as JSON: the headline array, and the fit row's verdict beside it.
@@ -189,17 +189,23 @@ endif()
 # = 8 GiB; budget 76,968,728,985 - 8,030,261,248 x 2 B = 60,908,206,489 B (56.73 GiB): 48.73 GiB to spare,
 # floor(60,908,206,489 / 1 GiB per sequence) = 56 sequences; (16,060,522,496 + 8 GiB) B / 3.35e12 B/s = 7.358 ms.
 kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b -d fp16 --context 8k --batch 8 --gpu h100
-             OUT "^fits: batch 8 at 8,192 tokens needs 8.00 GiB of KV per GPU of the 56.73 GiB free after the weights \\(14.96 GiB of weights\\): 48.73 GiB to spare\nroom for up to batch 56 at 8,192 tokens; decode at best 7.358 ms/step"
+             OUT "^fits: batch 8 at 8,192 tokens needs 8.00 GiB of KV per GPU of the 56.73 GiB free after the weights \\(14.96 GiB of weights\\): 48.73 GiB to spare\nroom for up to batch 56 at 8,192 tokens. decode at best 7.358 ms/step"
                  "8192 +8 +8.00 GiB +yes *\n")
 # Weights that alone do not fit: the TP that would (Llama-3-70B bf16 141,107,412,992 B; an L4's usable 20.24 GiB; TP 8, above).
 kvlab_expect(RC 0 ARGS kvcalc -m llama-3-70b --gpu l4 -d fp16 --context 8k
-             OUT "^does not fit: the weights alone need 131.42 GiB per GPU at TP 1, more than the 20.24 GiB usable; --tp 8 fits them\n\n")
+             OUT "^does not fit: the weights alone need 131.42 GiB per GPU at TP 1, more than the 20.24 GiB usable. --tp 8 fits them\n\n")
 # Without a GPU: the KV per token and per batch (32 layers x 8 x 128 x 2 x 2 B = 128 KiB; x 4096 = 512 MiB).
 kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b -d fp16 --context 4096
-             OUT "^llama-3-8b keeps 128.00 KiB of KV per token \\(fp16, GQA-8\\); 4,096 tokens × batch 1 = 512.00 MiB\n\nKV cache per token")
+             OUT "^llama-3-8b keeps 128.00 KiB of KV per token \\(fp16, GQA-8\\). 4,096 tokens × batch 1 = 512.00 MiB\n\nKV cache per token")
 # Several models, up to 3: a line each (Llama-2-7B MHA 512 KiB/token x 32768 x 4 = 64 GiB > its 59.13 GiB budget).
 kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b,mistral-7b-v0.1 -d fp16 --context 32k --batch 4 --gpu h100
-             OUT "^llama-2-7b fp16: does not fit: batch 4 at 32,768 tokens needs 64.00 GiB of KV per GPU; 59.13 GiB is free after the weights \\(12.55 GiB of weights\\)\nmistral-7b-v0.1 fp16: fits: batch 4 at 32,768 tokens needs 2.00 GiB")
+             OUT "^llama-2-7b fp16: does not fit: batch 4 at 32,768 tokens needs 64.00 GiB of KV per GPU. 59.13 GiB is free after the weights \\(12.55 GiB of weights\\)\nmistral-7b-v0.1 fp16: fits: batch 4 at 32,768 tokens needs 2.00 GiB")
+# More than 3 cases: the count, the first that does not fit, the first that does. Batch 16 at 32k per token of
+# KV: Llama-2-7B 512 KiB (fp16) / 256 KiB (fp8) -> 256 / 128 GiB; Llama-3-8B 128 / 64 KiB -> 64 / 32 GiB; Qwen3-8B
+# 144 / 72 KiB -> 72 / 36 GiB; Mistral-7B holds its 4096-token window -> 8 / 4 GiB. Budgets 54-59 GiB: the fp16
+# Llama-2, Llama-3 and Qwen3 and the fp8 Llama-2 do not fit: 4 of 8.
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b,llama-3-8b,mistral-7b-v0.1,qwen3-8b -d fp16,fp8 --context 32k --batch 16 --gpu h100
+             OUT "^on h100-sxm-80gb, 4 of the 8 cases asked \\(model × dtype × context × batch\\) do not fit\nllama-2-7b fp16: does not fit: batch 16 at 32,768 tokens needs 256.00 GiB of KV per GPU. 59.13 GiB is free after the weights \\(12.55 GiB of weights\\)\nllama-3-8b fp8_e4m3: fits: batch 16 at 32,768 tokens needs 32.00 GiB of KV per GPU of the 56.73 GiB free after the weights \\(14.96 GiB of weights\\): 24.73 GiB to spare\n\n")
 # --kv-budget: blocks and concurrency (vLLM's 1952 blocks and 1.56x, above).
 kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-8b -d bf16 --kv-budget 3.8125GiB --context 20000
              OUT "^3.81 GiB of KV per GPU holds 1,952 blocks of 16 tokens \\(31,232 tokens\\): max concurrency 1.56x at 20,000 tokens per request\n\n")
@@ -230,7 +236,7 @@ endforeach()
 kvlab_expect(RC 2 ARGS kvcalc -m llama-3.1-70b --gpus 2 --tp 4 ERR "--gpus 2 and --tp 4 disagree: .* 2 GPUs is --tp 2")
 kvlab_expect(RC 2 ARGS kvcalc -m llama-3.1-70b --gpu 2xh100 --gpus 4 ERR "--gpus 4 and --gpu 2xh100 count different GPUs")
 # A name that holds a known GPU's name suggests that GPU first (edit distance alone put l4 first for 2xh100).
-kvlab_expect(RC 2 ARGS kvcalc -m llama-3-8b --gpu nvidia-h100 ERR "unknown GPU 'nvidia-h100'; did you mean: h100-sxm-80gb,")
+kvlab_expect(RC 2 ARGS kvcalc -m llama-3-8b --gpu nvidia-h100 ERR "unknown GPU 'nvidia-h100'. did you mean: h100-sxm-80gb,")
 kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b --gpu H100 --context 4k OUT "Does it fit on NVIDIA H100")
 
 # Issue 51: a model_type kvlab has no rules for is sized as Llama-style, and the note says so; an encoder-only
@@ -245,5 +251,5 @@ kvlab_expect(RC 0 ARGS kvcalc --config foo.json -d fp16 --context 512
 kvlab_expect(RC 2 ARGS kvcalc --config bert.json -d fp16
              ERR "bert.json: model_type 'bert' is an encoder-only model, which keeps no KV cache in decoding .*--as-decoder")
 kvlab_expect(RC 0 ARGS kvcalc --config bert.json -d fp16 --context 512 --as-decoder
-             OUT "36.00 KiB" "bert: model_type 'bert' is an encoder-only model, which keeps no KV cache in decoding; --as-decoder: sized as a Llama-style decoder")
+             OUT "36.00 KiB" "bert: model_type 'bert' is an encoder-only model, which keeps no KV cache in decoding. --as-decoder: sized as a Llama-style decoder")
 kvlab_expect(RC 0 ARGS kvcalc --config bert-decoder.json -d fp16 --context 512 OUT "36.00 KiB" "used as a decoder \\(is_decoder true\\)")
