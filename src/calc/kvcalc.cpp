@@ -1,5 +1,5 @@
-// kvcalc's tables from a request (~580 lines, over the house's ~350: run_kvcalc's steps each fill one table
-// for the model, variant and dtype they share, and read best together).
+// kvcalc's tables from a request (~640 lines, over the house's ~350: run_kvcalc's steps each fill one table
+// for the model, variant and dtype they share, and read best together; the headline they feed is kvcalc_headline.cpp).
 #include "calc/kvcalc.hpp"
 
 #include "calc/kvcalc_headline.hpp"
