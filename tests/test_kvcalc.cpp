@@ -176,7 +176,7 @@ TEST_CASE("A model whose weights do not fit says so, with the smallest TP that w
     // 70,553,706,496 parameters x 2 B (bf16) = 141,107,412,992 B; usable floor(24 GiB x 0.9) = 23,192,823,398 B.
     // TP 8 holds 17,638,426,624 B per GPU and fits; TP 4 (35.3 GB) does not; 5, 6 and 7 do not divide 64 heads.
     CHECK(cell(t, 0, "bytes_weights_per_gpu") == 141107412992ull);
-    CHECK(cell(t, 0, "fits") == "no");
+    CHECK(cell(t, 0, "fits") == "no: weights");  // the batch cannot fit where the weights alone do not
     CHECK(cell(t, 0, "max_tokens").is_null());
     bool said = false;
     for (const auto& n : report.notes) said = said || n.find("llama-3-70b does not fit on 24 GiB") != std::string::npos &&
@@ -300,4 +300,64 @@ TEST_CASE("roofline time is the larger of compute time and memory time, from the
     kvlab::GpuSpec no_bandwidth = h100;
     no_bandwidth.bandwidth_bytes_per_s = 0;
     CHECK_THROWS_AS(kvlab::roofline_time(no_bandwidth, 1, 1), kvlab::UsageError);
+}
+
+TEST_CASE("The headline answers does-it-fit with the figures the fit table holds, and the two agree") {
+    // Llama-3-8B fp16: 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 B = 131072 B (128 KiB) per token; a batch of
+    // 64 at 8192 tokens holds 64 x 8192 x 128 KiB = 64 GiB. On an 80 GiB GPU at 90%: usable 77,309,411,328 B,
+    // weights 8,030,261,248 x 2 B = 16,060,522,496 B, so the KV budget is 61,248,888,832 B = 57.04 GiB: no.
+    auto r = gpu_request("llama-3-8b", "test", 80ull << 30, 2000000000000ull);
+    r.batches = {64};
+    const auto report = run_kvcalc(r);
+    const auto& t = table_named(report, "Does it fit on");
+    CHECK(cell(t, 0, "bytes_kv_per_gpu") == 64ull << 30);
+    CHECK(cell(t, 0, "bytes_kv_budget_per_gpu") == 61248888832ull);
+    CHECK(cell(t, 0, "fits") == "no: KV");
+    REQUIRE(report.headline.size() == 2);
+    CHECK(report.headline[0] == "does not fit: batch 64 at 8,192 tokens needs 64.00 GiB of KV per GPU; 57.04 GiB is free after the weights "
+                                "(14.96 GiB of weights)");
+    // what fits: floor(61,248,888,832 / (8192 x 131072)) = 57 sequences of 8192 tokens; floor(61,248,888,832 /
+    // (64 x 131072)) = 7301 tokens at batch 64 (as "Largest batch" and "Longest context" say)
+    CHECK(report.headline[1] == "fits: batch 57 at 8,192 tokens, or 7,301 tokens at batch 64");
+    CHECK(cell(table_named(report, "Largest batch at each context"), 0, "max_batch") == 57);
+    CHECK(cell(table_named(report, "Longest context at each batch"), 0, "max_context") == 7301);
+
+    // batch 8 fits: 8 GiB of the 57.04 GiB, 49.04 GiB to spare; the roofline: (16,060,522,496 + 8 GiB) B / 2e12 B/s = 12.325 ms
+    r.batches = {8};
+    const auto fits = run_kvcalc(r);
+    CHECK(cell(table_named(fits, "Does it fit on"), 0, "fits") == "yes");
+    REQUIRE(fits.headline.size() == 2);
+    CHECK(fits.headline[0] == "fits: batch 8 at 8,192 tokens needs 8.00 GiB of KV per GPU of the 57.04 GiB free after the weights "
+                              "(14.96 GiB of weights): 49.04 GiB to spare");
+    CHECK(fits.headline[1].rfind("room for up to batch 57 at 8,192 tokens; decode at best 12.325 ms/step", 0) == 0);
+}
+
+TEST_CASE("Without a GPU the headline gives the KV per token and per batch") {
+    KvcalcRequest r;
+    r.models = {load_preset("llama-3-8b")};
+    r.dtypes = {DType::fp16};
+    r.contexts = {4096};
+    // 128 KiB per token (above) x 4096 tokens = 512 MiB
+    CHECK(run_kvcalc(r).headline == std::vector<std::string>{"llama-3-8b keeps 128.00 KiB of KV per token (fp16, GQA-8); 4,096 tokens × batch 1 = 512.00 MiB"});
+    r.models.push_back(load_preset("llama-2-7b"));
+    r.models.push_back(load_preset("mistral-7b-v0.1"));
+    r.models.push_back(load_preset("qwen3-8b"));
+    const auto many = run_kvcalc(r).headline;  // more than 3 models: the range in at most 3 lines
+    REQUIRE(many.size() == 2);
+    // Llama-2-7B MHA: 32 x 32 x 128 x 2 x 2 B = 512 KiB, the most; Llama-3-8B and Mistral-7B GQA-8 128 KiB, the least
+    CHECK(many[0] == "4 models: KV per token from 128.00 KiB (llama-3-8b GQA-8 fp16) to 512.00 KiB (llama-2-7b MHA fp16)");
+}
+
+TEST_CASE("Warnings reach stderr in every format; JSON keeps them in its notes too") {
+    Report report;
+    report.headline = {"the answer"};
+    report.notes = {"a rule applied", "warning: something to see"};
+    for (const Format f : {Format::table, Format::markdown, Format::csv, Format::json}) {
+        std::ostringstream out, err;
+        print_report(out, report, f, err);
+        CHECK(err.str() == "warning: something to see\n");
+        CHECK((out.str().find("warning:") != std::string::npos) == (f == Format::json));
+        if (f == Format::table || f == Format::markdown) CHECK(out.str().find("a rule applied") != std::string::npos);
+        if (f == Format::json) CHECK(nlohmann::json::parse(out.str())["notes"][1] == "warning: something to see");
+    }
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <limits>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -42,14 +44,64 @@ std::vector<GpuSpec> load_gpus() {
     return out;
 }
 
+GpuCount split_gpu_count(std::string_view text) {
+    // "2xh100", "8x a100", "2*h100": digits, then x (either case) or *, then the name
+    std::size_t i = 0;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+    if (i == 0 || i == text.size() || i > 6 || (text[i] != 'x' && text[i] != 'X' && text[i] != '*')) return {1, std::string(text), false};
+    std::string_view rest = text.substr(i + 1);
+    while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+    return {std::stoull(std::string(text.substr(0, i))), std::string(rest), true};
+}
+
+namespace {
+
+std::string lower(std::string_view s) {
+    std::string out(s);
+    std::transform(out.begin(), out.end(), out.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    return out;
+}
+
+// Up to 3 GPU names nearest `name`: a GPU one of whose names (or aliases) the input holds, or that holds
+// the input ("nvidia-h100" and "h100-pcie" hold h100), comes first, the longest such name first; the rest
+// by edit distance to their nearest name.
+std::vector<std::string> gpu_suggestions(std::string_view name, const std::vector<GpuSpec>& gpus) {
+    const std::string in = lower(name);
+    std::vector<std::tuple<std::size_t, std::size_t, std::string>> scored;  // (distance, -length of a held name, GPU)
+    for (const auto& g : gpus) {
+        std::size_t best = std::string::npos, held = 0;
+        std::vector<std::string> keys{g.name};
+        keys.insert(keys.end(), g.aliases.begin(), g.aliases.end());
+        for (const auto& key : keys) {
+            if (!in.empty() && (in.find(key) != std::string::npos || key.find(in) != std::string::npos)) {
+                best = 0;
+                held = std::max(held, std::min(key.size(), in.size()));
+            }
+            best = std::min(best, edit_distance(in, key));
+        }
+        scored.emplace_back(best, std::numeric_limits<std::size_t>::max() - held, g.name);
+    }
+    std::sort(scored.begin(), scored.end());
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < scored.size() && i < 3; ++i) out.push_back(std::get<2>(scored[i]));
+    return out;
+}
+
+}  // namespace
+
 GpuSpec find_gpu(std::string_view name) {
     const auto gpus = load_gpus();
+    const std::string key = lower(name);  // "H100" is h100: GPU names are not case-sensitive
     std::vector<std::string> names;
     for (const auto& g : gpus) {
-        if (g.name == name || std::find(g.aliases.begin(), g.aliases.end(), name) != g.aliases.end()) return g;
+        if (lower(g.name) == key || std::any_of(g.aliases.begin(), g.aliases.end(), [&](const std::string& a) { return lower(a) == key; })) return g;
         names.push_back(g.name);
     }
-    throw UsageError(fmt::format("--gpu: unknown GPU {}; did you mean: {}? (known: {})", quote(name), fmt::join(closest_names(name, names, 3), ", "),
+    if (const GpuCount count = split_gpu_count(name); count.counted)
+        throw UsageError(fmt::format("--gpu: {} is {} GPUs; --gpu names one, e.g. --gpu {}; kvcalc takes the count as --gpus {} (tensor "
+                                     "parallelism, the same as --tp {})",
+                                     quote(name), count.n_gpus, gpu_suggestions(count.name, gpus).front(), count.n_gpus, count.n_gpus));
+    throw UsageError(fmt::format("--gpu: unknown GPU {}; did you mean: {}? (known: {})", quote(name), fmt::join(gpu_suggestions(name, gpus), ", "),
                                  fmt::join(names, ", ")));
 }
 

@@ -1,5 +1,5 @@
-// kvcalc's tables from a request (~580 lines, over the house's ~350: run_kvcalc's steps each fill one table
-// for the model, variant and dtype they share, and read best together).
+// kvcalc's tables from a request (~640 lines, over the house's ~350: run_kvcalc's steps each fill one table
+// for the model, variant and dtype they share, and read best together; the headline they feed is kvcalc_headline.cpp).
 #include "calc/kvcalc.hpp"
 
 #include "calc/kvcalc_headline.hpp"
@@ -41,23 +41,6 @@ std::uint64_t usable_bytes(std::uint64_t memory, double util) {
     return static_cast<std::uint64_t>(static_cast<u128>(memory) * ppm / 1000000u);
 }
 
-namespace {
-
-std::string dtype_formula(DType dtype, std::uint64_t n_values) {
-    const auto& info = dtype_info(dtype);
-    if (info.block_values == 1) return fmt::format("{} x {} B ({})", n_values, info.block_bytes, info.name);
-    return fmt::format("ceil({}/{}) blocks x {} B ({})", n_values, info.block_values, info.block_bytes, info.name);
-}
-
-std::vector<std::uint64_t> contexts_for(const ModelConfig& cfg, const KvcalcRequest& r) {
-    if (!r.contexts.empty()) return r.contexts;
-    std::vector<std::uint64_t> out{4096};
-    if (cfg.n_ctx_max > 0 && u(cfg.n_ctx_max) != 4096) out.push_back(u(cfg.n_ctx_max));
-    std::sort(out.begin(), out.end());
-    return out;
-}
-
-// Largest T (<= limit) with batch * sequence_bytes(T) <= budget; 0 if even T = 1 does not fit.
 std::uint64_t max_context(const ModelConfig& cfg, DType dtype, std::uint64_t batch, std::uint64_t budget, std::uint64_t limit,
                           const KvcalcRequest& r) {
     auto fits = [&](std::uint64_t t) {
@@ -72,6 +55,22 @@ std::uint64_t max_context(const ModelConfig& cfg, DType dtype, std::uint64_t bat
         (fits(mid) ? lo : hi) = mid;
     }
     return lo;
+}
+
+namespace {
+
+std::string dtype_formula(DType dtype, std::uint64_t n_values) {
+    const auto& info = dtype_info(dtype);
+    if (info.block_values == 1) return fmt::format("{} x {} B ({})", n_values, info.block_bytes, info.name);
+    return fmt::format("ceil({}/{}) blocks x {} B ({})", n_values, info.block_values, info.block_bytes, info.name);
+}
+
+std::vector<std::uint64_t> contexts_for(const ModelConfig& cfg, const KvcalcRequest& r) {
+    if (!r.contexts.empty()) return r.contexts;
+    std::vector<std::uint64_t> out{4096};
+    if (cfg.n_ctx_max > 0 && u(cfg.n_ctx_max) != 4096) out.push_back(u(cfg.n_ctx_max));
+    std::sort(out.begin(), out.end());
+    return out;
 }
 
 // MLA has no MHA twin in its config; the equivalent MHA caches K of H x (nope + rope) and V of H x v_head_dim.
@@ -265,6 +264,7 @@ void describe_model(Report& report, const KvcalcRequest& r, const ModelConfig& b
     report.notes.push_back(fmt::format("{}: {}; {}; {}{}{}", base.name, base.head_dim_rule, base.kv_heads_rule, base.window_rule,
                                        plain_ctx ? "" : "; " + base.ctx_rule,
                                        base.defaults.empty() ? "" : fmt::format("; defaults applied: {}", fmt::join(base.defaults, "; "))));
+    if (!base.type_rule.empty()) report.notes.push_back(fmt::format("{}: {}", base.name, base.type_rule));
     if (r.explain && !base.numeric_defaults.empty())
         report.notes.push_back(fmt::format("{}: defaults that change no size: {}", base.name, fmt::join(base.numeric_defaults, "; ")));
     if (r.gpu && base.stored_weight_bytes) report.notes.push_back(fmt::format("{}: {}", base.name, base.stored_weights_rule));
@@ -625,6 +625,7 @@ Report run_kvcalc(const KvcalcRequest& r) {
     make_kv_tables(r, tables);
     if (r.gpu) make_gpu_tables(r, tables);
     if (r.kv_budget) tables.budget = make_budget_table(r);
+    if (!r.tp_rule.empty()) report.notes.push_back(r.tp_rule);
     for (const auto& base : r.models) add_model_rows(report, tables, r, base);
     report.headline = kvcalc_headline(tables.cases, r);
     finish_report(report, tables, r);

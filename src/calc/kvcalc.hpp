@@ -26,6 +26,7 @@ struct KvcalcRequest {
     WindowMode window_mode = WindowMode::cap;
     std::uint64_t block_size = 0;                 // 0: contiguous allocation, no paging
     std::uint64_t tp = 1;                         // tensor-parallel degree
+    std::string tp_rule;                          // how a GPU count (--gpus N, --gpu NxNAME) became tp, said in a note
     std::optional<GpuSpec> gpu;                   // from --gpu or --gpu-mem
     DType weights_dtype = DType::bf16;
     double mem_util = 0.9;                        // fraction of GPU memory the engine may use
@@ -46,6 +47,9 @@ void append_engine_tables(Report& report, const KvcalcRequest& request);
 ModelConfig apply_variant(const ModelConfig& cfg, const AttentionVariant& variant);
 // bytes one sequence of T tokens holds (windows per the request's mode, paging per its block size);
 std::uint64_t sequence_bytes(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, const KvcalcRequest& request);
+// the largest T (<= limit) with batch x sequence_bytes(T) <= budget, 0 if even T = 1 does not fit;
+std::uint64_t max_context(const ModelConfig& cfg, DType dtype, std::uint64_t batch, std::uint64_t budget, std::uint64_t limit,
+                          const KvcalcRequest& request);
 // floor(memory x util) in exact integer arithmetic (util to 6 decimals).
 std::uint64_t usable_bytes(std::uint64_t memory, double util);
 // Bytes of the model's weights (all GPUs together): as stored beside its config when they were read

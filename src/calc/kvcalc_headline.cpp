@@ -75,16 +75,18 @@ std::string fit_detail_line(const CaseFacts& c, const KvcalcRequest& r) {
     if (f.fits) {
         std::string room = f.max_batch ? fmt::format("room for up to {}", batch_at(*f.max_batch, f.context)) : std::string();
         if (!f.ms_per_step) return room;
-        return fmt::format("{}{}decode at best {:.3f} ms/step, {:.1f} tok/s{} (roofline: weights and KV read once per step at {})", room,
-                           room.empty() ? "" : "; ", *f.ms_per_step, *f.tokens_per_s,
-                           c.fits.size() > 1 ? " there" : "", format_rate(r.gpu->bandwidth_bytes_per_s));
+        return fmt::format("{}{}decode at best {:.3f} ms/step, {:.1f} tok/s (roofline: weights and KV read once per step at {})", room,
+                           room.empty() ? "" : "; ", *f.ms_per_step, *f.tokens_per_s, format_rate(r.gpu->bandwidth_bytes_per_s));
     }
-    std::vector<std::string> alt;
-    if (f.max_batch) alt.push_back(*f.max_batch ? batch_at(*f.max_batch, f.context) : fmt::format("no batch at {} tokens", with_thousands(f.context)));
-    alt.push_back(f.max_context ? fmt::format("{} tokens{} at batch {}", with_thousands(f.max_context),
-                                              f.max_context_is_model_max ? " (the model's max)" : "", f.batch)
-                                : fmt::format("not one token at batch {}", f.batch));
-    return fmt::format("fits: {}", fmt::join(alt, ", or "));
+    std::vector<std::string> alt, none;
+    if (f.max_batch && *f.max_batch > 0) alt.push_back(batch_at(*f.max_batch, f.context));
+    if (f.max_batch && *f.max_batch == 0) none.push_back(fmt::format("not even batch 1 at {} tokens", with_thousands(f.context)));
+    if (f.max_context > 0)
+        alt.push_back(fmt::format("{} tokens{} at batch {}", with_thousands(f.max_context), f.max_context_is_model_max ? " (the model's max)" : "", f.batch));
+    else
+        none.push_back(fmt::format("not one token at batch {}", f.batch));
+    if (alt.empty()) return fmt::format("nothing fits: {}", fmt::join(none, ", "));
+    return fmt::format("fits: {}{}{}", fmt::join(alt, ", or "), none.empty() ? "" : "; ", fmt::join(none, ", "));
 }
 
 // With a GPU: one case in up to 2 lines; 2-3 cases one line each; more: the count, the largest that does

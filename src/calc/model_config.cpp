@@ -399,6 +399,42 @@ TextConfig find_text_config(const json& root, const std::string& where, bool cla
     return lm;
 }
 
+// model_types read by rules kvlab knows besides config_defaults' classes: those this file and the weight
+// count test by name, and llama.cpp's architecture names a GGUF gives (deepseek2, phi).
+constexpr std::array<std::string_view, 17> named_types{"RefinedWeb", "RefinedWebModel", "deepseek_v32", "deepseek_mtp", "kimi_k2", "deepseek2",
+                                                       "llama4", "llama4_text", "cohere", "cohere2", "gemma3", "phi", "qwen2_vl", "qwen2_vl_text",
+                                                       "qwen2_5_vl", "qwen2_5_vl_text", "minicpm3"};
+
+// Encoder-only model types: they read their whole input at once and generate nothing, so decoding keeps no
+// KV cache. The model_type strings as transformers v4.57.1 names them (models/<name>/configuration_<name>.py).
+constexpr std::array<std::string_view, 24> encoder_types{
+    "bert",      "roberta",    "distilbert", "albert",     "electra",  "deberta",        "deberta-v2", "xlm-roberta",
+    "camembert", "mpnet",      "modernbert", "mobilebert", "megatron-bert", "squeezebert", "funnel",   "longformer",
+    "xlm-roberta-xl", "roberta-prelayernorm", "ernie", "rembert", "convbert", "nezha",    "esm",        "data2vec-text"};
+
+// Refuses an encoder-only model (unless `as_decoder`), and says how a model_type kvlab has no rules for is sized.
+std::string check_model_type(const FieldReader& f, const std::string& type, const std::string& where, bool as_decoder) {
+    const bool encoder = std::find(encoder_types.begin(), encoder_types.end(), type) != encoder_types.end();
+    const bool used_as_decoder = f.boolean("is_decoder", false);  // transformers' BertLMHeadModel and kin: causal, with a cache
+    if (encoder && !used_as_decoder && !as_decoder)
+        throw ConfigError(fmt::format("{}: model_type {} is an encoder-only model, which keeps no KV cache in decoding (it reads its whole "
+                                      "input at once and generates no tokens); kvcalc --as-decoder sizes it as if it were a decoder",
+                                      where, quote(type, 40)));
+    const std::string llama_style = "sized as a Llama-style decoder from the config's fields (every layer caches K and V, "
+                                    "num_key_value_heads x head_dim each, per token)";
+    if (encoder)
+        return fmt::format("model_type {} is an encoder-only model{}: {}", quote(type, 40),
+                           used_as_decoder ? " used as a decoder (is_decoder true)" : ", which keeps no KV cache in decoding; --as-decoder",
+                           llama_style);
+    const auto known = class_default_types();
+    if (std::find(known.begin(), known.end(), type) != known.end() || std::find(named_types.begin(), named_types.end(), type) != named_types.end() ||
+        type == "gpt_neox" || type == "gpt2")
+        return {};
+    return fmt::format("{}: {}; check that the model caches that way", type.empty() ? std::string("no model_type")
+                                                                                   : fmt::format("model_type {} is not one kvlab has rules for", quote(type, 40)),
+                       llama_style);
+}
+
 // Names the model and reads what a preset's _kvlab block adds (display name, source, family, files).
 void read_kvlab_fields(const json& root, const std::string& where, const std::string& name, ModelConfig& cfg) {
     cfg.name = name;
@@ -607,7 +643,7 @@ void note_chunked_attention(const FieldReader& f, ModelConfig& cfg) {
 
 }  // namespace
 
-ModelConfig parse_model_config(const json& root, const std::string& where, const std::string& name, bool class_defaults) {
+ModelConfig parse_model_config(const json& root, const std::string& where, const std::string& name, bool class_defaults, bool as_decoder) {
     if (!root.is_object()) throw ConfigError(fmt::format("{}: top level is {}; expected a JSON object", where, root.type_name()));
     const TextConfig lm = find_text_config(root, where, class_defaults);
     const json& j = lm.j;
@@ -616,6 +652,7 @@ ModelConfig parse_model_config(const json& root, const std::string& where, const
     ModelConfig cfg;
     read_kvlab_fields(root, where, name, cfg);
     read_model_kind(f, lm, cfg);
+    cfg.type_rule = check_model_type(f, cfg.model_type, where, as_decoder);
     read_shape(f, where, cfg);
     const bool falcon = cfg.model_type == "falcon" || cfg.model_type == "RefinedWeb" || cfg.model_type == "RefinedWebModel";
     read_ffn_width(f, falcon, cfg);
@@ -670,13 +707,13 @@ std::string config_model_name(const json& j, const std::filesystem::path& path) 
     return path.stem().string();
 }
 
-ModelConfig load_model_config(const std::filesystem::path& path_in) {
+ModelConfig load_model_config(const std::filesystem::path& path_in, bool as_decoder) {
     std::filesystem::path path = path_in;
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) path /= "config.json";
     // a config.json is a few KiB; 16 MiB leaves room for any real one (multimodal configs included)
     const json j = parse_json(read_input_file(path, "config file (a config.json or a directory holding one)", 16 << 20), path.string());
-    return parse_model_config(j, path.string(), config_model_name(j, path));
+    return parse_model_config(j, path.string(), config_model_name(j, path), true, as_decoder);
 }
 
 }  // namespace kvlab

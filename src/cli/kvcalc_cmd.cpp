@@ -12,6 +12,7 @@
 #include "formats/gguf.hpp"
 #include "formats/hf_checkpoint.hpp"
 #include "report/kv_plot.hpp"
+#include "kvlab/core/text.hpp"
 #include "kvlab/core/units.hpp"
 
 namespace kvlab::cli {
@@ -28,6 +29,9 @@ struct KvcalcOptions {
     WindowMode window_mode = WindowMode::cap;
     std::string block_size = "0";
     std::string tp = "1";
+    bool tp_given = false;               // --tp on the command line
+    std::string gpus;                    // --gpus N: N GPUs, tensor parallel (empty: not given)
+    bool as_decoder = false;             // --as-decoder: size an encoder-only config as if it decoded
     std::string gpu;
     std::string gpu_mem;
     std::string gpu_bandwidth;
@@ -51,13 +55,34 @@ struct KvcalcOptions {
 
 namespace {
 
+// The GPU and the tensor-parallel degree: --tp, or a GPU count (--gpus N, --gpu NxNAME) read as TP N and
+// said in a note; counts that disagree are refused.
+void set_tp_and_gpu(const KvcalcOptions& o, KvcalcRequest& r) {
+    r.tp = parse_count(o.tp, "--tp");
+    const GpuCount named = split_gpu_count(o.gpu);
+    if (named.counted && named.n_gpus == 0) throw UsageError(fmt::format("--gpu: {} names 0 GPUs; expected a count of 1 or more", quote(o.gpu)));
+    if (!o.gpu.empty()) r.gpu = find_gpu(named.name);
+    const std::uint64_t n_gpus = o.gpus.empty() ? named.n_gpus : parse_count(o.gpus, "--gpus");
+    const std::string given = o.gpus.empty() ? fmt::format("--gpu {}", o.gpu) : fmt::format("--gpus {}", o.gpus);
+    if (named.counted && !o.gpus.empty() && named.n_gpus != n_gpus)
+        throw UsageError(fmt::format("--gpus {} and --gpu {} count different GPUs; give the count once", o.gpus, o.gpu));
+    if (!named.counted && o.gpus.empty()) return;
+    if (o.tp_given && r.tp != n_gpus)
+        throw UsageError(fmt::format("{} and --tp {} disagree: kvcalc spreads a model over its GPUs by tensor parallelism, so {} GPUs is --tp {}; "
+                                     "give one of them", given, o.tp, n_gpus, n_gpus));
+    r.tp = n_gpus;
+    r.tp_rule = fmt::format("{}: {} GPUs, sized as tensor parallelism over them, the same as {}--tp {}: each GPU holds 1/{} of the weights "
+                            "and of the KV heads (kvlab does not model pipeline or data parallelism)",
+                            given, n_gpus, r.gpu && named.counted ? fmt::format("--gpu {} ", named.name) : "", n_gpus, n_gpus);
+}
+
 KvcalcRequest make_request(const KvcalcOptions& o) {
     KvcalcRequest r;
     // presets first, then configs, in the order given: one table row per model
     for (const auto& m : o.models)
         for (const auto& name : split_list(m)) r.models.push_back(load_preset(name));
     for (const auto& c : o.configs) {
-        ModelConfig cfg = load_model_config(c);
+        ModelConfig cfg = load_model_config(c, o.as_decoder);
         // a checkpoint directory: its safetensors headers give the weights' exact bytes (no tensor is read)
         if (const auto stored = stored_weights(c)) {
             cfg.stored_weight_bytes = stored->bytes;
@@ -95,8 +120,7 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
     r.batches = parse_count_list(o.batches, "--batch");
     r.window_mode = o.window_mode;
     r.block_size = o.block_size == "0" ? 0 : parse_count(o.block_size, "--block-size");
-    r.tp = parse_count(o.tp, "--tp");
-    if (!o.gpu.empty()) r.gpu = find_gpu(o.gpu);
+    set_tp_and_gpu(o, r);
     if (!o.gpu_mem.empty()) {
         GpuSpec g;
         g.name = g.display_name = fmt::format("GPU with {}", o.gpu_mem);
@@ -149,7 +173,8 @@ void setup_kvcalc(CLI::App& app) {
     add_choice(cmd, "--window-mode", o->window_mode, window_mode_choices, "Sliding-window layers: cap (hold min(W,T) tokens) or ignore");
     cmd->add_option("--block-size", o->block_size, "Paged allocation: tokens per block (vLLM default 16); 0 = contiguous")->capture_default_str();
     cmd->add_option("--tp", o->tp, "Tensor-parallel degree")->capture_default_str();
-    auto* gpu = cmd->add_option("--gpu", o->gpu, "GPU preset (presets/gpus.json), e.g. h100-sxm-80gb");
+    cmd->add_option("--gpus", o->gpus, "Number of GPUs: the model is split over them by tensor parallelism (= --tp N)");
+    auto* gpu = cmd->add_option("--gpu", o->gpu, "GPU preset (presets/gpus.json), e.g. h100-sxm-80gb, h100; 2xh100 = --gpu h100 --gpus 2");
     cmd->add_option("--gpu-mem", o->gpu_mem, "GPU memory instead of a preset, e.g. 80GiB or 24GB")->excludes(gpu);
     cmd->add_option("--gpu-bandwidth", o->gpu_bandwidth, "Memory bandwidth in bytes/s for the roofline, e.g. 3350GB (per second)");
     cmd->add_option("--weights-dtype", o->weights_dtype, "dtype of the weights for the GPU fit")->capture_default_str();
@@ -172,6 +197,8 @@ void setup_kvcalc(CLI::App& app) {
     add_units_option(cmd, o->units);
     add_format_option(cmd, o->format);
     cmd->add_flag("--explain", o->explain, "Print each formula with the numbers substituted");
+    cmd->add_flag("--as-decoder", o->as_decoder,
+                  "Size an encoder-only config (bert, roberta, ...), which keeps no KV cache, as if it were a Llama-style decoder");
     output_file(cmd->add_option("--plot", o->plot, "Also draw KV memory against context, one line per model/layout/dtype/batch (+ the GPU's KV budget): FILE.svg or FILE.png"));
     cmd->footer("Examples:\n  kvlab kvcalc -m llama-3-8b -d fp16,fp8 --context 8k,128k --batch 1,8\n"
                 "  kvlab kvcalc --config path/to/config.json --gpu h100 --explain\n"
@@ -179,8 +206,10 @@ void setup_kvcalc(CLI::App& app) {
                 "  kvlab kvcalc -m qwen3-8b --engine vllm --kv-budget 20GiB --context 32k");
     auto* dtype_opt = cmd->get_option("--dtype");
     auto* engine_opt = cmd->get_option("--engine");
-    cmd->callback([o, dtype_opt, engine_opt] {
+    auto* tp_opt = cmd->get_option("--tp");
+    cmd->callback([o, dtype_opt, engine_opt, tp_opt] {
         o->dtypes_given = dtype_opt->count() > 0;
+        o->tp_given = tp_opt->count() > 0;
         // a GGUF is llama.cpp's file: without --engine, say also what llama.cpp allocates for it
         bool gguf_default_engine = !o->ggufs.empty() && engine_opt->count() == 0;
         if (gguf_default_engine && o->dtypes_given)  // only with cache types llama.cpp has (-d fp8 stays exact math)

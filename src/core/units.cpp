@@ -117,7 +117,8 @@ std::uint64_t parse_size(std::string_view text, std::string_view flag) {
     // a size without its unit is ambiguous (bytes? GiB, as engines print?): `--kv-budget 40` read as 40
     // bytes gave a pool of 0 blocks and exit 0
     if (u.empty())
-        throw UsageError(fmt::format("{}: {} has no unit; expected a size such as 80GiB, 40GB or 1073741824B (B: bytes)", flag, quote(text)));
+        throw UsageError(fmt::format("{}: {} has no unit; expected {}GiB or {}GB (2^30 or 10^9 bytes each), or {}B for bytes", flag, quote(text),
+                                     number, number, number));
     if (u == "b") m = 1;
     else if (u == "kib") m = 1024.0L;
     else if (u == "mib") m = 1024.0L * 1024;

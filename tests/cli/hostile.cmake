@@ -197,7 +197,7 @@ kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/qwen3moe-no-ff.gguf" -d bf16 --
 # A GGUF with tensors: the fit takes the bytes the file stores (Q4_K 4,915,200 B + 1000 B, each tensor's data padded to 32:
 # 4,916,224 B), not parameters x bf16; tensor infos that point past the data, or have 5 dimensions, are refused.
 kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/llama-tensors.gguf" -d fp16 --context 4096 --gpu h200 --format csv
-             OUT "\nllama-tensors,GQA-2 \\(native\\),fp16,[0-9]+,4916224,yes,")
+             OUT "\nllama-tensors,GQA-2 \\(native\\),fp16,[0-9]+,4916224,[0-9]+,[0-9]+,4096,1,[0-9]+,yes\n")
 kvlab_expect(RC 0 ARGS kvcalc --gguf "${WORK}/fx/llama-tensors.gguf" -d fp16 --context 4096 --gpu h200
              OUT "weights as the GGUF stores them: its 2 tensors' data, 4916224 B")
 kvlab_expect(RC 2 ARGS kvcalc --gguf "${WORK}/fx/gguf_tensor_offset.gguf" ERR "GGUF header at byte [0-9]+: a tensor at data offset 1099511627776, past the 4916224 bytes of tensor data")
@@ -226,14 +226,14 @@ kvlab_expect(RC 2 ARGS kvcalc --config "${WORK}/layers.json" ERR "num_hidden_lay
 # 13. A checkpoint directory as --config: the GPU fit takes the weights' bytes from the safetensors
 # headers (no tensor read). The fixture stores 12112 parameters in F32: 12112 x 4 B = 48448 B, where the
 # default bf16 estimate would say 24224 B.
-kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/fx/hf_ok" -d fp16 --context 64 --gpu-mem 1GiB --format csv OUT ",fp16,12112,48448,yes,")
+kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/fx/hf_ok" -d fp16 --context 64 --gpu-mem 1GiB --format csv OUT ",fp16,12112,48448,[0-9]+,[0-9]+,64,1,[0-9]+,yes\n")
 kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/fx/hf_ok" -d fp16 --context 64 --gpu-mem 1GiB
              OUT "weights 48448 B as stored \\(F32 48448 B; from the headers of .*model.safetensors\\)")
-kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/fx/hf_ok" -a mha -d fp16 --context 64 --gpu-mem 1GiB --format csv OUT ",fp16,[0-9]+,[0-9]+,yes,")
+kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/fx/hf_ok" -a mha -d fp16 --context 64 --gpu-mem 1GiB --format csv OUT ",fp16,[0-9]+,[0-9]+,[0-9]+,[0-9]+,64,1,[0-9]+,yes\n")
 kvlab_expect(RC 2 ARGS kvcalc --config "${WORK}/fx/hf_dtype" --gpu-mem 1GiB ERR "hf_dtype/model.safetensors")
 # A multimodal checkpoint: its 1300 stored bytes are the fit's weights, but a decode step reads only the text model's
 # 1000 (the 200 + 100 B of tensors under vision_tower. and multi_modal_projector. are the vision side)
 kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/fx/hf_gemma3_vision" -d fp16 --context 64 --gpu h100 --format csv
-             OUT ",fp16,[0-9]+,1300,yes," ",fp16,64,1,1000,")
+             OUT ",fp16,[0-9]+,1300,[0-9]+,[0-9]+,64,1,[0-9]+,yes\n" ",fp16,64,1,1000,")
 kvlab_expect(RC 0 ARGS kvcalc --config "${WORK}/fx/hf_gemma3_vision" -d fp16 --context 64 --gpu h100
              OUT "300 B of them the vision tower's, which a decode step does not read")

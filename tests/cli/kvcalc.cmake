@@ -65,7 +65,8 @@ kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b -d fp16 --context 4096 --units si OU
 
 # Sliding window cap vs ignore, context warning, paging, TP, GPU fit.
 kvlab_expect(RC 0 ARGS kvcalc -m mistral-7b-v0.1 -d fp16 --context 32k OUT "32768 +1 +4096 +512.00 MiB +512.00 MiB +4.00 GiB")
-kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b -d fp16 --context 8k OUT "warning: context 8192 exceeds llama-2-7b's max_position_embeddings 4096")
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b -d fp16 --context 8k ERR "warning: context 8192 exceeds llama-2-7b's max_position_embeddings 4096"
+             NOT_OUT "warning")
 kvlab_expect(RC 0 ARGS kvcalc -m llama-2-70b -d fp16 --context 4096 --tp 16 OUT "kv heads/GPU" "4096 +1 +4096 +1.25 GiB +1.25 GiB +1 +160.00 MiB")
 kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b -d fp16 --gpu h100-sxm-80gb --context 8k --batch 64 OUT "Does it fit on NVIDIA H100" "Largest batch at each context" "Longest context at each batch" "Decode roofline")
 
@@ -92,11 +93,13 @@ kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b -d fp16 --context 1000 --batch 8 --b
 # MLA: vs MHA compares with H x (nope + rope) keys and H x v_head_dim values: 61 x 128 x (192 + 128) x 2 B / 70272 B = 71.11x
 kvlab_expect(RC 0 ARGS kvcalc --config ${DATA}/deepseek-mla.json -d bf16 --context 4096 OUT "MLA \\(native\\) +61 +128 +1 +576 +bf16 +1.12 KiB +0 B +68.62 KiB +71.11x")
 kvlab_expect(RC 2 ARGS kvcalc --config ${DATA}/deepseek-mla.json -a mha ERR "uses MLA")
-# floor(24e9 B x 0.95) = 22800000000 exactly; Llama-2-7B weights 6738415616 x 2 B = 13476831232; budget 9323168768
-kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b --gpu-mem 24GB --mem-util 0.95 -d fp16 --context 4096 --format csv OUT ",13476831232,yes,9323168768," )
+# floor(24e9 B x 0.95) = 22800000000 exactly; Llama-2-7B weights 6738415616 x 2 B = 13476831232; budget 9323168768;
+# floor(9323168768 / 524288 B per token) = 17782 tokens; one sequence of 4096 tokens x 512 KiB = 2 GiB fits
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b --gpu-mem 24GB --mem-util 0.95 -d fp16 --context 4096 --format csv
+             OUT ",13476831232,9323168768,17782,4096,1,2147483648,yes\n" )
 # Llama-3-70B on an L4: 141,107,412,992 B of bf16 weights, 20.24 GiB usable: does not fit, TP >= 8 would
 kvlab_expect(RC 0 ARGS kvcalc -m llama-3-70b --gpu l4 -d fp16 --context 8k
-             OUT "llama-3-70b +GQA-8 \\(native\\) +fp16 +70.55 B +131.42 GiB +no +- +-" "does not fit on l4-24gb: its bf16 weights need 131.42 GiB per GPU at TP 1, more than the 20.24 GiB usable \\(90% of 22.49 GiB\\); needs TP >= 8"
+             OUT "llama-3-70b +GQA-8 \\(native\\) +fp16 +70.55 B +131.42 GiB +- +- +8192 +1 +2.50 GiB +no: weights" "does not fit on l4-24gb: its bf16 weights need 131.42 GiB per GPU at TP 1, more than the 20.24 GiB usable \\(90% of 22.49 GiB\\); needs TP >= 8"
              NOT_OUT "Decode roofline" "Largest batch")
 
 # The README's examples, verbatim.
@@ -119,7 +122,7 @@ kvlab_expect(RC 0 ARGS kvcalc --config ${DATA}/falcon-7b.json -d bf16 --context 
              OUT "falcon-7b +MQA \\(native\\) +32 +71 +1 +64 +bf16 +128 B +128 B +8.00 KiB +71.00x"
                  "defaults applied: FalconConfig defaults \\(transformers v4.57.1 models/falcon/configuration_falcon.py\\): max_position_embeddings 2048"
                  "; FFN width 18176 = 4 x hidden size 4544 \\(Falcon default\\)")
-kvlab_expect(RC 0 ARGS kvcalc --config ${DATA}/falcon-7b.json -d bf16 --context 2k --gpu h100 --format csv OUT "falcon-7b,MQA \\(native\\),bf16,6921720704,13843441408,yes,")
+kvlab_expect(RC 0 ARGS kvcalc --config ${DATA}/falcon-7b.json -d bf16 --context 2k --gpu h100 --format csv OUT "falcon-7b,MQA \\(native\\),bf16,6921720704,13843441408,[0-9]+,[0-9]+,2048,1,16777216,yes\n")
 # A config without the FFN size and of a model type with no class table (no model_type at all): KV sizes
 # still come out; what needs the weights says why it cannot.
 file(READ ${DATA}/llamacpp-36l.json noffn)
@@ -145,7 +148,11 @@ if(GNUPLOT)
   kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b,mistral-7b-v0.1 -d fp16 --context 32k --batch 4 --gpu h100 --plot "${WORK}/kv.svg"
                OUT "Does it fit on NVIDIA H100")
   file(READ "${WORK}/kv.svg" svg)
-  foreach(text "llama-2-7b MHA fp16 x4" "mistral-7b-v0.1 GQA-8 fp16 x4" "llama-2-7b: KV budget on h100-sxm-80gb" "GiB \\(2</tspan>")
+  # the fit limit marked: Llama-2-7B's 512 KiB per token x batch 4 = 2 MiB per token of context; its budget, H100's
+  # floor(85,520,809,984 B driver-reported x 0.9) = 76,968,728,985 B less 13,476,831,232 B of bf16 weights = 63,491,897,753 B
+  # (59.13 GiB), holds floor(63,491,897,753 / 2,097,152) = 30,275 tokens; Mistral-7B's 4096-token window never reaches it
+  foreach(text "llama-2-7b MHA fp16 x4" "mistral-7b-v0.1 GQA-8 fp16 x4" "llama-2-7b: KV budget 59.13 GiB per GPU on h100-sxm-80gb"
+               "fits up to 30,275 tokens" "GiB \\(2</tspan>")
     if(NOT svg MATCHES "${text}")
       message(SEND_ERROR "kv.svg has no '${text}'")
     endif()
@@ -159,3 +166,90 @@ kvlab_expect(RC 0 ARGS kvcalc -m Qwen/Qwen3-8B -d bf16 --context 1k --format csv
 # = 40 GiB, 20 GiB per GPU at --tp 2, more than an H100's budget after the weights.
 kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-70b -d fp8 --context 32k --batch 8 --gpu h100 --tp 2 --format csv
              OUT "^# KV cache per token\nmodel," ERR "warning: llama-3.1-70b .*batch 8 at context 32768 needs 20.00 GiB of KV per GPU")
+
+# Issue 51: the headline answers the question first, with the figures that prove it. The issue's example:
+# Llama-3.1-70B, fp8 KV on two H100s. KV: 80 layers x 8 KV heads x 128 x 2 (K, V) x 1 B = 160 KiB per token,
+# 80 KiB per GPU at TP 2 (4 heads each); batch 8 x 32768 tokens x 80 KiB = 20 GiB per GPU. Weights:
+# 70,553,706,496 parameters x 2 B (bf16) / 2 = 70,553,706,496 B (65.71 GiB) per GPU; usable floor(85,520,809,984 B
+# x 0.9) = 76,968,728,985 B, so 6,415,022,489 B (5.97 GiB) is left for KV. What fits: floor(6,415,022,489 /
+# (32768 x 81920)) = batch 2 at 32k; floor(6,415,022,489 / (8 x 81920)) = 9,788 tokens at batch 8.
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-70b -d fp8 --context 32k --batch 8 --gpu h100 --tp 2
+             OUT "^does not fit: batch 8 at 32,768 tokens needs 20.00 GiB of KV per GPU. 5.97 GiB is free after the weights \\(65.71 GiB of weights per GPU at TP 2\\)\nfits: batch 2 at 32,768 tokens, or 9,788 tokens at batch 8\n\nKV cache per token\n"
+                 "Does it fit on .*\n.* fits *\n.*\nllama-3.1-70b +GQA-8 \\(native\\) +fp8_e4m3 +70.55 B +65.71 GiB +5.97 GiB +78308 +32768 +8 +20.00 GiB +no: KV\n"
+             NOT_OUT "weights fit  " " yes *\n")
+# The same as JSON: the headline array, and the fit row's verdict beside it.
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-70b -d fp8 --context 32k --batch 8 --gpu h100 --tp 2 --format json)
+string(JSON h0 ERROR_VARIABLE jerr GET "${KVLAB_OUT}" headline 0)
+string(JSON fit ERROR_VARIABLE jerr GET "${KVLAB_OUT}" tables 2 rows 0 fits)
+string(JSON kv_gpu ERROR_VARIABLE jerr GET "${KVLAB_OUT}" tables 2 rows 0 bytes_kv_per_gpu)
+if(NOT h0 MATCHES "^does not fit: batch 8 at 32,768 tokens needs 20.00 GiB" OR NOT fit STREQUAL "no: KV" OR NOT kv_gpu EQUAL 21474836480)
+  message(SEND_ERROR "json: headline '${h0}', fits '${fit}', bytes_kv_per_gpu ${kv_gpu}; expected 'does not fit: ...', 'no: KV', 20 GiB")
+endif()
+# When it fits: the headroom, the largest batch, the decode roofline. Llama-3-8B fp16, 128 KiB/token x 8192 x 8
+# = 8 GiB; budget 76,968,728,985 - 8,030,261,248 x 2 B = 60,908,206,489 B (56.73 GiB): 48.73 GiB to spare,
+# floor(60,908,206,489 / 1 GiB per sequence) = 56 sequences; (16,060,522,496 + 8 GiB) B / 3.35e12 B/s = 7.358 ms.
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b -d fp16 --context 8k --batch 8 --gpu h100
+             OUT "^fits: batch 8 at 8,192 tokens needs 8.00 GiB of KV per GPU of the 56.73 GiB free after the weights \\(14.96 GiB of weights\\): 48.73 GiB to spare\nroom for up to batch 56 at 8,192 tokens. decode at best 7.358 ms/step"
+                 "8192 +8 +8.00 GiB +yes *\n")
+# Weights that alone do not fit: the TP that would (Llama-3-70B bf16 141,107,412,992 B; an L4's usable 20.24 GiB; TP 8, above).
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3-70b --gpu l4 -d fp16 --context 8k
+             OUT "^does not fit: the weights alone need 131.42 GiB per GPU at TP 1, more than the 20.24 GiB usable. --tp 8 fits them\n\n")
+# Without a GPU: the KV per token and per batch (32 layers x 8 x 128 x 2 x 2 B = 128 KiB; x 4096 = 512 MiB).
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b -d fp16 --context 4096
+             OUT "^llama-3-8b keeps 128.00 KiB of KV per token \\(fp16, GQA-8\\). 4,096 tokens × batch 1 = 512.00 MiB\n\nKV cache per token")
+# Several models, up to 3: a line each (Llama-2-7B MHA 512 KiB/token x 32768 x 4 = 64 GiB > its 59.13 GiB budget).
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b,mistral-7b-v0.1 -d fp16 --context 32k --batch 4 --gpu h100
+             OUT "^llama-2-7b fp16: does not fit: batch 4 at 32,768 tokens needs 64.00 GiB of KV per GPU. 59.13 GiB is free after the weights \\(12.55 GiB of weights\\)\nmistral-7b-v0.1 fp16: fits: batch 4 at 32,768 tokens needs 2.00 GiB")
+# More than 3 cases: the count, the first that does not fit, the first that does. Batch 16 at 32k per token of
+# KV: Llama-2-7B 512 KiB (fp16) / 256 KiB (fp8) -> 256 / 128 GiB; Llama-3-8B 128 / 64 KiB -> 64 / 32 GiB; Qwen3-8B
+# 144 / 72 KiB -> 72 / 36 GiB; Mistral-7B holds its 4096-token window -> 8 / 4 GiB. Budgets 54-59 GiB: the fp16
+# Llama-2, Llama-3 and Qwen3 and the fp8 Llama-2 do not fit: 4 of 8.
+kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b,llama-3-8b,mistral-7b-v0.1,qwen3-8b -d fp16,fp8 --context 32k --batch 16 --gpu h100
+             OUT "^on h100-sxm-80gb, 4 of the 8 cases asked \\(model × dtype × context × batch\\) do not fit\nllama-2-7b fp16: does not fit: batch 16 at 32,768 tokens needs 256.00 GiB of KV per GPU. 59.13 GiB is free after the weights \\(12.55 GiB of weights\\)\nllama-3-8b fp8_e4m3: fits: batch 16 at 32,768 tokens needs 32.00 GiB of KV per GPU of the 56.73 GiB free after the weights \\(14.96 GiB of weights\\): 24.73 GiB to spare\n\n")
+# --kv-budget: blocks and concurrency (vLLM's 1952 blocks and 1.56x, above).
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-8b -d bf16 --kv-budget 3.8125GiB --context 20000
+             OUT "^3.81 GiB of KV per GPU holds 1,952 blocks of 16 tokens \\(31,232 tokens\\): max concurrency 1.56x at 20,000 tokens per request\n\n")
+# A size without a unit is refused, both spellings suggested (40 bytes or 40 GiB? kvlab does not guess).
+kvlab_expect(RC 2 ARGS kvcalc -m llama-3-8b --kv-budget 40 ERR "--kv-budget: '40' has no unit.*40GiB.*40GB")
+
+# Issue 51: warnings go to stderr in every format (table, markdown, JSON; CSV above); JSON keeps them in its notes too.
+foreach(fmt table markdown json)
+  kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-70b -d fp8 --context 32k --batch 8 --gpu h100 --tp 2 --format ${fmt}
+               ERR "^warning: llama-3.1-70b GQA-8 \\(native\\) fp8_e4m3: batch 8 at context 32768 needs 20.00 GiB of KV per GPU")
+  if(fmt STREQUAL "json")
+    string(JSON n_notes ERROR_VARIABLE jerr LENGTH "${KVLAB_OUT}" notes)
+    math(EXPR last "${n_notes} - 1")
+    string(JSON warn ERROR_VARIABLE jerr GET "${KVLAB_OUT}" notes ${last})
+    if(NOT warn MATCHES "^warning: llama-3.1-70b")
+      message(SEND_ERROR "json: the warning is not in notes: '${warn}'")
+    endif()
+  elseif(KVLAB_OUT MATCHES "warning")
+    message(SEND_ERROR "--format ${fmt}: a warning on stdout:\n${KVLAB_OUT}")
+  endif()
+endforeach()
+
+# Issue 51: two GPUs are --tp 2, said in a note, whichever way they are written; counts that disagree are refused.
+foreach(args "--gpu;2xh100" "--gpu;2x H100" "--gpus;2;--gpu;h100" "--gpus;2;--gpu;h100;--tp;2")
+  kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-70b -d fp8 --context 32k --batch 8 ${args}
+               OUT "65.71 GiB of weights per GPU at TP 2" "2 GPUs, sized as tensor parallelism over them, the same as .*--tp 2")
+endforeach()
+kvlab_expect(RC 2 ARGS kvcalc -m llama-3.1-70b --gpus 2 --tp 4 ERR "--gpus 2 and --tp 4 disagree: .* 2 GPUs is --tp 2")
+kvlab_expect(RC 2 ARGS kvcalc -m llama-3.1-70b --gpu 2xh100 --gpus 4 ERR "--gpus 4 and --gpu 2xh100 count different GPUs")
+# A name that holds a known GPU's name suggests that GPU first (edit distance alone put l4 first for 2xh100).
+kvlab_expect(RC 2 ARGS kvcalc -m llama-3-8b --gpu nvidia-h100 ERR "unknown GPU 'nvidia-h100'. did you mean: h100-sxm-80gb,")
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b --gpu H100 --context 4k OUT "Does it fit on NVIDIA H100")
+
+# Issue 51: a model_type kvlab has no rules for is sized as Llama-style, and the note says so; an encoder-only
+# type (BERT: no KV cache in decoding) is refused unless --as-decoder, or the config itself says is_decoder.
+set(shape "\"hidden_size\": 768, \"num_hidden_layers\": 12, \"num_attention_heads\": 12, \"intermediate_size\": 3072, \"vocab_size\": 30522, \"max_position_embeddings\": 512")
+file(WRITE "${WORK}/foo.json" "{\"model_type\": \"foo\", ${shape}}")
+file(WRITE "${WORK}/bert.json" "{\"model_type\": \"bert\", ${shape}}")
+file(WRITE "${WORK}/bert-decoder.json" "{\"model_type\": \"bert\", \"is_decoder\": true, ${shape}}")
+# 12 layers x 12 heads x 64 x 2 (K, V) x 2 B = 36 KiB per token
+kvlab_expect(RC 0 ARGS kvcalc --config foo.json -d fp16 --context 512
+             OUT "36.00 KiB" "foo: model_type 'foo' is not one kvlab has rules for: sized as a Llama-style decoder from the config's fields")
+kvlab_expect(RC 2 ARGS kvcalc --config bert.json -d fp16
+             ERR "bert.json: model_type 'bert' is an encoder-only model, which keeps no KV cache in decoding .*--as-decoder")
+kvlab_expect(RC 0 ARGS kvcalc --config bert.json -d fp16 --context 512 --as-decoder
+             OUT "36.00 KiB" "bert: model_type 'bert' is an encoder-only model, which keeps no KV cache in decoding. --as-decoder: sized as a Llama-style decoder")
+kvlab_expect(RC 0 ARGS kvcalc --config bert-decoder.json -d fp16 --context 512 OUT "36.00 KiB" "used as a decoder \\(is_decoder true\\)")

@@ -20,7 +20,16 @@ struct GpuSpec {
 };
 
 std::vector<GpuSpec> load_gpus();                 // throws ConfigError on a malformed gpus.json
-GpuSpec find_gpu(std::string_view name);          // name or alias; UsageError with "did you mean" for unknown names
+// name or alias, in any letter case; UsageError with "did you mean" for unknown names, and for a count
+// before the name ("2xh100") the advice to give the count with --gpus.
+GpuSpec find_gpu(std::string_view name);
+// A GPU count written before the name: "2xh100", "8x a100", "2*h100" -> {2, "h100", true}; {1, text, false} without one.
+struct GpuCount {
+    std::uint64_t n_gpus = 1;
+    std::string name;
+    bool counted = false;
+};
+GpuCount split_gpu_count(std::string_view text);
 // Memory an engine can allocate from: the driver-reported total when known, else the nominal capacity.
 std::uint64_t usable_gpu_bytes(const GpuSpec& gpu);
 // Whether the GPU is an A100: its name or display name holds "a100", in any case, as vLLM tests the

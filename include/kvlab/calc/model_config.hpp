@@ -28,6 +28,8 @@ struct ModelConfig {
     std::string source;         // where the values were read from (HF id or file path)
     std::string origin_path;    // file the config was read from
     std::string model_type;     // HF model_type, e.g. "llama", "mistral", "gpt2"
+    // How a model_type kvlab has no rules for (or none, or an encoder's under --as-decoder) was sized; "" for known types
+    std::string type_rule;
     std::string activation;     // hidden_act / activation_function as written ("silu", "gelu_new"), "" if absent
     std::string hf_id;          // "_kvlab".hf_id for presets: the Hugging Face id it was read from, else ""
     std::string preset_family;  // "_kvlab".family for presets ("llama", "mistral", "gpt2", "llama2.c"), else ""
@@ -130,11 +132,14 @@ void apply_window_policy(ModelConfig& cfg, std::int64_t window, std::int64_t sin
 inline constexpr std::int64_t max_layers = 65536;
 // class_defaults: fill keys the config omits from its model_type's transformers class (config_defaults.hpp);
 // false for metadata that is not a transformers config (GGUF), where an absent key stays absent.
-ModelConfig parse_model_config(const nlohmann::json& j, const std::string& where, const std::string& name, bool class_defaults = true);
+// An encoder-only model_type (bert, roberta, ...: no KV cache in decoding) is a ConfigError unless
+// `as_decoder` (kvcalc --as-decoder) or the config says is_decoder; type_rule says how it was sized.
+ModelConfig parse_model_config(const nlohmann::json& j, const std::string& where, const std::string& name, bool class_defaults = true,
+                               bool as_decoder = false);
 // The name a config file gives its model: its "_name_or_path" (written by transformers'
 // save_pretrained), else the real name of the folder holding a config.json, else the file's stem.
 std::string config_model_name(const nlohmann::json& j, const std::filesystem::path& path);
 // Read a config.json, or a directory holding one. Throws ConfigError / IoError.
-ModelConfig load_model_config(const std::filesystem::path& path);
+ModelConfig load_model_config(const std::filesystem::path& path, bool as_decoder = false);
 
 }  // namespace kvlab
