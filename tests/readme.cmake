@@ -76,6 +76,8 @@ expect("kvlab kvcalc -m meta-llama/Llama-2-7b-hf,mistral-7b-v0.1 -d fp16 --conte
        OUT "llama-2-7b +MHA \\(native\\) +fp16 +32768 +4 +32768 +16.00 GiB +64.00 GiB")
 # gpt-oss-20b in llama.cpp: 12 full layers x 131072 cells x 8 x 64 x 2 B x 2 (K, V) = 3072 MiB; 12 sliding layers hold
 # PAD(128 + 512, 256) = 768 cells = 18 MiB (the lines llama.cpp printed for this model, tests/cli/engines.cmake)
+# BERT-base's shape, sized as if it were a decoder: 12 layers x 12 heads x 64 x 2 (K, V) x 2 B = 36 KiB per token in fp16
+expect("kvlab kvcalc --config tests/data/bert-encoder.json --as-decoder --context 512" OUT "36\\.00 KiB of KV per token in fp16")
 expect("kvlab kvcalc -m gpt-oss-20b --engine llama.cpp --context 128k"
        OUT "llama_kv_cache: size = 3072\\.00 MiB \\(131072 cells" "llama_kv_cache: size = +18\\.00 MiB \\( +768 cells")
 # Gemma-3-4B-it's text_config omits its heads; Gemma3TextConfig gives 4 KV heads of 256: page 65536 B; 5 full and 29 sliding
@@ -84,6 +86,9 @@ expect("kvlab kvcalc -m gpt-oss-20b --engine llama.cpp --context 128k"
 expect("kvlab kvcalc --config tests/data/gemma-3-4b-it.json --engine vllm --kv-budget 40GiB --context 128k"
        OUT "GPU KV cache size: 299,584 tokens" "Maximum concurrency for 131,072 tokens per request: 11\\.25x")
 # models/README.md: held-out perplexity 1.19179 in PyTorch
+expect("kvlab simulate --model tiny-llama -n 64 --repeat 5" OUT "median of 5 runs" "modelled on NVIDIA H100 SXM 80GB")
+# 41 steps: one row of logits per generated token (the .npy's header is checked in tests/cli/simulate.cmake)
+expect("kvlab simulate --model tiny-llama -n 41 --logits logits.npy" OUT "steps \\(tokens generated\\) +41 +41")
 expect("kvlab simulate --model tiny-llama --eval models/heldout.txt" OUT "perplexity" " 1\\.1917[89]")
 # the same text through caches stored narrower: fp32 is PyTorch's 1.1917x; every format scores the 254 predictions
 expect("kvlab simulate --model tiny-llama --eval models/heldout.txt --kv-dtype fp16,fp8_e4m3,q4_0"
@@ -101,6 +106,15 @@ expect("kvlab serve --model tiny-llama --requests 16 --shared-prefix 64 --prompt
 expect("kvlab serve --model tiny-gpt2 --requests 8 --check --trace serve.csv"
        OUT "--check: tokens equal to solo runs +([0-9]+) / ([0-9]+) +([0-9]+) / ([0-9]+)\n" "KV rows still held at the end +0 +0")
 expect("kvlab trace plot serve.csv -o serve.svg" OUT "serve.svg")
+# 8 requests every 50 steps arrive at steps 0, 50, 100, 150 (i / 8 x 50); TTFT counted in steps, exact
+expect("kvlab serve --model tiny-llama --requests 32 --arrival bursty:8/50" OUT "TTFT \\(steps\\) median +12 +139")
+expect("kvlab simulate -m tiny-llama -n 64 --trace sim.jsonl && kvlab report sim.jsonl -o sim.html"
+       OUT "steps \\(tokens generated\\) +64 +64" "wrote sim.html")
+expect("kvlab serve -m tiny-llama --requests 16 --shared-prefix 32 --prefix-cache --trace serve.jsonl && kvlab report serve.jsonl -o serve.html"
+       OUT "16 / 16" "wrote serve.html")
+# the JSON goes to kv.json (tests/browser/report.cmake checks such a page's chart, budget line and numbers)
+expect("kvlab kvcalc -m llama-3.1-70b -d fp16,fp8 --context 8k,32k,64k --batch 8 --gpu 2xh100 --explain --format json > kv.json && kvlab report kv.json -o kv.html"
+       OUT "wrote kv.html" SETUP "true")
 expect("kvlab simulate" OUT "TinyStories 15M" "steps \\(tokens generated\\) +128 +128")
 expect("kvlab simulate --model gpt2 --layers 1 -n 12" OUT "GPT-2" "steps \\(tokens generated\\) +12 +12")
 expect("kvlab simulate --trace run.csv --deterministic" OUT "steps \\(tokens generated\\) +128 +128")
@@ -150,8 +164,17 @@ foreach(line IN LISTS lines)
   endif()
 endforeach()
 
+# Measured figures a console example shows as an illustration: simulate's wall-time speed-up and serve's CPU
+# wall-time headline line vary from run to run, so both sides compare them masked ('#').
+function(mask_measured var text)
+  string(REGEX REPLACE "cached decoding: [0-9]+(\\.[0-9]+)?x (faster|slower) here \\([^)]*\\)" "cached decoding: # here" text "${text}")
+  string(REGEX REPLACE "CPU wall time \\(measured[^\n]*" "CPU wall time #" text "${text}")
+  set(${var} "${text}" PARENT_SCOPE)
+endfunction()
+
 if(in_block)
   string(REGEX REPLACE "[ \t]+" " " flat "${out}")
+  mask_measured(flat "${flat}")
   set(at 0)
   foreach(line IN LISTS shown)
     if(line STREQUAL "..." OR line STREQUAL "")
@@ -159,6 +182,7 @@ if(in_block)
     endif()
     string(REGEX REPLACE "[ \t]+" " " line "${line}")
     string(STRIP "${line}" line)
+    mask_measured(line "${line}")
     string(SUBSTRING "${flat}" ${at} -1 rest)
     string(FIND "${rest}" "${line}" pos)
     if(pos EQUAL -1)

@@ -31,6 +31,8 @@ TEST_CASE("Sizes parse with explicit binary or decimal units") {
     CHECK(parse_size("1073741824B", "--gpu-mem") == 1073741824ull);
     CHECK(parse_size("40b", "--kv-budget") == 40);  // units in any letter case
     // a number without a unit: 40 bytes or 40 GiB? refused, never guessed
+    // a bare 0 is zero in any unit: the message says what is wrong with it (zero), not that a unit is missing
+    CHECK_THROWS_WITH_AS(parse_size("0", "--kv-budget"), "--kv-budget: '0' is zero; expected a positive size", UsageError);
     CHECK_THROWS_WITH_AS(parse_size("40", "--kv-budget"), "--kv-budget: '40' has no unit; expected 40GiB or 40GB (2^30 or 10^9 bytes each), or 40B for bytes",
                          UsageError);
     CHECK_THROWS_AS(parse_size("80 gigs", "--gpu-mem"), UsageError);

@@ -116,6 +116,9 @@ std::uint64_t parse_size(std::string_view text, std::string_view flag) {
     long double m = 0;
     // a size without its unit is ambiguous (bytes? GiB, as engines print?): `--kv-budget 40` read as 40
     // bytes gave a pool of 0 blocks and exit 0
+    // (0 aside: zero is zero in any unit, and no size here may be zero)
+    if (u.empty() && number.find_first_not_of("0.") == std::string::npos && number.find('0') != std::string::npos)
+        throw UsageError(fmt::format("{}: {} is zero; expected a positive size", flag, quote(text)));
     if (u.empty())
         throw UsageError(fmt::format("{}: {} has no unit; expected {}GiB or {}GB (2^30 or 10^9 bytes each), or {}B for bytes", flag, quote(text),
                                      number, number, number));

@@ -224,7 +224,8 @@ namespace {
 constexpr const char* page_style = R"css(
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1260px;padding:0 16px;color:#222;background:#fff}
 header{border-bottom:2px solid #0072b2;margin-bottom:16px}
-p.headline{font-size:1.45em;font-weight:600;margin:.2em 0}
+p.headline{font-size:1.3em;font-weight:600;margin:.2em 0}
+p.headline+p.headline{font-size:1.05em;font-weight:500}
 p.source{color:#666;font-size:.9em}
 h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
 .charts{display:flex;flex-wrap:wrap;gap:12px}

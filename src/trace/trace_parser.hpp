@@ -208,6 +208,30 @@ public:
         return v.get<std::int64_t>();
     }
 
+    // --repeat's wall time of each run per mode, and the host's load (traces before them, of one run, or
+    // --deterministic, have no such keys)
+    void read_timings(std::size_t line, const json& j, RunSummary& run) const {
+        // --repeat: each run's wall time per mode (traces before it, and of one run, have no such key)
+        if (j.contains("repeat_wall_ns")) {
+            const json& r = j.at("repeat_wall_ns");
+            auto walls = [&](const char* key) {
+                std::vector<std::int64_t> out;
+                if (!r.is_object() || !r.contains(key) || !r.at(key).is_array())
+                    fail(line, fmt::format("run summary: repeat_wall_ns '{}' is missing; expected an array of nanoseconds", key));
+                for (const json& v : r.at(key)) out.push_back(count_value(line, v, fmt::format("repeat_wall_ns '{}'", key)));
+                return out;
+            };
+            run.repeats.cached_ns = walls("cached");
+            run.repeats.uncached_ns = walls("uncached");
+        }
+        if (j.contains("host_load")) {
+            const json& h = j.at("host_load");
+            if (!h.is_object() || !h.contains("load1") || !h.at("load1").is_number() || !h.contains("cores"))
+                fail(line, fmt::format("run summary: 'host_load' is {}; expected {{\"load1\": number, \"cores\": count}}", json_excerpt(h)));
+            run.host_load = HostLoad{h.at("load1").get<double>(), static_cast<int>(count_value(line, h.at("cores"), "host_load 'cores'"))};
+        }
+    }
+
     RunSummary run_from_json(std::size_t line, const json& j) const {
         if (!j.is_object()) fail(line, "the run summary is not a JSON object");
         auto need = [&](const char* key, bool (json::*is)() const noexcept, const char* what) -> const json& {
@@ -263,25 +287,7 @@ public:
                 fail(line, fmt::format("run summary: kv_quality 'steps' is {}; expected at most the {} steps done", kq.n_steps, run.n_steps_done));
             run.kv_quality = kq;
         }
-        // --repeat: each run's wall time per mode (traces before it, and of one run, have no such key)
-        if (j.contains("repeat_wall_ns")) {
-            const json& r = j.at("repeat_wall_ns");
-            auto walls = [&](const char* key) {
-                std::vector<std::int64_t> out;
-                if (!r.is_object() || !r.contains(key) || !r.at(key).is_array())
-                    fail(line, fmt::format("run summary: repeat_wall_ns '{}' is missing; expected an array of nanoseconds", key));
-                for (const json& v : r.at(key)) out.push_back(count_value(line, v, fmt::format("repeat_wall_ns '{}'", key)));
-                return out;
-            };
-            run.repeats.cached_ns = walls("cached");
-            run.repeats.uncached_ns = walls("uncached");
-        }
-        if (j.contains("host_load")) {
-            const json& h = j.at("host_load");
-            if (!h.is_object() || !h.contains("load1") || !h.at("load1").is_number() || !h.contains("cores"))
-                fail(line, fmt::format("run summary: 'host_load' is {}; expected {{\"load1\": number, \"cores\": count}}", json_excerpt(h)));
-            run.host_load = HostLoad{h.at("load1").get<double>(), static_cast<int>(count_value(line, h.at("cores"), "host_load 'cores'"))};
-        }
+        read_timings(line, j, run);
         // what the summary says of the run must hang together
         if (run.n_steps_done > run.n_steps || run.interrupted != (run.n_steps_done < run.n_steps))
             fail(line, fmt::format("run summary: {} of {} steps done with 'interrupted' {}; expected all steps done, or fewer and "
