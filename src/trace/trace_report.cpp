@@ -292,6 +292,38 @@ Table per_step_table(const StepTrace& a, const StepTrace& b, const std::vector<S
     return ps;
 }
 
+// The compare's answer in two lines: what B holds and moves against A in the cached mode (else the first
+// common mode), counted over the steps both have; wall time only as measured, when both traces have it.
+std::vector<std::string> compare_headline(const StepTrace& a, const StepTrace& b, const std::vector<StepMode>& modes,
+                                          std::int64_t n_common, bool wall, UnitSystem units) {
+    const StepMode m = std::find(modes.begin(), modes.end(), StepMode::cached) != modes.end() ? StepMode::cached : modes.front();
+    auto totals = [&](const StepTrace& t) {
+        std::vector<StepRecord> rs;
+        for (const auto& r : t.records)
+            if (r.mode == m && r.step < n_common) rs.push_back(r);
+        return mode_totals(rs, m);
+    };
+    const ModeTotals ta = totals(a), tb = totals(b);
+    auto ratio = [](double vb, double va) { return va > 0 ? fmt::format("{:.2f}x", vb / va) : std::string("-"); };
+    std::vector<std::string> h;
+    if (m == StepMode::cached)
+        h.push_back(fmt::format("B keeps {} the KV cache of A ({} vs {} at the end) and reads {} its KV bytes ({} vs {}), cached, "
+                                "over {} (counted, exact)",
+                                ratio(static_cast<double>(tb.kv_bytes_resident), static_cast<double>(ta.kv_bytes_resident)),
+                                format_bytes(tb.kv_bytes_resident, units), format_bytes(ta.kv_bytes_resident, units),
+                                ratio(static_cast<double>(tb.cost.bytes_kv_read), static_cast<double>(ta.cost.bytes_kv_read)),
+                                format_bytes(tb.cost.bytes_kv_read, units), format_bytes(ta.cost.bytes_kv_read, units),
+                                counted(n_common, "step")));
+    std::string line = fmt::format("{} FLOPs and {} bytes moved, B over A, {}", ratio(static_cast<double>(tb.cost.flops), static_cast<double>(ta.cost.flops)),
+                                   ratio(static_cast<double>(tb.cost.bytes_total()), static_cast<double>(ta.cost.bytes_total())),
+                                   step_mode_name(m));
+    if (wall)
+        line += fmt::format("; wall time {} (measured, one run each: it varies)",
+                            ratio(static_cast<double>(tb.wall_ns), static_cast<double>(ta.wall_ns)));
+    h.push_back(std::move(line));
+    return h;
+}
+
 }  // namespace
 
 Report trace_compare_report(const StepTrace& a, const StepTrace& b, const std::string& label_a, const std::string& label_b,
@@ -302,6 +334,7 @@ Report trace_compare_report(const StepTrace& a, const StepTrace& b, const std::s
 
     Report report;
     report.inputs = {{"a", label_a}, {"b", label_b}, {"every", every}};
+    report.headline = compare_headline(a, b, modes, n_common, wall, units);
 
     // totals over the steps both traces have
     Table tot;

@@ -60,6 +60,10 @@ string(JSON cfg SET "${cfg}" num_key_value_heads 2)
 file(WRITE "${WORK}/gqa/config.json" "${cfg}")
 run_kvlab(0 "" ${small} --deterministic --trace "${WORK}/mha.csv" -f json)
 run_kvlab(0 "" ${small} --deterministic --config "${WORK}/gqa" --trace "${WORK}/gqa.jsonl" -f json)
+# the headline first: 2 KV heads of 6 keep and read 2/6 = 0.33x the KV bytes (same layers, head size and steps);
+# with --deterministic traces no wall time is claimed
+run_kvlab(0 "^B keeps 0\\.33x the KV cache of A \\([^)]*\\) and reads 0\\.33x its KV bytes .*counted, exact\\)\n[^\n]*FLOPs and [^\n]*bytes moved, B over A, cached\n\n"
+          trace compare "${WORK}/mha.csv" "${WORK}/gqa.jsonl")
 run_kvlab(0 "kv_bytes_resident.*0\\.33x.*per step" trace compare "${WORK}/mha.csv" "${WORK}/gqa.jsonl")
 run_kvlab(0 "" trace compare "${WORK}/mha.csv" "${WORK}/gqa.jsonl" --format json --every 11)
 string(JSON n_rows LENGTH "${last_out}" tables 1 rows)
