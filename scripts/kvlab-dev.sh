@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 packages=(g++ cmake make libcli11-dev libfmt-dev libeigen3-dev doctest-dev nlohmann-json3-dev gnuplot-nox help2man
           clang libclang-rt-14-dev libomp-14-dev  # clang: the sanitizer build and its fuzz targets
           ccache                                  # a rebuild of the same code, in any clone, reuses its objects
-          chromium imagemagick)                   # the browser test of kvlab report (tests/browser/report.cmake)
+          chromium imagemagick fonts-dejavu-core) # the browser test of kvlab report (tests/browser/report.cmake)
 
 # ccache keys on paths relative to the source tree (another clone hits the same entries) and not on the
 # build directory; it stores at most 5 GiB (ccache's default), under ~/.cache/ccache

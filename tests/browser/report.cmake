@@ -23,7 +23,8 @@ endif()
 
 # chromium_load(<page> <dom variable> <screenshot file>): the DOM after the page's scripts ran, and a screenshot.
 function(chromium_load page dom_var shot)
-  set(flags --headless --disable-gpu --no-first-run --user-data-dir=${WORK}/profile --window-size=1280,1600)
+  # --disable-dev-shm-usage: containers often give /dev/shm 64 MiB, too little for a renderer
+  set(flags --headless --disable-gpu --disable-dev-shm-usage --no-first-run --user-data-dir=${WORK}/profile --window-size=1280,1600)
   execute_process(COMMAND id -u OUTPUT_VARIABLE uid OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(uid STREQUAL "0")
     list(APPEND flags --no-sandbox)  # Chromium's sandbox refuses to run as root
