@@ -202,6 +202,10 @@ function(masked var text)
     elseif(line STREQUAL "" OR line STREQUAL "```")
       set(tail 0)
       set(spans "")
+    elseif(spans AND line MATCHES "^  [^ ]" AND NOT line MATCHES "[^ ]   ")
+      # a note under the table (indented prose, no aligned columns): the columns' spans end with the rows,
+      # or a wider measured cell above would shift which of its characters they mask
+      set(spans "")
     elseif(spans)
       # measured speed in a table's tok/s columns (simulate's --kv-dtype and --weight-dtype tables): masked;
       # quality figures (max |dlogit|, KL, NLL, perplexity and its change): marked ~ for the tolerant

@@ -113,8 +113,11 @@ std::vector<std::string> gpu_headline(const std::vector<CaseFacts>& cases, const
         if (!all_fit && !worst) worst = &c;
         if (all_fit && !best) best = &c;
     }
-    h.push_back(fmt::format("on {}, {} of the {} cases asked (model × dtype × context × batch) {} not fit", r.gpu->name, n_no, n,
-                            n_no == 1 ? "does" : "do"));
+    if (n_no == 0)
+        h.push_back(fmt::format("on {}, all {} cases asked (model × dtype × context × batch) fit", r.gpu->name, n));
+    else
+        h.push_back(fmt::format("on {}, {} of the {} cases asked (model × dtype × context × batch) {} not fit", r.gpu->name, n_no, n,
+                                n_no == 1 ? "does" : "do"));
     if (worst) h.push_back(fmt::format("{}: {}", case_label(*worst, r), fit_verdict_line(*worst, r)));
     if (best) h.push_back(fmt::format("{}: {}", case_label(*best, r), fit_verdict_line(*best, r)));
     return h;

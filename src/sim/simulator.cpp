@@ -259,6 +259,11 @@ SimulationRun::SimulationRun(const ModelConfig& cfg, const Weights& weights, con
 
 SimulationResult SimulationRun::run() {
     const CoreUseClock core_clock;
+    // One untimed, uncounted forward over the prompt first, when both modes are timed against each other:
+    // the first forward of a process pays one-off costs (the thread team starting, the weights' pages
+    // faulted in, scratch buffers growing), and step 0 is the cached mode's, so on a short run they
+    // alone made cached decoding look slower. It touches no cache, record or sampler.
+    if (run_cached_ && run_uncached_ && !seq_.empty()) model_.forward_uncached(seq_, nullptr);
     for (std::int64_t step = 0; step < o_.n_steps; ++step) {
         if (o_.stop && o_.stop->load()) {
             r_.interrupted = true;

@@ -206,6 +206,10 @@ kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b,mistral-7b-v0.1 -d fp16 --context 32
 # Llama-2, Llama-3 and Qwen3 and the fp8 Llama-2 do not fit: 4 of 8.
 kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b,llama-3-8b,mistral-7b-v0.1,qwen3-8b -d fp16,fp8 --context 32k --batch 16 --gpu h100
              OUT "^on h100-sxm-80gb, 4 of the 8 cases asked \\(model × dtype × context × batch\\) do not fit\nllama-2-7b fp16: does not fit: batch 16 at 32,768 tokens needs 256.00 GiB of KV per GPU. 59.13 GiB is free after the weights \\(12.55 GiB of weights\\)\nllama-3-8b fp8_e4m3: fits: batch 16 at 32,768 tokens needs 32.00 GiB of KV per GPU of the 56.73 GiB free after the weights \\(14.96 GiB of weights\\): 24.73 GiB to spare\n\n")
+# ... and when all of them fit, it says so, not "0 do not fit": batch 1 at 32k is at most 4 GiB of KV for these
+# (Llama-3-8B 128 KiB x 32768 in fp16; Mistral-7B its 4096-token window), well inside 54-59 GiB: all 4 fit.
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b,mistral-7b-v0.1 -d fp16,fp8 --context 32k --gpu h100
+             OUT "^on h100-sxm-80gb, all 4 cases asked \\(model × dtype × context × batch\\) fit\nllama-3-8b fp16: fits: batch 1 at 32,768 tokens needs 4.00 GiB")
 # --kv-budget: blocks and concurrency (vLLM's 1952 blocks and 1.56x, above).
 kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-8b -d bf16 --kv-budget 3.8125GiB --context 20000
              OUT "^3.81 GiB of KV per GPU holds 1,952 blocks of 16 tokens \\(31,232 tokens\\): max concurrency 1.56x at 20,000 tokens per request\n\n")
