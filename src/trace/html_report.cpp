@@ -69,6 +69,25 @@ ChartSpec per_step_chart(const StepTrace& t, const std::string& id, const std::s
     return c;
 }
 
+// The modelled GPU time so far per mode (the headline's modelled ratio is the last steps' ratio).
+ChartSpec modelled_chart(const StepTrace& t, const GpuSpec& gpu) {
+    ChartSpec c = make_chart("sim-gpu-time", fmt::format("modelled time so far on {} (counted, exact)", gpu.display_name), "step", "ms",
+                             ValueKind::ms);
+    for (const StepMode m : modes_of(t)) {
+        ChartSeries s = make_series(std::string(step_mode_name(m)));
+        double total_ms = 0.0;
+        for (const StepRecord* r : records_of(t, m)) {
+            total_ms += modelled_step_seconds(gpu, *r) * 1e3;
+            s.x.push_back(static_cast<double>(r->step));
+            s.y.push_back(total_ms);
+        }
+        c.series.push_back(std::move(s));
+    }
+    c.note = "Each step's max(FLOPs / BF16 peak, bytes / bandwidth), summed (docs/kv-memory.md, \"Modelled GPU time\"): the least "
+             "time the counted work takes on that GPU, not a measurement. Both modes read the weights once a step, so the bytes decide.";
+    return c;
+}
+
 // Cumulative wall time per mode, and the speed-up (uncached's over cached's) step by step.
 std::string time_charts(const StepTrace& t) {
     if (!t.run.has_wall_time)
@@ -196,6 +215,7 @@ std::string formulas_html(const std::vector<std::string>& lines, const std::stri
 std::string simulate_html(const StepTrace& t, const std::string& file) {
     const Report summary = trace_summary_report(t, UnitSystem::iec);
     std::string body = "<h2>Charts</h2>\n<div class=\"charts\">\n" + time_charts(t);
+    if (const std::optional<GpuSpec> gpu = modelled_gpu(t.inputs)) body += svg_chart(modelled_chart(t, *gpu));
     body += svg_chart(per_step_chart(t, "sim-flops", "FLOPs per step (counted, exact)", "FLOP", ValueKind::count,
                                      [](const StepRecord& r) { return static_cast<double>(r.cost.total().flops); }));
     body += svg_chart(per_step_chart(t, "sim-bytes", "bytes moved per step (counted, exact)", "bytes", ValueKind::bytes,

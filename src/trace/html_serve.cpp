@@ -31,13 +31,34 @@ ChartSpec serve_chart(const ServeTrace& t, const std::string& id, const std::str
     return c;
 }
 
+// The modelled GPU time so far, per layout: each step's roofline time summed (what serve's headline compares).
+ChartSpec modelled_chart(const ServeTrace& t) {
+    const GpuSpec gpu = trace_gpu(t);
+    ChartSpec c = make_chart("serve-gpu-time", fmt::format("modelled time so far on {} (counted, exact)", gpu.display_name), "step", "ms",
+                             ValueKind::ms);
+    for (std::size_t k = 0; k < t.layouts.size(); ++k) {
+        ChartSeries s = make_series(layout_name(t.layouts[k]));
+        double total_ms = 0.0;
+        for (const ServeStep& st : t.steps[k]) {
+            const OpCost cost = st.cost.total();
+            total_ms += roofline_time(gpu, static_cast<double>(cost.flops), static_cast<double>(cost.bytes_total())).seconds() * 1e3;
+            s.x.push_back(static_cast<double>(st.step));
+            s.y.push_back(total_ms);
+        }
+        c.series.push_back(std::move(s));
+    }
+    c.note = "Each step's max(FLOPs / BF16 peak, bytes / bandwidth), summed (docs/kv-memory.md, \"Modelled GPU time\"): the "
+             "least time the counted work takes on that GPU, not a measurement. Fewer, fuller steps read the weights fewer times.";
+    return c;
+}
+
 std::string serve_charts(const ServeTrace& t) {
     std::string s;
     ChartSpec util = serve_chart(t, "serve-util", "KV utilization: rows holding tokens / rows allocated", "%", ValueKind::percent,
                                  [](const ServeStep& st, std::int64_t) { return st.rows_in_use > 0 ? 100.0 * static_cast<double>(st.rows_tokens) / static_cast<double>(st.rows_in_use) : 0.0; });
     util.note = "Counted, exact. Contiguous reserves rows a request may never fill; paged wastes at most the last block's slack.";
     s += svg_chart(util);
-    ChartSpec alloc = serve_chart(t, "serve-alloc", "KV allocated / pool (vLLM's \"KV cache usage\")", "%", ValueKind::percent,
+    ChartSpec alloc = serve_chart(t, "serve-alloc", "pool reserved: rows allocated / pool (vLLM's \"KV cache usage\")", "%", ValueKind::percent,
                                   [](const ServeStep& st, std::int64_t pool) { return 100.0 * static_cast<double>(st.rows_in_use) / static_cast<double>(pool); });
     s += svg_chart(alloc);
     ChartSpec reqs = serve_chart(t, "serve-running", "requests running (solid) and waiting", "requests", ValueKind::plain,
@@ -48,6 +69,7 @@ std::string serve_charts(const ServeTrace& t) {
     s += svg_chart(reqs);
     s += svg_chart(serve_chart(t, "serve-tokens", "tokens per step (the batch)", "tokens", ValueKind::plain,
                                [](const ServeStep& st, std::int64_t) { return static_cast<double>(st.n_tokens); }));
+    s += svg_chart(modelled_chart(t));
     if (t.has_wall_time) {
         ChartSpec time = serve_chart(t, "serve-time", "time per step (measured)", "ms", ValueKind::ms,
                                      [](const ServeStep& st, std::int64_t) { return static_cast<double>(st.forward_ns + st.schedule_ns) * 1e-6; });

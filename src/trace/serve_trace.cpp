@@ -501,8 +501,6 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
 
 namespace kvlab {
 
-namespace {
-
 // The GPU the modelled time is for: the trace's "gpu" input (serve --gpu), h100 for a trace without one.
 GpuSpec trace_gpu(const ServeTrace& t) {
     const auto it = t.inputs.find("gpu");
@@ -514,6 +512,8 @@ GpuSpec trace_gpu(const ServeTrace& t) {
         throw FormatError(fmt::format("the trace's input \"gpu\" is {}, not a GPU preset (kvlab presets --gpus lists them)", quote(it->get<std::string>(), 40)));
     }
 }
+
+namespace {
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvlab/calc/gpu_specs.hpp"
 #include "kvlab/core/printer.hpp"
 #include "kvlab/serve/scheduler.hpp"
 
@@ -42,6 +43,10 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where);
 bool is_serve_trace_file(const std::filesystem::path& path);
 // Reads a CSV or JSONL serve trace (a Perfetto one is for the Perfetto UI: FormatError says so).
 ServeTrace read_serve_trace(const std::filesystem::path& path);
+
+// The GPU a serve trace's modelled time is for: its "gpu" input (serve --gpu), h100 for a trace without one;
+// FormatError for a name that is not a GPU preset.
+GpuSpec trace_gpu(const ServeTrace& trace);
 
 // `kvlab trace summary` of a serve trace: serve's table of per-step numbers, rebuilt from the steps.
 Report serve_trace_summary(const ServeTrace& trace, UnitSystem units, Format format);
