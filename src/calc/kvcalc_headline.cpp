@@ -2,6 +2,7 @@
 #include "calc/kvcalc_headline.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -105,12 +106,19 @@ std::vector<std::string> gpu_headline(const std::vector<CaseFacts>& cases, const
     }
     std::size_t n = 0, n_no = 0;
     const CaseFacts *worst = nullptr, *best = nullptr;
+    // how far a case is from fitting: its largest batch's KV over the budget (weights that do not fit: worst of all)
+    auto shortfall = [](const CaseFacts& c) {
+        if (!c.weights_fit || c.kv_budget == 0) return std::numeric_limits<double>::infinity();
+        double most = 0.0;
+        for (const Fit& f : c.fits) most = std::max(most, static_cast<double>(f.kv_gpu) / static_cast<double>(c.kv_budget));
+        return most;
+    };
     for (const auto& c : cases) {
         const bool all_fit = c.weights_fit && std::all_of(c.fits.begin(), c.fits.end(), [](const Fit& f) { return f.fits; });
         n += c.weights_fit ? c.fits.size() : c.sizes.size();
         n_no += c.weights_fit ? static_cast<std::size_t>(std::count_if(c.fits.begin(), c.fits.end(), [](const Fit& f) { return !f.fits; }))
                               : c.sizes.size();
-        if (!all_fit && !worst) worst = &c;
+        if (!all_fit && (!worst || shortfall(c) > shortfall(*worst))) worst = &c;  // the first of equals
         if (all_fit && !best) best = &c;
     }
     if (n_no == 0)

@@ -200,12 +200,16 @@ kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b -d fp16 --context 4096
 # Several models, up to 3: a line each (Llama-2-7B MHA 512 KiB/token x 32768 x 4 = 64 GiB > its 59.13 GiB budget).
 kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b,mistral-7b-v0.1 -d fp16 --context 32k --batch 4 --gpu h100
              OUT "^llama-2-7b fp16: does not fit: batch 4 at 32,768 tokens needs 64.00 GiB of KV per GPU. 59.13 GiB is free after the weights \\(12.55 GiB of weights\\)\nmistral-7b-v0.1 fp16: fits: batch 4 at 32,768 tokens needs 2.00 GiB")
-# More than 3 cases: the count, the first that does not fit, the first that does. Batch 16 at 32k per token of
+# More than 3 cases: the count, the worst that does not fit, the first that does. Batch 16 at 32k per token of
 # KV: Llama-2-7B 512 KiB (fp16) / 256 KiB (fp8) -> 256 / 128 GiB; Llama-3-8B 128 / 64 KiB -> 64 / 32 GiB; Qwen3-8B
 # 144 / 72 KiB -> 72 / 36 GiB; Mistral-7B holds its 4096-token window -> 8 / 4 GiB. Budgets 54-59 GiB: the fp16
 # Llama-2, Llama-3 and Qwen3 and the fp8 Llama-2 do not fit: 4 of 8.
 kvlab_expect(RC 0 ARGS kvcalc -m llama-2-7b,llama-3-8b,mistral-7b-v0.1,qwen3-8b -d fp16,fp8 --context 32k --batch 16 --gpu h100
              OUT "^on h100-sxm-80gb, 4 of the 8 cases asked \\(model × dtype × context × batch\\) do not fit\nllama-2-7b fp16: does not fit: batch 16 at 32,768 tokens needs 256.00 GiB of KV per GPU. 59.13 GiB is free after the weights \\(12.55 GiB of weights\\)\nllama-3-8b fp8_e4m3: fits: batch 16 at 32,768 tokens needs 32.00 GiB of KV per GPU of the 56.73 GiB free after the weights \\(14.96 GiB of weights\\): 24.73 GiB to spare\n\n")
+# The case it names is the worst, not the first that fails: Llama-3-8B fp16 fails first (64 GiB against its
+# 56.73 GiB budget, 1.13x) but Llama-2-7B fp16 needs 256 GiB against 59.13 GiB (4.33x).
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b,llama-2-7b,mistral-7b-v0.1,qwen3-8b -d fp16,fp8 --context 32k --batch 16 --gpu h100
+             OUT "^on h100-sxm-80gb, 4 of the 8 cases asked \\(model × dtype × context × batch\\) do not fit\nllama-2-7b fp16: does not fit: batch 16 at 32,768 tokens needs 256.00 GiB")
 # ... and when all of them fit, it says so, not "0 do not fit": batch 1 at 32k is at most 4 GiB of KV for these
 # (Llama-3-8B 128 KiB x 32768 in fp16; Mistral-7B its 4096-token window), well inside 54-59 GiB: all 4 fit.
 kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b,mistral-7b-v0.1 -d fp16,fp8 --context 32k --gpu h100
