@@ -172,6 +172,18 @@ ChartSeries make_series(std::string name, std::vector<double> x, std::vector<dou
     return s;
 }
 
+ChartSpec modelled_time_chart(std::string id, const std::string& gpu_name, const std::string& why) {
+    ChartSpec c = make_chart(std::move(id), fmt::format("modelled time so far on {} (counted, exact)", gpu_name), "step", "ms", ValueKind::ms);
+    c.note = "Each step's max(FLOPs / BF16 peak, bytes / bandwidth), summed (docs/kv-memory.md, \"Modelled GPU time\"): the least time "
+             "the counted work takes on that GPU, not a measurement. " + why;
+    return c;
+}
+
+void add_running_total(ChartSeries& series, double x, double step_value) {
+    series.x.push_back(x);
+    series.y.push_back((series.y.empty() ? 0.0 : series.y.back()) + step_value);
+}
+
 std::string svg_chart(const ChartSpec& c) {
     const Frame f;
     double x_max = 0, y_max = 0;

@@ -41,6 +41,13 @@ struct ChartSpec {
 ChartSpec make_chart(std::string id, std::string title, std::string x_label, std::string y_label, ValueKind kind);
 ChartSeries make_series(std::string name, std::vector<double> x = {}, std::vector<double> y = {});
 
+// The modelled GPU time so far (simulate per mode, serve per layout): a chart titled with the GPU, its
+// note giving the roofline rule and `why` (what the reader should see in it); its series come from
+// add_running_total.
+ChartSpec modelled_time_chart(std::string id, const std::string& gpu_name, const std::string& why);
+// Appends a point at x whose value is the series' last value plus `step_value` (a running total).
+void add_running_total(ChartSeries& series, double x, double step_value);
+
 // The chart as a <figure> with an inline <svg>: axes from 0, a polyline and a hoverable point per value.
 std::string svg_chart(const ChartSpec& chart);
 

@@ -71,20 +71,12 @@ ChartSpec per_step_chart(const StepTrace& t, const std::string& id, const std::s
 
 // The modelled GPU time so far per mode (the headline's modelled ratio is the last steps' ratio).
 ChartSpec modelled_chart(const StepTrace& t, const GpuSpec& gpu) {
-    ChartSpec c = make_chart("sim-gpu-time", fmt::format("modelled time so far on {} (counted, exact)", gpu.display_name), "step", "ms",
-                             ValueKind::ms);
+    ChartSpec c = modelled_time_chart("sim-gpu-time", gpu.display_name, "Both modes read the weights once a step, so the bytes decide.");
     for (const StepMode m : modes_of(t)) {
         ChartSeries s = make_series(std::string(step_mode_name(m)));
-        double total_ms = 0.0;
-        for (const StepRecord* r : records_of(t, m)) {
-            total_ms += modelled_step_seconds(gpu, *r) * 1e3;
-            s.x.push_back(static_cast<double>(r->step));
-            s.y.push_back(total_ms);
-        }
+        for (const StepRecord* r : records_of(t, m)) add_running_total(s, static_cast<double>(r->step), modelled_step_seconds(gpu, *r) * 1e3);
         c.series.push_back(std::move(s));
     }
-    c.note = "Each step's max(FLOPs / BF16 peak, bytes / bandwidth), summed (docs/kv-memory.md, \"Modelled GPU time\"): the least "
-             "time the counted work takes on that GPU, not a measurement. Both modes read the weights once a step, so the bytes decide.";
     return c;
 }
 

@@ -34,21 +34,13 @@ ChartSpec serve_chart(const ServeTrace& t, const std::string& id, const std::str
 // The modelled GPU time so far, per layout: each step's roofline time summed (what serve's headline compares).
 ChartSpec modelled_chart(const ServeTrace& t) {
     const GpuSpec gpu = trace_gpu(t);
-    ChartSpec c = make_chart("serve-gpu-time", fmt::format("modelled time so far on {} (counted, exact)", gpu.display_name), "step", "ms",
-                             ValueKind::ms);
+    ChartSpec c = modelled_time_chart("serve-gpu-time", gpu.display_name, "Fewer, fuller steps read the weights fewer times.");
     for (std::size_t k = 0; k < t.layouts.size(); ++k) {
         ChartSeries s = make_series(layout_name(t.layouts[k]));
-        double total_ms = 0.0;
-        for (const ServeStep& st : t.steps[k]) {
-            const OpCost cost = st.cost.total();
-            total_ms += roofline_time(gpu, static_cast<double>(cost.flops), static_cast<double>(cost.bytes_total())).seconds() * 1e3;
-            s.x.push_back(static_cast<double>(st.step));
-            s.y.push_back(total_ms);
-        }
+        for (const ServeStep& st : t.steps[k])
+            add_running_total(s, static_cast<double>(st.step), modelled_serve_time(gpu, {st}).seconds * 1e3);  // serve's own rule, one step
         c.series.push_back(std::move(s));
     }
-    c.note = "Each step's max(FLOPs / BF16 peak, bytes / bandwidth), summed (docs/kv-memory.md, \"Modelled GPU time\"): the "
-             "least time the counted work takes on that GPU, not a measurement. Fewer, fuller steps read the weights fewer times.";
     return c;
 }
 
