@@ -13,6 +13,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "kvlab/core/checked.hpp"
 #include "kvlab/core/error.hpp"
@@ -45,72 +46,90 @@ struct Cache {
     std::uint64_t cells = 0;  // per stream
     std::uint64_t layers = 0;
     std::uint64_t k = 0, v = 0;  // bytes, all streams
+    std::vector<std::uint64_t> device_bytes;  // K + V bytes on each device (-sm layer), when split
 };
 
-}  // namespace
-
-bool llamacpp_has_cache_type(DType dtype) {
-    return std::any_of(ggml_cache_types.begin(), ggml_cache_types.end(), [&](const auto& t) { return t.first == dtype; });
+// K and V widths per layer, as ggml_row_size(type, n_embd_{k,v}_gqa), by the release's MLA rule.
+std::pair<std::uint64_t, std::uint64_t> kv_rows(const ModelConfig& cfg, DType dtype, std::uint64_t version) {
+    if (cfg.mla && (cfg.gguf_mla_full_kv || version < 5137)) {  // every head's key (nope + rope) and value, as an unsplit GGUF loads
+        const auto heads = static_cast<std::uint64_t>(cfg.n_head_kv);
+        return {row_bytes(dtype, checked_mul(heads, static_cast<std::uint64_t>(cfg.mla->qk_nope_head_dim + cfg.mla->qk_rope_head_dim), "K row")),
+                row_bytes(dtype, checked_mul(heads, static_cast<std::uint64_t>(cfg.mla->v_head_dim), "V row"))};
+    }
+    if (cfg.mla)  // b5137-b7831 also kept a V of kv_lora_rank per layer; b7832 (PR #19067) none
+        return {row_bytes(dtype, static_cast<std::uint64_t>(cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim)),
+                version < 7832 ? row_bytes(dtype, static_cast<std::uint64_t>(cfg.mla->kv_lora_rank)) : 0};
+    if (cfg.lora_attention) {  // MiniCPM3: every head's K (nope + rope) and V at its own width, which vLLM pads to K's
+        const auto heads = static_cast<std::uint64_t>(cfg.n_head_kv);
+        return {row_bytes(dtype, checked_mul(heads, static_cast<std::uint64_t>(cfg.d_head), "K row")),
+                row_bytes(dtype, checked_mul(heads, static_cast<std::uint64_t>(cfg.lora_attention->v_head_dim), "V row"))};
+    }
+    const auto row = row_bytes(dtype, static_cast<std::uint64_t>(cfg.d_kv()));
+    return {row, row};
 }
 
-EngineAnswer llamacpp_answer(const EngineCase& c, const EngineSettings& s) {
-    const ModelConfig& cfg = *c.model;
-    const auto type = ggml_type_name(c.dtype);
-    if (c.tp > 1)
-        throw UsageError(fmt::format("--tp {}: llama.cpp splits layers across GPUs (-sm layer), not heads; size it with --tp 1", c.tp));
-    const std::uint64_t n_seq = c.batch;
-    const std::uint64_t n_ctx = checked_mul(c.context, n_seq, "llama.cpp -c");
-    const std::uint64_t n_ctx_pad = pad(n_ctx, 256);
-    const std::uint64_t streams = s.kv_unified ? 1 : n_seq;
-    const std::uint64_t cells = s.kv_unified ? n_ctx_pad : pad(n_ctx_pad / n_seq, 256);
+// The size line as the release prints it: the prefix (llama_kv_cache_unified before b6975) and the seqs column
+// (%2u seqs before b5913, %2u/%2u until b6100, %2u/%u since).
+std::string size_line(std::uint64_t version, const Cache& k, std::uint64_t n_seq, std::uint64_t streams, std::string_view type) {
+    const std::string seqs = version < 5913 ? fmt::format("{:2} seqs", n_seq)
+                             : version < 6100 ? fmt::format("{:2}/{:2} seqs", n_seq, streams)
+                                              : fmt::format("{:2}/{} seqs", n_seq, streams);
+    return fmt::format("{}: size = {:7.2f} MiB ({:6} cells, {:3} layers, {}), K ({}): {:7.2f} MiB, V ({}): {:7.2f} MiB",
+                       version < 6975 ? "llama_kv_cache_unified" : "llama_kv_cache", mib(k.k + k.v), k.cells, k.layers, seqs, type, mib(k.k), type,
+                       mib(k.v));
+}
 
-    // K and V widths per layer, as ggml_row_size(type, n_embd_{k,v}_gqa)
-    std::uint64_t k_row = 0, v_row = 0;
-    if (cfg.mla && cfg.gguf_mla_full_kv) {  // every head's key (nope + rope) and value, as an unsplit GGUF loads
-        const auto heads = static_cast<std::uint64_t>(cfg.n_head_kv);
-        k_row = row_bytes(c.dtype, checked_mul(heads, static_cast<std::uint64_t>(cfg.mla->qk_nope_head_dim + cfg.mla->qk_rope_head_dim), "K row"));
-        v_row = row_bytes(c.dtype, checked_mul(heads, static_cast<std::uint64_t>(cfg.mla->v_head_dim), "V row"));
-    } else if (cfg.mla) {
-        k_row = row_bytes(c.dtype, static_cast<std::uint64_t>(cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim));
-    } else if (cfg.lora_attention) {  // MiniCPM3: every head's K (nope + rope) and V at its own width, which vLLM pads to K's
-        const auto heads = static_cast<std::uint64_t>(cfg.n_head_kv);
-        k_row = row_bytes(c.dtype, checked_mul(heads, static_cast<std::uint64_t>(cfg.d_head), "K row"));
-        v_row = row_bytes(c.dtype, checked_mul(heads, static_cast<std::uint64_t>(cfg.lora_attention->v_head_dim), "V row"));
-    } else {
-        k_row = v_row = row_bytes(c.dtype, static_cast<std::uint64_t>(cfg.d_kv()));
-    }
+// One cache's lines: the per-device buffers (when the layers are split over devices), then the size line.
+void push_cache_lines(std::uint64_t version, const Cache& k, std::uint64_t n_seq, std::uint64_t streams, std::string_view type,
+                      std::vector<std::string>& lines) {
+    if (k.device_bytes.size() > 1)
+        for (std::size_t d = 0; d < k.device_bytes.size(); ++d)
+            lines.push_back(fmt::format("{}: {:>10} KV buffer size = {:8.2f} MiB", version < 6975 ? "llama_kv_cache_unified" : "llama_kv_cache",
+                                        fmt::format("CUDA{}", d), static_cast<double>(k.device_bytes[d]) / 1024.0 / 1024.0));
+    lines.push_back(size_line(version, k, n_seq, streams, type));
+}
 
-    EngineAnswer a;
-    const bool iswa = cfg.sliding_window && llamacpp_windows(cfg) &&
-                      std::any_of(cfg.layer_windowed.begin(), cfg.layer_windowed.end(), [](bool w) { return w; });
-    Cache base, swa;
-    base.cells = cells;
-    if (iswa) {
-        const auto n_swa = static_cast<std::uint64_t>(*cfg.sliding_window);
-        swa.cells = s.swa_full ? cells : pad(std::min(cells, checked_add(checked_mul(n_swa, s.kv_unified ? n_seq : 1, "SWA cells"), s.ubatch, "SWA cells")), 256);
-    }
+// The model's layers into the non-SWA cache and the SWA cache (iswa), each with its cells, bytes and per-device split.
+void fill_caches(const ModelConfig& cfg, bool iswa, std::uint64_t k_row, std::uint64_t v_row, std::uint64_t streams,
+                 const std::vector<std::uint64_t>& split, Cache& base, Cache& swa) {
+    base.device_bytes.assign(split.size(), 0);
+    swa.device_bytes.assign(split.size(), 0);
+    std::size_t dev = 0;
+    std::uint64_t left_on_dev = split.at(0);
     for (std::int64_t l = 0; l < cfg.n_layer; ++l) {
+        while (left_on_dev == 0) left_on_dev = split.at(++dev);
+        left_on_dev -= 1;
         Cache& cache = iswa && cfg.layer_windowed[static_cast<std::size_t>(l)] ? swa : base;
         cache.layers += 1;
-        cache.k = checked_add(cache.k, checked_mul(checked_mul(k_row, cache.cells, "KV bytes"), streams, "KV bytes"), "KV bytes");
-        cache.v = checked_add(cache.v, checked_mul(checked_mul(v_row, cache.cells, "KV bytes"), streams, "KV bytes"), "KV bytes");
+        const auto k = checked_mul(checked_mul(k_row, cache.cells, "KV bytes"), streams, "KV bytes");
+        const auto v = checked_mul(checked_mul(v_row, cache.cells, "KV bytes"), streams, "KV bytes");
+        cache.k = checked_add(cache.k, k, "KV bytes");
+        cache.v = checked_add(cache.v, v, "KV bytes");
+        cache.device_bytes[dev] += k + v;
     }
-    auto size_line = [&](const Cache& k) {
-        return fmt::format("llama_kv_cache: size = {:7.2f} MiB ({:6} cells, {:3} layers, {:2}/{} seqs), K ({}): {:7.2f} MiB, V ({}): {:7.2f} MiB",
-                           mib(k.k + k.v), k.cells, k.layers, n_seq, streams, type, mib(k.k), type, mib(k.v));
-    };
-    if (iswa) {
-        a.log_lines.push_back(fmt::format("llama_kv_cache_iswa: creating non-SWA KV cache, size = {} cells", base.cells));
-        a.log_lines.push_back(size_line(base));
-        a.log_lines.push_back(fmt::format("llama_kv_cache_iswa: creating     SWA KV cache, size = {} cells", swa.cells));
-        a.log_lines.push_back(size_line(swa));
-    } else {
-        a.log_lines.push_back(size_line(base));
-    }
-    a.settings = fmt::format("-c {} -np {}{} -ctk {} -ctv {}{}", n_ctx, n_seq, s.kv_unified ? " -kvu" : "", type, type,
-                             iswa ? fmt::format(" -ub {}{}", s.ubatch, s.swa_full ? " --swa-full" : "") : "");
-    a.bytes_allocated = base.k + base.v + swa.k + swa.v;
-    a.token_capacity = checked_mul(base.cells, streams, "cells");
+}
+
+// llama-server -md: every slot (-np) gets its own draft context of -c / -np cells (-cd unset), one sequence, at
+// -ctkd/-ctvd (default f16): tools/server/server.cpp builds params_dft per slot.
+void add_llamacpp_draft(const ModelConfig& draft, const EngineCase& c, const EngineSettings& s, std::uint64_t version, std::uint64_t n_ctx,
+                        EngineAnswer& a) {
+    const auto [k_row, v_row] = kv_rows(draft, DType::fp16, version);
+    Cache d;
+    d.cells = pad(std::max<std::uint64_t>(n_ctx / c.batch, 1), 256);
+    Cache unused;
+    fill_caches(draft, false, k_row, v_row, 1, {static_cast<std::uint64_t>(draft.n_layer)}, d, unused);
+    a.log_lines.push_back(size_line(version, d, 1, 1, "f16"));
+    a.bytes_allocated = checked_add(*a.bytes_allocated, checked_mul(d.k + d.v, c.batch, "draft KV"), "draft KV");
+    a.notes.push_back(fmt::format("draft {} (-md): its own context per slot, {} slot{} x {} cells x {} layers at f16 (-ctkd/-ctvd): {} B in all, "
+                                  "counted in engine allocates{}",
+                                  draft.name, c.batch, c.batch == 1 ? "" : "s", d.cells, d.layers, (d.k + d.v) * c.batch,
+                                  s.pp > 1 ? " (on the fullest device, as if it were there)" : ""));
+}
+
+// The notes on padding, windows and the MLA layout the release caches.
+void add_llamacpp_notes(const ModelConfig& cfg, std::uint64_t version, std::uint64_t n_ctx, std::uint64_t cells, std::uint64_t streams, bool iswa,
+                        EngineAnswer& a) {
+    const std::uint64_t n_ctx_pad = pad(n_ctx, 256);
     if (n_ctx_pad != n_ctx || cells * streams != n_ctx)
         a.notes.push_back(fmt::format("llama.cpp pads -c {} to {} cells ({} per stream x {} stream{})", n_ctx, cells * streams, cells, streams,
                                       streams == 1 ? "" : "s"));
@@ -127,10 +146,71 @@ EngineAnswer llamacpp_answer(const EngineCase& c, const EngineSettings& s) {
         a.notes.push_back(fmt::format("{}: llama.cpp caches every head's K at {} (qk_nope + qk_rope) and V at its own {}, where vLLM pads "
                                       "V to {} (the kvcalc tables above)",
                                       cfg.name, cfg.d_head, cfg.lora_attention->v_head_dim, cfg.d_head));
+    else if (cfg.mla && version < 5137)
+        a.notes.push_back(fmt::format("{}: llama.cpp before b5137 caches every head's K and V, not the MLA latent", cfg.name));
     else if (cfg.mla)
-        a.notes.push_back(fmt::format("{}: MLA cache of K rows of {} (kv_lora_rank + rope) and no V, as llama.cpp b7832+ stores GGUFs with "
-                                      "the MLA split; GGUFs converted before b5137 store full K/V per head",
-                                      cfg.name, cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim));
+        a.notes.push_back(fmt::format("{}: MLA cache of K rows of {} (kv_lora_rank + rope) and {}; GGUFs converted before b5137 store full K/V "
+                                      "per head",
+                                      cfg.name, cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim,
+                                      version < 7832 ? fmt::format("V rows of {} (kv_lora_rank), as llama.cpp b5137-b7831 kept", cfg.mla->kv_lora_rank)
+                                                     : std::string("no V, as llama.cpp b7832+ stores GGUFs with the MLA split")));
+}
+
+}  // namespace
+
+bool llamacpp_has_cache_type(DType dtype) {
+    return std::any_of(ggml_cache_types.begin(), ggml_cache_types.end(), [&](const auto& t) { return t.first == dtype; });
+}
+
+EngineAnswer llamacpp_answer(const EngineCase& c, const EngineSettings& s) {
+    const ModelConfig& cfg = *c.model;
+    const auto type = ggml_type_name(c.dtype);
+    const std::uint64_t version = s.version ? s.version : 8668;
+    if (c.tp > 1)
+        throw UsageError(fmt::format("--tp {}: llama.cpp splits layers across GPUs (-sm layer), not heads; size it with --tp 1 (--pp N for N devices)", c.tp));
+    const std::uint64_t n_seq = c.batch;
+    const std::uint64_t n_ctx = s.n_ctx ? *s.n_ctx : checked_mul(c.context, n_seq, "llama.cpp -c");
+    const std::uint64_t n_ctx_pad = pad(n_ctx, 256);
+    const bool unified = s.kv_unified || version < 5913;  // before KV streams (b5913) every sequence shared one cache
+    const std::uint64_t streams = unified ? 1 : n_seq;
+    const std::uint64_t cells = unified ? n_ctx_pad : pad(n_ctx_pad / n_seq, 256);
+    const auto [k_row, v_row] = kv_rows(cfg, c.dtype, version);
+
+    EngineAnswer a;
+    const bool iswa = cfg.sliding_window && llamacpp_windows(cfg) &&
+                      std::any_of(cfg.layer_windowed.begin(), cfg.layer_windowed.end(), [](bool w) { return w; });
+    Cache base, swa;
+    base.cells = cells;
+    if (iswa) {
+        const auto n_swa = static_cast<std::uint64_t>(*cfg.sliding_window);
+        swa.cells = s.swa_full ? cells : pad(std::min(cells, checked_add(checked_mul(n_swa, unified ? n_seq : 1, "SWA cells"), s.ubatch, "SWA cells")), 256);
+    }
+    const auto split = pp_layer_split(Engine::llamacpp, static_cast<std::uint64_t>(cfg.n_layer), s.pp);
+    fill_caches(cfg, iswa, k_row, v_row, streams, split, base, swa);
+    const std::string iswa_prefix = version < 6975 ? "llama_kv_cache_unified_iswa" : "llama_kv_cache_iswa";
+    if (iswa) {
+        a.log_lines.push_back(fmt::format("{}: creating non-SWA KV cache, size = {} cells", iswa_prefix, base.cells));
+        push_cache_lines(version, base, n_seq, streams, type, a.log_lines);
+        a.log_lines.push_back(fmt::format("{}: creating     SWA KV cache, size = {} cells", iswa_prefix, swa.cells));
+        push_cache_lines(version, swa, n_seq, streams, type, a.log_lines);
+    } else {
+        push_cache_lines(version, base, n_seq, streams, type, a.log_lines);
+    }
+    a.settings = fmt::format("-c {} -np {}{} -ctk {} -ctv {}{}{}", n_ctx, n_seq, s.kv_unified ? " -kvu" : "", type, type,
+                             iswa ? fmt::format(" -ub {}{}", s.ubatch, s.swa_full ? " --swa-full" : "") : "",
+                             s.pp > 1 ? fmt::format(" -sm layer ({} devices)", s.pp) : "");
+    a.bytes_allocated = base.k + base.v + swa.k + swa.v;
+    if (s.pp > 1) {  // per GPU: the device holding the most
+        std::uint64_t most = 0;
+        for (std::size_t d = 0; d < split.size(); ++d) most = std::max(most, base.device_bytes[d] + swa.device_bytes[d]);
+        a.bytes_allocated = most;
+        a.notes.push_back(fmt::format("{}: layers split over {} devices as llama.cpp's -sm layer does with an equal -ts (the output layer counts "
+                                      "as one more): {} layers each; engine allocates: the fullest device",
+                                      cfg.name, s.pp, fmt::join(split, ", ")));
+    }
+    a.token_capacity = checked_mul(base.cells, streams, "cells");
+    if (s.draft) add_llamacpp_draft(*s.draft, c, s, version, n_ctx, a);
+    add_llamacpp_notes(cfg, version, n_ctx, cells, streams, iswa, a);
     return a;
 }
 

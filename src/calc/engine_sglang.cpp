@@ -10,6 +10,7 @@
 #include "kvlab/calc/engine.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "kvlab/core/checked.hpp"
 #include "kvlab/core/error.hpp"
@@ -21,14 +22,32 @@ EngineAnswer sglang_answer(const EngineCase& c, const EngineSettings& s) {
     const std::uint64_t elem = engine_value_bytes(c.dtype, {DType::fp16, DType::bf16, DType::fp8_e4m3, DType::fp8_e5m2},
                                                   "SGLang's --kv-cache-dtype takes auto (fp16/bf16), fp8_e4m3, fp8_e5m2");
     const std::uint64_t page = s.block_size ? s.block_size : 1;
-    const auto layers = static_cast<std::uint64_t>(cfg.n_layer);
+    // pipeline stages (get_pp_indices, as vLLM's): each sizes its pool from its own layers and budget; the fewest tokens decide
+    const auto split = pp_layer_split(Engine::sglang, static_cast<std::uint64_t>(cfg.n_layer), s.pp);
+    std::size_t decide = 0;
+    std::optional<std::uint64_t> stage_tokens;
     const std::uint64_t width = kv_row_values_per_rank(cfg, c.tp, false);
+    for (std::size_t i = 0; i < split.size(); ++i) {
+        EngineCase sc = c;
+        if (!s.stage_budgets.empty()) sc.kv_budget = s.stage_budgets[i];
+        const std::uint64_t r = checked_mul(checked_mul(width, split[i], "SGLang cell"), elem, "SGLang cell");
+        const auto t = pool_tokens(sc, s, cfg.mla ? r : 2 * r);
+        if (t && (!stage_tokens || *t < *stage_tokens)) stage_tokens = t, decide = i;
+    }
+    const auto layers = split[decide];
     const std::uint64_t row = checked_mul(checked_mul(width, layers, "SGLang cell"), elem, "SGLang cell");  // K (or the MLA latent) of one token
     const std::uint64_t cell = cfg.mla ? row : 2 * row;
 
     EngineAnswer a;
-    a.settings = fmt::format("--context-length {} --kv-cache-dtype {} --page-size {}{}", c.context, elem == 1 ? dtype_name(c.dtype) : "auto", page,
-                             c.tp > 1 ? fmt::format(" --tp {}", c.tp) : "");
+    a.settings = fmt::format("--context-length {} --kv-cache-dtype {} --page-size {}{}{}", c.context, elem == 1 ? dtype_name(c.dtype) : "auto", page,
+                             c.tp > 1 ? fmt::format(" --tp {}", c.tp) : "", s.pp > 1 ? fmt::format(" --pp-size {}", s.pp) : "");
+    if (s.pp > 1)
+        a.notes.push_back(fmt::format("{}: --pp-size {} gives the stages {} layers (get_pp_indices); each sizes its token pool from its "
+                                      "own layers; the fewest tokens, stage {}'s, are shown",
+                                      cfg.name, s.pp, fmt::join(split, ", "), decide));
+    if (s.draft)
+        a.notes.push_back(fmt::format("draft {}: not sized: SGLang gives a speculative draft its own token pool (its draft worker), which "
+                                      "kvlab does not model", s.draft->name));
     // v0.5.2 switches its hybrid sliding-window pool off for Gemma and gpt-oss (server_args.py), so every layer
     // holds #tokens; other sliding-window architectures would split the pool (set_num_token_hybrid), not modelled
     const bool swa_off = cfg.model_type.rfind("gemma", 0) == 0 || cfg.model_type == "gpt_oss";
@@ -39,7 +58,7 @@ EngineAnswer sglang_answer(const EngineCase& c, const EngineSettings& s) {
                                   : fmt::format("{}: sized as full attention on every layer: SGLang's split of a sliding-window pool "
                                                 "(set_num_token_hybrid, swa_full_tokens_ratio 0.8) is not modelled for model_type {}",
                                                 cfg.name, cfg.model_type));
-    std::optional<std::uint64_t> tokens = pool_tokens(c, s, cell);
+    std::optional<std::uint64_t> tokens = stage_tokens;
     if (!tokens) {
         a.notes.push_back(fmt::format("{}: {} B per token slot; give --kv-budget (the memory left for KV after mem_fraction_static) or "
                                       "--kv-tokens (--max-total-tokens) for the pool",

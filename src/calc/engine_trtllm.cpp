@@ -8,6 +8,7 @@
 #include "kvlab/calc/engine.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "kvlab/core/checked.hpp"
 #include "kvlab/core/error.hpp"
@@ -19,18 +20,38 @@ EngineAnswer trtllm_answer(const EngineCase& c, const EngineSettings& s) {
     const std::uint64_t elem = engine_value_bytes(c.dtype, {DType::fp16, DType::bf16, DType::fp8_e4m3, DType::int8},
                                                   "TensorRT-LLM's KV cache is fp16/bf16, fp8 (e4m3) or int8 (kvlab does not size nvfp4)");
     const std::uint64_t tpb = s.block_size ? s.block_size : 32;
-    const std::uint64_t width = kv_row_values_per_rank(cfg, c.tp, true);
-    const std::uint64_t per_token =
-        checked_mul(checked_mul(cfg.mla ? 1 : 2, static_cast<std::uint64_t>(cfg.n_layer), "TensorRT-LLM bytes per token"), checked_mul(width, elem, "row"),
-                    "TensorRT-LLM bytes per token");
-
+    const std::uint64_t version = s.version ? s.version : 1002000;
     EngineAnswer a;
-    a.settings = fmt::format("tokens_per_block={} kv_cache_dtype={}{}", tpb, elem == 1 ? dtype_name(c.dtype) : "auto", c.tp > 1 ? fmt::format(" tp_size={}", c.tp) : "");
+    // pipeline stages (mapping.py pp_layers): each rank's bytes per token from its own layers (and, on the last, a draft's:
+    // PR #3497 adds the draft's KV bytes per token); max_tokens is the minimum over the ranks
+    const auto split = pp_layer_split(Engine::trtllm, static_cast<std::uint64_t>(cfg.n_layer), s.pp);
+    auto token_bytes = [&](const ModelConfig& m, std::uint64_t layers) {
+        return checked_mul(checked_mul(m.mla ? 1 : 2, layers, "TensorRT-LLM bytes per token"), checked_mul(kv_row_values_per_rank(m, c.tp, true), elem, "row"),
+                           "TensorRT-LLM bytes per token");
+    };
+    std::size_t decide = 0;
+    std::optional<std::uint64_t> max_tokens;
+    std::uint64_t per_token = 0;
+    for (std::size_t i = 0; i < split.size(); ++i) {
+        std::uint64_t bytes = token_bytes(cfg, split[i]);
+        if (s.draft && i + 1 == split.size()) bytes += token_bytes(*s.draft, static_cast<std::uint64_t>(s.draft->n_layer));
+        EngineCase sc = c;
+        if (!s.stage_budgets.empty()) sc.kv_budget = s.stage_budgets[i];
+        const auto t = pool_tokens(sc, s, bytes);
+        if (i == 0 || (t && (!max_tokens || *t < *max_tokens))) max_tokens = t, decide = i, per_token = bytes;
+    }
+    a.settings = fmt::format("tokens_per_block={} kv_cache_dtype={}{}{}", tpb, elem == 1 ? dtype_name(c.dtype) : "auto",
+                             c.tp > 1 ? fmt::format(" tp_size={}", c.tp) : "", s.pp > 1 ? fmt::format(" pp_size={}", s.pp) : "");
+    if (s.pp > 1)
+        a.notes.push_back(fmt::format("{}: pp_size {} gives the ranks {} layers (mapping.py pp_layers, the first ranks one more); max_tokens is "
+                                      "the minimum over the ranks, rank {}'s", cfg.name, s.pp, fmt::join(split, ", "), decide));
+    if (s.draft)
+        a.notes.push_back(fmt::format("draft {}: its {} layers' KV bytes per token join {}'s in one pool (PR #3497)", s.draft->name,
+                                      s.draft->n_layer, cfg.name));
     if (cfg.sliding_window)
         a.notes.push_back(fmt::format("{}: every layer holds every token, as TensorRT-LLM does unless kv_cache_config.max_attention_window "
                                       "lists several windows (per-window pools with an equal share of memory each: not modelled)",
                                       cfg.name));
-    const std::optional<std::uint64_t> max_tokens = pool_tokens(c, s, per_token);
     if (!max_tokens) {
         a.notes.push_back(fmt::format("{}: {} B per token; give --kv-budget (free memory x free_gpu_memory_fraction) or --kv-tokens (max_tokens) "
                                       "for the pool",
@@ -47,9 +68,12 @@ EngineAnswer trtllm_answer(const EngineCase& c, const EngineSettings& s) {
     // Releases before 1.0 printed "Number of blocks in KV cache primary pool: N" instead of the first line;
     // 1.2 prints that one per window at DEBUG.
     const std::uint64_t seq = checked_add(c.context, 1, "TensorRT-LLM max_seq_len");
-    a.log_lines.push_back(fmt::format("[TensorRT-LLM][INFO] Max KV cache blocks per sequence: {} [window size={}], tokens per block={}, "
-                                      "primary blocks={}, secondary blocks=0, max sequence length={}",
-                                      (seq + tpb - 1) / tpb, seq, tpb, blocks, seq));
+    if (version < 1000000)  // 0.13 (issue #2268's log): the pool's block count alone
+        a.log_lines.push_back(fmt::format("[TensorRT-LLM][INFO] Number of blocks in KV cache primary pool: {}", blocks));
+    else
+        a.log_lines.push_back(fmt::format("[TensorRT-LLM][INFO] Max KV cache blocks per sequence: {} [window size={}], tokens per block={}, "
+                                          "primary blocks={}, secondary blocks=0, max sequence length={}",
+                                          (seq + tpb - 1) / tpb, seq, tpb, blocks, seq));
     a.log_lines.push_back(fmt::format("[TensorRT-LLM][INFO] Number of tokens per block: {}.", tpb));
     a.log_lines.push_back(fmt::format("[TensorRT-LLM][INFO] [MemUsageChange] Allocated {:.2f} GiB for max tokens in paged KV cache ({}).", gib(bytes), tokens));
     a.bytes_allocated = bytes;

@@ -11,8 +11,10 @@
 #include "kvlab/calc/engine.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "kvlab/core/checked.hpp"
 #include "kvlab/core/error.hpp"
@@ -34,6 +36,9 @@ struct VllmPlan {
     Layout lay;
     std::uint64_t window = 0, full_pages = 0, sliding_pages = 0, needed = 0;
     std::uint64_t blocks_per_request = 0, layers_per_block = 0, groups = 1;
+    std::uint64_t first_layer = 0, last_layer = 0;  // the stage's layers [first, last) of the target model
+    std::uint64_t draft_layers = 0;                 // a draft's layers in this stage's pool (the last stage's)
+    std::uint64_t budget = 0;                       // this stage's KV budget, if known
 };
 
 // The cache dtype's bytes, the block size, the step's batched tokens, the page and max_model_len.
@@ -54,7 +59,8 @@ void read_vllm_settings(const EngineCase& c, const EngineSettings& s, VllmPlan& 
 // Counts full and sliding layers, the pages a request needs of each, and groups a hybrid model's layers.
 void group_vllm_layers(const ModelConfig& cfg, VllmPlan& p) {
     Layout& lay = p.lay;
-    for (std::int64_t l = 0; l < cfg.n_layer; ++l) (cfg.layer_window(l) > 0 ? lay.sliding_layers : lay.full_layers) += 1;
+    for (auto l = p.first_layer; l < p.last_layer; ++l) (cfg.layer_window(static_cast<std::int64_t>(l)) > 0 ? lay.sliding_layers : lay.full_layers) += 1;
+    lay.full_layers += p.draft_layers;  // a draft's layers (EAGLE head, draft model, MTP) as full-attention layers of the same pool
     p.window = cfg.sliding_window ? static_cast<std::uint64_t>(*cfg.sliding_window) : 0;
     p.full_pages = cdiv(p.len, p.bs);
     p.sliding_pages = p.window ? cdiv(std::min(p.window - 1 + p.batched, p.len), p.bs) + 1 : 0;
@@ -69,7 +75,7 @@ void group_vllm_layers(const ModelConfig& cfg, VllmPlan& p) {
         p.layers_per_block = lay.group_size;
     } else {
         p.blocks_per_request = lay.sliding_layers ? p.sliding_pages : p.full_pages;
-        p.layers_per_block = static_cast<std::uint64_t>(cfg.n_layer);
+        p.layers_per_block = lay.full_layers + lay.sliding_layers;
     }
 }
 
@@ -114,56 +120,128 @@ std::uint64_t vllm_max_model_len(const VllmPlan& p, std::uint64_t budget) {
     return lo;
 }
 
+// GiB as the release prints them: "%.2f" up to v0.10.2; format_gib's round(x, 2) as Python shows a float
+// ("4.5", "24.0") in the releases kvlab knows from v0.15.2 on.
+std::string vllm_gib(std::uint64_t bytes, std::uint64_t version) {
+    if (version < 15002) return fmt::format("{:.2f}", gib(bytes));
+    std::string t = fmt::format("{}", std::round(gib(bytes) * 100.0) / 100.0);
+    if (t.find_first_of(".e") == std::string::npos) t += ".0";
+    return t;
+}
+
 // vLLM's "not enough memory" error and the note that it refuses to start.
-void refuse_vllm_start(const ModelConfig& cfg, const VllmPlan& p, std::uint64_t budget, EngineAnswer& a) {
+void refuse_vllm_start(const ModelConfig& cfg, const VllmPlan& p, std::uint64_t budget, std::uint64_t version, EngineAnswer& a) {
     const std::uint64_t lo = vllm_max_model_len(p, budget);
     a.log_lines.push_back(fmt::format(
-        "ValueError: To serve at least one request with the models's max seq len ({}), ({:.2f} GiB KV cache is needed, which is larger than "
-        "the available KV cache memory ({:.2f} GiB).{} Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+        "ValueError: To serve at least one request with the models's max seq len ({}), ({} GiB KV cache is needed, which is larger than "
+        "the available KV cache memory ({} GiB).{} Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
         "initializing the engine.",
-        p.len, gib(p.needed), gib(budget), lo > 0 ? fmt::format(" Based on the available memory, the estimated maximum model length is {}.", lo) : ""));
+        p.len, vllm_gib(p.needed, version), vllm_gib(budget, version),
+        lo > 0 ? fmt::format(" Based on the available memory, the estimated maximum model length is {}.", lo) : ""));
     a.notes.push_back(fmt::format("{}: vLLM refuses to start: one request of {} tokens needs {} B of KV, more than the {} B available", cfg.name,
                                   p.len, p.needed, budget));
 }
 
-// The pool's tokens, concurrency and bytes from its blocks, with vLLM's two log lines.
-void fill_vllm_pool(const VllmPlan& p, std::uint64_t blocks, EngineAnswer& a) {
+// The pool's tokens, concurrency and bytes from its blocks, with vLLM's two log lines as the release prints them
+// (before v0.8.0, PR #13596: "# GPU blocks: N" and the concurrency as tokens / max_model_len, no separators).
+void fill_vllm_pool(const VllmPlan& p, std::uint64_t blocks, std::uint64_t version, EngineAnswer& a) {
     const std::uint64_t tokens = checked_mul(blocks / p.groups, p.bs, "vLLM tokens");
-    const double concurrency = static_cast<double>(blocks) / static_cast<double>(p.blocks_per_request);
-    a.log_lines.push_back(fmt::format("GPU KV cache size: {} tokens", with_thousands(tokens)));
-    a.log_lines.push_back(fmt::format("Maximum concurrency for {} tokens per request: {:.2f}x", with_thousands(p.len), concurrency));
+    double concurrency = static_cast<double>(blocks) / static_cast<double>(p.blocks_per_request);
+    if (version < 8000) {
+        concurrency = static_cast<double>(blocks * p.bs) / static_cast<double>(p.len);
+        a.log_lines.push_back(fmt::format("# GPU blocks: {}", blocks));
+        a.log_lines.push_back(fmt::format("Maximum concurrency for {} tokens per request: {:.2f}x", p.len, concurrency));
+    } else {
+        a.log_lines.push_back(fmt::format("GPU KV cache size: {} tokens", with_thousands(tokens)));
+        a.log_lines.push_back(fmt::format("Maximum concurrency for {} tokens per request: {:.2f}x", with_thousands(p.len), concurrency));
+    }
     a.bytes_allocated = checked_mul(checked_mul(blocks, p.page, "vLLM pool"), p.layers_per_block, "vLLM pool");
     a.token_capacity = tokens;
     a.concurrency = concurrency;
+}
+
+// One plan per pipeline stage (get_pp_indices), each with its layers, budget and, on the last, the draft's layers.
+std::vector<VllmPlan> vllm_stage_plans(const EngineCase& c, const EngineSettings& s, EngineAnswer& a) {
+    const ModelConfig& cfg = *c.model;
+    const auto split = pp_layer_split(Engine::vllm, static_cast<std::uint64_t>(cfg.n_layer), s.pp);
+    std::vector<VllmPlan> plans;
+    std::uint64_t first = 0;
+    for (std::size_t i = 0; i < split.size(); ++i) {
+        VllmPlan p;
+        read_vllm_settings(c, s, p);
+        p.first_layer = first;
+        p.last_layer = first += split[i];
+        if (i + 1 == split.size() && s.draft) {
+            p.draft_layers = static_cast<std::uint64_t>(s.draft->n_layer);
+            VllmPlan d;
+            EngineCase dc = c;
+            dc.model = s.draft;
+            read_vllm_settings(dc, s, d);
+            if (d.page != p.page)
+                a.notes.push_back(fmt::format("draft {}: its page ({} B) differs from {}'s ({} B); vLLM makes every layer's page the largest "
+                                              "(unify_kv_cache_spec_page_size): sized with {} B for every layer",
+                                              s.draft->name, d.page, cfg.name, p.page, std::max(d.page, p.page)));
+            p.page = std::max(p.page, d.page);
+        }
+        if (!s.stage_budgets.empty()) p.budget = s.stage_budgets.at(i);
+        else if (c.kv_budget) p.budget = *c.kv_budget;
+        group_vllm_layers(cfg, p);
+        plans.push_back(p);
+    }
+    return plans;
 }
 
 }  // namespace
 
 EngineAnswer vllm_answer(const EngineCase& c, const EngineSettings& s) {
     const ModelConfig& cfg = *c.model;
-    VllmPlan p;
-    read_vllm_settings(c, s, p);
-    group_vllm_layers(cfg, p);
+    const std::uint64_t version = s.version ? s.version : 10002;
     EngineAnswer a;
+    const std::vector<VllmPlan> plans = vllm_stage_plans(c, s, a);
+    const bool has_budget = c.kv_budget || !s.stage_budgets.empty();
+    // the stage that decides: the fewest blocks (vLLM unifies the workers on the minimum), else the most layers
+    std::size_t decide = 0;
+    for (std::size_t i = 1; i < plans.size(); ++i) {
+        const auto blocks_i = has_budget ? plans[i].budget / plans[i].page / plans[i].layers_per_block : 0;
+        const auto blocks_d = has_budget ? plans[decide].budget / plans[decide].page / plans[decide].layers_per_block : 0;
+        if (has_budget ? blocks_i < blocks_d : plans[i].needed > plans[decide].needed) decide = i;
+    }
+    const VllmPlan& p = plans[decide];
     const std::string padding_line = add_vllm_settings(cfg, c, p, a);
+    if (s.pp > 1) {
+        a.settings += fmt::format(" -pp {}", s.pp);
+        std::vector<std::string> parts;
+        for (const auto& q : plans) parts.push_back(fmt::format("{}", q.last_layer - q.first_layer + q.draft_layers));
+        a.notes.push_back(fmt::format("{}: -pp {} gives the stages {} layers (get_pp_indices{}); each sizes blocks from its own budget and "
+                                      "vLLM keeps the fewest, stage {}'s; engine allocates: that stage's pool per GPU",
+                                      cfg.name, s.pp, fmt::join(parts, ", "), s.draft ? ", the draft's on the last" : "", decide));
+    }
+    if (s.draft)
+        a.notes.push_back(fmt::format("draft {}: its {} layers take blocks from the same pool as {}'s (the drafter's attention layers join "
+                                      "the KV cache spec)", s.draft->name, s.draft->n_layer, cfg.name));
 
-    // the order vLLM logs them in: the worker's budget (gpu_worker.py), then the engine core's grouping
-    // (the padding line), the override and the check that one request fits (kv_cache_utils.py)
+    // the order vLLM logs them in: the worker's budget (gpu_worker.py; from v0.10.0 in the releases kvlab knows), then the
+    // engine core's grouping (the padding line), the override and the check that one request fits (kv_cache_utils.py)
     // (check_enough_kv_cache_memory runs before the grouping: a refused start prints no padding line)
-    if (c.kv_budget) a.log_lines.push_back(fmt::format("Available KV cache memory: {:.2f} GiB", gib(*c.kv_budget)));
-    const bool refused = !s.kv_tokens && c.kv_budget && p.needed > *c.kv_budget;
+    if (has_budget && version >= 10000) {
+        std::vector<std::uint64_t> shown;
+        for (const auto& q : plans)
+            if (std::find(shown.begin(), shown.end(), q.budget) == shown.end()) shown.push_back(q.budget);
+        for (const auto b : shown) a.log_lines.push_back(fmt::format("Available KV cache memory: {} GiB", vllm_gib(b, version)));
+    }
+    const bool refused = !s.kv_tokens && has_budget && p.needed > p.budget;
     if (!padding_line.empty() && !refused) a.log_lines.push_back(padding_line);
     std::optional<std::uint64_t> blocks;
     if (s.kv_tokens) {
         blocks = *s.kv_tokens / p.bs;  // --num-gpu-blocks-override: the pool's blocks, whatever the memory says
-        if (c.kv_budget)
-            a.log_lines.push_back(fmt::format("Overriding num_gpu_blocks={} with num_gpu_blocks_override={}", *c.kv_budget / p.page / p.layers_per_block, *blocks));
-    } else if (c.kv_budget) {
-        if (p.needed > *c.kv_budget) {
-            refuse_vllm_start(cfg, p, *c.kv_budget, a);
+        if (has_budget)
+            a.log_lines.push_back(fmt::format("Overriding num_gpu_blocks={} with num_gpu_blocks_override={}", p.budget / p.page / p.layers_per_block, *blocks));
+    } else if (has_budget) {
+        if (p.needed > p.budget) {
+            refuse_vllm_start(cfg, p, p.budget, version, a);
             return a;
         }
-        blocks = *c.kv_budget / p.page / p.layers_per_block;
+        blocks = p.budget / p.page / p.layers_per_block;
     }
     if (!blocks) {
         a.notes.push_back(fmt::format("{}: one request of {} tokens needs {} blocks ({} B); give --kv-budget (vLLM's \"Available KV cache memory\") "
@@ -171,7 +249,7 @@ EngineAnswer vllm_answer(const EngineCase& c, const EngineSettings& s) {
                                       cfg.name, p.len, p.blocks_per_request, p.needed));
         return a;
     }
-    fill_vllm_pool(p, *blocks, a);
+    fill_vllm_pool(p, *blocks, version, a);
     return a;
 }
 

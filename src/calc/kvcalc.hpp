@@ -35,7 +35,9 @@ struct KvcalcRequest {
     UnitSystem units = UnitSystem::iec;
     bool explain = false;
     Engine engine = Engine::exact;                // --engine: also what that engine allocates and prints
-    EngineSettings engine_settings;
+    EngineSettings engine_settings;               // its draft pointer is set per model by append_engine_tables
+    std::optional<ModelConfig> draft;             // --draft MODEL|CONFIG: a speculative-decoding draft
+    std::uint64_t draft_mtp_layers = 0;           // --draft mtp:N: N more layers of each model's own shape (MTP)
 };
 
 Report run_kvcalc(const KvcalcRequest& request);

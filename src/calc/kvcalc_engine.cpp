@@ -1,17 +1,52 @@
 // kvcalc --engine: per model, dtype, context and batch, what the engine allocates next to what the
 // exact math needs, and the lines the engine prints (calc/engine.hpp holds the engines' rules).
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
 #include <fmt/format.h>
 
 #include "calc/kvcalc.hpp"
 #include "kvlab/calc/param_count.hpp"
 #include "kvlab/core/checked.hpp"
+#include "kvlab/core/error.hpp"
 #include "kvlab/core/units.hpp"
 
 namespace kvlab {
+namespace {
+
+// --pp with --kv-budget: one budget for every stage, one per stage, or one per rank (stage-major, as vLLM numbers
+// ranks: rank = stage x TP + TP rank) of which each stage keeps its smallest. Empty: every stage has the request's budget.
+std::vector<std::uint64_t> stage_budgets_of(const KvcalcRequest& r) {
+    const std::uint64_t pp = r.engine_settings.pp, n = r.kv_budget_ranks.size();
+    if (pp == 1 || n <= 1) return {};
+    if (n != pp && n != pp * r.tp)
+        throw UsageError(fmt::format("--kv-budget: {} budgets for --pp {} --tp {}; expected 1, one per stage ({}) or one per GPU ({})", n, pp, r.tp,
+                                     pp, pp * r.tp));
+    std::vector<std::uint64_t> stages(pp, UINT64_MAX);
+    const std::uint64_t per_stage = n / pp;
+    for (std::uint64_t i = 0; i < n; ++i) stages[i / per_stage] = std::min(stages[i / per_stage], r.kv_budget_ranks[i]);
+    return stages;
+}
+
+// The draft for one model: --draft's config, or --draft mtp:N's N layers of the model's own shape.
+std::optional<ModelConfig> draft_for(const KvcalcRequest& r, const ModelConfig& target) {
+    if (r.draft) return r.draft;
+    if (r.draft_mtp_layers == 0) return std::nullopt;
+    ModelConfig mtp = target;
+    mtp.name = fmt::format("{} MTP ({} layer{})", target.name, r.draft_mtp_layers, r.draft_mtp_layers == 1 ? "" : "s");
+    mtp.n_layer = static_cast<std::int64_t>(r.draft_mtp_layers);
+    mtp.layer_windowed.assign(r.draft_mtp_layers, false);
+    return mtp;
+}
+
+}  // namespace
 
 void append_engine_tables(Report& report, const KvcalcRequest& r) {
     const auto U = r.units;
-    const std::string release(engine_release(r.engine));
+    const std::string release = engine_release_name(r.engine, r.engine_settings.version);
+    const std::uint64_t pp = r.engine_settings.pp;
+    const std::vector<std::uint64_t> stage_budgets = stage_budgets_of(r);
     report.inputs["engine"] = std::string(choice_name(engine_choices, r.engine));
     report.inputs["engine_release"] = release;
     Table alloc{"What " + release + " allocates (per GPU)",
@@ -20,7 +55,7 @@ void append_engine_tables(Report& report, const KvcalcRequest& r) {
                  {"engine_tokens", "holds tokens"}, {"engine_concurrency", "max concurrency"}},
                 {}, {}};
     Table lines{release + " would print", {{"model", "model", false}, {"line", "log line", false}}, {}, {}};
-    if (r.kv_budget_ranks.size() > 1)
+    if (r.kv_budget_ranks.size() > 1 && pp == 1)
         alloc.notes.push_back(fmt::format("{} budgets given, one per rank: every rank sizes its pool from the smallest, {} (vLLM unifies the ranks "
                                           "on the fewest blocks; SGLang and TensorRT-LLM take the minimum over ranks)",
                                           r.kv_budget_ranks.size(), format_bytes(*r.kv_budget, U)));
@@ -32,7 +67,7 @@ void append_engine_tables(Report& report, const KvcalcRequest& r) {
             // vLLM: memory x gpu_memory_utilization - weights; SGLang: memory x mem_fraction_static - weights;
             // TensorRT-LLM: (memory - weights) x free_gpu_memory_fraction.
             const auto memory = usable_gpu_bytes(*r.gpu);
-            const auto weights = ceil_div(model_weight_bytes(cfg, true, r), r.tp);
+            const auto weights = ceil_div(model_weight_bytes(cfg, true, r), checked_mul(r.tp, pp, "GPUs"));
             const bool trt = r.engine == Engine::trtllm;
             const auto usable = trt ? memory : usable_bytes(memory, r.mem_util);
             if (usable > weights) {
@@ -64,7 +99,11 @@ void append_engine_tables(Report& report, const KvcalcRequest& r) {
                     c.kv_budget = budget;
                     c.gpu_memory = r.gpu ? r.gpu->memory_bytes : 0;
                     c.gpu_is_a100 = r.gpu && gpu_is_a100(*r.gpu);
-                    const EngineAnswer a = engine_answer(r.engine, c, r.engine_settings);
+                    EngineSettings s = r.engine_settings;
+                    s.stage_budgets = stage_budgets;
+                    const std::optional<ModelConfig> draft = draft_for(r, cfg);
+                    s.draft = draft ? &*draft : nullptr;
+                    const EngineAnswer a = engine_answer(r.engine, c, s);
                     const auto exact = checked_mul(kv_bytes_sequence(gpu_cfg, dtype, t, r.window_mode).total(), b, "KV bytes per batch");
                     const Cell none{"-", nullptr};
                     alloc.rows.push_back({text_cell(cfg.name), text_cell(std::string(dtype_name(dtype))), uint_cell(t), uint_cell(b), text_cell(a.settings),

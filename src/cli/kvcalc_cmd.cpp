@@ -1,12 +1,15 @@
 // `kvlab kvcalc`: KV-cache memory per token, sequence, batch and GPU for presets or any HF config.json.
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "commands.hpp"
 #include "options.hpp"
 #include "kvlab/core/error.hpp"
+#include "calc/engine_cmd.hpp"
 #include "calc/kvcalc.hpp"
 #include "kvlab/calc/presets.hpp"
 #include "formats/gguf.hpp"
@@ -43,6 +46,13 @@ struct KvcalcOptions {
     bool explain = false;
     std::string plot;                    // also draw KV memory against context here (.svg or .png)
     Engine engine = Engine::exact;
+    std::string engine_spec;             // --engine NAME[@VERSION] as given (empty: exact math)
+    std::uint64_t engine_version = 0;    // the release that answers
+    std::string pp = "1";                // --pp: pipeline stages (llama.cpp: devices)
+    std::string draft;                   // --draft MODEL|CONFIG|mtp:N
+    std::string engine_cmd;              // --engine-cmd "…": the engine's own command line
+    std::optional<std::uint64_t> n_ctx;  // llama.cpp -c from --engine-cmd
+    std::vector<std::string> notes;      // said under the report (the release that answers, the command's ignored flags)
     bool dtypes_given = false;           // -d on the command line (else an engine's default cache type)
     std::string kv_tokens;
     std::string ubatch = "512";
@@ -74,6 +84,84 @@ void set_tp_and_gpu(const KvcalcOptions& o, KvcalcRequest& r) {
     r.tp_rule = fmt::format("{}: {} GPUs, sized as tensor parallelism over them, the same as {}--tp {}: each GPU holds 1/{} of the weights "
                             "and of the KV heads (kvlab does not model pipeline or data parallelism)",
                             given, n_gpus, r.gpu && named.counted ? fmt::format("--gpu {} ", named.name) : "", n_gpus, n_gpus);
+}
+
+// --draft: a preset or Hugging Face id, a config.json (or its directory), a GGUF, or mtp:N (N layers of each model's shape).
+void set_draft(const KvcalcOptions& o, KvcalcRequest& r) {
+    if (o.draft.empty()) return;
+    if (o.draft.rfind("mtp:", 0) == 0) {
+        r.draft_mtp_layers = parse_count(std::string_view(o.draft).substr(4), "--draft mtp:N");
+        if (r.draft_mtp_layers == 0) throw UsageError("--draft mtp:0: expected mtp:N with N >= 1 MTP layers");
+        return;
+    }
+    const std::filesystem::path path(o.draft);
+    if (path.extension() == ".gguf") r.draft = load_gguf_config(o.draft);
+    else r.draft = load_model(o.draft);
+}
+
+// --engine NAME[@VERSION]: the engine and the release that answers (a note when the version is not one kvlab knows).
+void set_engine(KvcalcOptions& o, std::string_view text) {
+    const EngineSpec spec = parse_engine_spec(text);
+    o.engine = spec.engine;
+    o.engine_version = spec.version;
+    if (!spec.note.empty()) o.notes.push_back(spec.note);
+}
+
+// The model an --engine-cmd names, when kvlab knows it: a GGUF or config path that exists, else a preset or HF id.
+void take_command_model(const EngineCommand& cmd, KvcalcOptions& o) {
+    const bool given = !o.models.empty() || !o.configs.empty() || !o.ggufs.empty();
+    const std::filesystem::path path(cmd.model);
+    std::error_code ec;
+    bool known = !cmd.model.empty() && std::filesystem::exists(path, ec);
+    if (!known && !cmd.model.empty()) {
+        try {
+            (void)load_preset(cmd.model);
+            known = true;
+        } catch (const UsageError&) {
+        }
+    }
+    if (known && given)
+        throw UsageError(fmt::format("--engine-cmd names the model {}, which kvlab knows; give the model once (drop -m, --config or --gguf)", quote(cmd.model)));
+    if (known && path.extension() == ".gguf") o.ggufs.push_back(cmd.model);
+    else if (known && std::filesystem::exists(path, ec)) o.configs.push_back(cmd.model);
+    else if (known) o.models.push_back(cmd.model);
+    else if (!given)
+        throw UsageError(fmt::format("--engine-cmd: the model {} is no preset, Hugging Face id or file kvlab knows; give its shape with -m, --config "
+                                     "or --gguf", cmd.model.empty() ? std::string("(none)") : quote(cmd.model)));
+    else if (!cmd.model.empty())
+        o.notes.push_back(fmt::format("--engine-cmd: the command's model {} is not one kvlab knows; sized with the model given by -m, --config or --gguf",
+                                      quote(cmd.model)));
+}
+
+// --engine-cmd: the command's values into the options, as the equivalent kvcalc flags would set them.
+void apply_engine_command(KvcalcOptions& o, bool engine_given) {
+    const EngineCommand cmd = parse_engine_command(o.engine_cmd);
+    if (engine_given && o.engine != cmd.engine)
+        throw UsageError(fmt::format("--engine {} and --engine-cmd ({}) name different engines; give the engine once", o.engine_spec, cmd.program));
+    if (!engine_given) set_engine(o, choice_name(engine_choices, cmd.engine));
+    take_command_model(cmd, o);
+    if (cmd.context) o.contexts = std::to_string(*cmd.context);
+    if (cmd.batch) o.batches = std::to_string(*cmd.batch);
+    if (cmd.engine == Engine::llamacpp) {  // -c and -np stated directly: the exact math sizes -c / -np tokens a sequence
+        o.n_ctx = cmd.n_ctx.value_or(4096);
+        o.contexts = std::to_string(std::max<std::uint64_t>(*o.n_ctx / cmd.batch.value_or(1), 1));
+        if (!cmd.n_ctx) o.notes.push_back("--engine-cmd: no -c; llama.cpp's default -c 4096 sized");
+    }
+    if (cmd.tp) o.tp = std::to_string(*cmd.tp), o.tp_given = true;
+    if (cmd.pp) o.pp = std::to_string(*cmd.pp);
+    if (cmd.block_size) o.block_size = std::to_string(*cmd.block_size);
+    if (cmd.kv_tokens) o.kv_tokens = std::to_string(*cmd.kv_tokens);
+    if (cmd.ubatch) o.ubatch = std::to_string(*cmd.ubatch);
+    if (cmd.max_num_batched_tokens) o.max_num_batched_tokens = std::to_string(*cmd.max_num_batched_tokens);
+    if (cmd.kv_budget && o.kv_budget.empty()) o.kv_budget = std::to_string(*cmd.kv_budget) + "B";
+    if (cmd.dtype) o.dtypes = *cmd.dtype, o.dtypes_given = true;
+    if (cmd.mem_util) o.mem_util = *cmd.mem_util;
+    o.kv_unified = o.kv_unified || cmd.kv_unified;
+    o.swa_full = o.swa_full || cmd.swa_full;
+    if (!cmd.draft.empty()) o.draft = cmd.draft;
+    for (const auto& n : cmd.notes) o.notes.push_back("--engine-cmd: " + n);
+    if (!cmd.ignored.empty())
+        o.notes.push_back(fmt::format("--engine-cmd: read as {}; flags that do not change the KV cache, ignored: {}", cmd.program, fmt::join(cmd.ignored, " ")));
 }
 
 KvcalcRequest make_request(const KvcalcOptions& o) {
@@ -149,10 +237,16 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
     es.kv_unified = o.kv_unified;
     es.swa_full = o.swa_full;
     if (!o.max_num_batched_tokens.empty()) es.max_num_batched_tokens = parse_count(o.max_num_batched_tokens, "--max-num-batched-tokens");
-    const bool engine_knob = !o.kv_tokens.empty() || o.ubatch != "512" || o.kv_unified || o.swa_full || !o.max_num_batched_tokens.empty();
+    es.version = o.engine_version;
+    es.n_ctx = o.n_ctx;
+    es.pp = parse_count(o.pp, "--pp");
+    if (es.pp == 0) throw UsageError("--pp 0: expected 1 or more pipeline stages");
+    set_draft(o, r);
+    const bool engine_knob = !o.kv_tokens.empty() || o.ubatch != "512" || o.kv_unified || o.swa_full || !o.max_num_batched_tokens.empty() ||
+                             es.pp > 1 || !o.draft.empty();
     if (engine_knob && o.engine == Engine::exact)
-        throw UsageError("--kv-tokens, --ubatch, --kv-unified, --swa-full, --max-num-batched-tokens: these are engine settings; expected --engine "
-                         "vllm, llama.cpp, sglang or trtllm with them");
+        throw UsageError("--kv-tokens, --ubatch, --kv-unified, --swa-full, --max-num-batched-tokens, --pp, --draft: these are engine settings; "
+                         "expected --engine vllm, llama.cpp, sglang or trtllm with them");
     return r;
 }
 
@@ -183,10 +277,16 @@ void setup_kvcalc(CLI::App& app) {
     cmd->add_option("--window", o->window, "Every layer keeps only its last W positions (the cache policy of simulate --window)")
         ->check(given_nonzero("expected a positive number of positions"));
     cmd->add_option("--sink-tokens", o->sink_tokens, "StreamingLLM sinks: the window also keeps the first S positions (S < W; same bytes)");
-    add_choice(cmd, "--engine", o->engine, engine_choices,
-               "Also what this engine allocates and the lines it prints (pinned releases: vLLM v0.10.2, llama.cpp b8668, SGLang v0.5.2, "
-               "TensorRT-LLM 1.2.0rc2)");
+    cmd->add_option("--engine", o->engine_spec,
+                    "Also what this engine allocates and the lines it prints: vllm, llama.cpp, sglang, trtllm, or NAME@VERSION for that release's "
+                    "rules and log format (default releases: vLLM v0.10.2, llama.cpp b8668, SGLang v0.5.2, TensorRT-LLM 1.2.0rc2)");
+    cmd->add_option("--engine-cmd", o->engine_cmd,
+                    "The engine's own command line, e.g. \"vllm serve MODEL --max-model-len 32768 -tp 2\" (vllm serve, llama-server, llama-cli, "
+                    "python -m sglang.launch_server, trtllm-serve): its flags in place of kvcalc's");
     const char* eg = "Engine settings (with --engine)";
+    cmd->add_option("--pp", o->pp, "Pipeline-parallel stages (vLLM, SGLang, TensorRT-LLM), or llama.cpp devices (-sm layer)")->capture_default_str()->group(eg);
+    cmd->add_option("--draft", o->draft, "Speculative-decoding draft: a preset, config.json or GGUF (EAGLE head, draft model), or mtp:N "
+                                         "(N MTP layers of the model's shape)")->group(eg);
     cmd->add_option("--kv-tokens", o->kv_tokens, "Token cap the engine was given: vLLM blocks override x block size, SGLang --max-total-tokens, "
                                                  "TensorRT-LLM max_tokens")->group(eg);
     cmd->add_option("--ubatch", o->ubatch, "llama.cpp -ub (enters the sliding-window cache size)")->capture_default_str()->group(eg);
@@ -210,14 +310,17 @@ void setup_kvcalc(CLI::App& app) {
     cmd->callback([o, dtype_opt, engine_opt, tp_opt] {
         o->dtypes_given = dtype_opt->count() > 0;
         o->tp_given = tp_opt->count() > 0;
+        if (engine_opt->count() > 0) set_engine(*o, o->engine_spec);
+        if (!o->engine_cmd.empty()) apply_engine_command(*o, engine_opt->count() > 0);
         // a GGUF is llama.cpp's file: without --engine, say also what llama.cpp allocates for it
-        bool gguf_default_engine = !o->ggufs.empty() && engine_opt->count() == 0;
+        bool gguf_default_engine = !o->ggufs.empty() && engine_opt->count() == 0 && o->engine_cmd.empty();
         if (gguf_default_engine && o->dtypes_given)  // only with cache types llama.cpp has (-d fp8 stays exact math)
             for (const auto& d : split_list(o->dtypes))
                 if (!llamacpp_has_cache_type(parse_dtype(d, "--dtype"))) gguf_default_engine = false;
-        if (gguf_default_engine) o->engine = Engine::llamacpp;
+        if (gguf_default_engine) set_engine(*o, "llama.cpp");
         const KvcalcRequest request = make_request(*o);
         Report report = run_kvcalc(request);  // every input checked before anything is drawn
+        for (const auto& note : o->notes) report.notes.push_back(note);
         if (gguf_default_engine) report.notes.push_back("--gguf: llama.cpp's allocation shown (--engine llama.cpp); --engine exact for the exact math alone");
         if (!o->plot.empty()) {
             plot_kv_memory(request, o->plot);

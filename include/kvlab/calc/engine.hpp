@@ -24,6 +24,27 @@ inline constexpr std::array<Choice<Engine>, 5> engine_choices{
 
 // The release each engine's rules were read from, e.g. "llama.cpp b8668".
 std::string_view engine_release(Engine engine);
+
+// A release whose rules or printed lines kvlab knows (engine_versions.cpp), as a sortable key: llama.cpp
+// build bNNNN -> NNNN; vLLM, SGLang and TensorRT-LLM x.y.z -> x * 1000000 + y * 1000 + z.
+struct EngineRelease {
+    std::uint64_t key = 0;
+    std::string_view name;    // "b5913", "0.8.0"
+    std::string_view change;  // what this release changed, with its source
+};
+// The known releases of one engine, oldest first; the last is the pinned one (none for exact math).
+std::vector<EngineRelease> engine_releases(Engine engine);
+// --engine NAME or NAME@VERSION: the engine, the known release that answers (the pinned one without a
+// version; the nearest known for an unknown one, said in `note`). UsageError for an unknown engine name
+// or a version that is not one (the text quoted and cut).
+struct EngineSpec {
+    Engine engine = Engine::exact;
+    std::uint64_t version = 0;  // the answering release's key (0 for exact math)
+    std::string note;           // set when the asked version is not a known release
+};
+EngineSpec parse_engine_spec(std::string_view text, std::string_view flag = "--engine");
+// "llama.cpp b5913", "vLLM v0.8.0": the release a key names (`version` 0: the pinned one).
+std::string engine_release_name(Engine engine, std::uint64_t version);
 // The KV dtype an engine uses when none is asked for (llama.cpp f16; the others the model's bf16).
 DType engine_default_dtype(Engine engine);
 
@@ -36,6 +57,11 @@ struct EngineSettings {
     std::optional<std::uint64_t> max_num_batched_tokens;  // vLLM; unset: 8192 (API server, GPU >= 70 GiB, not an A100), else 2048
     std::optional<std::uint64_t> kv_tokens;  // a token cap the engine was given: vLLM num_gpu_blocks_override x block,
                                              // SGLang --max-total-tokens, TensorRT-LLM kv_cache_config.max_tokens
+    std::optional<std::uint64_t> n_ctx;      // llama.cpp -c as given (--engine-cmd), else context x batch
+    std::uint64_t version = 0;               // the release whose rules and printed lines answer (0: the pinned one)
+    std::uint64_t pp = 1;                    // pipeline-parallel stages (vLLM, SGLang, TensorRT-LLM; llama.cpp: devices)
+    std::vector<std::uint64_t> stage_budgets;  // one KV budget per stage when they differ (else EngineCase::kv_budget)
+    const ModelConfig* draft = nullptr;      // a speculative-decoding draft (EAGLE head, draft model, MTP layers)
 };
 
 // One question: this model (whole; the engine applies TP by its own rule), this KV dtype, `batch`
@@ -69,6 +95,12 @@ EngineAnswer llamacpp_answer(const EngineCase& c, const EngineSettings& s);
 EngineAnswer vllm_answer(const EngineCase& c, const EngineSettings& s);
 EngineAnswer sglang_answer(const EngineCase& c, const EngineSettings& s);
 EngineAnswer trtllm_answer(const EngineCase& c, const EngineSettings& s);
+
+// The layers each pipeline stage holds, first to last, as each engine splits them: vLLM's get_pp_indices
+// (an even share, the remainder one each to the stages before the last, from the second-to-last back),
+// SGLang and TensorRT-LLM the same even split with the remainder on the first stages, llama.cpp its
+// -ts-proportional split by device. UsageError for more stages than layers.
+std::vector<std::uint64_t> pp_layer_split(Engine engine, std::uint64_t n_layers, std::uint64_t pp);
 
 // Helpers the engines share: 1234567 -> "1,234,567" (vLLM's f"{n:,}"); bytes / 2^20 and / 2^30 as the
 // engines compute them; KV heads one GPU holds under TP with floor (vLLM, SGLang) or ceiling (TensorRT-LLM).
