@@ -12,6 +12,7 @@
 
 #include "kvlab/core/checked.hpp"
 #include "kvlab/core/error.hpp"
+#include "kvlab/core/text.hpp"
 
 namespace kvlab {
 
@@ -46,8 +47,8 @@ EngineAnswer trtllm_answer(const EngineCase& c, const EngineSettings& s) {
         a.notes.push_back(fmt::format("{}: pp_size {} gives the ranks {} layers (mapping.py pp_layers, the first ranks one more); max_tokens is "
                                       "the minimum over the ranks, rank {}'s", cfg.name, s.pp, fmt::join(split, ", "), decide));
     if (s.draft)
-        a.notes.push_back(fmt::format("draft {}: its {} layers' KV bytes per token join {}'s in one pool (PR #3497)", s.draft->name,
-                                      s.draft->n_layer, cfg.name));
+        a.notes.push_back(fmt::format("draft {}: the KV bytes per token of its {} join {}'s in one pool (PR #3497)", s.draft->name,
+                                      counted(s.draft->n_layer, "layer"), cfg.name));
     if (cfg.sliding_window)
         a.notes.push_back(fmt::format("{}: every layer holds every token, as TensorRT-LLM does unless kv_cache_config.max_attention_window "
                                       "lists several windows (per-window pools with an equal share of memory each: not modelled)",

@@ -18,6 +18,7 @@
 
 #include "kvlab/core/checked.hpp"
 #include "kvlab/core/error.hpp"
+#include "kvlab/core/text.hpp"
 
 namespace kvlab {
 namespace {
@@ -206,7 +207,20 @@ EngineAnswer vllm_answer(const EngineCase& c, const EngineSettings& s) {
         const auto blocks_d = has_budget ? plans[decide].budget / plans[decide].page / plans[decide].layers_per_block : 0;
         if (has_budget ? blocks_i < blocks_d : plans[i].needed > plans[decide].needed) decide = i;
     }
-    const VllmPlan& p = plans[decide];
+    VllmPlan p = plans[decide];
+    if (version >= 15002 && plans.size() > 1 && has_budget && !s.kv_tokens) {
+        // v0.15.2's get_kv_cache_configs checks one request against every stage's layers together and the smallest budget
+        // (issue #34076: 24.0 GiB for all 48 layers against one stage's 3.18 GiB), before each stage sizes its own pool
+        VllmPlan all = p;
+        for (std::size_t i = 0; i < plans.size(); ++i)
+            if (i != decide) {
+                all.lay.full_layers += plans[i].lay.full_layers;
+                all.lay.sliding_layers += plans[i].lay.sliding_layers;
+                all.needed += plans[i].needed;
+                all.budget = std::min(all.budget, plans[i].budget);
+            }
+        if (all.needed > all.budget) p = all;
+    }
     const std::string padding_line = add_vllm_settings(cfg, c, p, a);
     if (s.pp > 1) {
         a.settings += fmt::format(" -pp {}", s.pp);
@@ -217,8 +231,8 @@ EngineAnswer vllm_answer(const EngineCase& c, const EngineSettings& s) {
                                       cfg.name, s.pp, fmt::join(parts, ", "), s.draft ? ", the draft's on the last" : "", decide));
     }
     if (s.draft)
-        a.notes.push_back(fmt::format("draft {}: its {} layers take blocks from the same pool as {}'s (the drafter's attention layers join "
-                                      "the KV cache spec)", s.draft->name, s.draft->n_layer, cfg.name));
+        a.notes.push_back(fmt::format("draft {}: its {} take blocks from the same pool as {}'s (the drafter's attention layers join "
+                                      "the KV cache spec)", s.draft->name, counted(s.draft->n_layer, "layer"), cfg.name));
 
     // the order vLLM logs them in: the worker's budget (gpu_worker.py; from v0.10.0 in the releases kvlab knows), then the
     // engine core's grouping (the padding line), the override and the check that one request fits (kv_cache_utils.py)

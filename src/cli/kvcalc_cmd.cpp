@@ -164,6 +164,28 @@ void apply_engine_command(KvcalcOptions& o, bool engine_given) {
         o.notes.push_back(fmt::format("--engine-cmd: read as {}; flags that do not change the KV cache, ignored: {}", cmd.program, fmt::join(cmd.ignored, " ")));
 }
 
+// --engine and its settings (the engine's own knobs, the release, --pp, --draft); refused without an engine.
+void set_engine_settings(const KvcalcOptions& o, KvcalcRequest& r) {
+    r.engine = o.engine;
+    auto& es = r.engine_settings;
+    es.block_size = r.block_size;
+    if (!o.kv_tokens.empty()) es.kv_tokens = parse_count(o.kv_tokens, "--kv-tokens");
+    es.ubatch = parse_count(o.ubatch, "--ubatch");
+    es.kv_unified = o.kv_unified;
+    es.swa_full = o.swa_full;
+    if (!o.max_num_batched_tokens.empty()) es.max_num_batched_tokens = parse_count(o.max_num_batched_tokens, "--max-num-batched-tokens");
+    es.version = o.engine_version;
+    es.n_ctx = o.n_ctx;
+    es.pp = parse_count(o.pp, "--pp");
+    if (es.pp == 0) throw UsageError("--pp 0: expected 1 or more pipeline stages");
+    set_draft(o, r);
+    const bool engine_knob = !o.kv_tokens.empty() || o.ubatch != "512" || o.kv_unified || o.swa_full || !o.max_num_batched_tokens.empty() ||
+                             es.pp > 1 || !o.draft.empty();
+    if (engine_knob && o.engine == Engine::exact)
+        throw UsageError("--kv-tokens, --ubatch, --kv-unified, --swa-full, --max-num-batched-tokens, --pp, --draft: these are engine settings; "
+                         "expected --engine vllm, llama.cpp, sglang or trtllm with them");
+}
+
 KvcalcRequest make_request(const KvcalcOptions& o) {
     KvcalcRequest r;
     // presets first, then configs, in the order given: one table row per model
@@ -229,24 +251,7 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
     }
     r.units = o.units;
     r.explain = o.explain;
-    r.engine = o.engine;
-    auto& es = r.engine_settings;
-    es.block_size = r.block_size;
-    if (!o.kv_tokens.empty()) es.kv_tokens = parse_count(o.kv_tokens, "--kv-tokens");
-    es.ubatch = parse_count(o.ubatch, "--ubatch");
-    es.kv_unified = o.kv_unified;
-    es.swa_full = o.swa_full;
-    if (!o.max_num_batched_tokens.empty()) es.max_num_batched_tokens = parse_count(o.max_num_batched_tokens, "--max-num-batched-tokens");
-    es.version = o.engine_version;
-    es.n_ctx = o.n_ctx;
-    es.pp = parse_count(o.pp, "--pp");
-    if (es.pp == 0) throw UsageError("--pp 0: expected 1 or more pipeline stages");
-    set_draft(o, r);
-    const bool engine_knob = !o.kv_tokens.empty() || o.ubatch != "512" || o.kv_unified || o.swa_full || !o.max_num_batched_tokens.empty() ||
-                             es.pp > 1 || !o.draft.empty();
-    if (engine_knob && o.engine == Engine::exact)
-        throw UsageError("--kv-tokens, --ubatch, --kv-unified, --swa-full, --max-num-batched-tokens, --pp, --draft: these are engine settings; "
-                         "expected --engine vllm, llama.cpp, sglang or trtllm with them");
+    set_engine_settings(o, r);
     return r;
 }
 

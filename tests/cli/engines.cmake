@@ -111,3 +111,123 @@ kvlab_expect_lines(ARGS kvcalc -m llama-3-8b --engine sglang --kv-budget 1KiB LI
 kvlab_expect(RC 0 ARGS kvcalc -m deepseek-v3 --engine vllm --kv-budget 20GiB --context 32k
              OUT "deepseek-v3: MLA with --block-size 16; vLLM on CUDA forces 64 with FlashMLA")
 kvlab_expect(RC 0 ARGS kvcalc -m deepseek-v3 --engine vllm --kv-budget 20GiB --context 32k --block-size 64 NOT_OUT "forces 64 with FlashMLA")
+
+# --- Releases (--engine NAME@VERSION): each line as that release printed it ---
+# llama.cpp PR #14363 ("llama : add high-throughput mode", merged July 2025, build b5913 per issue #14847), the "unified cache"
+# run of llama-batched-bench on Qwen2.5-0.5B (-c 133120 -npl 32, unified: one stream): Qwen2.5-Coder-0.5B's shape (24 layers,
+# 2 KV heads x 64). 133120 cells x 24 x 128 x 2 B = 780 MiB of K; the seqs column "32/ 1" is b5913's %2u/%2u.
+kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen2.5-coder-0.5b.json --engine llama.cpp@b5913 --context 4160 --batch 32 --kv-unified LINES
+  "llama_kv_cache_unified: size = 1560.00 MiB (133120 cells,  24 layers, 32/ 1 seqs), K (f16):  780.00 MiB, V (f16):  780.00 MiB")
+# The same cache at the pinned build: prefix llama_kv_cache (b6975) and "32/1 seqs" (b6100).
+kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen2.5-coder-0.5b.json --engine llama.cpp --context 4160 --batch 32 --kv-unified LINES
+  "llama_kv_cache: size = 1560.00 MiB (133120 cells,  24 layers, 32/1 seqs)")
+# DeepSeek's MLA at a May 2025 build: b5489 is no release kvlab knows, the nearest (b5600) answers: "%2u seqs" and a V of
+# kv_lora_rank 512 per layer (b5137-b7831): 61 x 4096 x 512 x 2 B = 244 MiB; K 61 x 4096 x 576 x 2 B = 274.5 MiB.
+kvlab_expect_lines(ARGS kvcalc -m deepseek-v3 --engine llama.cpp@b5489 --context 4096 LINES
+  "llama_kv_cache_unified: size =  518.50 MiB (  4096 cells,  61 layers,  1 seqs), K (f16):  274.50 MiB, V (f16):  244.00 MiB"
+  "kvlab knows no release b5489; the nearest it knows, llama.cpp b5600, answers")
+# vLLM PR #13596 (Feb 2025) shows both forms for one run (its model not named): 127626 blocks of 16 = 2,042,016 tokens, and
+# 2,042,016 / 2048 = 997.08x. Any model whose budget holds 127626 blocks prints them: Llama-3-8B's block is 32 layers x 65536 B
+# = 2 MiB, so 255252 MiB. Before (v0.7.3, V1's first form) and after (v0.8.0):
+kvlab_expect_lines(ARGS kvcalc -m llama-3-8b --engine vllm@0.7.3 --kv-budget 255252MiB --context 2048 LINES
+  "# GPU blocks: 127626" "Maximum concurrency for 2048 tokens per request: 997.08x")
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b --engine vllm@0.7.3 --kv-budget 255252MiB --context 2048 NOT_OUT "Available KV cache memory")
+kvlab_expect_lines(ARGS kvcalc -m llama-3-8b --engine vllm@0.8.0 --kv-budget 255252MiB --context 2048 LINES
+  "GPU KV cache size: 2,042,016 tokens" "Maximum concurrency for 2,048 tokens per request: 997.08x")
+# vLLM PR #17122's v0.8.4 log (Llama-3.1-8B-Instruct on an L40S, 32768 tokens) has no budget line; 158,656 tokens = 9916 blocks of
+# 2 MiB (19832 MiB, the budget that log implies); 9916 / 2048 = 4.84x. v0.8.4 is not known: v0.8.0 answers.
+kvlab_expect_lines(ARGS kvcalc -m llama-3.1-8b --engine vllm@0.8.4 --kv-budget 19832MiB --context 32768 LINES
+  "GPU KV cache size: 158,656 tokens" "Maximum concurrency for 32,768 tokens per request: 4.84x")
+# vLLM issue #25350 (Sept 2025, v0.10.2 era), --kv-cache-dtype fp8: a 48-layer model with 4 KV heads of 128 (the log's
+# 10.55 GiB / 230,528 tokens = 48 KiB a token; the thread's 29 GiB of weights fit Qwen3-30B-A3B-FP8, whose attention is
+# Qwen3-Coder-30B-A3B's). Page 2 x 16 x 4 x 128 x 1 B = 16384 B x 48 layers = 786432 B a block: 14408 blocks = 230,528
+# tokens need a budget in [10.5527, 10.5534) GiB; 14408 / cdiv(100000, 16) = 14408 / 6250 = 2.31x.
+kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen3-coder-30b-a3b.json --engine vllm -d fp8 --kv-budget 10.5528GiB --context 100000 LINES
+  "Available KV cache memory: 10.55 GiB" "GPU KV cache size: 230,528 tokens" "Maximum concurrency for 100,000 tokens per request: 2.31x")
+# Same thread, --max-model-len 221000: cdiv(221000, 16) = 13813 blocks x 786432 B = 10.12 GiB needed; 5.59 GiB holds 7630 blocks
+# (a budget in [5.5884, 5.5891) GiB) = 122080 tokens.
+kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen3-coder-30b-a3b.json --engine vllm -d fp8 --kv-budget 5.5885GiB --context 221000 LINES
+  "ValueError: To serve at least one request with the models's max seq len (221000), (10.12 GiB KV cache is needed, which is larger than the available KV cache memory (5.59 GiB). Based on the available memory, the estimated maximum model length is 122080.")
+# vLLM issue #34076 (v0.15.2rc1, -pp 2, Qwen3-Coder-30B-A3B-Instruct-FP8, bf16 KV, max len 262144): v0.15.2 checks one request
+# against all 48 layers and the smaller stage's budget, in format_gib's form: 262144 x 48 x 2048 B = 24.0 GiB; the longest length
+# whose cdiv(L, 16) x 16 x 98304 B fits 3.18 GiB (3.1802 GiB: 2171 blocks) is 34736.
+kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen3-coder-30b-a3b.json --engine vllm@0.15.2 --pp 2 --kv-budget 3.1802GiB,20GiB --context 262144 LINES
+  "ValueError: To serve at least one request with the models's max seq len (262144), (24.0 GiB KV cache is needed, which is larger than the available KV cache memory (3.18 GiB). Based on the available memory, the estimated maximum model length is 34736."
+  "Available KV cache memory: 20.0 GiB")
+# TensorRT-LLM 0.13 (issue #2268, Qwen1.5-7B, 64 tokens a block, 19.701 GiB for KV): the pool line that release printed.
+kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen1.5-7b.json --engine trtllm@0.13.0 -d fp16 --kv-budget 19.701GiB --block-size 64 --context 4096 LINES
+  "[TensorRT-LLM][INFO] Number of blocks in KV cache primary pool: 631")
+kvlab_expect(RC 2 ARGS kvcalc -m llama-3-8b --engine vllm@latest ERR "--engine 'vllm@latest': 'latest' is not a vllm version; expected x.y.z")
+kvlab_expect(RC 2 ARGS kvcalc -m llama-3-8b --engine tgi@1.0 ERR "--engine: 'tgi' not in")
+
+# --- Pipeline parallel (--pp): kvlab issue 48's cases ---
+# Llama-3-8B, -tp 2 -pp 2: each stage holds 16 layers (get_pp_indices) of 4 KV heads: a block 16 x 32768 B = 512 KiB; a budget of
+# 53184 MiB holds 106,368 blocks = 1,701,888 tokens (charged all 32 layers: 53,184 blocks, 850,944 tokens).
+kvlab_expect_lines(ARGS kvcalc -m llama-3-8b --engine vllm --tp 2 --pp 2 --kv-budget 53184MiB --context 8192 LINES
+  "GPU KV cache size: 1,701,888 tokens" "-pp 2 gives the stages 16, 16 layers")
+# DeepSeek-V2-Lite (27 MLA layers, 1152 B a token a layer), -tp 2 -pp 2, one budget per stage: stage 0 has 14 layers
+# (get_pp_indices gives the remainder to the second-to-last stage) and 12.1335 GiB: floor(13,028,246,421 / (14 x 16 x 1152)) =
+# 50,487 blocks = 807,792 tokens; stage 1 (13 layers, 11.33 GiB) holds 50,770, so stage 0 decides. All 27 layers on the smaller
+# budget would give 24,445 blocks = 391,120 tokens.
+kvlab_expect_lines(ARGS kvcalc --config ${E}/deepseek-v2-lite.json --engine vllm --tp 2 --pp 2 --kv-budget 12.1335GiB,11.33GiB --context 32768 LINES
+  "GPU KV cache size: 807,792 tokens" "-pp 2 gives the stages 14, 13 layers")
+kvlab_expect(RC 2 ARGS kvcalc -m llama-3-8b --engine vllm --pp 2 --kv-budget 1GiB,2GiB,3GiB ERR "--kv-budget: 3 budgets for --pp 2 --tp 1")
+kvlab_expect(RC 2 ARGS kvcalc -m llama-3-8b --pp 2 ERR "these are engine settings")
+# llama.cpp over 2 devices (-sm layer, equal -ts): 32 layers, the output layer one more: layer il on device 0 while il / 33 < 0.5,
+# so 17 and 15 layers; -c 4096, f16: 17 x 4096 x 1024 x 2 B x 2 = 272 MiB on CUDA0, 240 MiB on CUDA1.
+kvlab_expect_lines(ARGS kvcalc -m llama-3-8b --engine llama.cpp --pp 2 --context 4096 LINES
+  "llama_kv_cache:      CUDA0 KV buffer size =   272.00 MiB" "llama_kv_cache:      CUDA1 KV buffer size =   240.00 MiB")
+
+# --- Speculative drafts (--draft) ---
+# Llama-3.1-8B + its EAGLE head (one layer of the same shape): vLLM puts the head's layer in the same pool: 33 layers x 65536 B a
+# block. 51.629 GiB = 55,436,216,631 B: 26,434 blocks (422,944 tokens) without the head, 25,633 (410,128) with it: 3.0 % fewer.
+kvlab_expect_lines(ARGS kvcalc -m llama-3.1-8b --engine vllm --kv-budget 51.629GiB --context 8192 --draft ${E}/eagle-llama3.1-8b.json LINES
+  "GPU KV cache size: 410,128 tokens")
+# TensorRT-LLM adds the draft's bytes per token (PR #3497): 33 x 2 x 8 x 128 x 2 B = 135168 B; 55,436,216,631 / 135168 = 410,128
+# tokens, ceil to blocks of 32: 12,817 blocks = 410,144.
+kvlab_expect_lines(ARGS kvcalc -m llama-3.1-8b --engine trtllm --kv-budget 51.629GiB --context 8192 --draft ${E}/eagle-llama3.1-8b.json LINES
+  "Allocated 51.63 GiB for max tokens in paged KV cache (410144).")
+# llama-server -md: a draft context per slot of -c / -np cells: Llama-3.2-1B (16 layers, 8 KV heads x 64) at -c 8192 -np 2:
+# 4096 cells x 16 x 512 x 2 B x 2 = 128 MiB a slot.
+kvlab_expect_lines(ARGS kvcalc -m llama-3.1-8b --engine llama.cpp --context 4096 --batch 2 --draft llama-3.2-1b LINES
+  "llama_kv_cache: size =  128.00 MiB (  4096 cells,  16 layers,  1/1 seqs), K (f16):   64.00 MiB, V (f16):   64.00 MiB")
+# DeepSeek-V3's MTP layer as the draft (mtp:1): one more 576-wide latent layer in vLLM's pool: 62 layers, not 61.
+kvlab_expect_lines(ARGS kvcalc -m deepseek-v3 --engine vllm --block-size 64 --kv-budget 62GiB --context 32768 --draft mtp:1 LINES
+  "its 1 layer take blocks")
+
+# --- The engine's own command line (--engine-cmd) ---
+# kvlab_same_answer(CMD <engine command> [EXTRA <args>] FLAGS <kvcalc flags>): the two runs print the same report, but for
+# the lines --engine-cmd adds (its notes).
+function(kvlab_same_answer)
+  cmake_parse_arguments(S "" "CMD" "EXTRA;FLAGS" ${ARGN})
+  execute_process(COMMAND ${KVLAB} kvcalc --engine-cmd "${S_CMD}" ${S_EXTRA} RESULT_VARIABLE rc1 OUTPUT_VARIABLE a ERROR_VARIABLE ea WORKING_DIRECTORY "${WORK}")
+  execute_process(COMMAND ${KVLAB} kvcalc ${S_FLAGS} RESULT_VARIABLE rc2 OUTPUT_VARIABLE b ERROR_VARIABLE eb WORKING_DIRECTORY "${WORK}")
+  string(REGEX REPLACE "--engine-cmd:[^\n]*\n" "" a "${a}")
+  if(NOT rc1 EQUAL 0 OR NOT rc2 EQUAL 0 OR NOT a STREQUAL b)
+    message(SEND_ERROR "--engine-cmd \"${S_CMD}\" and kvcalc ${S_FLAGS} differ (exit ${rc1}, ${rc2})\n--- engine-cmd:\n${a}${ea}\n--- flags:\n${b}${eb}")
+  endif()
+endfunction()
+# vLLM's docs (serving/parallelism_scaling): "vllm serve gpt2 --tensor-parallel-size 4 --pipeline-parallel-size 2"
+kvlab_same_answer(CMD "vllm serve gpt2 --tensor-parallel-size 4 --pipeline-parallel-size 2" EXTRA --kv-budget 10GiB
+                  FLAGS -m gpt2 --engine vllm --tp 4 --pp 2 --kv-budget 10GiB)
+kvlab_same_answer(CMD "vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 32768 --kv-cache-dtype fp8 -tp 2 --block-size 32 --port 8000 --enable-prefix-caching"
+                  EXTRA --kv-budget 20GiB FLAGS -m qwen2.5-7b --engine vllm --context 32768 -d fp8 --tp 2 --block-size 32 --kv-budget 20GiB)
+# llama.cpp's tools/server/README.md: "./llama-server -m models/7B/ggml-model.gguf -c 2048" (the GGUF is not here: -m gives the shape)
+kvlab_same_answer(CMD "./llama-server -m models/7B/ggml-model.gguf -c 2048" EXTRA -m llama-2-7b FLAGS -m llama-2-7b --engine llama.cpp --context 2048)
+kvlab_same_answer(CMD "llama-server -m x.gguf -c 16384 -np 4 -ctk q8_0 -ctv q8_0 -ub 256 -fa on -ngl 99" EXTRA -m gemma-2-9b
+                  FLAGS -m gemma-2-9b --engine llama.cpp --context 4096 --batch 4 -d q8_0 --ubatch 256)
+# SGLang's docs: "python3 -m sglang.launch_server --model-path meta-llama/Meta-Llama-3-8B-Instruct --port 30000", with --tp and a cap
+kvlab_same_answer(CMD "python3 -m sglang.launch_server --model-path meta-llama/Meta-Llama-3-8B-Instruct --port 30000 --tp 2 --max-total-tokens 100000"
+                  EXTRA -m llama-3-8b FLAGS -m llama-3-8b --engine sglang --tp 2 --kv-tokens 100000)
+# trtllm-serve MODEL with its underscore flags
+kvlab_same_answer(CMD "trtllm-serve meta-llama/Llama-3.1-8B --backend pytorch --max_seq_len 8192 --max_batch_size 16 --tp_size 2"
+                  EXTRA --kv-budget 20GiB FLAGS -m llama-3.1-8b --engine trtllm --context 8192 --batch 16 --tp 2 --kv-budget 20GiB)
+# The mapping trap of issue 48: -c 32768 -np 10 -kvu is 32768 cells, 16384 MiB for Llama-2-7B (--context 3277 --batch 10 pads
+# 32770 to 33024 cells, 16512 MiB).
+kvlab_expect_lines(ARGS kvcalc --engine-cmd "llama-server -m llama-2-7b.gguf -c 32768 -np 10 -kvu --port 8080" -m llama-2-7b LINES
+  "llama_kv_cache: size = 16384.00 MiB ( 32768 cells,  32 layers, 10/1 seqs), K (f16): 8192.00 MiB, V (f16): 8192.00 MiB"
+  "flags that do not change the KV cache, ignored: --port")
+kvlab_expect(RC 2 ARGS kvcalc --engine-cmd "vllm serve gpt2 --frobnicate 3" ERR "--engine-cmd: '--frobnicate' is no vllm flag kvlab knows")
+kvlab_expect(RC 2 ARGS kvcalc --engine-cmd "llama-server -m x.gguf --max-model-len 4096" ERR "'--max-model-len' is no llama.cpp flag")
+kvlab_expect(RC 2 ARGS kvcalc --engine-cmd "tgi-launcher --model x" ERR "--engine-cmd: 'tgi-launcher' is no engine command kvlab reads")
+kvlab_expect(RC 2 ARGS kvcalc --engine-cmd "vllm serve unknown/model" ERR "the model 'unknown/model' is no preset")
