@@ -2,6 +2,7 @@
 // reproduce are in tests/cli/engines.cmake).
 #include <doctest/doctest.h>
 
+#include "calc/engine_cmd.hpp"
 #include "kvlab/calc/engine.hpp"
 #include "kvlab/calc/gpu_specs.hpp"
 #include "kvlab/calc/kv_memory.hpp"
@@ -154,4 +155,93 @@ TEST_CASE("vLLM refusing to start prints no padding line: the memory check comes
     REQUIRE(a.log_lines.size() == 2);
     CHECK(a.log_lines[0] == "Available KV cache memory: 1.00 GiB");
     CHECK(a.log_lines[1].rfind("ValueError: To serve at least one request", 0) == 0);
+}
+
+TEST_CASE("pipeline stages: vLLM's get_pp_indices gives the remainder to the stages before the last, TensorRT-LLM to the first") {
+    // vllm/distributed/utils.py: partitions = [n // pp] * pp; for i in range(2, rest + 2): partitions[-i] += 1
+    CHECK(pp_layer_split(Engine::vllm, 27, 2) == std::vector<std::uint64_t>{14, 13});
+    CHECK(pp_layer_split(Engine::vllm, 10, 4) == std::vector<std::uint64_t>{2, 3, 3, 2});  // 10 // 4 = 2, rest 2: [-2] and [-3]
+    CHECK(pp_layer_split(Engine::vllm, 32, 2) == std::vector<std::uint64_t>{16, 16});
+    CHECK(pp_layer_split(Engine::sglang, 27, 2) == std::vector<std::uint64_t>{14, 13});
+    // tensorrt_llm/mapping.py pp_layers: torch.tensor_split(range(10), 4) = [3, 3, 2, 2]
+    CHECK(pp_layer_split(Engine::trtllm, 10, 4) == std::vector<std::uint64_t>{3, 3, 2, 2});
+    // llama.cpp -sm layer, equal -ts over 2 devices, 32 layers + the output layer: il / 33 < 0.5 for il <= 16: 17 and 15
+    CHECK(pp_layer_split(Engine::llamacpp, 32, 2) == std::vector<std::uint64_t>{17, 15});
+    CHECK_THROWS_AS(pp_layer_split(Engine::vllm, 2, 3), UsageError);
+}
+
+TEST_CASE("--engine NAME@VERSION: a known release answers as itself, an unknown one by the nearest known, with a note") {
+    const auto a = parse_engine_spec("llama.cpp@b5913");
+    CHECK(a.engine == Engine::llamacpp);
+    CHECK(a.version == 5913);
+    CHECK(a.note.empty());
+    const auto b = parse_engine_spec("vllm@0.8.5");  // 0.8.5 -> 8005: 0.8.0 (8000) is 5 away, 0.10.0 (10000) 1995
+    CHECK(b.version == 8000);
+    CHECK(b.note.find("the nearest it knows, vLLM v0.8.0, answers") != std::string::npos);
+    CHECK(parse_engine_spec("vllm").version == 10002);  // no version: the pinned v0.10.2
+    CHECK(parse_engine_spec("trtllm@1.2.0rc2").version == 1002000);
+    CHECK(engine_release_name(Engine::vllm, 7003) == "vLLM v0.7.3");
+    CHECK_THROWS_AS(parse_engine_spec("vllm@0.8"), UsageError);     // two parts
+    CHECK_THROWS_AS(parse_engine_spec("llama.cpp@0.8.0"), UsageError);  // not a build
+    CHECK_THROWS_AS(parse_engine_spec("exact@1.0.0"), UsageError);
+}
+
+TEST_CASE("vLLM releases print the budget as they formatted it: %.2f up to v0.10.2, format_gib's rounded float from v0.15.2") {
+    const auto cfg = load_preset("llama-3-8b");
+    EngineSettings s;
+    s.version = 15002;
+    // 4.5 GiB: "4.5" (Python prints round(4.5, 2) as 4.5); v0.10.2 prints "4.50"
+    CHECK(ask(Engine::vllm, cfg, DType::bf16, 8192, std::uint64_t{9} << 29, s).log_lines.at(0) == "Available KV cache memory: 4.5 GiB");
+    s.version = 10002;
+    CHECK(ask(Engine::vllm, cfg, DType::bf16, 8192, std::uint64_t{9} << 29, s).log_lines.at(0) == "Available KV cache memory: 4.50 GiB");
+    s.version = 8000;  // no budget line before v0.10.0 in the logs kvlab knows
+    CHECK(ask(Engine::vllm, cfg, DType::bf16, 8192, std::uint64_t{9} << 29, s).log_lines.at(0).rfind("GPU KV cache size", 0) == 0);
+}
+
+TEST_CASE("llama.cpp before KV streams (b5913) keeps one cache of -c cells for all sequences, and says so as '%2u seqs'") {
+    const auto cfg = load_preset("llama-3-8b");
+    EngineSettings s;
+    s.version = 5600;
+    const auto a = ask(Engine::llamacpp, cfg, DType::fp16, 2048, std::nullopt, s, 4);
+    // -c 8192 -np 4: 8192 cells shared (no streams): 32 x 8192 x 1024 x 2 B = 512 MiB of K
+    CHECK(a.log_lines.at(0) == "llama_kv_cache_unified: size = 1024.00 MiB (  8192 cells,  32 layers,  4 seqs), K (f16):  512.00 MiB, V (f16):  512.00 MiB");
+    // -c stated directly (--engine-cmd): -c 32768 -np 10 is 32768 cells, not 10 x PAD(3277)
+    EngineSettings t;
+    t.n_ctx = 32768;
+    t.kv_unified = true;
+    CHECK(*ask(Engine::llamacpp, load_preset("llama-2-7b"), DType::fp16, 3276, std::nullopt, t, 10).token_capacity == 32768);
+}
+
+TEST_CASE("--engine-cmd reads each engine's own flags, quoted values and JSON, and names the flag it does not know") {
+    const auto v = parse_engine_command(
+        "VLLM_USE_V1=1 vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len=16384 -tp 2 --kv-cache-dtype fp8 \
+"
+        "  --speculative-config '{\"method\": \"eagle\", \"model\": \"yuhuili/EAGLE-LLaMA3.1-Instruct-8B\", \"num_speculative_tokens\": 3}' "
+        "--num-gpu-blocks-override 1000 --block-size 32 --port 8000");
+    CHECK(v.engine == Engine::vllm);
+    CHECK(v.model == "meta-llama/Llama-3.1-8B-Instruct");
+    CHECK(*v.context == 16384);
+    CHECK(*v.tp == 2);
+    CHECK(*v.dtype == "fp8");
+    CHECK(v.draft == "yuhuili/EAGLE-LLaMA3.1-Instruct-8B");
+    CHECK(*v.kv_tokens == 32000);  // 1000 blocks x --block-size 32
+    CHECK(v.ignored == std::vector<std::string>{"--port"});
+    const auto l = parse_engine_command("llama-server -m m.gguf -c 8192 -np 2 -b 128 -ctk q8_0 -ctv q8_0 -kvu -fa on --jinja");
+    CHECK(l.engine == Engine::llamacpp);
+    CHECK(*l.n_ctx == 8192);
+    CHECK(*l.ubatch == 128);  // n_ubatch = min(-ub 512, -b 128)
+    CHECK(*l.dtype == "q8_0");
+    CHECK(l.kv_unified);
+    const auto g = parse_engine_command("python3 -m sglang.launch_server --model-path Qwen/Qwen2.5-7B-Instruct --mem-fraction-static 0.8 --pp-size 2");
+    CHECK(g.engine == Engine::sglang);
+    CHECK(*g.mem_util == doctest::Approx(0.8));
+    CHECK(*g.pp == 2);
+    const auto t = parse_engine_command("trtllm-serve serve meta-llama/Llama-3.1-8B --tp_size 4 --kv_cache_free_gpu_memory_fraction 0.85");
+    CHECK(t.engine == Engine::trtllm);
+    CHECK(t.model == "meta-llama/Llama-3.1-8B");
+    CHECK(*t.tp == 4);
+    CHECK_THROWS_WITH_AS(parse_engine_command("llama-server -ctk q8_0 -ctv f16"), doctest::Contains("-ctk and -ctv differ"), UsageError);
+    CHECK_THROWS_WITH_AS(parse_engine_command("vllm serve m --bogus"), doctest::Contains("'--bogus' is no vllm flag"), UsageError);
+    CHECK_THROWS_WITH_AS(parse_engine_command("vllm serve m --max-model-len"), doctest::Contains("needs a value"), UsageError);
+    CHECK_THROWS_AS(split_command_line("vllm serve 'm"), UsageError);
 }
