@@ -40,6 +40,22 @@ std::optional<ModelConfig> draft_for(const KvcalcRequest& r, const ModelConfig& 
     return mtp;
 }
 
+// The layers of the stage with the most (the exact need per GPU under pipeline parallelism).
+ModelConfig stage_config(ModelConfig cfg, Engine engine, std::uint64_t pp) {
+    if (pp == 1) return cfg;
+    const auto split = pp_layer_split(engine, static_cast<std::uint64_t>(cfg.n_layer), pp);
+    std::uint64_t first = 0, best = 0, at = 0;
+    for (const auto n : split) {
+        if (n > best) best = n, first = at;
+        at += n;
+    }
+    cfg.n_layer = static_cast<std::int64_t>(best);
+    if (!cfg.layer_windowed.empty())
+        cfg.layer_windowed = std::vector<bool>(cfg.layer_windowed.begin() + static_cast<std::ptrdiff_t>(first),
+                                               cfg.layer_windowed.begin() + static_cast<std::ptrdiff_t>(first + best));
+    return cfg;
+}
+
 }  // namespace
 
 void append_engine_tables(Report& report, const KvcalcRequest& r) {
@@ -84,7 +100,7 @@ void append_engine_tables(Report& report, const KvcalcRequest& r) {
                     format_bytes(*budget, U), fraction, r.mem_util));
             }
         }
-        const auto gpu_cfg = per_gpu_config(cfg, r.tp);
+        const auto gpu_cfg = stage_config(per_gpu_config(cfg, r.tp), r.engine, pp);
         const auto contexts = r.contexts.empty() ? std::vector<std::uint64_t>{cfg.n_ctx_max > 0 ? static_cast<std::uint64_t>(cfg.n_ctx_max) : 4096}
                                                  : r.contexts;
         for (const auto dtype : r.dtypes)
@@ -115,8 +131,9 @@ void append_engine_tables(Report& report, const KvcalcRequest& r) {
                         if (std::find(alloc.notes.begin(), alloc.notes.end(), note) == alloc.notes.end()) alloc.notes.push_back(note);
                 }
     }
-    alloc.notes.push_back("exact need: B sequences of T tokens by the formula in docs/kv-memory.md; engine: its own rounding, padding and "
-                          "pool (docs/kv-memory.md, \"Engines\")");
+    alloc.notes.push_back(fmt::format("exact need: B sequences of T tokens by the formula in docs/kv-memory.md{}; engine: its own rounding, "
+                                      "padding and pool (docs/kv-memory.md, \"Engines\")",
+                                      pp > 1 ? ", for the layers of the fullest pipeline stage" : ""));
     report.tables.push_back(std::move(alloc));
     if (!lines.rows.empty()) report.tables.push_back(std::move(lines));
 }

@@ -82,7 +82,7 @@ void set_tp_and_gpu(const KvcalcOptions& o, KvcalcRequest& r) {
                                      "give one of them", given, o.tp, n_gpus, n_gpus));
     r.tp = n_gpus;
     r.tp_rule = fmt::format("{}: {} GPUs, sized as tensor parallelism over them, the same as {}--tp {}: each GPU holds 1/{} of the weights "
-                            "and of the KV heads (kvlab does not model pipeline or data parallelism)",
+                            "and of the KV heads (pipeline stages: --pp with --engine; data parallelism is not modelled)",
                             given, n_gpus, r.gpu && named.counted ? fmt::format("--gpu {} ", named.name) : "", n_gpus, n_gpus);
 }
 
