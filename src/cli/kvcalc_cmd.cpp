@@ -290,8 +290,8 @@ void setup_kvcalc(CLI::App& app) {
                     "python -m sglang.launch_server, trtllm-serve): its flags in place of kvcalc's");
     const char* eg = "Engine settings (with --engine)";
     cmd->add_option("--pp", o->pp, "Pipeline-parallel stages (vLLM, SGLang, TensorRT-LLM), or llama.cpp devices (-sm layer)")->capture_default_str()->group(eg);
-    cmd->add_option("--draft", o->draft, "Speculative-decoding draft: a preset, config.json or GGUF (EAGLE head, draft model), or mtp:N "
-                                         "(N MTP layers of the model's shape)")->group(eg);
+    input_file(cmd->add_option("--draft", o->draft, "Speculative-decoding draft: a preset, config.json or GGUF (EAGLE head, draft model), or mtp:N "
+                                                    "(N MTP layers of the model's shape)"))->group(eg);
     cmd->add_option("--kv-tokens", o->kv_tokens, "Token cap the engine was given: vLLM blocks override x block size, SGLang --max-total-tokens, "
                                                  "TensorRT-LLM max_tokens")->group(eg);
     cmd->add_option("--ubatch", o->ubatch, "llama.cpp -ub (enters the sliding-window cache size)")->capture_default_str()->group(eg);
