@@ -244,4 +244,6 @@ TEST_CASE("--engine-cmd reads each engine's own flags, quoted values and JSON, a
     CHECK_THROWS_WITH_AS(parse_engine_command("vllm serve m --bogus"), doctest::Contains("'--bogus' is no vllm flag"), UsageError);
     CHECK_THROWS_WITH_AS(parse_engine_command("vllm serve m --max-model-len"), doctest::Contains("needs a value"), UsageError);
     CHECK_THROWS_AS(split_command_line("vllm serve 'm"), UsageError);
+    // as a POSIX shell splits: "…" keeps \" as ", '…' keeps everything, a backslash-newline joins lines
+    CHECK(split_command_line("a \"{\\\"m\\\": 1}\" 'x \\y' \\\nz") == std::vector<std::string>{"a", "{\"m\": 1}", "x \\y", "z"});
 }

@@ -224,12 +224,21 @@ std::vector<std::string> split_command_line(std::string_view s) {
         if (ch == '\\' && i + 1 < s.size()) {
             if (s[i + 1] != '\n') cur += s[i + 1], in_word = true;
             ++i;
-        } else if (ch == '\'' || ch == '"') {
+        } else if (ch == '\'') {
             const auto close = s.find(ch, i + 1);
-            if (close == std::string_view::npos) throw UsageError(fmt::format("--engine-cmd: unclosed {} quote in {}", ch, quote(s)));
+            if (close == std::string_view::npos) throw UsageError(fmt::format("--engine-cmd: unclosed ' quote in {}", quote(s)));
             cur += s.substr(i + 1, close - i - 1);
             in_word = true;
             i = close;
+        } else if (ch == '"') {  // inside "…" a backslash escapes " \ $ ` (POSIX), else stays
+            std::size_t j = i + 1;
+            for (; j < s.size() && s[j] != '"'; ++j) {
+                if (s[j] == '\\' && j + 1 < s.size() && std::string_view("\"\\$`").find(s[j + 1]) != std::string_view::npos) ++j;
+                cur += s[j];
+            }
+            if (j >= s.size()) throw UsageError(fmt::format("--engine-cmd: unclosed \" quote in {}", quote(s)));
+            in_word = true;
+            i = j;
         } else if (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r') {
             if (in_word) words.push_back(cur), cur.clear(), in_word = false;
         } else {

@@ -211,6 +211,9 @@ EngineAnswer llamacpp_answer(const EngineCase& c, const EngineSettings& s) {
     a.token_capacity = checked_mul(base.cells, streams, "cells");
     if (s.draft) add_llamacpp_draft(*s.draft, c, s, version, n_ctx, a);
     add_llamacpp_notes(cfg, version, n_ctx, cells, streams, iswa, a);
+    if (version < 5913 && n_seq > 1 && !s.kv_unified)
+        a.notes.push_back(fmt::format("llama.cpp {} has no KV streams (b5913): the {} sequences share one cache of -c cells, as -kvu does later",
+                                      fmt::format("b{}", version), n_seq));
     return a;
 }
 

@@ -158,7 +158,7 @@ void apply_engine_command(KvcalcOptions& o, bool engine_given) {
     if (cmd.mem_util) o.mem_util = *cmd.mem_util;
     o.kv_unified = o.kv_unified || cmd.kv_unified;
     o.swa_full = o.swa_full || cmd.swa_full;
-    if (!cmd.draft.empty()) o.draft = cmd.draft;
+    if (!cmd.draft.empty() && o.draft.empty()) o.draft = cmd.draft;  // --draft names the shape of a draft kvlab does not know
     for (const auto& n : cmd.notes) o.notes.push_back("--engine-cmd: " + n);
     if (!cmd.ignored.empty())
         o.notes.push_back(fmt::format("--engine-cmd: read as {}; flags that do not change the KV cache, ignored: {}", cmd.program, fmt::join(cmd.ignored, " ")));

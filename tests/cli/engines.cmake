@@ -231,3 +231,7 @@ kvlab_expect(RC 2 ARGS kvcalc --engine-cmd "vllm serve gpt2 --frobnicate 3" ERR 
 kvlab_expect(RC 2 ARGS kvcalc --engine-cmd "llama-server -m x.gguf --max-model-len 4096" ERR "'--max-model-len' is no llama.cpp flag")
 kvlab_expect(RC 2 ARGS kvcalc --engine-cmd "tgi-launcher --model x" ERR "--engine-cmd: 'tgi-launcher' is no engine command kvlab reads")
 kvlab_expect(RC 2 ARGS kvcalc --engine-cmd "vllm serve unknown/model" ERR "the model 'unknown/model' is no preset")
+# A vLLM command with an EAGLE --speculative-config (vLLM's docs/features/spec_decode.md form); the head's id is not a preset, so
+# --draft gives its shape: the same 410,128 tokens as --engine vllm --draft above.
+kvlab_expect_lines(ARGS kvcalc --engine-cmd "vllm serve meta-llama/Llama-3.1-8B --max-model-len 8192 --speculative-config '{\"method\": \"eagle\", \"model\": \"yuhuili/EAGLE-LLaMA3.1-Instruct-8B\", \"num_speculative_tokens\": 5}'"
+                   --draft ${E}/eagle-llama3.1-8b.json --kv-budget 51.629GiB LINES "GPU KV cache size: 410,128 tokens")
