@@ -308,7 +308,9 @@ void setup_kvcalc(CLI::App& app) {
     cmd->footer("Examples:\n  kvlab kvcalc -m llama-3-8b -d fp16,fp8 --context 8k,128k --batch 1,8\n"
                 "  kvlab kvcalc --config path/to/config.json --gpu h100 --explain\n"
                 "  kvlab kvcalc -m gpt-oss-20b --engine llama.cpp --context 128k\n"
-                "  kvlab kvcalc -m qwen3-8b --engine vllm --kv-budget 20GiB --context 32k");
+                "  kvlab kvcalc -m qwen3-8b --engine vllm --kv-budget 20GiB --context 32k\n"
+                "  kvlab kvcalc -m deepseek-v3 --engine llama.cpp@b5489 --context 4k\n"
+                "  kvlab kvcalc --engine-cmd \"vllm serve Qwen/Qwen2.5-7B-Instruct -tp 2 -pp 2\" --kv-budget 20GiB");
     auto* dtype_opt = cmd->get_option("--dtype");
     auto* engine_opt = cmd->get_option("--engine");
     auto* tp_opt = cmd->get_option("--tp");
