@@ -19,7 +19,7 @@ namespace {
 void run(const ServeCommand& command) {
     const PreparedServe p = prepare_serve(command);
     std::atomic<bool> stop{false};
-    std::vector<ServeResult> results;
+    std::vector<ServeResult> results, fp32_results;
     {
         const StopOnInterrupt stop_on_interrupt(stop);
         // a progress line on a terminal, cleared however the runs end
@@ -30,18 +30,23 @@ void run(const ServeCommand& command) {
                 if (on) std::fprintf(stderr, "\r\033[K");
             }
         } clear{progress};
-        for (ServeOptions o : p.runs) {
-            if (progress)
-                std::fprintf(stderr, "\rserve: %s layout, %zu requests...\033[K", std::string(choice_name(kv_layout_choices, o.pool.layout)).c_str(),
-                             p.requests.size());
-            o.stop = &stop;
-            results.push_back(run_serving(p.config, p.weights, p.requests, o));
-            if (results.back().interrupted) break;
-        }
+        auto run_all = [&](const std::vector<ServeOptions>& runs, std::vector<ServeResult>& out, const char* what) {
+            for (ServeOptions o : runs) {
+                if (progress)
+                    std::fprintf(stderr, "\rserve: %s layout%s, %zu requests...\033[K",
+                                 std::string(choice_name(kv_layout_choices, o.pool.layout)).c_str(), what, p.requests.size());
+                o.stop = &stop;
+                out.push_back(run_serving(p.config, p.weights, p.requests, o));
+                if (out.back().interrupted) return;
+            }
+        };
+        run_all(p.runs, results, "");
+        if (results.size() == p.runs.size() && !results.back().interrupted) run_all(p.fp32_runs, fp32_results, " (fp32 pool)");
     }
     std::vector<ServeOptions> runs(p.runs.begin(), p.runs.begin() + static_cast<std::ptrdiff_t>(results.size()));
-    PreparedServe shown{p.command, p.config, {}, std::nullopt, p.requests, runs, p.token_bytes, p.inputs, p.gpu};
-    print_report(std::cout, serve_outcome(shown, results), command.format);
+    if (fp32_results.size() < p.fp32_runs.size() || (!fp32_results.empty() && fp32_results.back().interrupted)) fp32_results.clear();
+    PreparedServe shown{p.command, p.config, {}, std::nullopt, p.requests, runs, p.fp32_runs, p.token_bytes, p.pool_bytes, p.inputs, p.gpu};
+    print_report(std::cout, serve_outcome(shown, results, fp32_results), command.format);
     std::cout.flush();
     check_serve_outcome(shown, results);
 }
@@ -91,6 +96,17 @@ void setup_serve(CLI::App& app) {
                "Contiguous: each request reserves max-len (--max-model-len, a static cache) or request (its prompt + output length)");
     cmd->add_option("--max-model-len", o->max_model_len, "Most positions a request may use (0 = the model's context)")->capture_default_str();
     cmd->add_flag("--prefix-cache", o->prefix_cache, "Paged: share full blocks of identical prefixes by reference count (copy-on-write)");
+    cmd->add_option("--kv-dtype", o->kv_dtype,
+                    "How the pool stores K and V: fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int8, q8_0, q4_0 (as simulate --kv-dtype); a narrow "
+                    "pool is also run at fp32 in the same budget, and its logits compared with fp32's")
+        ->capture_default_str();
+    auto* kv_scale = add_choice(cmd, "--kv-scale", o->kv_scale, kv_scale_choices,
+                                "fp8/int8 scales: tensor (one per layer from the first prefill's max) or token-head (one per token per KV head)");
+    add_choice(cmd, "--preempt", o->preempt, preempt_mode_choices,
+               "What a preemption does with a sequence's K and V: recompute (discard them) or swap (copy them to host memory and back)");
+    cmd->add_option("--host-kv-budget", o->host_kv_budget, "--preempt swap: host memory for swapped-out K and V, e.g. 64MiB (default: the KV pool's size)");
+    cmd->add_option("--host-bandwidth", o->host_bandwidth,
+                    "--preempt swap: the host link per direction, e.g. 25GB/s, for the modelled swap time (default: PCIe 4.0 x16, 31.5 GB/s)");
     // scheduler
     cmd->add_option("--max-batched-tokens", o->max_batched_tokens, "Tokens per step: decodes plus prompt chunks (chunked prefill)")
         ->capture_default_str();
@@ -109,8 +125,13 @@ void setup_serve(CLI::App& app) {
     cmd->footer("Examples:\n  kvlab serve -m tiny-llama --requests 32 --kv-layout both\n"
                 "  kvlab serve -m tiny-llama --requests 16 --shared-prefix 64 --prefix-cache --kv-layout paged\n"
                 "  kvlab serve -m tiny-llama --requests 32 --arrival bursty:8/50 --plot serve.svg\n"
-                "  kvlab serve -m tiny-gpt2 --requests 8 --check --trace serve.json");
-    cmd->callback([o] { run(*o); });
+                "  kvlab serve -m tiny-gpt2 --requests 8 --check --trace serve.json\n"
+                "  kvlab serve -m tiny-llama --requests 16 --kv-budget 1MiB --preempt swap --check\n"
+                "  kvlab serve -m tiny-llama --requests 16 --kv-budget 1MiB --kv-dtype q8_0");
+    cmd->callback([o, kv_scale] {
+        o->kv_scale_given = kv_scale->count() > 0;
+        run(*o);
+    });
 }
 
 }  // namespace kvlab::cli

@@ -172,6 +172,29 @@ void KvRowStore::read_head(std::int64_t row0, std::int64_t n, std::int64_t h, fl
     }
 }
 
+void KvRowStore::save_rows(std::int64_t row0, std::int64_t n, std::uint8_t* out) const {
+    for (std::int64_t r = row0; r < row0 + n; ++r, out += stored_row_bytes()) {
+        std::memcpy(out, data_.get() + static_cast<std::size_t>(r) * row_bytes_, row_bytes_);
+        if (!head_scales_.empty())
+            std::memcpy(out + row_bytes_, head_scales_.data() + r * n_head_kv_, sizeof(float) * static_cast<std::size_t>(n_head_kv_));
+    }
+}
+
+void KvRowStore::load_rows(std::int64_t row0, std::int64_t n, const std::uint8_t* in) {
+    for (std::int64_t r = row0; r < row0 + n; ++r, in += stored_row_bytes()) {
+        std::memcpy(data_.get() + static_cast<std::size_t>(r) * row_bytes_, in, row_bytes_);
+        if (!head_scales_.empty())
+            std::memcpy(head_scales_.data() + r * n_head_kv_, in + row_bytes_, sizeof(float) * static_cast<std::size_t>(n_head_kv_));
+    }
+}
+
+void KvRowStore::copy_rows(std::int64_t src, std::int64_t dst, std::int64_t n) {
+    std::memmove(data_.get() + static_cast<std::size_t>(dst) * row_bytes_, data_.get() + static_cast<std::size_t>(src) * row_bytes_,
+                 static_cast<std::size_t>(n) * row_bytes_);
+    if (!head_scales_.empty())
+        std::copy_n(head_scales_.begin() + src * n_head_kv_, n * n_head_kv_, head_scales_.begin() + dst * n_head_kv_);
+}
+
 std::uint64_t KvRowStore::bytes() const {
     const std::uint64_t tensor = storage_.scaled() && storage_.scale == KvScale::tensor ? sizeof(float) : 0;
     return n_data_ + sizeof(float) * head_scales_.size() + tensor;

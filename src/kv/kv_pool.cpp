@@ -1,6 +1,7 @@
 #include "kvlab/kv/kv_pool.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -298,10 +299,29 @@ std::int64_t KvAllocator::largest_free_range() const {
     return best;
 }
 
-KvPool::KvPool(const ModelConfig& cfg, std::int64_t n_rows) {
+KvPool::KvPool(const ModelConfig& cfg, std::int64_t n_rows, const KvStorage& storage) : storage_(storage) {
+    check_kv_storage(storage, cfg.d_kv());
+    stored_row_bytes_ = kv_stored_row_bytes(storage, cfg.n_head_kv, cfg.d_head);
     for (std::int64_t l = 0; l < cfg.n_layer; ++l) {
-        k_.emplace_back(large_zero_matrix(n_rows, cfg.d_kv()));
-        v_.emplace_back(large_zero_matrix(n_rows, cfg.d_kv()));
+        if (narrow()) {
+            k_store_.emplace_back(storage, n_rows, cfg.n_head_kv, cfg.d_head);
+            v_store_.emplace_back(storage, n_rows, cfg.n_head_kv, cfg.d_head);
+        } else {
+            k_.emplace_back(large_zero_matrix(n_rows, cfg.d_kv()));
+            v_.emplace_back(large_zero_matrix(n_rows, cfg.d_kv()));
+        }
+    }
+}
+
+void KvPool::attach(std::int64_t layer, KvView& kv) {
+    const auto l = static_cast<std::size_t>(layer);
+    if (narrow()) {
+        kv.k_store = &k_store_[l];
+        kv.v_store = &v_store_[l];
+        kv.row_bytes = stored_row_bytes_;
+    } else {
+        kv.k = &k_[l];
+        kv.v = &v_[l];
     }
 }
 
@@ -310,12 +330,31 @@ void KvPool::copy(const RowCopy& c) {
         k_[l].middleRows(c.dst, c.n) = k_[l].middleRows(c.src, c.n);
         v_[l].middleRows(c.dst, c.n) = v_[l].middleRows(c.src, c.n);
     }
+    for (std::size_t l = 0; l < k_store_.size(); ++l) {
+        k_store_[l].copy_rows(c.src, c.dst, c.n);
+        v_store_[l].copy_rows(c.src, c.dst, c.n);
+    }
 }
 
 std::uint64_t KvPool::bytes() const {
     std::uint64_t n = 0;
     for (std::size_t l = 0; l < k_.size(); ++l) n += sizeof(float) * static_cast<std::uint64_t>(k_[l].size() + v_[l].size());
+    for (std::size_t l = 0; l < k_store_.size(); ++l) n += k_store_[l].bytes() + v_store_[l].bytes();
     return n;
+}
+
+void KvPool::save_rows(std::int64_t layer, int which, std::int64_t row0, std::int64_t n, std::uint8_t* out) const {
+    const auto l = static_cast<std::size_t>(layer);
+    if (narrow()) return (which == 0 ? k_store_[l] : v_store_[l]).save_rows(row0, n, out);
+    const MatrixRM& m = which == 0 ? k_[l] : v_[l];
+    std::memcpy(out, m.row(row0).data(), static_cast<std::size_t>(n) * stored_row_bytes_);  // row-major: the rows are contiguous
+}
+
+void KvPool::load_rows(std::int64_t layer, int which, std::int64_t row0, std::int64_t n, const std::uint8_t* in) {
+    const auto l = static_cast<std::size_t>(layer);
+    if (narrow()) return (which == 0 ? k_store_[l] : v_store_[l]).load_rows(row0, n, in);
+    MatrixRM& m = which == 0 ? k_[l] : v_[l];
+    std::memcpy(m.row(row0).data(), in, static_cast<std::size_t>(n) * stored_row_bytes_);
 }
 
 std::int64_t kv_seq_rows(const ModelConfig& cfg, std::int64_t n_tokens) {

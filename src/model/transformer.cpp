@@ -193,8 +193,7 @@ void Transformer::layers(std::span<const TokenId> tokens, std::int64_t n_runs, K
                 kv = cache->view(l);
             } else if (pool) {
                 kv = pool_seqs_[static_cast<std::size_t>(r)].rows;  // the sequence's blocks
-                kv.k = &pool->k(l);
-                kv.v = &pool->v(l);
+                pool->attach(l, kv);  // fp32 rows, or a narrow format's
                 if (window > 0) kv.n_rows = window;
                 kv.n_sink = n_sink;
             } else {

@@ -20,12 +20,14 @@ Percentiles percentiles(std::vector<double> v) {
     return {rank(0.5), rank(0.9), v.back(), v.size()};
 }
 
-ModelledServeTime modelled_serve_time(const GpuSpec& gpu, const std::vector<ServeStep>& steps) {
+ModelledServeTime modelled_serve_time(const GpuSpec& gpu, const std::vector<ServeStep>& steps, double host_bytes_per_s) {
     ModelledServeTime m;
     for (const ServeStep& st : steps) {
         const OpCost c = st.cost.total();
         const RooflineTime t = roofline_time(gpu, static_cast<double>(c.flops), static_cast<double>(c.bytes_total()));
-        m.seconds += t.seconds();
+        const double swap = host_bytes_per_s > 0 ? static_cast<double>(st.swap_out_bytes + st.swap_in_bytes) / host_bytes_per_s : 0.0;
+        m.seconds += t.seconds() + swap;
+        m.swap_seconds += swap;
         m.memory_bound_steps += t.memory_bound() ? 1 : 0;
     }
     return m;
@@ -76,12 +78,23 @@ ServeSummary summarize_serving(const ServeResult& r, KvLayout layout, const GpuS
     s.cow_copies = r.counters.cow_copies;
     s.evictions = r.counters.evictions;
     s.rows_left_in_use = r.rows_left_in_use;
+    s.swap_mode = r.host_bytes_per_s > 0;
+    s.host_bytes_per_s = r.host_bytes_per_s;
+    s.swap_fallbacks = r.swap_fallbacks;
+    s.host_peak_bytes = r.host_peak_bytes;
+    s.recompute_flops = r.recompute_flops;
+    s.kv_dtype = r.kv_dtype;
     std::int64_t forward_ns = 0, schedule_ns = 0;
     double utilization = 0.0, usage = 0.0, slack = 0.0;
     std::int64_t n_held = 0;  // steps with rows in use
     for (const ServeStep& st : r.steps) {
         s.n_generated += st.n_generated;
         s.preemptions += st.n_preempted;
+        s.swap_outs += st.n_swapped_out;
+        s.swap_ins += st.n_swapped_in;
+        s.swap_out_bytes += static_cast<std::uint64_t>(st.swap_out_bytes);
+        s.swap_in_bytes += static_cast<std::uint64_t>(st.swap_in_bytes);
+        s.swap_ns += st.swap_ns;
         s.n_computed_tokens += st.n_tokens;
         s.max_running = std::max(s.max_running, st.n_seqs);
         s.mean_running += static_cast<double>(st.n_seqs);
@@ -118,7 +131,7 @@ ServeSummary summarize_serving(const ServeResult& r, KvLayout layout, const GpuS
     summarize_requests(r, s);
     if (gpu) {
         s.gpu = *gpu;
-        s.modelled = modelled_serve_time(*gpu, r.steps);
+        s.modelled = modelled_serve_time(*gpu, r.steps, r.host_bytes_per_s);
         s.modelled_tokens_per_s = s.modelled.seconds > 0 ? static_cast<double>(s.n_generated) / s.modelled.seconds : 0.0;
     }
     return s;
@@ -134,6 +147,8 @@ struct Metric {
     bool per_request = false;  // from the requests' records, which a trace does not keep
     bool timed = false;        // from the steps' wall time, which a --deterministic trace does not keep
     bool modelled = false;     // the modelled time on a GPU (none when the summaries have no GPU)
+    bool swap = false;         // --preempt swap's (shown when a summary swapped)
+    bool preempted = false;    // shown when a summary preempted (or swapped)
 };
 
 // The cells the table and the headline share, so the headline's figures are the table's.
@@ -205,8 +220,9 @@ std::vector<std::string> single_headline(const ServeSummary& s, UnitSystem units
 }
 
 std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
-    auto rows_bytes = [=](double rows) {
-        return bytes_cell(static_cast<std::uint64_t>(std::llround(rows * static_cast<double>(token_bytes))), units);
+    auto rows_bytes = [=](const ServeSummary& s, double rows) {
+        const std::uint64_t row = s.token_bytes ? s.token_bytes : token_bytes;
+        return bytes_cell(static_cast<std::uint64_t>(std::llround(rows * static_cast<double>(row))), units);
     };
     auto stats = [](const char* key, const char* name, Percentiles ServeSummary::* field, int decimals) {
         // no values (TPOT when every request generated one token): undefined, "-" (null in JSON), not 0
@@ -239,15 +255,24 @@ std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
         {"mean_batch_tokens", "tokens per step, mean", [](const ServeSummary& s) { return real_cell(s.mean_batch_tokens, 1); }},
         {"pool_rows", "KV pool (token rows)", [](const ServeSummary& s) { return int_cell(s.pool_rows); }},
         {"pool_bytes", "KV pool (bytes)", [=](const ServeSummary& s) { return bytes_cell(s.pool_bytes, units); }},
-        {"peak_bytes_in_use", "KV allocated, peak", [=](const ServeSummary& s) { return rows_bytes(static_cast<double>(s.peak_rows_in_use)); }},
+        {"peak_bytes_in_use", "KV allocated, peak", [=](const ServeSummary& s) { return rows_bytes(s, static_cast<double>(s.peak_rows_in_use)); }},
         {"mean_utilization_percent", "KV utilization, mean (tokens / allocated)", [](const ServeSummary& s) { return utilization_cell(s); }},
         {"mean_pool_usage_percent", "pool reserved, mean (vLLM's 'KV cache usage')", [](const ServeSummary& s) { return pct_cell(s.mean_pool_usage); }},
-        {"mean_slack_bytes", "allocated, no token, mean", [=](const ServeSummary& s) { return rows_bytes(s.mean_slack_rows); }},
+        {"mean_slack_bytes", "allocated, no token, mean", [=](const ServeSummary& s) { return rows_bytes(s, s.mean_slack_rows); }},
         {"preemptions", "preemptions", [](const ServeSummary& s) { return int_cell(s.preemptions); }},
         {"recomputed_tokens", "tokens discarded by preemption", [](const ServeSummary& s) { return int_cell(s.recomputed_tokens); }, true},
+        {"recompute_flops", "FLOPs to recompute them", [](const ServeSummary& s) { return count_cell(s.recompute_flops, "FLOP"); }, true, false, false, false, true},
+        {"swap_outs", "preemptions swapped out / in", [](const ServeSummary& s) { return text_cell(fmt::format("{} / {}", s.swap_outs, s.swap_ins)); },
+         false, false, false, true},
+        {"swap_out_bytes", "KV swapped out to host", [=](const ServeSummary& s) { return bytes_cell(s.swap_out_bytes, units); }, false, false, false, true},
+        {"swap_in_bytes", "KV swapped in from host", [=](const ServeSummary& s) { return bytes_cell(s.swap_in_bytes, units); }, false, false, false, true},
+        {"swap_modelled_ms", "modelled swap time (ms, host link)", [](const ServeSummary& s) { return real_cell(s.modelled.swap_seconds * 1e3, 3); },
+         false, false, true, true},
+        {"host_peak_bytes", "host tier, peak", [=](const ServeSummary& s) { return bytes_cell(s.host_peak_bytes, units); }, true, false, false, true},
+        {"swap_fallbacks", "swaps refused (host full): recomputed", [](const ServeSummary& s) { return int_cell(s.swap_fallbacks); }, true, false, false, true},
         {"prefix_hit_tokens", "tokens found in the prefix cache", [](const ServeSummary& s) { return int_cell(s.prefix_hit_tokens); }, true},
         {"prefix_hit_blocks", "blocks found in the prefix cache", [](const ServeSummary& s) { return int_cell(s.prefix_hit_blocks); }, true},
-        {"prefix_hit_bytes", "KV shared, not recomputed", [=](const ServeSummary& s) { return rows_bytes(static_cast<double>(s.prefix_hit_tokens)); }, true},
+        {"prefix_hit_bytes", "KV shared, not recomputed", [=](const ServeSummary& s) { return rows_bytes(s, static_cast<double>(s.prefix_hit_tokens)); }, true},
         {"cow_copies", "copy-on-write block copies", [](const ServeSummary& s) { return int_cell(s.cow_copies); }, true},
         {"flops", "FLOPs counted", [](const ServeSummary& s) { return count_cell(s.cost.total().flops, "FLOP"); }},
         {"bytes_weights", "weight bytes read", [=](const ServeSummary& s) { return bytes_cell(s.cost.total().bytes_weights_read, units); }},
@@ -268,15 +293,24 @@ void add_check_rows(Table& t, const std::vector<ServeSummary>& summaries) {
     if (std::none_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.n_checked > 0; })) return;
     std::vector<Cell> agree{{"--check: tokens equal to solo runs", "check_tokens_agree"}}, dlogit{{"--check: max |logit - solo|", "check_max_abs_dlogit"}};
     for (const ServeSummary& s : summaries) {
+        if (s.n_checked == 0) {
+            agree.push_back({"-", nullptr});
+            dlogit.push_back({"-", nullptr});
+            continue;
+        }
         agree.push_back({fmt::format("{} / {}", s.n_tokens_agree, s.n_tokens_checked), s.n_tokens_agree});
-        dlogit.push_back({fmt::format("{:.3g}{}", s.max_abs_dlogit, s.all_within_tolerance ? "" : " (beyond tolerance)"), s.max_abs_dlogit});
+        const bool narrow = s.kv_dtype != DType::fp32;  // a narrow pool's difference is its quality cost, not a failure
+        dlogit.push_back({fmt::format("{:.3g}{}", s.max_abs_dlogit, s.all_within_tolerance || narrow ? "" : " (beyond tolerance)"), s.max_abs_dlogit});
     }
     t.rows.push_back(std::move(agree));
     t.rows.push_back(std::move(dlogit));
     t.notes.push_back("--check: each request run again alone on the single-sequence path (one prefill, one decode call per "
                       "token), fed the tokens serving chose; logits compared with simulate's tolerance, 1e-3 x max(1, max |logit|)");
+    if (std::any_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.n_checked > 0 && s.kv_dtype != DType::fp32; }))
+        t.notes.push_back("a narrow pool (--kv-dtype) is always checked: the solo run keeps fp32 K and V, so the logit difference and the "
+                          "tokens whose argmax differs are what storing the pool narrow costs (teacher-forced on the same tokens)");
     for (const ServeSummary& s : summaries)
-        if (s.n_tokens_agree < s.n_tokens_checked)
+        if (s.n_tokens_agree < s.n_tokens_checked && s.kv_dtype == DType::fp32)
             t.notes.push_back(fmt::format("{}: {} of {} tokens differ from the solo run's argmax{}", choice_name(kv_layout_choices, s.layout),
                                           s.n_tokens_checked - s.n_tokens_agree, s.n_tokens_checked,
                                           s.all_within_tolerance ? " at near-ties: the logits agree within tolerance (summation order differs between "
@@ -303,14 +337,21 @@ void add_serve_notes(Table& t, const std::vector<ServeSummary>& summaries, bool 
                           "kvlab serve's report and the Perfetto form");
     t.notes.push_back(fmt::format("KV utilization: rows holding a token's K and V / rows allocated, when each step's K and V are written, "
                                   "mean over steps; pool reserved: rows allocated / pool rows (what vLLM logs as 'KV cache usage'), high "
-                                  "whenever reservations hold empty rows; one token row = {} (K and V, every layer, fp32)",
-                                  format_bytes(token_bytes, units)));
+                                  "whenever reservations hold empty rows; one token row = {} (K and V, every layer, {})",
+                                  format_bytes(token_bytes, units), dtype_name(summaries.empty() ? DType::fp32 : summaries.front().kv_dtype)));
     if (!summaries.empty() && summaries.front().gpu) {
         const GpuSpec& g = *summaries.front().gpu;
         t.notes.push_back(fmt::format("modelled GPU time: each step's max(FLOPs / {:.4g} FLOP/s, bytes / {:.4g} B/s) on {} (BF16 dense peak and "
                                       "bandwidth, presets/gpus.json), summed; the bytes are this run's (fp32 weights, activations and KV), "
                                       "not re-sized for a GPU (docs/kv-memory.md, 'Modelled GPU time')",
                                       g.bf16_dense_flops, static_cast<double>(g.bandwidth_bytes_per_s), g.display_name));
+    }
+    if (std::any_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.swap_mode; })) {
+        const ServeSummary& w = *std::find_if(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.swap_mode; });
+        t.notes.push_back(fmt::format("swap: a preempted sequence's K and V rows are copied to host memory as the pool stores them and back "
+                                      "when it is admitted again (counted bytes: each layer's held rows x 2 x one stored row); the modelled "
+                                      "swap time is those bytes / {:.4g} B/s per direction, added to the step that moved them (never slept)",
+                                      w.host_bytes_per_s));
     }
     t.notes.push_back("for comparison, the vLLM paper (Kwon et al., SOSP 2023, Fig. 2) measured 20.4% (Orca Max), 26.8% (Pow2) and 38.2% "
                       "(Oracle) of KV memory holding token states in systems that reserve contiguous space, and 96.3% with paging");
@@ -357,14 +398,17 @@ Report serve_report(const std::vector<ServeSummary>& summaries, const std::vecto
     t.title = title;
     t.columns = {{"metric", "metric", false}};
     for (const ServeSummary& s : summaries) {
-        const std::string name(choice_name(kv_layout_choices, s.layout));
+        const std::string name = s.name.empty() ? std::string(choice_name(kv_layout_choices, s.layout)) : s.name;
         t.columns.push_back({name, name});
     }
     const bool from_trace = results.empty();
     const bool timed = std::all_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.has_wall_time; });
     const bool modelled = !summaries.empty() && std::all_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.gpu.has_value(); });
+    const bool swap = std::any_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.swap_mode; });
+    const bool preempted = swap || std::any_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.preemptions > 0; });
     for (const Metric& m : metrics(token_bytes, units)) {
-        if ((from_trace && m.per_request) || (!timed && m.timed) || (!modelled && m.modelled)) continue;
+        if ((from_trace && m.per_request) || (!timed && m.timed) || (!modelled && m.modelled) || (!swap && m.swap) || (!preempted && m.preempted))
+            continue;
         std::vector<Cell> row{{m.name, m.key}};
         for (const ServeSummary& s : summaries) row.push_back(m.cell(s));
         t.rows.push_back(std::move(row));

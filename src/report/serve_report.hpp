@@ -26,14 +26,19 @@ Percentiles percentiles(std::vector<double> values);
 // The modelled time of serving steps on one GPU (docs/kv-memory.md, "Modelled GPU time"): each step's
 // roofline time, max(FLOPs counted / BF16 peak, bytes counted / bandwidth), over its whole cost (every
 // op), summed over the steps. From counted figures only: exact, the same on any host.
+// With a host link (--preempt swap, host_bytes_per_s > 0), each step also waits for its swaps: + (bytes
+// swapped out + in) / host_bytes_per_s (a step's swaps finish before its forward, as vLLM V0's cache ops).
 struct ModelledServeTime {
-    double seconds = 0.0;
+    double seconds = 0.0;                 // swap time included
+    double swap_seconds = 0.0;            // of it, the host link's
     std::int64_t memory_bound_steps = 0;  // steps whose memory time is at least their compute time
 };
-ModelledServeTime modelled_serve_time(const GpuSpec& gpu, const std::vector<ServeStep>& steps);
+ModelledServeTime modelled_serve_time(const GpuSpec& gpu, const std::vector<ServeStep>& steps, double host_bytes_per_s = 0.0);
 
 struct ServeSummary {
     KvLayout layout = KvLayout::paged;
+    std::string name;                    // the table's column (empty: the layout's name)
+    std::uint64_t token_bytes = 0;       // one token row at the pool's width (0: serve_report's token_bytes)
     std::int64_t n_requests = 0, n_finished = 0, n_steps = 0;
     std::int64_t n_generated = 0;        // tokens chosen
     std::int64_t n_prompt_tokens = 0;    // the requests' prompts
@@ -53,6 +58,14 @@ struct ServeSummary {
     double mean_pool_usage = 0.0;        // mean over steps of rows in use / pool rows (vLLM's "KV cache usage")
     double mean_slack_rows = 0.0;        // rows in use not holding a token: last-block slack (paged), reservation waste (contiguous)
     std::int64_t preemptions = 0, recomputed_tokens = 0;
+    // --preempt swap (swap_mode): sequences and bytes moved each way over the host link, and the host
+    // tier's peak; recompute_flops: computing the discarded K and V again (a run's, not a trace's)
+    bool swap_mode = false;
+    double host_bytes_per_s = 0.0;
+    std::int64_t swap_outs = 0, swap_ins = 0, swap_fallbacks = 0;
+    std::uint64_t swap_out_bytes = 0, swap_in_bytes = 0, host_peak_bytes = 0, recompute_flops = 0;
+    std::int64_t swap_ns = 0;            // measured: the copies' wall time
+    DType kv_dtype = DType::fp32;        // how the pool stored K and V
     std::int64_t prefix_hit_tokens = 0, prefix_hit_blocks = 0, cow_copies = 0, evictions = 0;
     StepCost cost;                       // every step's, summed
     double weight_bytes_per_token = 0.0; // weight bytes read / generated tokens

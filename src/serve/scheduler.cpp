@@ -13,6 +13,7 @@
 #include "kvlab/sim/sampler.hpp"
 #include "kvlab/sim/simulator.hpp"
 #include "kvlab/model/transformer.hpp"
+#include "serve/swap.hpp"
 
 namespace kvlab {
 
@@ -125,6 +126,8 @@ private:
     std::int64_t finish(ServeStep& rec, const MatrixRM& logits, Clock::time_point t_start);
     bool take_rows(std::int64_t id, std::int64_t n);
     void preempt(std::int64_t id, ServeStep& rec);
+    void swap_out(std::int64_t id, ServeStep& rec);
+    void swap_in(std::int64_t id, ServeStep& rec);
     const ServeRequest& request(std::int64_t id) const { return requests_[static_cast<std::size_t>(id)]; }
     Live& live(std::int64_t id) { return lives_[static_cast<std::size_t>(id)]; }
     ServeRequestResult& result_of(std::int64_t id) { return result_.requests[static_cast<std::size_t>(id)]; }
@@ -137,6 +140,7 @@ private:
     KvPool pool_;
     Transformer model_;
     std::optional<Transformer> solo_;  // --check: the single-sequence path
+    std::optional<HostKvTier> host_;   // --preempt swap: the host memory swapped-out K and V wait in
     ServeResult result_;
     std::vector<std::int64_t> order_;  // arrival order: by step, then by index
     std::vector<Live> lives_;
@@ -158,11 +162,15 @@ TransformerSize solo_size(std::span<const ServeRequest> requests, const ServeOpt
 }
 
 Scheduler::Scheduler(const ModelConfig& cfg, const Weights& weights, std::span<const ServeRequest> requests, const ServeOptions& o)
-    : cfg_(cfg), requests_(requests), o_(o), paged_(o.pool.layout == KvLayout::paged), alloc_(o.pool), pool_(cfg, o.pool.n_rows),
+    : cfg_(cfg), requests_(requests), o_(o), paged_(o.pool.layout == KvLayout::paged), alloc_(o.pool), pool_(cfg, o.pool.n_rows, o.kv_storage),
       model_(cfg, weights, TransformerSize{o.max_model_len, o.max_batched_tokens, false, false, o.max_seqs}), lives_(requests.size()),
       row_(cfg.n_vocab) {
     if (o.check) solo_.emplace(cfg, weights, solo_size(requests, o));
+    if (o.preempt == PreemptMode::swap) host_.emplace(cfg, o.host_kv_bytes);
     result_.pool_rows = o.pool.n_rows;
+    result_.kv_row_bytes = pool_.stored_row_bytes();
+    result_.kv_dtype = o.kv_storage.dtype;
+    result_.host_bytes_per_s = o.host_bytes_per_s;
     result_.pool_bytes = pool_.bytes();
     result_.requests.resize(requests.size());
     for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -213,6 +221,7 @@ ServeResult Scheduler::run() {
     result_.core_use = core_clock.elapsed();
     result_.counters = alloc_.counters();
     result_.rows_left_in_use = alloc_.rows_in_use();
+    if (host_) result_.host_peak_bytes = host_->peak_bytes();
     return std::move(result_);
 }
 
@@ -256,21 +265,25 @@ void Scheduler::admit_waiting(ServeStep& rec) {
     while (rec.n_preempted == 0 && !waiting_.empty() && std::ssize(running_) < o_.max_seqs && budget_ > 0) {
         const std::int64_t id = waiting_.front();
         Live& s = live(id);
-        const std::int64_t hit = alloc_.match_prefix(id, s.tokens);
-        s.n_computed = std::min(hit, std::ssize(s.tokens) - 1);  // the last token runs: its logits are needed
+        const bool swapped = host_ && host_->holds(id);  // its K and V wait on the host: n_computed kept
+        const std::int64_t hit = swapped ? 0 : alloc_.match_prefix(id, s.tokens);
+        if (!swapped) s.n_computed = std::min(hit, std::ssize(s.tokens) - 1);  // the last token runs: its logits are needed
         const std::int64_t n = std::min(std::ssize(s.tokens) - s.n_computed, budget_);
         if (!take_rows(id, n)) {
             alloc_.release(id);
-            s.n_computed = 0;
+            if (!swapped) s.n_computed = 0;
             break;
         }
+        if (swapped) swap_in(id, rec);
         waiting_.pop_front();
         running_.push_back(id);
         ServeRequestResult& rr = result_of(id);
-        rr.prefix_hit_tokens += s.n_computed;  // counted once admitted (a failed attempt gave its blocks back)
+        if (!swapped) rr.prefix_hit_tokens += s.n_computed;  // counted once admitted (a failed attempt gave its blocks back)
         if (hit > 0) result_.prefix_hit_blocks += hit / o_.pool.block_size;  // (only a paged pool finds any)
         if (rr.first_step < 0) rr.first_step = rec.step;
-        scheduled_.push_back({id, n, false});
+        // swapped back in: its next token is a decode, as it would have been without the preemption
+        const bool decode = swapped && n == 1 && s.n_computed == std::ssize(s.tokens) - 1 && s.n_computed >= std::ssize(request(id).prompt);
+        scheduled_.push_back({id, n, decode});
         budget_ -= n;
     }
 }
@@ -351,19 +364,45 @@ bool Scheduler::take_rows(std::int64_t id, std::int64_t n) {
     return true;
 }
 
-// Its rows back to the pool, its K and V to be recomputed: to the front of the queue.
+// Its rows back to the pool, its K and V to be recomputed, or (--preempt swap, while the host has room)
+// copied to host memory first: to the front of the queue.
 void Scheduler::preempt(std::int64_t id, ServeStep& rec) {
     Live& s = live(id);
     ServeRequestResult& rr = result_of(id);
     ++rr.preemptions;
     ++result_.preemptions;
     ++rec.n_preempted;
-    rr.recomputed_tokens += s.n_computed;
-    rr.events.push_back({rec.step, ServeEventKind::preempted, s.n_computed});
+    if (host_ && s.n_computed > 0 && host_->fits(pool_, s.n_computed)) {
+        swap_out(id, rec);
+    } else {
+        if (host_ && s.n_computed > 0) ++result_.swap_fallbacks;
+        if (s.n_computed > 0) result_.recompute_flops += recompute_cost(cfg_, s.n_computed, pool_.narrow() ? pool_.stored_row_bytes() : 0).total().flops;
+        rr.recomputed_tokens += s.n_computed;
+        rr.events.push_back({rec.step, ServeEventKind::preempted, s.n_computed});
+        s.n_computed = 0;
+    }
     alloc_.release(id);
-    s.n_computed = 0;
     running_.erase(std::find(running_.begin(), running_.end(), id));
     waiting_.push_front(id);
+}
+
+// --preempt swap: the sequence's K and V rows copied to the host tier (it keeps n_computed), and back
+// into the rows it was given at admission.
+void Scheduler::swap_out(std::int64_t id, ServeStep& rec) {
+    const Clock::time_point t0 = Clock::now();
+    const Live& s = live(id);
+    rec.swap_out_bytes += static_cast<std::int64_t>(host_->swap_out(id, pool_, alloc_.rows(id), s.n_computed));
+    ++rec.n_swapped_out;
+    ++result_of(id).swaps;
+    result_of(id).events.push_back({rec.step, ServeEventKind::swapped_out, s.n_computed});
+    rec.swap_ns += ns_between(t0, Clock::now());
+}
+
+void Scheduler::swap_in(std::int64_t id, ServeStep& rec) {
+    const Clock::time_point t0 = Clock::now();
+    rec.swap_in_bytes += static_cast<std::int64_t>(host_->swap_in(id, pool_, alloc_.rows(id)));
+    ++rec.n_swapped_in;
+    rec.swap_ns += ns_between(t0, Clock::now());
 }
 
 }  // namespace

@@ -46,6 +46,13 @@ struct ServeCommand {
     ReserveRule reserve = ReserveRule::max_len;
     std::int64_t max_model_len = 0;      // 0: the model's context
     bool prefix_cache = false;
+    std::string kv_dtype = "fp32";       // how the pool stores K and V: simulate --kv-dtype's formats, one of them
+    KvScale kv_scale = KvScale::tensor;  // fp8/int8 scales
+    bool kv_scale_given = false;
+    // preemption: recompute, or swap to a host tier of host_kv_budget bytes over a link of host_bandwidth
+    PreemptMode preempt = PreemptMode::recompute;
+    std::string host_kv_budget;          // bytes, e.g. 64MiB; empty: the KV pool's size
+    std::string host_bandwidth;          // bytes per second per direction, e.g. 25GB/s; empty: PCIe 4.0 x16
     // scheduler
     std::int64_t max_batched_tokens = 256;
     std::int64_t max_seqs = 16;
@@ -74,17 +81,27 @@ struct PreparedServe {
     std::optional<Tokenizer> tokenizer;
     std::vector<ServeRequest> requests;
     std::vector<ServeOptions> runs;       // one per layout
-    std::uint64_t token_bytes = 0;        // one token's K and V, every layer, fp32
+    // a narrow --kv-dtype: the same layouts with an fp32 pool of the same budget, to compare with (no trace)
+    std::vector<ServeOptions> fp32_runs;
+    std::uint64_t token_bytes = 0;        // one token's K and V, every layer, at the pool's stored width
+    std::uint64_t pool_bytes = 0;         // the pool: its rows x token_bytes, and per-tensor scales
     nlohmann::json inputs;
     GpuSpec gpu;                          // --gpu: the modelled time's
 };
+
+// The host link's default, per direction: PCIe 4.0 x16, 16 GT/s x 16 lanes x 128b/130b encoding / 8 bits
+// (PCI-SIG, PCI Express Base Specification 4.0) = 31.5 GB/s.
+inline constexpr double pcie4_x16_bytes_per_s = 16e9 * 16 * 128.0 / 130.0 / 8.0;
+// "25GB/s", "12.5GiB/s": a size with its unit, per second. Throws UsageError naming `flag`.
+double parse_bandwidth(const std::string& text, std::string_view flag);
 
 // Throws UsageError / ConfigError / FormatError / IoError for anything wrong, before any allocation.
 PreparedServe prepare_serve(ServeCommand command);
 
 
 // After the runs: the trace written (--trace) and the report.
-Report serve_outcome(const PreparedServe& p, const std::vector<ServeResult>& results);
+// `fp32_results`: p.fp32_runs' (a narrow --kv-dtype), or empty.
+Report serve_outcome(const PreparedServe& p, const std::vector<ServeResult>& results, const std::vector<ServeResult>& fp32_results = {});
 // After printing: throws Error when --check found a request whose logits left the tolerance.
 void check_serve_outcome(const PreparedServe& p, const std::vector<ServeResult>& results);
 

@@ -38,7 +38,7 @@ ChartSpec modelled_chart(const ServeTrace& t) {
     for (std::size_t k = 0; k < t.layouts.size(); ++k) {
         ChartSeries s = make_series(layout_name(t.layouts[k]));
         for (const ServeStep& st : t.steps[k])
-            add_running_total(s, static_cast<double>(st.step), modelled_serve_time(gpu, {st}).seconds * 1e3);  // serve's own rule, one step
+            add_running_total(s, static_cast<double>(st.step), modelled_serve_time(gpu, {st}, trace_host_bytes_per_s(t)).seconds * 1e3);  // serve's own rule, one step
         c.series.push_back(std::move(s));
     }
     return c;
@@ -62,6 +62,16 @@ std::string serve_charts(const ServeTrace& t) {
     s += svg_chart(serve_chart(t, "serve-tokens", "tokens per step (the batch)", "tokens", ValueKind::plain,
                                [](const ServeStep& st, std::int64_t) { return static_cast<double>(st.n_tokens); }));
     s += svg_chart(modelled_chart(t));
+    if (trace_host_bytes_per_s(t) > 0) {  // --preempt swap: the host link's traffic
+        ChartSpec swap = serve_chart(t, "serve-swap", "KV swapped to host (out) and back (in), per step", "bytes", ValueKind::bytes,
+                                     [](const ServeStep& st, std::int64_t) { return static_cast<double>(st.swap_out_bytes); }, " out");
+        const ChartSpec in = serve_chart(t, "serve-swap", "", "", ValueKind::bytes,
+                                         [](const ServeStep& st, std::int64_t) { return static_cast<double>(st.swap_in_bytes); }, " in");
+        swap.series.insert(swap.series.end(), in.series.begin(), in.series.end());
+        swap.note = "Counted, exact: each swapped sequence's held rows x 2 (K and V) x one stored row. The modelled time above adds "
+                    "these bytes / the host link's bandwidth.";
+        s += svg_chart(swap);
+    }
     if (t.has_wall_time) {
         ChartSpec time = serve_chart(t, "serve-time", "time per step (measured)", "ms", ValueKind::ms,
                                      [](const ServeStep& st, std::int64_t) { return static_cast<double>(st.forward_ns + st.schedule_ns) * 1e-6; });

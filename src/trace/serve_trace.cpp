@@ -32,7 +32,8 @@ using json = nlohmann::json;
 struct ServeField {
     const char* name;
     std::int64_t ServeStep::*member;
-    bool measured;  // absent from --deterministic traces
+    bool measured;      // absent from --deterministic traces
+    bool swap = false;  // present in the traces of --preempt swap runs only
 };
 
 constexpr ServeField serve_fields[] = {
@@ -51,14 +52,22 @@ constexpr ServeField serve_fields[] = {
     {"start_ns", &ServeStep::start_ns, true},
     {"forward_ns", &ServeStep::forward_ns, true},
     {"schedule_ns", &ServeStep::schedule_ns, true},
+    {"swapped_out", &ServeStep::n_swapped_out, false, true},
+    {"swapped_in", &ServeStep::n_swapped_in, false, true},
+    {"swap_out_bytes", &ServeStep::swap_out_bytes, false, true},
+    {"swap_in_bytes", &ServeStep::swap_in_bytes, false, true},
+    {"swap_ns", &ServeStep::swap_ns, true, true},
 };
+
+// Whether the traces of these inputs carry the swap columns: a --preempt swap run's.
+bool swap_inputs(const json& inputs) { return inputs.contains("preempt") && inputs.at("preempt") == "swap"; }
 
 constexpr const char* magic = "# kvlab serve trace, format ";
 
-json record_json(const ServeStep& s, KvLayout layout, std::int64_t pool_rows, bool deterministic) {
+json record_json(const ServeStep& s, KvLayout layout, std::int64_t pool_rows, bool deterministic, bool swap) {
     json j = {{"layout", std::string(choice_name(kv_layout_choices, layout))}, {"pool_rows", pool_rows}};
     for (const ServeField& f : serve_fields)
-        if (!(deterministic && f.measured)) j[f.name] = s.*f.member;
+        if (!(deterministic && f.measured) && (swap || !f.swap)) j[f.name] = s.*f.member;
     for (int i = 0; i < n_ops; ++i) {
         const Op op = static_cast<Op>(i);
         for (const OpField& f : op_fields()) {
@@ -118,7 +127,7 @@ StepTimes add_step_events(std::vector<json>& ev, int pid, KvLayout kv_layout, co
         }
         times.when[s.step] = {t, dur};
         ev.push_back({{"name", fmt::format("step {}", s.step)}, {"cat", "step"}, {"ph", "X"}, {"ts", us(t)}, {"dur", us(dur)}, {"pid", pid},
-                      {"tid", 0}, {"args", record_json(s, kv_layout, r.pool_rows, deterministic)}});
+                      {"tid", 0}, {"args", record_json(s, kv_layout, r.pool_rows, deterministic, r.host_bytes_per_s > 0)}});
         ev.push_back({{"name", "KV rows"}, {"ph", "C"}, {"ts", us(t)}, {"pid", pid}, {"tid", 0},
                       {"args", {{"holding tokens", s.rows_tokens}, {"allocated, no token", s.rows_in_use - s.rows_tokens},
                                 {"free", r.pool_rows - s.rows_in_use}}}});
@@ -142,8 +151,11 @@ void add_request_events(std::vector<json>& ev, int pid, std::size_t i, const Ser
     std::int64_t waiting_since = times.start_of(q.arrival_step);  // queued (first, or after a preemption)
     for (std::size_t e = 0; e < q.events.size(); ++e) {
         const ServeEvent& x = q.events[e];
-        if (x.kind == ServeEventKind::preempted) {
-            slice("preempted", times.start_of(x.step), times.start_of(x.step), {{"step", x.step}, {"kv_discarded_tokens", x.n_tokens}});
+        if (x.kind == ServeEventKind::preempted || x.kind == ServeEventKind::swapped_out) {
+            if (x.kind == ServeEventKind::preempted)
+                slice("preempted", times.start_of(x.step), times.start_of(x.step), {{"step", x.step}, {"kv_discarded_tokens", x.n_tokens}});
+            else
+                slice("swapped out", times.start_of(x.step), times.start_of(x.step), {{"step", x.step}, {"kv_swapped_tokens", x.n_tokens}});
             waiting_since = times.start_of(x.step);
             continue;
         }
@@ -199,10 +211,10 @@ void write_perfetto(std::ostream& out, const std::vector<ServeOptions>& runs, co
 
 }  // namespace
 
-std::vector<std::string> serve_trace_columns(bool deterministic) {
+std::vector<std::string> serve_trace_columns(bool deterministic, bool swap) {
     std::vector<std::string> cols = {"layout", "pool_rows"};
     for (const ServeField& f : serve_fields)
-        if (!(deterministic && f.measured)) cols.emplace_back(f.name);
+        if (!(deterministic && f.measured) && (swap || !f.swap)) cols.emplace_back(f.name);
     for (int i = 0; i < n_ops; ++i)
         for (const OpField& f : op_fields())
             if (!(deterministic && f.measured)) cols.push_back(fmt::format("{}.{}", op_name(static_cast<Op>(i)), f.name));
@@ -212,7 +224,8 @@ std::vector<std::string> serve_trace_columns(bool deterministic) {
 void write_serve_trace(const std::filesystem::path& path, const std::vector<ServeOptions>& runs, const std::vector<ServeResult>& results,
                        const json& inputs, bool deterministic) {
     const TraceFormat format = trace_format_for(path);
-    const auto columns = serve_trace_columns(deterministic);
+    const bool swap = swap_inputs(inputs);
+    const auto columns = serve_trace_columns(deterministic, swap);
     write_atomically(path, "--trace", [&](std::ostream& out) {
         if (format == TraceFormat::perfetto) {
             write_perfetto(out, runs, results, inputs, deterministic);
@@ -228,7 +241,7 @@ void write_serve_trace(const std::filesystem::path& path, const std::vector<Serv
         }
         for (std::size_t k = 0; k < results.size(); ++k)
             for (const ServeStep& s : results[k].steps) {
-                json j = record_json(s, runs[k].pool.layout, results[k].pool_rows, deterministic);
+                json j = record_json(s, runs[k].pool.layout, results[k].pool_rows, deterministic, swap);
                 if (format == TraceFormat::jsonl) {
                     if (!s.pool_map.empty())
                         j["pool_map"] = pool_map_json(s.pool_map, runs[k].pool.layout == KvLayout::paged ? runs[k].pool.block_size : kv_map_group_rows);
@@ -313,9 +326,10 @@ struct ServeTraceReader {
             throw fail(1, fmt::format("input token_bytes is {}; expected one token's K and V bytes, 1 or more, as kvlab serve writes",
                                       token_bytes == t.inputs.end() ? std::string("missing") : json_excerpt(*token_bytes)));
         t.has_wall_time = std::find(columns.begin(), columns.end(), "forward_ns") != columns.end();
-        if (columns != serve_trace_columns(!t.has_wall_time))
+        const bool swap = swap_inputs(t.inputs);
+        if (columns != serve_trace_columns(!t.has_wall_time, swap))
             throw fail(csv ? i : 1, fmt::format("the columns are not those of serve trace format {} ({} columns, expected {})", serve_trace_format_version,
-                                                columns.size(), serve_trace_columns(!t.has_wall_time).size()));
+                                                columns.size(), serve_trace_columns(!t.has_wall_time, swap).size()));
     }
 
     // Record line i as a JSON object: CSV cells (the layout as text, the rest integers), or a JSON object of the columns.
@@ -501,6 +515,14 @@ ServeTrace parse_serve_trace(std::string_view text, const std::string& where) {
 
 namespace kvlab {
 
+double trace_host_bytes_per_s(const ServeTrace& t) {
+    const auto it = t.inputs.find("host_bytes_per_s");
+    if (it == t.inputs.end()) return 0.0;
+    if (!it->is_number() || !(it->get<double>() > 0))
+        throw FormatError(fmt::format("the trace's input \"host_bytes_per_s\" is {}; expected the host link's bytes per second, > 0", json_excerpt(*it)));
+    return it->get<double>();
+}
+
 // The GPU the modelled time is for: the trace's "gpu" input (serve --gpu), h100 for a trace without one.
 GpuSpec trace_gpu(const ServeTrace& t) {
     const auto it = t.inputs.find("gpu");
@@ -574,6 +596,7 @@ Report serve_trace_summary(const ServeTrace& t, UnitSystem units, Format format)
         r.steps = t.steps[k];
         r.pool_rows = t.pool_rows[k];
         r.pool_bytes = static_cast<std::uint64_t>(r.pool_rows) * token_bytes;
+        r.host_bytes_per_s = trace_host_bytes_per_s(t);
         const GpuSpec gpu = trace_gpu(t);
         summaries.push_back(summarize_serving(r, t.layouts[k], &gpu));
         summaries.back().has_wall_time = t.has_wall_time;
@@ -611,7 +634,7 @@ void add_step_block(std::ostringstream& data, const ServeTrace& t, std::size_t k
     double modelled_s = 0;
     for (const ServeStep& s : t.steps[k]) {
         const OpCost c = s.cost.total();
-        modelled_s += roofline_time(gpu, static_cast<double>(c.flops), static_cast<double>(c.bytes_total())).seconds();
+        modelled_s += modelled_serve_time(gpu, {s}, trace_host_bytes_per_s(t)).seconds;  // serve's rule, swaps included
         const double alloc = static_cast<double>(s.rows_in_use) * token_bytes, hold = static_cast<double>(s.rows_tokens) * token_bytes;
         const double wpt = s.n_generated > 0 ? static_cast<double>(c.bytes_weights_read) / static_cast<double>(s.n_generated) : 0.0;
         d.max_bytes = std::max(d.max_bytes, alloc);
@@ -633,9 +656,8 @@ void add_bucket_block(std::ostringstream& data, const ServeTrace& t, std::size_t
         double ms = 0, us = 0;
         std::int64_t n = 0;
         for (; i < steps.size() && steps[i].step / d.bucket == b; ++i, ++n) {
-            const OpCost c = steps[i].cost.total();
             ms += static_cast<double>(steps[i].forward_ns + steps[i].schedule_ns) * 1e-6;
-            us += roofline_time(gpu, static_cast<double>(c.flops), static_cast<double>(c.bytes_total())).seconds() * 1e6;
+            us += modelled_serve_time(gpu, {steps[i]}, trace_host_bytes_per_s(t)).seconds * 1e6;
         }
         data << fmt::format("{:.17g} ", (static_cast<double>(b) + 0.5) * static_cast<double>(d.bucket))
              << (t.has_wall_time ? fmt::format("{:.6g}", ms / static_cast<double>(n)) : "?") << ' '

@@ -19,7 +19,7 @@ namespace kvlab {
 inline constexpr int serve_trace_format_version = 1;
 
 // The columns, in file order (--deterministic: without the measured times).
-std::vector<std::string> serve_trace_columns(bool deterministic);
+std::vector<std::string> serve_trace_columns(bool deterministic, bool swap = false);  // swap: a --preempt swap run's
 
 void write_serve_trace(const std::filesystem::path& path, const std::vector<ServeOptions>& runs, const std::vector<ServeResult>& results,
                        const nlohmann::json& inputs, bool deterministic);
@@ -47,6 +47,8 @@ ServeTrace read_serve_trace(const std::filesystem::path& path);
 // The GPU a serve trace's modelled time is for: its "gpu" input (serve --gpu), h100 for a trace without one;
 // FormatError for a name that is not a GPU preset.
 GpuSpec trace_gpu(const ServeTrace& trace);
+// The host link of a --preempt swap run's trace (its "host_bytes_per_s" input), 0 for other traces.
+double trace_host_bytes_per_s(const ServeTrace& trace);
 
 // `kvlab trace summary` of a serve trace: serve's table of per-step numbers, rebuilt from the steps.
 Report serve_trace_summary(const ServeTrace& trace, UnitSystem units, Format format);

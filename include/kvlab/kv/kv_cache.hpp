@@ -56,6 +56,12 @@ public:
     void read_head(std::int64_t row0, std::int64_t n, std::int64_t h, float* out) const;
     std::uint64_t bytes() const;                    // values and every scale held
     float tensor_scale() const { return tensor_scale_; }
+    // A row as stored: its encoded values, then (token-head scaling) its Hkv fp32 scales; stored_row_bytes
+    // each. What a serving pool copies (copy-on-write) and swaps to host memory, bit for bit.
+    std::uint64_t stored_row_bytes() const { return row_bytes_ + sizeof(float) * (head_scales_.empty() ? 0 : static_cast<std::uint64_t>(n_head_kv_)); }
+    void save_rows(std::int64_t row0, std::int64_t n, std::uint8_t* out) const;
+    void load_rows(std::int64_t row0, std::int64_t n, const std::uint8_t* in);
+    void copy_rows(std::int64_t src, std::int64_t dst, std::int64_t n);
 
 private:
     KvStorage storage_;

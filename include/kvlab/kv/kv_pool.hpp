@@ -9,7 +9,9 @@
 //   contiguous  each sequence reserves one range of rows up front, for the most tokens it may hold (a
 //               static cache, TensorRT-LLM's contiguous mode), first fit in the pool.
 // Both map a sequence's row r the same way (KvView's paging rule): contiguous is one block of the
-// reservation's size. Non-goals: swapping to host memory, narrow storage (the pool is fp32).
+// reservation's size. The rows are fp32, or encoded in one of the cache's narrow formats (KvStorage,
+// kv/kv_cache.hpp: the same formats and scales as simulate --kv-dtype). Swapping to host memory is the
+// scheduler's (serve/swap.hpp): the pool only saves and loads a sequence's rows as stored.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -23,6 +25,7 @@
 #include "kvlab/calc/model_config.hpp"
 #include "kvlab/core/choice.hpp"
 #include "kvlab/core/matrix.hpp"
+#include "kvlab/kv/kv_cache.hpp"
 #include "kvlab/kv/kv_view.hpp"
 
 namespace kvlab {
@@ -153,17 +156,28 @@ private:
     KvAllocatorCounters counters_;
 };
 
-// The pool's K and V rows, fp32, for every layer: (n_rows, Hkv*D) each.
+// The pool's K and V rows for every layer: fp32 matrices (n_rows, Hkv*D), or a narrow format's encoded
+// rows (KvRowStore), each row then kv_stored_row_bytes wide.
 class KvPool {
 public:
-    KvPool(const ModelConfig& cfg, std::int64_t n_rows);
-    MatrixRM& k(std::int64_t layer) { return k_[static_cast<std::size_t>(layer)]; }
-    MatrixRM& v(std::int64_t layer) { return v_[static_cast<std::size_t>(layer)]; }
+    KvPool(const ModelConfig& cfg, std::int64_t n_rows, const KvStorage& storage = {});
+    bool narrow() const { return storage_.dtype != DType::fp32; }
+    const KvStorage& storage() const { return storage_; }
+    // Points a sequence's view (its block table, from KvAllocator::rows) at layer `layer`'s rows.
+    void attach(std::int64_t layer, KvView& kv);
     void copy(const RowCopy& c);  // every layer
     std::uint64_t bytes() const;
+    // One K (or V) row as stored: fp32 Hkv*D floats, or the narrow format's bytes and per-row scales.
+    std::uint64_t stored_row_bytes() const { return stored_row_bytes_; }
+    // Pool rows row0..row0+n-1 of one layer's K (which = 0) or V (1), as stored, bit for bit.
+    void save_rows(std::int64_t layer, int which, std::int64_t row0, std::int64_t n, std::uint8_t* out) const;
+    void load_rows(std::int64_t layer, int which, std::int64_t row0, std::int64_t n, const std::uint8_t* in);
 
 private:
+    KvStorage storage_;
+    std::uint64_t stored_row_bytes_ = 0;
     std::vector<MatrixRM> k_, v_;
+    std::vector<KvRowStore> k_store_, v_store_;
 };
 
 // Rows a sequence of n_tokens positions needs in the pool: its most held by any layer (a windowed

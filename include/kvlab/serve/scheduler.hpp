@@ -3,7 +3,8 @@
 //   1. running sequences, oldest first: each gets its next token (decode) or its next prompt chunk, up
 //      to max_batched_tokens per step (chunked prefill). A sequence that cannot get rows preempts the
 //      newest running one (its rows freed; it is recomputed later from its prompt and the tokens it has
-//      generated), or itself when it is the newest.
+//      generated), or itself when it is the newest. With --preempt swap its rows are copied to host
+//      memory instead (serve/swap.hpp) while the host budget has room, and copied back when it is admitted.
 //   2. waiting requests, first come first served, while the step has tokens and sequence slots left and
 //      the pool has rows for them; admission stops at the first that does not fit, and no request is
 //      admitted in a step that preempted.
@@ -33,8 +34,17 @@ enum class ReserveRule { max_len, request };  // the model length (a static cach
 inline constexpr std::array<Choice<ReserveRule>, 2> reserve_rule_choices{
     {{"max-len", ReserveRule::max_len}, {"request", ReserveRule::request}}};
 
+// What a preemption does with the sequence's K and V: discards them (recomputed when it runs again) or
+// copies them to host memory (swapped back in), as vLLM V0's preemption_mode.
+enum class PreemptMode { recompute, swap };
+inline constexpr std::array<Choice<PreemptMode>, 2> preempt_mode_choices{{{"recompute", PreemptMode::recompute}, {"swap", PreemptMode::swap}}};
+
 struct ServeOptions {
     KvPoolOptions pool;
+    KvStorage kv_storage;                   // the pool's rows: fp32, or a narrow format (as simulate --kv-dtype)
+    PreemptMode preempt = PreemptMode::recompute;
+    std::uint64_t host_kv_bytes = 0;        // swap: host memory for swapped-out K and V (full: that preemption recomputes)
+    double host_bytes_per_s = 0.0;          // swap: the host link, per direction; only the modelled swap time uses it
     std::int64_t max_batched_tokens = 256;  // tokens per step (decode tokens + prompt chunks)
     std::int64_t max_seqs = 16;             // sequences per step
     std::int64_t max_model_len = 0;         // positions a request may use; contiguous max-len reserves this many
@@ -53,7 +63,12 @@ struct ServeStep {
     std::int64_t n_generated = 0;       // tokens chosen from this step's logits
     std::int64_t n_running = 0;         // sequences holding rows after the step
     std::int64_t n_waiting = 0;         // arrived requests not running after the step
-    std::int64_t n_preempted = 0;       // preemptions in this step
+    std::int64_t n_preempted = 0;       // preemptions in this step (swapped out or discarded)
+    std::int64_t n_swapped_out = 0;     // of them, swapped out to host memory
+    std::int64_t n_swapped_in = 0;      // swapped-out sequences admitted again, their rows copied back
+    std::int64_t swap_out_bytes = 0;    // K and V copied to host memory (swap_bytes of each)
+    std::int64_t swap_in_bytes = 0;     // and back
+    std::int64_t swap_ns = 0;           // of schedule_ns, the copies to and from host memory (measured)
     // the pool when the step's K and V are written, before finished requests give their rows back
     std::int64_t rows_in_use = 0;       // rows held by running sequences
     std::int64_t rows_tokens = 0;       // of them, rows holding a token's K and V
@@ -68,11 +83,11 @@ struct ServeStep {
 };
 
 // What a request did in one step (the Perfetto timeline's slices).
-enum class ServeEventKind { prefill, decode, preempted };
+enum class ServeEventKind { prefill, decode, preempted, swapped_out };
 struct ServeEvent {
     std::int64_t step = 0;
     ServeEventKind kind = ServeEventKind::prefill;
-    std::int64_t n_tokens = 0;  // prefill: the chunk's tokens; decode: 1; preempted: the K and V discarded
+    std::int64_t n_tokens = 0;  // prefill: the chunk's tokens; decode: 1; preempted: the K and V discarded; swapped_out: kept on the host
 };
 
 struct ServeRequestResult {
@@ -85,6 +100,7 @@ struct ServeRequestResult {
     std::int64_t arrival_ns = 0, first_token_ns = 0, finish_ns = 0;  // run clock: end of the step (arrival: its start)
     std::int64_t preemptions = 0;
     std::int64_t recomputed_tokens = 0;  // K and V computed again after its preemptions
+    std::int64_t swaps = 0;              // of its preemptions, swapped out (its K and V kept)
     std::int64_t prefix_hit_tokens = 0;  // tokens found in the prefix cache at its admissions (not computed)
     std::vector<TokenId> generated;
     std::vector<ServeEvent> events;
@@ -104,6 +120,13 @@ struct ServeResult {
     std::int64_t pool_rows = 0;
     std::uint64_t pool_bytes = 0;
     std::int64_t preemptions = 0;
+    // swap: preemptions that found the host budget full and recomputed instead; the host memory's peak
+    std::int64_t swap_fallbacks = 0;
+    std::uint64_t host_peak_bytes = 0;
+    std::uint64_t recompute_flops = 0;   // FLOPs of computing the discarded K and V again (recompute_cost)
+    std::uint64_t kv_row_bytes = 0;      // one K (or V) row as the pool stores it
+    DType kv_dtype = DType::fp32;
+    double host_bytes_per_s = 0.0;       // the options', for the modelled swap time
     std::int64_t rows_left_in_use = 0;   // after the run: 0, or a leak
     bool interrupted = false;
     CoreUse core_use;  // over the steps: how many cores the threads had
