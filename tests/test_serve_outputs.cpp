@@ -97,7 +97,7 @@ TEST_CASE("Fork: an output takes its parent's blocks by reference count; a write
     for (const SeqId s : outs) REQUIRE(a.reserve(s, 7));
     const auto c0 = a.make_writable(0, 6, 1), c1 = a.make_writable(1, 6, 1), c2 = a.make_writable(2, 6, 1);
     REQUIRE((c0 && c1 && c2));
-    CHECK(c0->size() == 1);
+    REQUIRE(c0->size() == 1);
     CHECK((*c0)[0].n == 2);
     CHECK(c1->size() == 1);
     CHECK(c2->empty());
@@ -208,8 +208,10 @@ TEST_CASE("Beams of a preempted request start over and end the same; outputs opt
     const ModelConfig cfg = test::tiny_config(Family::llama, 4, 2);
     const Weights w = random_weights(cfg, 9);
     std::vector<ServeRequest> reqs;
-    for (int i = 0; i < 3; ++i) reqs.push_back({{static_cast<TokenId>(1 + i), 5, 6, 7, 8}, 10, 0});
-    ServeOptions o = paged_options(64, 4, 16);  // 16 blocks; 3 requests x (1 shared + 2 x 3 own) = 21: preempts
+    for (int i = 0; i < 4; ++i) reqs.push_back({{static_cast<TokenId>(1 + i), 5, 6, 7, 8}, 10, 0});
+    // 12 blocks of 4; each request's 14 positions take 4 blocks per beam: at least 4 blocks (both beams
+    // sharing every one), at most 1 shared + 2 x 3 = 7; 4 requests need 16..28 blocks at the end: it preempts
+    ServeOptions o = paged_options(48, 4, 16);
     o.beam_width = 2;
     o.check = true;
     const ServeResult r = run_serving(cfg, w, reqs, o);
@@ -230,6 +232,6 @@ TEST_CASE("Beams of a preempted request start over and end the same; outputs opt
     bad.beam_width = 9;
     CHECK_THROWS_AS(check_serve_workload(cfg, reqs, bad), UsageError);  // more beams than --max-seqs 8
     bad = o;
-    bad.pool.n_rows = 16;
-    CHECK_THROWS_AS(check_serve_workload(cfg, reqs, bad), UsageError);  // 1 shared + 2 x 3 own blocks > 4
+    bad.pool.n_rows = 24;
+    CHECK_THROWS_AS(check_serve_workload(cfg, reqs, bad), UsageError);  // 1 shared + 2 x 3 own blocks = 7 > 6
 }

@@ -43,6 +43,7 @@ void summarize_requests(const ServeResult& r, ServeSummary& s) {
         if (q.checked) {
             ++s.n_checked;
             s.n_tokens_checked += std::ssize(q.generated);
+            for (std::size_t k = 1; k < q.outputs.size(); ++k) s.n_tokens_checked += std::ssize(q.outputs[k]);  // every output's (the first is `generated`)
             s.n_tokens_agree += q.solo_agree;
             s.max_abs_dlogit = std::max(s.max_abs_dlogit, q.max_abs_dlogit);
             s.all_within_tolerance = s.all_within_tolerance && q.within_tolerance;
@@ -286,6 +287,9 @@ void add_check_rows(Table& t, const std::vector<ServeSummary>& summaries) {
     t.rows.push_back(std::move(dlogit));
     t.notes.push_back("--check: each request run again alone on the single-sequence path (one prefill, one decode call per "
                       "token), fed the tokens serving chose; logits compared with simulate's tolerance, 1e-3 x max(1, max |logit|)");
+    if (std::any_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.peak_out_blocks_unshared > 0; }))
+        t.notes.push_back("--check with several outputs: every output so, its tokens against the same sampler replayed on the solo logits; "
+                          "beams against a beam search run on the single-sequence path");
     for (const ServeSummary& s : summaries)
         if (s.n_tokens_agree < s.n_tokens_checked)
             t.notes.push_back(fmt::format("{}: {} of {} tokens differ from the solo run's argmax{}", choice_name(kv_layout_choices, s.layout),
