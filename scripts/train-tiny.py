@@ -807,6 +807,31 @@ def greedy(model, ids, n_new, ctx):
     return seq[len(ids):], margins
 
 
+BEAM_WIDTH, BEAM_NEW_TOKENS = 4, 8
+
+
+@torch.no_grad()
+def beam_search(model, ids, width, n_new, ctx):
+    """kvlab serve --beam-width's definition (src/serve/outputs.hpp), written from it: a beam's score is the sum of
+    log softmax(logits)[token] over its generated tokens (float64 log-softmax of the float32 logits); each step
+    every beam is extended by every token and the `width` best candidates are kept (ties: the better-ranked beam,
+    then the lower token id); no EOS, no length penalty (all beams have the same length). Each beam's logits are
+    recomputed from scratch over its whole sequence (no KV cache). Returns the beams best first, and the smallest
+    gap over the steps between the last kept candidate and the first dropped one."""
+    beams = [(0.0, [])]  # (score, generated), best first
+    min_gap = math.inf
+    for _ in range(n_new):
+        cands = []
+        for rank, (score, gen) in enumerate(beams):
+            logits = model(torch.tensor([(list(ids) + gen)[-ctx:]]))[0, -1]
+            logp = F.log_softmax(logits.double(), dim=-1).tolist()
+            cands += [(score + lp, rank, tok) for tok, lp in enumerate(logp)]
+        cands.sort(key=lambda c: (-c[0], c[1], c[2]))
+        min_gap = min(min_gap, cands[width - 1][0] - cands[width][0])
+        beams = [(c[0], beams[c[1]][1] + [c[2]]) for c in cands[:width]]
+    return [{"ids": gen, "score": score} for score, gen in beams], min_gap
+
+
 @torch.no_grad()
 def sequence_nll(model, ids):
     """Teacher-forced: logits at positions 0..N-2 predict tokens 1..N-1; natural log, float64 accumulation."""
@@ -1014,6 +1039,13 @@ def main():
         "greedy_note": "greedy = argmax of the logits (first index on ties), 64 tokens after the prompt, each step "
                        "recomputed from scratch over the whole sequence (no KV cache); min_top2_margin is the "
                        "smallest top1-top2 logit gap over those steps",
+        "beam_note": f"beam_search: kvlab serve --beam-width's definition (src/serve/outputs.hpp), width {BEAM_WIDTH}, "
+                     f"{BEAM_NEW_TOKENS} tokens after the prompt: score = sum of log softmax(logits)[token] over the "
+                     "generated tokens (float64 log-softmax of the float32 logits); each step every beam extended by "
+                     "every token, the best `width` kept (ties: better-ranked beam, then lower token id); no EOS, no "
+                     "length penalty; logits recomputed from scratch over each beam's sequence (no KV cache); beams "
+                     "best first; min_gap = the smallest score gap between the last kept and the first dropped "
+                     "candidate over the steps",
         "heldout": {
             "file": "heldout.txt",
             "text": heldout,
@@ -1049,6 +1081,8 @@ def main():
                 key = f"@@{name}:{prompt}:{p}@@"
                 floats[key] = "[" + ", ".join(fmt_f32(v) for v in logits[p].tolist()) + "]"
                 entry["logits"][str(p)] = key
+            beams, gap = beam_search(model, ids, BEAM_WIDTH, BEAM_NEW_TOKENS, ctx)
+            entry["beam_search"] = {"width": BEAM_WIDTH, "new_tokens": BEAM_NEW_TOKENS, "beams": beams, "min_gap": gap}
             m["prompts"].append(entry)
             log(f"{name}: {entry['greedy_text']!r} (min margin {min(margins):.3f})")
         log(f"{name}: heldout.txt {n} targets, mean NLL {s / n:.4f}, perplexity {math.exp(s / n):.3f}")

@@ -111,6 +111,14 @@ void setup_serve(CLI::App& app) {
     cmd->add_option("--max-batched-tokens", o->max_batched_tokens, "Tokens per step: decodes plus prompt chunks (chunked prefill)")
         ->capture_default_str();
     cmd->add_option("--max-seqs", o->max_seqs, "Sequences per step")->capture_default_str();
+    // outputs and sampling
+    auto* n_opt = cmd->add_option("--n", o->n, "Outputs per request (parallel sampling), sharing the prompt's blocks; paged layout")->capture_default_str();
+    cmd->add_option("--beam-width", o->beam_width, "Beam search: the W most likely sequences by cumulative log-probability; paged layout")
+        ->capture_default_str()
+        ->excludes(n_opt);
+    cmd->add_option("--temperature", o->sampling.temperature, "Sampling temperature (0 = greedy); seeded by --seed")->capture_default_str();
+    cmd->add_option("--top-k", o->sampling.top_k, "Sample among the k most likely tokens (0 = off)")->capture_default_str();
+    cmd->add_option("--top-p", o->sampling.top_p, "Sample among the smallest set of tokens whose probability reaches p (1 = off)")->capture_default_str();
     cmd->add_flag("--check", o->check, "Check every request against a solo run of the single-sequence path (tokens and logits)");
     output_file(cmd->add_option("--trace", o->trace, "Write one record per step per layout to FILE.csv or FILE.jsonl, or a Perfetto timeline FILE.json"));
     output_file(cmd->add_option("--plot", o->plot, "Also draw the run's chart (KV use, utilization, requests, time, modelled GPU time): FILE.svg or FILE.png"));
@@ -127,7 +135,8 @@ void setup_serve(CLI::App& app) {
                 "  kvlab serve -m tiny-llama --requests 32 --arrival bursty:8/50 --plot serve.svg\n"
                 "  kvlab serve -m tiny-gpt2 --requests 8 --check --trace serve.json\n"
                 "  kvlab serve -m tiny-llama --requests 16 --kv-budget 1MiB --preempt swap --check\n"
-                "  kvlab serve -m tiny-llama --requests 16 --kv-budget 1MiB --kv-dtype q8_0");
+                "  kvlab serve -m tiny-llama --requests 16 --kv-budget 1MiB --kv-dtype q8_0\n"
+                "  kvlab serve -m tiny-llama --requests 4 --shared-prefix 200 --beam-width 4 --kv-layout paged --check");
     cmd->callback([o, kv_scale] {
         o->kv_scale_given = kv_scale->count() > 0;
         run(*o);

@@ -131,7 +131,7 @@ std::int64_t KvAllocator::match_prefix(SeqId seq, std::span<const TokenId> token
 
 std::optional<std::vector<RowCopy>> KvAllocator::make_writable(SeqId seq, std::int64_t row0, std::int64_t n) {
     std::vector<RowCopy> copies;
-    if (o_.layout != KvLayout::paged || !o_.prefix_cache || n <= 0) return copies;  // without a prefix cache nothing is shared
+    if (o_.layout != KvLayout::paged || n <= 0) return copies;  // a contiguous pool shares nothing
     Seq& s = seqs_.at(seq);
     const std::int64_t B = o_.block_size, first = row0 / B, last = (row0 + n - 1) / B;
     std::int64_t shared = 0;

@@ -45,6 +45,7 @@ void summarize_requests(const ServeResult& r, ServeSummary& s) {
         if (q.checked) {
             ++s.n_checked;
             s.n_tokens_checked += std::ssize(q.generated);
+            for (std::size_t k = 1; k < q.outputs.size(); ++k) s.n_tokens_checked += std::ssize(q.outputs[k]);  // every output's (the first is `generated`)
             s.n_tokens_agree += q.solo_agree;
             s.max_abs_dlogit = std::max(s.max_abs_dlogit, q.max_abs_dlogit);
             s.all_within_tolerance = s.all_within_tolerance && q.within_tolerance;
@@ -75,7 +76,7 @@ ServeSummary summarize_serving(const ServeResult& r, KvLayout layout, const GpuS
     s.pool_rows = r.pool_rows;
     s.pool_bytes = r.pool_bytes;
     s.prefix_hit_blocks = r.prefix_hit_blocks;
-    s.cow_copies = r.counters.cow_copies;
+    s.cow_copies = 0;  // the steps' (a trace keeps them too)
     s.evictions = r.counters.evictions;
     s.rows_left_in_use = r.rows_left_in_use;
     s.swap_mode = r.host_bytes_per_s > 0;
@@ -100,6 +101,9 @@ ServeSummary summarize_serving(const ServeResult& r, KvLayout layout, const GpuS
         s.mean_running += static_cast<double>(st.n_seqs);
         s.mean_batch_tokens += static_cast<double>(st.n_tokens);
         s.peak_rows_in_use = std::max(s.peak_rows_in_use, st.rows_in_use);
+        s.peak_out_blocks = std::max(s.peak_out_blocks, st.out_blocks);
+        s.peak_out_blocks_unshared = std::max(s.peak_out_blocks_unshared, st.out_blocks_unshared);
+        s.cow_copies += st.cow_copies;
         for (int op = 0; op < n_ops; ++op) s.cost.add(static_cast<Op>(op), st.cost.ops[static_cast<std::size_t>(op)]);
         s.max_step_weight_bytes = std::max(s.max_step_weight_bytes, st.cost.total().bytes_weights_read);
         forward_ns += st.forward_ns;
@@ -149,6 +153,7 @@ struct Metric {
     bool modelled = false;     // the modelled time on a GPU (none when the summaries have no GPU)
     bool swap = false;         // --preempt swap's (shown when a summary swapped)
     bool preempted = false;    // shown when a summary preempted (or swapped)
+    bool outputs = false;      // several outputs per request (none: no output held blocks)
 };
 
 // The cells the table and the headline share, so the headline's figures are the table's.
@@ -219,7 +224,7 @@ std::vector<std::string> single_headline(const ServeSummary& s, UnitSystem units
     return h;
 }
 
-std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
+std::vector<Metric> metrics(std::uint64_t token_bytes, std::int64_t block_size, UnitSystem units) {
     auto rows_bytes = [=](const ServeSummary& s, double rows) {
         const std::uint64_t row = s.token_bytes ? s.token_bytes : token_bytes;
         return bytes_cell(static_cast<std::uint64_t>(std::llround(rows * static_cast<double>(row))), units);
@@ -273,7 +278,14 @@ std::vector<Metric> metrics(std::uint64_t token_bytes, UnitSystem units) {
         {"prefix_hit_tokens", "tokens found in the prefix cache", [](const ServeSummary& s) { return int_cell(s.prefix_hit_tokens); }, true},
         {"prefix_hit_blocks", "blocks found in the prefix cache", [](const ServeSummary& s) { return int_cell(s.prefix_hit_blocks); }, true},
         {"prefix_hit_bytes", "KV shared, not recomputed", [=](const ServeSummary& s) { return rows_bytes(s, static_cast<double>(s.prefix_hit_tokens)); }, true},
-        {"cow_copies", "copy-on-write block copies", [](const ServeSummary& s) { return int_cell(s.cow_copies); }, true},
+        {"cow_copies", "copy-on-write block copies", [](const ServeSummary& s) { return int_cell(s.cow_copies); }},
+        {"out_blocks_peak", "outputs' KV blocks held, peak (shared once)", [](const ServeSummary& s) { return int_cell(s.peak_out_blocks); },
+         false, false, false, false, false, true},
+        {"out_blocks_unshared_peak", "outputs' KV blocks if unshared, peak", [](const ServeSummary& s) { return int_cell(s.peak_out_blocks_unshared); },
+         false, false, false, false, false, true},
+        {"out_saved_bytes", "KV saved by sharing, peak (unshared - held)",
+         [=](const ServeSummary& s) { return rows_bytes(s, static_cast<double>((s.peak_out_blocks_unshared - s.peak_out_blocks) * block_size)); },
+         false, false, false, false, false, true},
         {"flops", "FLOPs counted", [](const ServeSummary& s) { return count_cell(s.cost.total().flops, "FLOP"); }},
         {"bytes_weights", "weight bytes read", [=](const ServeSummary& s) { return bytes_cell(s.cost.total().bytes_weights_read, units); }},
         {"bytes_kv_read", "KV bytes read", [=](const ServeSummary& s) { return bytes_cell(s.cost.total().bytes_kv_read, units); }},
@@ -309,6 +321,9 @@ void add_check_rows(Table& t, const std::vector<ServeSummary>& summaries) {
     if (std::any_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.n_checked > 0 && s.kv_dtype != DType::fp32; }))
         t.notes.push_back("a narrow pool (--kv-dtype) is always checked: the solo run keeps fp32 K and V, so the logit difference and the "
                           "tokens whose argmax differs are what storing the pool narrow costs (teacher-forced on the same tokens)");
+    if (std::any_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.peak_out_blocks_unshared > 0; }))
+        t.notes.push_back("--check with several outputs: every output so, its tokens against the same sampler replayed on the solo logits; "
+                          "beams against a beam search run on the single-sequence path");
     for (const ServeSummary& s : summaries)
         if (s.n_tokens_agree < s.n_tokens_checked && s.kv_dtype == DType::fp32)
             t.notes.push_back(fmt::format("{}: {} of {} tokens differ from the solo run's argmax{}", choice_name(kv_layout_choices, s.layout),
@@ -365,6 +380,11 @@ Table request_table(const ServeSummary& summary, const ServeResult& result) {
                  {"generated", "generated"}, {"first_token_step", "first token step"}, {"finish_step", "finish step"},
                  {"ttft_ms", "TTFT (ms)"}, {"tpot_ms", "TPOT (ms)"}, {"preemptions", "preemptions"},
                  {"prefix_hit_tokens", "prefix hits"}};
+    // several outputs per request: how many, the most blocks they held at once (shared once) and unshared
+    const bool with_outputs = std::any_of(result.requests.begin(), result.requests.end(), [](const ServeRequestResult& r) { return !r.outputs.empty(); });
+    if (with_outputs)
+        q.columns.insert(q.columns.end(), {{"outputs", "outputs"}, {"peak_blocks", "blocks held, peak"},
+                                           {"peak_blocks_unshared", "blocks if unshared, peak"}, {"cow_copies", "copy-on-write copies"}});
     for (std::size_t i = 0; i < result.requests.size(); ++i) {
         const ServeRequestResult& r = result.requests[i];
         // one token generated: no time per output token after the first ("-", null in JSON)
@@ -375,18 +395,37 @@ Table request_table(const ServeSummary& summary, const ServeResult& result) {
                           int_cell(std::ssize(r.generated)), int_cell(r.first_token_step), int_cell(r.finish_step),
                           real_cell(static_cast<double>(r.first_token_ns - r.arrival_ns) * 1e-6, 3), tpot,
                           int_cell(r.preemptions), int_cell(r.prefix_hit_tokens)});
+        if (with_outputs)
+            for (const std::int64_t v : {std::ssize(r.outputs), r.peak_blocks, r.peak_blocks_unshared, r.cow_copies}) q.rows.back().push_back(int_cell(v));
     }
     return q;
 }
 
-}  // namespace
-
-std::vector<std::string> serve_headline(const std::vector<ServeSummary>& summaries, UnitSystem units) {
+// Paged against contiguous, or one layout.
+std::vector<std::string> serve_headline_layouts(const std::vector<ServeSummary>& summaries, UnitSystem units) {
     const auto paged = std::find_if(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.layout == KvLayout::paged; });
     const auto contiguous = std::find_if(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.layout == KvLayout::contiguous; });
     if (paged != summaries.end() && contiguous != summaries.end()) return compare_headline(*paged, *contiguous, units);
     if (summaries.empty()) return {};
     return single_headline(summaries.front(), units);
+}
+
+// Several outputs per request: the blocks they held against unshared copies, and the copies on write.
+std::string outputs_headline(const ServeSummary& s) {
+    return fmt::format("{}'s outputs held at most {} KV blocks at once, vs {} if each output had its own copy ({:.2f}x); "
+                       "{} (counted, exact)",
+                       choice_name(kv_layout_choices, s.layout), s.peak_out_blocks, s.peak_out_blocks_unshared,
+                       static_cast<double>(s.peak_out_blocks_unshared) / static_cast<double>(std::max<std::int64_t>(1, s.peak_out_blocks)),
+                       fmt::format("{} copy-on-write block {}", s.cow_copies, s.cow_copies == 1 ? "copy" : "copies"));
+}
+
+}  // namespace
+
+std::vector<std::string> serve_headline(const std::vector<ServeSummary>& summaries, UnitSystem units) {
+    std::vector<std::string> h = serve_headline_layouts(summaries, units);
+    for (const ServeSummary& s : summaries)
+        if (s.peak_out_blocks_unshared > 0) h.push_back(outputs_headline(s));
+    return h;
 }
 
 Report serve_report(const std::vector<ServeSummary>& summaries, const std::vector<ServeResult>& results, const nlohmann::json& inputs,
@@ -406,8 +445,10 @@ Report serve_report(const std::vector<ServeSummary>& summaries, const std::vecto
     const bool modelled = !summaries.empty() && std::all_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.gpu.has_value(); });
     const bool swap = std::any_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.swap_mode; });
     const bool preempted = swap || std::any_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.preemptions > 0; });
-    for (const Metric& m : metrics(token_bytes, units)) {
-        if ((from_trace && m.per_request) || (!timed && m.timed) || (!modelled && m.modelled) || (!swap && m.swap) || (!preempted && m.preempted))
+    const bool outputs = std::any_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.peak_out_blocks_unshared > 0; });
+    for (const Metric& m : metrics(token_bytes, inputs.value("block_size", std::int64_t{0}), units)) {
+        if ((from_trace && m.per_request) || (!timed && m.timed) || (!modelled && m.modelled) || (!swap && m.swap) || (!preempted && m.preempted) ||
+            (!outputs && m.outputs))
             continue;
         std::vector<Cell> row{{m.name, m.key}};
         for (const ServeSummary& s : summaries) row.push_back(m.cell(s));

@@ -67,6 +67,9 @@ struct ServeSummary {
     std::int64_t swap_ns = 0;            // measured: the copies' wall time
     DType kv_dtype = DType::fp32;        // how the pool stored K and V
     std::int64_t prefix_hit_tokens = 0, prefix_hit_blocks = 0, cow_copies = 0, evictions = 0;
+    // requests with several outputs (n > 1, beams): the most blocks their outputs held at once (a shared
+    // block once) and the most they would have held unshared (each output its own copy); cow_copies above
+    std::int64_t peak_out_blocks = 0, peak_out_blocks_unshared = 0;
     StepCost cost;                       // every step's, summed
     double weight_bytes_per_token = 0.0; // weight bytes read / generated tokens
     double kv_read_bytes_per_token = 0.0;

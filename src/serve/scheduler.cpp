@@ -14,6 +14,7 @@
 #include "kvlab/sim/simulator.hpp"
 #include "kvlab/model/transformer.hpp"
 #include "serve/swap.hpp"
+#include "serve/outputs.hpp"
 
 namespace kvlab {
 
@@ -44,7 +45,7 @@ struct Live {
 
 // One request's solo run on the single-sequence path, teacher-forced on the tokens serving chose: the
 // prompt as one prefill, then one decode call per generated token.
-void check_against_solo(const ModelConfig& cfg, Transformer& solo, const ServeRequest& req, const Live& live, ServeRequestResult& out) {
+void check_against_solo(const ModelConfig& cfg, Transformer& solo, const ServeRequest& req, const Live& live, Sampler replay, ServeRequestResult& out) {
     KvCache cache(cfg, request_positions(req));
     const auto P = static_cast<std::int64_t>(req.prompt.size());
     out.checked = true;
@@ -53,7 +54,7 @@ void check_against_solo(const ModelConfig& cfg, Transformer& solo, const ServeRe
                                     : solo.forward_cached(std::span<const TokenId>(&out.generated[i - 1], 1), P + static_cast<std::int64_t>(i) - 1, cache, nullptr);
         const double d = (ref - live.logits[i]).cwiseAbs().maxCoeff();
         const double tol = logit_tolerance(ref);
-        if (argmax(ref) == out.generated[i]) ++out.solo_agree;
+        if (replay.sample(ref) == out.generated[i]) ++out.solo_agree;  // the same sampler, from the start
         if (d > out.max_abs_dlogit) {
             out.max_abs_dlogit = d;
             out.tolerance = tol;
@@ -103,6 +104,7 @@ void check_serve_workload(const ModelConfig& cfg, std::span<const ServeRequest> 
                                          o.pool.n_rows, i, whole, paged ? "paged" : "contiguous",
                                          paged ? "" : o.reserve == ReserveRule::max_len ? ", --reserve max-len" : ", --reserve request"));
     }
+    check_outputs_options(cfg, requests, o);
 }
 
 namespace {
@@ -141,6 +143,7 @@ private:
     Transformer model_;
     std::optional<Transformer> solo_;  // --check: the single-sequence path
     std::optional<HostKvTier> host_;   // --preempt swap: the host memory swapped-out K and V wait in
+    Outputs outputs_;                  // each request's outputs: sampling, beams (src/serve/outputs.hpp)
     ServeResult result_;
     std::vector<std::int64_t> order_;  // arrival order: by step, then by index
     std::vector<Live> lives_;
@@ -163,7 +166,8 @@ TransformerSize solo_size(std::span<const ServeRequest> requests, const ServeOpt
 
 Scheduler::Scheduler(const ModelConfig& cfg, const Weights& weights, std::span<const ServeRequest> requests, const ServeOptions& o)
     : cfg_(cfg), requests_(requests), o_(o), paged_(o.pool.layout == KvLayout::paged), alloc_(o.pool), pool_(cfg, o.pool.n_rows, o.kv_storage),
-      model_(cfg, weights, TransformerSize{o.max_model_len, o.max_batched_tokens, false, false, o.max_seqs}), lives_(requests.size()),
+      model_(cfg, weights, TransformerSize{o.max_model_len, o.max_batched_tokens, false, false, o.max_seqs}),
+      outputs_(o, std::ssize(requests), cfg.n_vocab), lives_(requests.size()),
       row_(cfg.n_vocab) {
     if (o.check) solo_.emplace(cfg, weights, solo_size(requests, o));
     if (o.preempt == PreemptMode::swap) host_.emplace(cfg, o.host_kv_bytes);
@@ -197,6 +201,7 @@ ServeResult Scheduler::run() {
         if (running_.empty() && waiting_.empty() && next_arrival_ < order_.size())  // idle: on to the next arrival
             step = std::max(step, request(order_[next_arrival_]).arrival_step);
         const Clock::time_point t_start = Clock::now();
+        const std::int64_t cow_before = alloc_.counters().cow_copies;
         arrive(step);
         ServeStep rec;
         rec.step = step;
@@ -210,6 +215,7 @@ ServeResult Scheduler::run() {
             throw std::logic_error(fmt::format("serve: step {} scheduled nothing with {} running and {} waiting", step, running_.size(), waiting_.size()));
         }
         const MatrixRM& logits = run_forward(rec);
+        rec.cow_copies = alloc_.counters().cow_copies - cow_before;
         const std::int64_t check_ns = finish(rec, logits, t_start);
         const std::int64_t step_ns = ns_between(t_start, Clock::now()) - check_ns;
         rec.schedule_ns = step_ns - rec.forward_ns;
@@ -243,6 +249,8 @@ void Scheduler::schedule_running(ServeStep& rec) {
         const std::int64_t id = running_[i];
         const Live& s = live(id);
         const std::int64_t n = std::min(std::ssize(s.tokens) - s.n_computed, budget_);
+        const std::int64_t step_tokens = outputs_.forked(id) ? outputs_.width() : n;  // a forked request: a token per output
+        if (step_tokens > budget_) break;
         bool got = take_rows(id, n);
         while (!got && running_.back() != id) {  // the newest running sequence gives its rows back
             preempt(running_.back(), rec);
@@ -255,14 +263,14 @@ void Scheduler::schedule_running(ServeStep& rec) {
         // a decode: one generated token fed back (a recomputation after preemption is a prefill)
         const bool decode = n == 1 && s.n_computed == std::ssize(s.tokens) - 1 && s.n_computed >= std::ssize(request(id).prompt);
         scheduled_.push_back({id, n, decode});
-        budget_ -= n;
+        budget_ -= step_tokens;
     }
 }
 
 // 2. Waiting requests, first come first served, while the step has tokens and sequence slots and the pool
 // has rows; none in a step that preempted. A prefix-cache hit starts it past the cached tokens.
 void Scheduler::admit_waiting(ServeStep& rec) {
-    while (rec.n_preempted == 0 && !waiting_.empty() && std::ssize(running_) < o_.max_seqs && budget_ > 0) {
+    while (rec.n_preempted == 0 && !waiting_.empty() && (std::ssize(running_) + 1) * outputs_.width() <= o_.max_seqs && budget_ > 0) {
         const std::int64_t id = waiting_.front();
         Live& s = live(id);
         const bool swapped = host_ && host_->holds(id);  // its K and V wait on the host: n_computed kept
@@ -295,26 +303,37 @@ const MatrixRM& Scheduler::run_forward(ServeStep& rec) {
     batch_.clear();
     for (const Scheduled& sc : scheduled_) {
         const Live& s = live(sc.id);
+        if (outputs_.forked(sc.id)) {  // a token per output, each its own sequence
+            outputs_.add_to_batch(sc.id, s.n_computed, alloc_, batch_tokens_, batch_);
+            rec.n_tokens += outputs_.width();
+            rec.n_decode += outputs_.width();
+            continue;
+        }
         batch_tokens_.insert(batch_tokens_.end(), s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + sc.n);
         batch_.push_back({sc.n, s.n_computed, alloc_.rows(sc.id), s.n_computed + sc.n == std::ssize(s.tokens)});
         rec.n_tokens += sc.n;
         rec.n_decode += sc.decode ? 1 : 0;
     }
-    rec.n_seqs = std::ssize(scheduled_);
+    rec.n_seqs = std::ssize(batch_);
     const Clock::time_point t_fwd = Clock::now();
     const MatrixRM& logits = model_.forward_batch(batch_tokens_, batch_, pool_, &rec.cost);
     rec.forward_ns = ns_between(t_fwd, Clock::now());
     for (const Scheduled& sc : scheduled_) {
         Live& s = live(sc.id);
         s.n_computed += sc.n;
-        alloc_.commit(sc.id, s.tokens, kv_seq_rows(cfg_, s.n_computed));
+        if (outputs_.forked(sc.id)) outputs_.commit(sc.id, kv_seq_rows(cfg_, s.n_computed), alloc_);
+        else alloc_.commit(sc.id, s.tokens, kv_seq_rows(cfg_, s.n_computed));
         result_of(sc.id).events.push_back({rec.step, sc.decode ? ServeEventKind::decode : ServeEventKind::prefill, sc.n});
     }
     rec.rows_in_use = alloc_.rows_in_use();
     rec.rows_tokens = alloc_.rows_holding_tokens();
     rec.rows_cached = alloc_.rows_cached();
     rec.largest_free = alloc_.largest_free_range();
-    if (o_.record_pool_map) rec.pool_map = alloc_.pool_map();
+    outputs_.measure(running_, alloc_, rec);
+    if (o_.record_pool_map) {
+        rec.pool_map = alloc_.pool_map();
+        outputs_.owners_to_requests(rec.pool_map);
+    }
     return logits;
 }
 
@@ -326,12 +345,17 @@ std::int64_t Scheduler::finish(ServeStep& rec, const MatrixRM& logits, Clock::ti
         Live& s = live(sc.id);
         ServeRequestResult& rr = result_of(sc.id);
         if (s.n_computed < std::ssize(s.tokens)) continue;  // a prompt chunk with more to come
-        row_ = logits.row(m++).transpose();
-        const TokenId token = argmax(row_);
-        if (o_.check) s.logits.push_back(row_);
-        s.tokens.push_back(token);
-        rr.generated.push_back(token);
-        ++rec.n_generated;
+        if (outputs_.width() > 1) {  // every output's next token
+            m = outputs_.choose_all(sc.id, logits, m, alloc_, o_.check, s.tokens, rr.generated);
+            rec.n_generated += outputs_.width();
+        } else {
+            row_ = logits.row(m++).transpose();
+            const TokenId token = outputs_.choose(sc.id, row_);
+            if (o_.check) s.logits.push_back(row_);
+            s.tokens.push_back(token);
+            rr.generated.push_back(token);
+            ++rec.n_generated;
+        }
         const std::int64_t now_ns = clock_ns_ + ns_between(t_start, Clock::now()) - check_ns;
         if (rr.first_token_step < 0) {
             rr.first_token_step = rec.step;
@@ -340,12 +364,13 @@ std::int64_t Scheduler::finish(ServeStep& rec, const MatrixRM& logits, Clock::ti
         if (std::ssize(rr.generated) < request(sc.id).max_tokens) continue;
         rr.finish_step = rec.step;
         rr.finish_ns = now_ns;
-        alloc_.release(sc.id);
+        outputs_.release(sc.id, alloc_, true, rr);
         running_.erase(std::find(running_.begin(), running_.end(), sc.id));
         ++n_finished_;
         if (o_.check) {
             const Clock::time_point t_check = Clock::now();
-            check_against_solo(cfg_, *solo_, request(sc.id), s, rr);
+            if (outputs_.width() > 1) outputs_.check(cfg_, *solo_, request(sc.id), sc.id, rr);
+            else check_against_solo(cfg_, *solo_, request(sc.id), s, outputs_.fresh_sampler(sc.id, 0), rr);
             s.logits = {};
             check_ns += ns_between(t_check, Clock::now());
         }
@@ -357,6 +382,7 @@ std::int64_t Scheduler::finish(ServeStep& rec, const MatrixRM& logits, Clock::ti
 bool Scheduler::take_rows(std::int64_t id, std::int64_t n) {
     const Live& s = live(id);
     const std::int64_t need = paged_ ? kv_seq_rows(cfg_, s.n_computed + n) : reservation_rows(cfg_, request(id), o_);
+    if (outputs_.forked(id)) return outputs_.take_rows(id, s.n_computed, need, alloc_, pool_);
     if (!alloc_.reserve(id, need)) return false;
     const auto copies = alloc_.make_writable(id, s.n_computed, n);
     if (!copies) return false;
@@ -372,16 +398,22 @@ void Scheduler::preempt(std::int64_t id, ServeStep& rec) {
     ++rr.preemptions;
     ++result_.preemptions;
     ++rec.n_preempted;
-    if (host_ && s.n_computed > 0 && host_->fits(pool_, s.n_computed)) {
+    // a request with several outputs (--n, --beam-width) is not swapped: its outputs start over from the prompt
+    if (host_ && outputs_.width() == 1 && s.n_computed > 0 && host_->fits(pool_, s.n_computed)) {
         swap_out(id, rec);
+        alloc_.release(id);
     } else {
         if (host_ && s.n_computed > 0) ++result_.swap_fallbacks;
         if (s.n_computed > 0) result_.recompute_flops += recompute_cost(cfg_, s.n_computed, pool_.narrow() ? pool_.stored_row_bytes() : 0).total().flops;
         rr.recomputed_tokens += s.n_computed;
         rr.events.push_back({rec.step, ServeEventKind::preempted, s.n_computed});
+        outputs_.release(id, alloc_, false, rr);
+        if (outputs_.width() > 1) {
+            s.tokens = request(id).prompt;
+            rr.generated.clear();
+        }
         s.n_computed = 0;
     }
-    alloc_.release(id);
     running_.erase(std::find(running_.begin(), running_.end(), id));
     waiting_.push_front(id);
 }

@@ -223,6 +223,15 @@ std::uint64_t check_serve_memory(const ServeCommand& c, const ModelConfig& cfg, 
     return memory;
 }
 
+// The outputs and sampling flags, when any is not its default (a greedy single-output run's inputs are as before).
+void add_outputs_inputs(nlohmann::json& inputs, const ServeCommand& c) {
+    if (c.n != 1) inputs["n"] = c.n;
+    if (c.beam_width != 1) inputs["beam_width"] = c.beam_width;
+    if (c.sampling.temperature != 0.0) inputs["temperature"] = c.sampling.temperature;
+    if (c.sampling.top_k != 0) inputs["top_k"] = c.sampling.top_k;
+    if (c.sampling.top_p != 1.0) inputs["top_p"] = c.sampling.top_p;
+}
+
 // The report's and trace's "inputs": every value the run used.
 nlohmann::json serve_inputs(const ServeCommand& c, const ModelConfig& cfg, const PreparedServe& p, std::int64_t rows,
                             std::int64_t max_model_len, std::uint64_t memory) {
@@ -274,6 +283,7 @@ nlohmann::json serve_inputs(const ServeCommand& c, const ModelConfig& cfg, const
         inputs["host_kv_bytes"] = p.runs.front().host_kv_bytes;
         inputs["host_bytes_per_s"] = p.runs.front().host_bytes_per_s;
     }
+    add_outputs_inputs(inputs, c);
     return inputs;
 }
 
@@ -310,6 +320,10 @@ PreparedServe prepare_serve(ServeCommand c) {
         o.max_model_len = max_model_len;
         o.reserve = c.reserve;
         o.check = c.check || storage.dtype != DType::fp32;  // a narrow pool: its quality against fp32
+        o.n = c.n;
+        o.beam_width = c.beam_width;
+        o.sampling = c.sampling;
+        o.sampling.seed = c.seed;
         check_serve_workload(cfg, p.requests, o);
         p.runs.push_back(o);
         if (storage.dtype == DType::fp32) continue;

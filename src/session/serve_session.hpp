@@ -57,6 +57,10 @@ struct ServeCommand {
     std::int64_t max_batched_tokens = 256;
     std::int64_t max_seqs = 16;
     bool check = false;
+    // outputs and sampling (src/serve/outputs.hpp): --n samples or --beam-width beams per request
+    std::int64_t n = 1;
+    std::int64_t beam_width = 1;
+    SamplerOptions sampling;             // --temperature, --top-k, --top-p; its seed is --seed
     std::string trace;
     std::string plot;                    // also draw the run's chart (.svg or .png), as kvlab trace plot does
     std::string gpu = "h100";            // the GPU preset the modelled time is for

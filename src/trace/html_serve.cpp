@@ -44,6 +44,21 @@ ChartSpec modelled_chart(const ServeTrace& t) {
     return c;
 }
 
+// serve --n/--beam-width: the blocks the outputs held (a shared block once) against unshared copies, per step.
+std::string outputs_chart(const ServeTrace& t) {
+    const bool any = std::any_of(t.steps.begin(), t.steps.end(), [](const std::vector<ServeStep>& steps) {
+        return std::any_of(steps.begin(), steps.end(), [](const ServeStep& st) { return st.out_blocks_unshared > 0; });
+    });
+    if (!any) return "";
+    ChartSpec c = serve_chart(t, "serve-outputs", "outputs' KV blocks: held (shared once) and if unshared", "blocks", ValueKind::plain,
+                              [](const ServeStep& st, std::int64_t) { return static_cast<double>(st.out_blocks); }, " held");
+    const ChartSpec unshared = serve_chart(t, "serve-outputs", "", "", ValueKind::plain,
+                                           [](const ServeStep& st, std::int64_t) { return static_cast<double>(st.out_blocks_unshared); }, " if unshared");
+    c.series.insert(c.series.end(), unshared.series.begin(), unshared.series.end());
+    c.note = "Counted, exact. The outputs share the prompt's full blocks; each copies the partial one when it first writes.";
+    return svg_chart(c);
+}
+
 std::string serve_charts(const ServeTrace& t) {
     std::string s;
     ChartSpec util = serve_chart(t, "serve-util", "KV utilization: rows holding tokens / rows allocated", "%", ValueKind::percent,
@@ -72,6 +87,7 @@ std::string serve_charts(const ServeTrace& t) {
                     "these bytes / the host link's bandwidth.";
         s += svg_chart(swap);
     }
+    s += outputs_chart(t);
     if (t.has_wall_time) {
         ChartSpec time = serve_chart(t, "serve-time", "time per step (measured)", "ms", ValueKind::ms,
                                      [](const ServeStep& st, std::int64_t) { return static_cast<double>(st.forward_ns + st.schedule_ns) * 1e-6; });

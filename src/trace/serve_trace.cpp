@@ -49,6 +49,9 @@ constexpr ServeField serve_fields[] = {
     {"rows_tokens", &ServeStep::rows_tokens, false},
     {"rows_cached", &ServeStep::rows_cached, false},
     {"largest_free", &ServeStep::largest_free, false},
+    {"out_blocks", &ServeStep::out_blocks, false},
+    {"out_blocks_unshared", &ServeStep::out_blocks_unshared, false},
+    {"cow_copies", &ServeStep::cow_copies, false},
     {"start_ns", &ServeStep::start_ns, true},
     {"forward_ns", &ServeStep::forward_ns, true},
     {"schedule_ns", &ServeStep::schedule_ns, true},
@@ -358,6 +361,15 @@ struct ServeTraceReader {
         return row;
     }
 
+    // Tokens one sequence's logits may choose in a step: serve --n or --beam-width (a prompt's logits choose
+    // every output's first token), else 1.
+    std::int64_t outputs_per_request() const {
+        std::int64_t w = 1;
+        for (const char* key : {"n", "beam_width"})
+            if (const auto it = t.inputs.find(key); it != t.inputs.end() && it->is_number_unsigned()) w = std::max(w, it->get<std::int64_t>());
+        return std::min<std::int64_t>(w, std::int64_t{1} << 20);
+    }
+
     // A row's step, layout and pool size: every column present, counts integers >= 0 that hang together.
     void read_step(std::size_t line, const json& row, ServeStep& s, KvLayout& layout, std::int64_t& pool) const {
         for (const std::string& c : columns) {
@@ -390,9 +402,9 @@ struct ServeTraceReader {
             }
         }
         if (s.rows_tokens > s.rows_in_use || s.rows_in_use > pool || s.rows_cached > pool - s.rows_in_use || s.n_decode > s.n_seqs ||
-            s.n_seqs > s.n_tokens || s.n_generated > s.n_seqs)
+            s.n_seqs > s.n_tokens || s.n_generated > s.n_seqs * outputs_per_request())
             throw fail(line, "inconsistent counts (rows holding tokens > rows in use, rows in use + cached > pool, decodes > sequences > "
-                             "tokens, or tokens generated > sequences); the file was edited or corrupted");
+                             "tokens, or tokens generated > sequences x outputs per request); the file was edited or corrupted");
     }
 
     // A JSONL record's pool_map into s.pool_map: cell_rows >= 1, a cell per cell_rows of the pool, owners >= -2,

@@ -202,3 +202,17 @@ endif()
 # a serve trace's "gpu" input names the modelled time's GPU: one that is not a preset is refused, the file named
 trace_edit(badgpu.csv "\n# gpu=\"h100-sxm-80gb\"\n" "\n# gpu=\"nope\"\n"
            RC 2 ERR "^kvlab: error: badgpu.csv: the trace's input \"gpu\" is 'nope', not a GPU preset \\(kvlab presets --gpus lists them\\)\n$")
+
+# several outputs per request (paged): sampled with the sampling flags, --check covering every output;
+# beam search's figures through a trace and back (kvlab trace summary)
+kvlab_expect(RC 0 ARGS ${small} --kv-layout paged --n 3 --temperature 0.8 --top-k 20 --top-p 0.9 --check
+             OUT "outputs' KV blocks held, peak \\(shared once\\) +[1-9]" "--check: tokens equal to solo runs +[0-9]+ / [0-9]+\n")
+string(REGEX MATCH "tokens equal to solo runs +([0-9]+) / ([0-9]+)" _ "${KVLAB_OUT}")
+if(NOT CMAKE_MATCH_1 EQUAL CMAKE_MATCH_2 OR CMAKE_MATCH_2 LESS 72)  # 6 requests x 3 outputs x at least 4 tokens
+  message(SEND_ERROR "serve --n 3 --check: ${CMAKE_MATCH_1}/${CMAKE_MATCH_2} tokens equal")
+endif()
+kvlab_expect(RC 0 ARGS ${small} --kv-layout paged --beam-width 2 --deterministic --trace beams.jsonl
+             OUT "paged's outputs held at most [0-9]+ KV blocks at once, vs [0-9]+ if each output had its own copy")
+kvlab_expect(RC 0 ARGS trace summary beams.jsonl OUT "outputs' KV blocks if unshared, peak +[1-9]" "copy-on-write block copies +[0-9]+")
+kvlab_expect(RC 2 ARGS ${small} --kv-layout paged --n 2 --beam-width 2 ERR "--n excludes --beam-width")
+kvlab_expect(RC 2 ARGS ${small} --kv-layout paged --temperature -1 ERR "^kvlab: error: --temperature: -1; expected a finite number >= 0")

@@ -84,7 +84,8 @@ public:
     std::int64_t match_prefix(SeqId seq, std::span<const TokenId> tokens);
     // Before `seq` writes rows row0..row0+n-1: a block among them that is shared or cached is replaced by
     // a private copy. Returns the copies the pool must make, or nullopt when no block is free for them
-    // (nothing changed then). Only a paged pool with a prefix cache shares rows; any other's are private.
+    // (nothing changed then). A paged pool shares rows through its prefix cache and through fork(); a
+    // contiguous pool's rows are private.
     std::optional<std::vector<RowCopy>> make_writable(SeqId seq, std::int64_t row0, std::int64_t n);
     // After `seq` holds the K and V of tokens[0..n_valid): its new full blocks enter the prefix cache,
     // keyed by their prefix (a block whose prefix is cached already stays out: not de-duplicated);
@@ -92,6 +93,16 @@ public:
     void commit(SeqId seq, std::span<const TokenId> tokens, std::int64_t n_valid);
     // Returns every row of `seq` to the pool (cached blocks stay findable until reused).
     void release(SeqId seq);
+    // Paged (src/kv/kv_fork.cpp): `child`, holding no rows, takes every block of `parent`, one reference
+    // more each (an output forked from another: parallel sampling, beam search). Neither writes a shared
+    // block in place: make_writable copies it first (copy-on-write).
+    void fork(SeqId parent, SeqId child);
+    // Blocks the sequences hold together, a shared block once (`held`), and the sum of their own block
+    // counts (`unshared`: what each holding a private copy of its rows would take).
+    struct BlocksHeld {
+        std::int64_t held = 0, unshared = 0;
+    };
+    BlocksHeld blocks_held(std::span<const SeqId> seqs) const;
 
     // Where the sequence's rows are in the pool: a KvView of its block table (the layer's matrices, the
     // window and sinks are the forward pass's to fill in).

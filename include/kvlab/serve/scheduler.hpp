@@ -8,7 +8,8 @@
 //   2. waiting requests, first come first served, while the step has tokens and sequence slots left and
 //      the pool has rows for them; admission stops at the first that does not fit, and no request is
 //      admitted in a step that preempted.
-// Greedy decoding. Every step is recorded (batch, pool, cost, time), and so is every request.
+// Tokens from the Sampler (greedy by default); with n > 1 or beam_width > 1, several outputs per request
+// sharing the prompt's blocks (src/serve/outputs.hpp). Every step is recorded (batch, pool, cost, time), and so is every request.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include "kvlab/core/core_use.hpp"
 #include "kvlab/model/cost.hpp"
 #include "kvlab/kv/kv_pool.hpp"
+#include "kvlab/sim/sampler.hpp"
 #include "kvlab/weights/weights.hpp"
 
 namespace kvlab {
@@ -50,6 +52,11 @@ struct ServeOptions {
     std::int64_t max_model_len = 0;         // positions a request may use; contiguous max-len reserves this many
     ReserveRule reserve = ReserveRule::max_len;
     bool check = false;  // each finished request against a solo run of the single-sequence path
+    // outputs per request (paged only when more than one; src/serve/outputs.hpp): n samples, or the
+    // beam_width best sequences by cumulative log-probability (beam search; then n is 1)
+    std::int64_t n = 1;
+    std::int64_t beam_width = 1;
+    SamplerOptions sampling;  // how each output picks its tokens (greedy: argmax); beam search ignores it
     bool record_pool_map = false;  // each step's ServeStep::pool_map (a JSONL trace's block map)
     const std::atomic<bool>* stop = nullptr;  // when set (SIGINT), stop after the current step
 };
@@ -74,6 +81,10 @@ struct ServeStep {
     std::int64_t rows_tokens = 0;       // of them, rows holding a token's K and V
     std::int64_t rows_cached = 0;       // paged: idle blocks' rows kept for the prefix cache
     std::int64_t largest_free = 0;      // contiguous: the longest free range (paged: free rows)
+    // requests with several outputs (n > 1, beams) holding rows: the blocks their outputs hold, a shared
+    // block once, and what they would hold if each output had its own copy of its rows (no sharing)
+    std::int64_t out_blocks = 0, out_blocks_unshared = 0;
+    std::int64_t cow_copies = 0;        // blocks copied before a write in this step (copy-on-write)
     StepCost cost;                      // per op, the whole batch
     std::int64_t forward_ns = 0;        // the forward call
     std::int64_t schedule_ns = 0;       // everything else in the step: scheduling, pool bookkeeping, sampling
@@ -103,10 +114,17 @@ struct ServeRequestResult {
     std::int64_t swaps = 0;              // of its preemptions, swapped out (its K and V kept)
     std::int64_t prefix_hit_tokens = 0;  // tokens found in the prefix cache at its admissions (not computed)
     std::vector<TokenId> generated;
+    // n > 1 or beams: every output's generated tokens (beams best first; `generated` is the first) and its
+    // cumulative log-probability (sum of log softmax(logits) of its tokens); the most blocks its outputs
+    // held at once (a shared block once) and the most unshared copies would have held; its copy-on-write copies
+    std::vector<std::vector<TokenId>> outputs;
+    std::vector<double> scores;
+    std::int64_t peak_blocks = 0, peak_blocks_unshared = 0, cow_copies = 0;
     std::vector<ServeEvent> events;
     // check: against a solo run of the single-sequence path on the same tokens
     bool checked = false;
-    std::int64_t solo_agree = 0;          // generated tokens equal to the solo run's argmax
+    std::int64_t solo_agree = 0;          // generated tokens equal to the solo run's choice (every output's;
+                                          // beams: the solo beam search's output of the same rank)
     double max_abs_dlogit = 0.0;
     double tolerance = 0.0;               // logit_tolerance of the worst step
     bool within_tolerance = true;

@@ -1,0 +1,237 @@
+// Several outputs per request in serve (src/serve/outputs.hpp): parallel sampling and beam search. The
+// pool's forks against hand-counted blocks; beam search against a plain-loop beam search over the
+// reference forward (src/model/reference.cpp) and against PyTorch's on the trained models
+// (models/reference.json, "beam_search"); --check covering every output.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+
+#include <nlohmann/json.hpp>
+
+#include "kvlab/core/error.hpp"
+#include "kvlab/formats/checkpoint.hpp"
+#include "kvlab/kv/kv_pool.hpp"
+#include "kvlab/model/reference.hpp"
+#include "kvlab/serve/scheduler.hpp"
+#include "kvlab/weights/random_weights.hpp"
+#include "sim_configs.hpp"
+#include "test_paths.hpp"
+
+using namespace kvlab;
+
+namespace {
+
+struct Beam {
+    std::vector<TokenId> generated;
+    double score = 0.0;
+};
+
+// Beam search as src/serve/outputs.hpp defines it, in plain loops over the reference forward: every
+// candidate sequence run from position 0 on a model of its own, log softmax in double, every candidate
+// sorted (score down, then the beam's rank, then the token id), the first W kept.
+std::vector<Beam> plain_beam_search(const ModelConfig& cfg, const Weights& w, const std::vector<TokenId>& prompt, std::int64_t W,
+                                    std::int64_t T) {
+    std::vector<Beam> beams{Beam{}};
+    for (std::int64_t t = 0; t < T; ++t) {
+        struct Cand {
+            double score;
+            std::size_t rank;
+            TokenId token;
+        };
+        std::vector<Cand> cands;
+        for (std::size_t r = 0; r < beams.size(); ++r) {
+            std::vector<TokenId> seq = prompt;
+            seq.insert(seq.end(), beams[r].generated.begin(), beams[r].generated.end());
+            ReferenceModel m(cfg, w, std::ssize(seq));
+            std::span<const float> logits;
+            for (std::size_t p = 0; p < seq.size(); ++p) logits = m.forward(seq[p], static_cast<std::int64_t>(p));
+            double mx = -INFINITY, sum = 0.0;
+            for (const float x : logits) mx = std::max(mx, static_cast<double>(x));
+            for (const float x : logits) sum += std::exp(static_cast<double>(x) - mx);
+            for (std::size_t v = 0; v < logits.size(); ++v)
+                cands.push_back({beams[r].score + static_cast<double>(logits[v]) - mx - std::log(sum), r, static_cast<TokenId>(v)});
+        }
+        std::sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) {
+            if (a.score != b.score) return a.score > b.score;
+            return a.rank != b.rank ? a.rank < b.rank : a.token < b.token;
+        });
+        std::vector<Beam> next;
+        for (std::size_t i = 0; i < static_cast<std::size_t>(W); ++i) {
+            Beam b = beams[cands[i].rank];
+            b.generated.push_back(cands[i].token);
+            b.score = cands[i].score;
+            next.push_back(std::move(b));
+        }
+        beams = std::move(next);
+    }
+    return beams;
+}
+
+ServeOptions paged_options(std::int64_t rows, std::int64_t block, std::int64_t max_model_len) {
+    ServeOptions o;
+    o.pool = {KvLayout::paged, rows, block, false};
+    o.max_batched_tokens = 32;
+    o.max_seqs = 8;
+    o.max_model_len = max_model_len;
+    return o;
+}
+
+}  // namespace
+
+TEST_CASE("Fork: an output takes its parent's blocks by reference count; a write copies a shared block first; release frees") {
+    KvAllocator a({KvLayout::paged, 32, 4, false});  // 8 blocks of 4 rows, no prefix cache
+    const std::vector<TokenId> prompt{1, 2, 3, 4, 5, 6};  // 6 tokens: one full block, one holding 2 rows
+    REQUIRE(a.reserve(0, 6));
+    a.commit(0, prompt, 6);
+    a.fork(0, 1);
+    a.fork(0, 2);
+    CHECK(a.rows_in_use() == 8);  // 2 blocks, held 3 times: counted once
+    const std::array<SeqId, 3> outs{0, 1, 2};
+    CHECK(a.blocks_held(outs).held == 2);
+    CHECK(a.blocks_held(outs).unshared == 6);  // 3 outputs x 2 blocks
+    // each output writes its first generated token at row 6, in the shared partial block: the first two
+    // writers get a copy of its 2 filled rows, the last holds it alone and writes in place
+    for (const SeqId s : outs) REQUIRE(a.reserve(s, 7));
+    const auto c0 = a.make_writable(0, 6, 1), c1 = a.make_writable(1, 6, 1), c2 = a.make_writable(2, 6, 1);
+    REQUIRE((c0 && c1 && c2));
+    REQUIRE(c0->size() == 1);
+    CHECK((*c0)[0].n == 2);
+    CHECK(c1->size() == 1);
+    CHECK(c2->empty());
+    CHECK(a.counters().cow_copies == 2);
+    CHECK(a.rows(0).block_rows[0] == a.rows(2).block_rows[0]);  // the full prompt block: still shared
+    CHECK(a.blocks_held(outs).held == 4);  // 1 shared + 3 partial
+    CHECK(a.rows_in_use() == 16);
+    a.release(1);  // a pruned beam: its copy is freed, the shared block stays held by the others
+    CHECK(a.rows_in_use() == 12);
+    a.release(0);
+    a.release(2);
+    CHECK(a.rows_in_use() == 0);
+}
+
+TEST_CASE("Beam search in serve equals a plain-loop beam search over the reference forward, with every block freed") {
+    // random weights of a tiny llama and a tiny gpt2; prompts of 6 and 9 tokens in blocks of 4, so the
+    // beams share a partial last block (a beam writing into it without a copy would change its siblings' K)
+    for (const ModelConfig& cfg : {test::tiny_config(Family::llama, 4, 2), test::tiny_config(Family::gpt2, 4, 4)}) {
+        CAPTURE(cfg.name);
+        const Weights w = random_weights(cfg, 5);
+        const std::vector<ServeRequest> reqs{{{3, 1, 4, 1, 5, 9}, 6, 0}, {{2, 7, 1, 8, 2, 8, 1, 8, 2}, 5, 1}};
+        ServeOptions o = paged_options(128, 4, 32);
+        o.beam_width = 3;
+        o.check = true;
+        const ServeResult r = run_serving(cfg, w, reqs, o);
+        for (std::size_t i = 0; i < reqs.size(); ++i) {
+            CAPTURE(i);
+            const std::vector<Beam> want = plain_beam_search(cfg, w, reqs[i].prompt, 3, reqs[i].max_tokens);
+            const ServeRequestResult& rr = r.requests[i];
+            REQUIRE(rr.outputs.size() == 3);
+            for (std::size_t b = 0; b < 3; ++b) {
+                CAPTURE(b);
+                CHECK(rr.outputs[b] == want[b].generated);
+                CHECK(rr.scores[b] == doctest::Approx(want[b].score).epsilon(1e-4));  // float logits of two code paths
+            }
+            CHECK(rr.generated == want[0].generated);
+            CHECK(rr.within_tolerance);
+            CHECK(rr.solo_agree == 3 * rr.max_tokens);  // --check's beam search on the solo path: the same beams
+            CHECK(rr.cow_copies > 0);
+            CHECK(rr.peak_blocks < rr.peak_blocks_unshared);
+        }
+        CHECK(r.rows_left_in_use == 0);
+        // pruned beams free their blocks: the pool holds exactly the blocks the running requests' beams hold
+        for (const ServeStep& s : r.steps) CHECK(s.rows_in_use == s.out_blocks * 4);
+    }
+}
+
+TEST_CASE("Beam search on the trained models writes PyTorch's beams (models/reference.json)") {
+    std::ifstream in(std::filesystem::path(kvlab::test::models_dir) / "reference.json");
+    REQUIRE(in);
+    const nlohmann::json ref = nlohmann::json::parse(in);
+    for (const auto& item : ref.at("models").items()) {
+        CAPTURE(item.key());
+        const LoadedModel model = load_checkpoint(std::filesystem::path(kvlab::test::models_dir) / item.value().at("checkpoint").get<std::string>());
+        std::vector<ServeRequest> reqs;
+        for (const auto& p : item.value().at("prompts")) {
+            const nlohmann::json& bs = p.at("beam_search");
+            reqs.push_back({p.at("ids").get<std::vector<TokenId>>(), bs.at("new_tokens").get<std::int64_t>(), 0});
+        }
+        ServeOptions o = paged_options(512, 4, 64);
+        o.beam_width = item.value().at("prompts")[0].at("beam_search").at("width").get<std::int64_t>();
+        o.max_seqs = 3 * o.beam_width;  // all three prompts at once
+        const ServeResult r = run_serving(model.config, model.weights, reqs, o);
+        for (std::size_t i = 0; i < reqs.size(); ++i) {
+            CAPTURE(i);
+            const nlohmann::json& beams = item.value().at("prompts")[i].at("beam_search").at("beams");
+            REQUIRE(r.requests[i].outputs.size() == beams.size());
+            for (std::size_t b = 0; b < beams.size(); ++b) {
+                CAPTURE(b);
+                CHECK(r.requests[i].outputs[b] == beams[b].at("ids").get<std::vector<TokenId>>());
+                // scores: sums of 8 log-probs from float32 logits of two implementations
+                CHECK(r.requests[i].scores[b] == doctest::Approx(beams[b].at("score").get<double>()).epsilon(1e-3));
+            }
+        }
+        CHECK(r.rows_left_in_use == 0);
+    }
+}
+
+TEST_CASE("Parallel sampling: n outputs share the prompt's full blocks; the partial one is copied once per output but the last") {
+    const ModelConfig cfg = test::tiny_config(Family::llama, 4, 2);
+    const Weights w = random_weights(cfg, 3);
+    // a 10-token prompt in blocks of 4: 2 full blocks + 2 rows; 3 tokens each: positions 0..11, 3 blocks per output
+    const std::vector<ServeRequest> reqs{{{9, 8, 7, 6, 5, 4, 3, 2, 1, 0}, 3, 0}};
+    ServeOptions o = paged_options(64, 4, 16);
+    o.n = 3;
+    o.sampling.temperature = 1.0;
+    o.sampling.seed = 42;
+    o.check = true;
+    const ServeResult r = run_serving(cfg, w, reqs, o);
+    const ServeRequestResult& rr = r.requests[0];
+    REQUIRE(rr.outputs.size() == 3);
+    CHECK(rr.within_tolerance);
+    CHECK(rr.solo_agree == 9);  // each output's sampler, replayed on the solo path's logits: the same 3 tokens
+    // by hand: the 2 full prompt blocks shared + each output's third block = 2 + 3 = 5 held; unshared copies
+    // would hold 3 outputs x 3 blocks = 9; the partial block is copied for 2 of the 3 outputs
+    CHECK(rr.peak_blocks == 5);
+    CHECK(rr.peak_blocks_unshared == 9);
+    CHECK(rr.cow_copies == 2);
+    CHECK(r.counters.cow_copies == 2);
+    CHECK(r.rows_left_in_use == 0);
+    // the same seed, the same samples; another seed, other samples (9 tokens of 50 at temperature 1)
+    CHECK(run_serving(cfg, w, reqs, o).requests[0].outputs == rr.outputs);
+    o.sampling.seed = 43;
+    CHECK(run_serving(cfg, w, reqs, o).requests[0].outputs != rr.outputs);
+}
+
+TEST_CASE("Beams of a preempted request start over and end the same; outputs options refused before any work") {
+    const ModelConfig cfg = test::tiny_config(Family::llama, 4, 2);
+    const Weights w = random_weights(cfg, 9);
+    std::vector<ServeRequest> reqs;
+    for (int i = 0; i < 4; ++i) reqs.push_back({{static_cast<TokenId>(1 + i), 5, 6, 7, 8}, 10, 0});
+    // 12 blocks of 4; each request's 14 positions take 4 blocks per beam: at least 4 blocks (both beams
+    // sharing every one), at most 1 shared + 2 x 3 = 7; 4 requests need 16..28 blocks at the end: it preempts
+    ServeOptions o = paged_options(48, 4, 16);
+    o.beam_width = 2;
+    o.check = true;
+    const ServeResult r = run_serving(cfg, w, reqs, o);
+    CHECK(r.preemptions > 0);
+    for (const ServeRequestResult& rr : r.requests) {
+        CHECK(rr.within_tolerance);
+        CHECK(rr.solo_agree == 2 * rr.max_tokens);
+    }
+    CHECK(r.rows_left_in_use == 0);
+
+    ServeOptions bad = o;
+    bad.pool.layout = KvLayout::contiguous;
+    CHECK_THROWS_AS(check_serve_workload(cfg, reqs, bad), UsageError);  // outputs share blocks only when paged
+    bad = o;
+    bad.n = 2;
+    CHECK_THROWS_AS(check_serve_workload(cfg, reqs, bad), UsageError);  // n and beams together
+    bad = o;
+    bad.beam_width = 9;
+    CHECK_THROWS_AS(check_serve_workload(cfg, reqs, bad), UsageError);  // more beams than --max-seqs 8
+    bad = o;
+    bad.pool.n_rows = 24;
+    CHECK_THROWS_AS(check_serve_workload(cfg, reqs, bad), UsageError);  // 1 shared + 2 x 3 own blocks = 7 > 6
+}
