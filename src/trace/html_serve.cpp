@@ -83,6 +83,9 @@ std::string serve_charts(const ServeTrace& t) {
         const ChartSpec in = serve_chart(t, "serve-swap", "", "", ValueKind::bytes,
                                          [](const ServeStep& st, std::int64_t) { return static_cast<double>(st.swap_in_bytes); }, " in");
         swap.series.insert(swap.series.end(), in.series.begin(), in.series.end());
+        std::erase_if(swap.series, [](const ChartSeries& series) {  // a layout that never swapped (contiguous never preempts)
+            return std::all_of(series.y.begin(), series.y.end(), [](double v) { return v == 0.0; });
+        });
         swap.note = "Counted, exact: each swapped sequence's held rows x 2 (K and V) x one stored row. The modelled time above adds "
                     "these bytes / the host link's bandwidth.";
         s += svg_chart(swap);
