@@ -133,7 +133,8 @@ std::optional<std::vector<RowCopy>> KvAllocator::make_writable(SeqId seq, std::i
     std::vector<RowCopy> copies;
     if (o_.layout != KvLayout::paged || n <= 0) return copies;  // a contiguous pool shares nothing
     Seq& s = seqs_.at(seq);
-    const std::int64_t B = o_.block_size, first = row0 / B, last = (row0 + n - 1) / B;
+    // (a windowed sequence writes ring rows within its blocks, never shared: positions past its table are none of them)
+    const std::int64_t B = o_.block_size, first = row0 / B, last = std::min((row0 + n - 1) / B, std::ssize(s.block_rows) - 1);
     std::int64_t shared = 0;
     for (std::int64_t i = first; i <= last; ++i)
         if (blocks_[static_cast<std::size_t>(s.block_rows[static_cast<std::size_t>(i)] / B)].refs > 1) ++shared;

@@ -214,8 +214,9 @@ std::vector<std::string> compare_headline(const ServeSummary& p, const ServeSumm
 // One layout: its utilization and concurrency (counted), then its modelled and wall time.
 std::vector<std::string> single_headline(const ServeSummary& s, UnitSystem units) {
     std::vector<std::string> h;
-    h.push_back(fmt::format("{}: {} of allocated KV held tokens; up to {} requests at once in a {} pool, {} (counted, exact)",
+    h.push_back(fmt::format("{}: {} of allocated KV held tokens; up to {} {} at once in a {} pool, {} (counted, exact)",
                             choice_name(kv_layout_choices, s.layout), utilization_cell(s).text, s.max_running,
+                            s.peak_out_blocks_unshared > 0 ? "sequences (outputs)" : "requests",
                             format_bytes(s.pool_bytes, units), counted(s.n_steps, "step")));
     if (s.gpu && s.modelled.seconds > 0)
         h.push_back(fmt::format("modelled on {}: {} ms ({} generated tok/s)", s.gpu->display_name, modelled_ms_cell(s).text,
