@@ -300,8 +300,9 @@ std::int64_t KvAllocator::largest_free_range() const {
 
 KvPool::KvPool(const ModelConfig& cfg, std::int64_t n_rows) {
     for (std::int64_t l = 0; l < cfg.n_layer; ++l) {
-        k_.emplace_back(large_zero_matrix(n_rows, cfg.d_kv()));
-        v_.emplace_back(large_zero_matrix(n_rows, cfg.d_kv()));
+        // MLA: one latent "head" per token in the K rows, no V rows (model_config.hpp, kv_row_values)
+        k_.emplace_back(large_zero_matrix(n_rows, kv_row_values(cfg)));
+        v_.emplace_back(large_zero_matrix(n_rows, cfg.mla ? 0 : cfg.d_kv()));
     }
 }
 
