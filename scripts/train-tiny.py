@@ -1035,6 +1035,7 @@ def main():
                     help="which models to train (comma-separated from llama, gpt2, mla); the others' files are kept as "
                          "they are, and the tokenizer is read from --out unless llama and gpt2 are both trained")
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--eval-windows", type=int, default=40, help="validation windows of 256 tokens scored during training")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--corpus-dir", default=None, help="also write the generated train/val corpus here")
     ap.add_argument("--reference-only", action="store_true",
@@ -1096,7 +1097,7 @@ def main():
     ctx = 256
     train_stream = token_stream(tok, train_stories)
     val_stream = token_stream(tok, val_stories)
-    val_x, val_y = heldout_windows(val_stream, ctx, 40)
+    val_x, val_y = heldout_windows(val_stream, ctx, args.eval_windows)
     log(f"tokens: train {len(train_stream)}, validation {len(val_stream)} ({len(val_x)} windows of {ctx} scored), "
         f"held-out story {len(heldout_ids)} with BOS; {sum(map(len, train_stories)) / len(train_stream):.2f} bytes/token")
 

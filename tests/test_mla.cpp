@@ -120,3 +120,41 @@ TEST_CASE("MLA: one KV number per token in three places: the cache simulate runs
     tf.forward_cached(std::span(ids).subspan(3, 1), 3, cache, &step);
     CHECK(step.total().bytes_kv_written == by_hand);
 }
+
+TEST_CASE("MLA: tiny-mla reproduces its PyTorch reference in both paths, cached and uncached, fast and readable") {
+    // models/reference.json's tiny-mla entry (scripts/train-tiny.py, from DeepSeek-V2's equations in PyTorch);
+    // test_reference.cpp checks the default (absorbed) path's logits, greedy text and NLL; here every path
+    std::ifstream in(kvlab::test::models_dir / "reference.json");
+    REQUIRE(in);
+    const nlohmann::json ref = nlohmann::json::parse(in);
+    REQUIRE(ref.at("models").contains("tiny-mla"));
+    const nlohmann::json& m = ref.at("models").at("tiny-mla");
+    const LoadedModel model = load_checkpoint(kvlab::test::models_dir / m.at("checkpoint").get<std::string>());
+    const ModelConfig& cfg = model.config;
+    REQUIRE(cfg.mla);
+    for (const auto& prompt : m.at("prompts")) {
+        const std::vector<TokenId> seq = prompt.at("teacher_forced_ids").get<std::vector<TokenId>>();
+        const auto n = static_cast<std::int64_t>(seq.size());
+        for (const MlaPath path : {MlaPath::naive, MlaPath::absorbed}) {
+            CAPTURE(static_cast<int>(path));
+            Transformer tf(cfg, model.weights, TransformerSize{n, n, true, false, 0, path});
+            KvCache cache(cfg, n);
+            ReferenceMlaModel readable(cfg, model.weights, n, path);
+            for (std::int64_t p = 0; p < n; ++p) {
+                const VectorF cached = tf.forward_cached(std::span(seq).subspan(static_cast<std::size_t>(p), 1), p, cache, nullptr);
+                const std::span<const float> slow = readable.forward(seq[static_cast<std::size_t>(p)], p);
+                const std::string key = std::to_string(p);
+                if (!prompt.at("logits").contains(key)) continue;
+                CAPTURE(p);
+                const auto want = prompt.at("logits").at(key).get<std::vector<float>>();
+                double scale = 1.0;
+                for (const float v : want) scale = std::max(scale, static_cast<double>(std::abs(v)));
+                // the tolerance of test_reference.cpp: 1e-4 x max(1, max |logit|), fp32 summation-order noise
+                CHECK(max_abs_diff(want, cached) <= 1e-4 * scale);
+                CHECK(max_abs_diff(slow, VectorF::Map(want.data(), static_cast<Eigen::Index>(want.size()))) <= 1e-4 * scale);
+                const VectorF uncached = tf.forward_uncached(std::span(seq).first(static_cast<std::size_t>(p + 1)), nullptr);
+                CHECK(max_abs_diff(want, uncached) <= 1e-4 * scale);
+            }
+        }
+    }
+}

@@ -27,6 +27,10 @@ double logit_tolerance(const VectorF& reference) {
 }
 
 ModelConfig simulation_config(const ModelConfig& cfg, std::optional<std::int64_t> n_layers) {
+    if (cfg.mla && cfg.mla->q_lora_rank > 0)
+        throw ConfigError(fmt::format("{}: MLA with a compressed query (q_lora_rank {}) is not simulated; kvlab runs MLA without it "
+                                      "(DeepSeek-V2-Lite's form, or --attention mla:R on a Llama shape); kvcalc sizes this cache",
+                                      cfg.name, cfg.mla->q_lora_rank));
     if (cfg.d_ff == 0)
         throw ConfigError(fmt::format("{}: the config has no intermediate_size; the simulator needs the MLP width", cfg.name));
     if (cfg.n_expert > 1)
