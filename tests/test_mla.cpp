@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -22,6 +23,8 @@
 using namespace kvlab;
 
 namespace {
+
+const std::filesystem::path models_dir = kvlab::test::models_dir;
 
 // A small DeepSeek-V2-shaped config: 3 heads, latent 16 + rope 8, nope 12 and v 10 (all different, so a
 // width mixed up in the code changes a shape or a result).
@@ -102,7 +105,7 @@ TEST_CASE("MLA: counted costs equal the closed form; absorbed reads fewer bytes 
 }
 
 TEST_CASE("MLA: one KV number per token in three places: the cache simulate runs, kvcalc, docs/kv-memory.md") {
-    const ModelConfig cfg = load_checkpoint_config(kvlab::test::models_dir / "tiny-mla");
+    const ModelConfig cfg = load_checkpoint_config(models_dir / "tiny-mla");
     REQUIRE(cfg.mla);
     // docs/kv-memory.md: MLA caches per token per layer one row of kv_lora_rank + qk_rope_head_dim values and no
     // V: tiny-mla, 4 layers x (32 + 16) x 2 B (fp16) = 384 B per token
@@ -112,7 +115,7 @@ TEST_CASE("MLA: one KV number per token in three places: the cache simulate runs
     CHECK(cache.bytes() == 8 * by_hand);
     CHECK(kv_stored_token_bytes(KvStorage{DType::fp16}, cfg) == by_hand);
     // and the bytes simulate counts its decode step writing to that cache: one latent row per layer
-    const LoadedModel model = load_checkpoint(kvlab::test::models_dir / "tiny-mla");
+    const LoadedModel model = load_checkpoint(models_dir / "tiny-mla");
     Transformer tf(model.config, model.weights, TransformerSize{8, 8, false});
     const std::vector<TokenId> ids{1, 40, 41, 42};
     tf.forward_cached(std::span(ids).first(3), 0, cache, nullptr);
@@ -124,12 +127,12 @@ TEST_CASE("MLA: one KV number per token in three places: the cache simulate runs
 TEST_CASE("MLA: tiny-mla reproduces its PyTorch reference in both paths, cached and uncached, fast and readable") {
     // models/reference.json's tiny-mla entry (scripts/train-tiny.py, from DeepSeek-V2's equations in PyTorch);
     // test_reference.cpp checks the default (absorbed) path's logits, greedy text and NLL; here every path
-    std::ifstream in(kvlab::test::models_dir / "reference.json");
+    std::ifstream in(models_dir / "reference.json");
     REQUIRE(in);
     const nlohmann::json ref = nlohmann::json::parse(in);
     REQUIRE(ref.at("models").contains("tiny-mla"));
     const nlohmann::json& m = ref.at("models").at("tiny-mla");
-    const LoadedModel model = load_checkpoint(kvlab::test::models_dir / m.at("checkpoint").get<std::string>());
+    const LoadedModel model = load_checkpoint(models_dir / m.at("checkpoint").get<std::string>());
     const ModelConfig& cfg = model.config;
     REQUIRE(cfg.mla);
     for (const auto& prompt : m.at("prompts")) {
