@@ -211,9 +211,8 @@ void setup_simulate(CLI::App& app) {
                "fast (threaded, vectorised), or reference: also run the readable src/model/reference.cpp on the same tokens and "
                "report both speeds and whether it picks the same tokens")
         ->excludes(eval);
-    auto* mla = add_choice(cmd, "--mla", o->mla_path, mla_path_choices,
-                           "MLA models: naive (decompress every cached latent into K and V each step) or absorbed (W_UK folded "
-                           "into the query, W_UV into the output: attention reads the latents)");
+    auto* mla = add_choice(cmd, "--mla", o->mla_path, mla_path_choices, "MLA models: naive (decompress every cached latent into K and V "
+                           "each step) or absorbed (W_UK folded into the query, W_UV into the output: attention reads the latents)");
     add_units_option(cmd, o->units);
     add_format_option(cmd, o->format);
     cmd->footer("Examples:\n  kvlab simulate -m tiny-llama --prompt \"Once upon a time\" -n 64 --trace run.json\n"
