@@ -494,6 +494,74 @@ class Llama(nn.Module):
         return self.norm(x) @ self.tok_embeddings.weight.t()  # tied classifier
 
 
+class MLABlock(nn.Module):
+    """Multi-head latent attention, DeepSeek-V2 (arXiv 2405.04434) section 2.1, written from its equations, with
+    a SwiGLU MLP. Per token: the latent c_KV = W_DKV h (eq. 9), RMS-normed (the paper's section 3.1.2: "additional
+    RMSNorm layers after the compressed latent vectors"); per-head keys and values decompressed from it,
+    k_C = W_UK c_KV (eq. 10), v_C = W_UV c_KV (eq. 11); the decoupled RoPE key k_R = RoPE(W_KR h), one for all
+    heads (eq. 17); queries [q_C; q_R] with q_C = W_UQ h, q_R = RoPE(W_QR h) (eqs. 12, 16 with no query
+    compression: q_lora_rank absent, c_Q = h); softmax(q k^T / sqrt(d_h + d_h^R)) v (eq. 19); u = W_O o (eq. 19).
+    The cache holds c_KV and k_R per token and nothing else. Weight names as Hugging Face's deepseek_v2 files:
+    kv_a_proj_with_mqa stacks [W_DKV; W_KR], kv_b_proj stacks [W_UK; W_UV] per head, q_proj stacks [W_UQ; W_QR]
+    per head. RoPE turns neighbouring pairs, as the Llama export."""
+
+    def __init__(self, c):
+        super().__init__()
+        d, H = c["hidden_size"], c["num_attention_heads"]
+        self.H, self.r = H, c["kv_lora_rank"]
+        self.nope, self.rope, self.dv = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
+        self.input_layernorm = RMSNorm(d, c["rms_norm_eps"])
+        self.q_proj = nn.Linear(d, H * (self.nope + self.rope), bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(d, self.r + self.rope, bias=False)
+        self.kv_a_layernorm = RMSNorm(self.r, c["rms_norm_eps"])
+        self.kv_b_proj = nn.Linear(self.r, H * (self.nope + self.dv), bias=False)
+        self.o_proj = nn.Linear(H * self.dv, d, bias=False)
+        self.post_attention_layernorm = RMSNorm(d, c["rms_norm_eps"])
+        self.gate_proj = nn.Linear(d, c["intermediate_size"], bias=False)
+        self.up_proj = nn.Linear(d, c["intermediate_size"], bias=False)
+        self.down_proj = nn.Linear(c["intermediate_size"], d, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        H = self.H
+        h = self.input_layernorm(x)
+        q = self.q_proj(h).view(B, T, H, self.nope + self.rope)
+        q_c, q_r = q[..., :self.nope], apply_rope_neighbours(q[..., self.nope:], cos, sin)
+        a = self.kv_a_proj_with_mqa(h)
+        c_kv = self.kv_a_layernorm(a[..., :self.r])                                           # (B, T, r): cached
+        k_r = apply_rope_neighbours(a[..., self.r:].view(B, T, 1, self.rope), cos, sin)       # (B, T, 1, R): cached
+        kv = self.kv_b_proj(c_kv).view(B, T, H, self.nope + self.dv)
+        k_c, v = kv[..., :self.nope], kv[..., self.nope:]
+        q = torch.cat((q_c, q_r), dim=-1)
+        k = torch.cat((k_c, k_r.expand(B, T, H, self.rope)), dim=-1)
+        o = causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))  # scale 1/sqrt(nope + rope)
+        x = x + self.o_proj(o.transpose(1, 2).reshape(B, T, H * self.dv))
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class MLA(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
+        self.layers = nn.ModuleList(MLABlock(c) for _ in range(c["num_hidden_layers"]))
+        self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+        cos, sin = rope_tables(c["qk_rope_head_dim"], c["max_position_embeddings"], c["rope_theta"])
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        self.apply(_init)
+        for name, p in self.named_parameters():
+            if name.endswith("o_proj.weight") or name.endswith("down_proj.weight"):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * c["num_hidden_layers"]))
+
+    def forward(self, idx):
+        x = self.embed_tokens(idx)
+        for layer in self.layers:
+            x = layer(x, self.cos, self.sin)
+        return self.norm(x) @ self.embed_tokens.weight.t()  # tied classifier
+
+
 def gelu_tanh(x):
     """Hendrycks & Gimpel 2016, tanh approximation, as GPT-2 ("gelu_new")."""
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
@@ -723,6 +791,76 @@ def import_gpt2_hf(directory):
     return m.eval()
 
 
+def mla_config_json(c):
+    """A Hugging Face deepseek_v2 config.json: the MLA fields kvcalc reads, dense layers only (no experts)."""
+    return {
+        "architectures": ["DeepseekV2ForCausalLM"],
+        "model_type": "deepseek_v2",
+        "vocab_size": c["vocab_size"],
+        "hidden_size": c["hidden_size"],
+        "intermediate_size": c["intermediate_size"],
+        "num_hidden_layers": c["num_hidden_layers"],
+        "num_attention_heads": c["num_attention_heads"],
+        "num_key_value_heads": c["num_attention_heads"],
+        "kv_lora_rank": c["kv_lora_rank"],
+        "q_lora_rank": None,
+        "qk_nope_head_dim": c["qk_nope_head_dim"],
+        "qk_rope_head_dim": c["qk_rope_head_dim"],
+        "v_head_dim": c["v_head_dim"],
+        "n_routed_experts": None,
+        "first_k_dense_replace": c["num_hidden_layers"],
+        "max_position_embeddings": c["max_position_embeddings"],
+        "rms_norm_eps": c["rms_norm_eps"],
+        "rope_theta": c["rope_theta"],
+        "rope_scaling": None,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "tie_word_embeddings": True,
+        "bos_token_id": BOS,
+        "eos_token_id": EOS,
+        "torch_dtype": "float32",
+        "_kvlab": {"display_name": "tiny-mla", "source": "scripts/train-tiny.py", "rope_pairing": "neighbours"},
+    }
+
+
+MLA_TENSORS = ["input_layernorm", "self_attn.q_proj", "self_attn.kv_a_proj_with_mqa", "self_attn.kv_a_layernorm",
+               "self_attn.kv_b_proj", "self_attn.o_proj", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj",
+               "mlp.down_proj"]
+
+
+def _mla_module(block, name):
+    return getattr(block, name.split(".")[-1])
+
+
+def export_mla_hf(model, directory):
+    os.makedirs(directory, exist_ok=True)
+    t = [("model.embed_tokens.weight", model.embed_tokens.weight)]
+    for i, b in enumerate(model.layers):
+        t += [(f"model.layers.{i}.{n}.weight", _mla_module(b, n).weight) for n in MLA_TENSORS]
+    t += [("model.norm.weight", model.norm.weight)]
+    write_safetensors(os.path.join(directory, "model.safetensors"), t)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(mla_config_json(model.c), f, indent=2)
+        f.write("\n")
+
+
+def import_mla_hf(directory):
+    with open(os.path.join(directory, "config.json")) as f:
+        j = json.load(f)
+    c = {k: j[k] for k in MLA_CFG}
+    torch.manual_seed(0)
+    m = MLA(c)
+    st = read_safetensors(os.path.join(directory, "model.safetensors"))
+    with torch.no_grad():
+        m.embed_tokens.weight.copy_(st.pop("model.embed_tokens.weight"))
+        for i, b in enumerate(m.layers):
+            for n in MLA_TENSORS:
+                _mla_module(b, n).weight.copy_(st.pop(f"model.layers.{i}.{n}.weight"))
+        m.norm.weight.copy_(st.pop("model.norm.weight"))
+    assert not st, f"unexpected tensors {sorted(st)}"
+    return m.eval()
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # 5. Training and evaluation
 # ---------------------------------------------------------------------------------------------------------------
@@ -854,6 +992,11 @@ LLAMA_CFG = dict(dim=192, hidden_dim=320, n_layers=4, n_heads=6, n_kv_heads=2, v
                  norm_eps=1e-5)
 GPT2_CFG = dict(vocab_size=512, n_positions=256, n_embd=128, n_layer=5, n_head=4, n_inner=512,
                 layer_norm_epsilon=1e-5)
+# Multi-head latent attention (DeepSeek-V2): a 32-wide latent + a 16-wide RoPE key cached per token per layer, 48
+# values, where 4 MHA heads of q/k width 48 and v width 32 would cache 4 x (48 + 32) = 320
+MLA_CFG = dict(vocab_size=512, hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
+               kv_lora_rank=32, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, max_position_embeddings=256,
+               rms_norm_eps=1e-5, rope_theta=10000.0)
 PROMPTS = ["Once upon a time", "One day, Lily went to the park with her mom.", "Tom and his friend Max"]
 
 
@@ -912,7 +1055,12 @@ def main():
     ap.add_argument("--val-stories", type=int, default=300)
     ap.add_argument("--llama-steps", type=int, default=480)
     ap.add_argument("--gpt2-steps", type=int, default=520)
+    ap.add_argument("--mla-steps", type=int, default=400)
+    ap.add_argument("--models", default="llama,gpt2,mla",
+                    help="which models to train (comma-separated from llama, gpt2, mla); the others' files are kept as "
+                         "they are, and the tokenizer is read from --out unless llama and gpt2 are both trained")
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--eval-windows", type=int, default=40, help="validation windows of 256 tokens scored during training")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--corpus-dir", default=None, help="also write the generated train/val corpus here")
     ap.add_argument("--reference-only", action="store_true",
@@ -949,7 +1097,10 @@ def main():
 
     # ---- tokenizer ----
     tok_path = os.path.join(out, "tokenizer.bin")
-    if args.reference_only:
+    wanted = set(args.models.split(","))
+    assert wanted <= {"llama", "gpt2", "mla"}, f"--models {args.models}: expected names from llama, gpt2, mla"
+    keep_tokenizer = args.reference_only or not {"llama", "gpt2"} <= wanted
+    if keep_tokenizer:
         tok = Tokenizer.read(tok_path, 512)
     else:
         tok, n_merges, n_chars = train_tokenizer(train_stories[:2000], 512)
@@ -964,24 +1115,29 @@ def main():
         assert tok.encode_fast(s) == tok.encode_reference(s), s
     heldout_ids = tok.encode_reference(heldout, bos=True)
     assert len(heldout_ids) <= 256, len(heldout_ids)
-    with open(os.path.join(out, "heldout.txt"), "w") as f:
-        f.write(heldout)  # no trailing newline: the file's bytes are the text
+    if not keep_tokenizer:
+        with open(os.path.join(out, "heldout.txt"), "w") as f:
+            f.write(heldout)  # no trailing newline: the file's bytes are the text
 
     ctx = 256
     train_stream = token_stream(tok, train_stories)
     val_stream = token_stream(tok, val_stories)
-    val_x, val_y = heldout_windows(val_stream, ctx, 40)
+    val_x, val_y = heldout_windows(val_stream, ctx, args.eval_windows)
     log(f"tokens: train {len(train_stream)}, validation {len(val_stream)} ({len(val_x)} windows of {ctx} scored), "
         f"held-out story {len(heldout_ids)} with BOS; {sum(map(len, train_stories)) / len(train_stream):.2f} bytes/token")
 
     llama_dir = os.path.join(out, "tiny-llama")
     gpt2_dir = os.path.join(out, "tiny-gpt2")
+    mla_dir = os.path.join(out, "tiny-mla")
     os.makedirs(llama_dir, exist_ok=True)
     llama_path = os.path.join(llama_dir, "model.bin")
     train_log = {}
     if not args.reference_only:
-        for name, cls, cfg, steps, seed in [("tiny-llama", Llama, LLAMA_CFG, args.llama_steps, args.seed + 100),
-                                            ("tiny-gpt2", GPT2, GPT2_CFG, args.gpt2_steps, args.seed + 200)]:
+        for key, name, cls, cfg, steps, seed in [("llama", "tiny-llama", Llama, LLAMA_CFG, args.llama_steps, args.seed + 100),
+                                                 ("gpt2", "tiny-gpt2", GPT2, GPT2_CFG, args.gpt2_steps, args.seed + 200),
+                                                 ("mla", "tiny-mla", MLA, MLA_CFG, args.mla_steps, args.seed + 300)]:
+            if key not in wanted:
+                continue
             torch.manual_seed(seed)
             model = cls(cfg)
             log(f"{name}: {n_params(model)} parameters")
@@ -996,6 +1152,9 @@ def main():
             if cls is Llama:
                 export_llama2c_v0(model, llama_path)
                 back = import_llama2c_v0(llama_path)
+            elif cls is MLA:
+                export_mla_hf(model, mla_dir)
+                back = import_mla_hf(mla_dir)
             else:
                 export_gpt2_hf(model, gpt2_dir)
                 back = import_gpt2_hf(gpt2_dir)
@@ -1018,13 +1177,21 @@ def main():
         train_log["blas"] = blas
         train_log["torch"] = torch.__version__
         train_log["total_wall_s"] = round(time.time() - T_START, 1)
-        with open(os.path.join(out, "train-log.json"), "w") as f:
+        log_path = os.path.join(out, "train-log.json")
+        if not {"llama", "gpt2"} <= wanted and os.path.exists(log_path):  # keep the other models' entries
+            with open(log_path) as f:
+                old = json.load(f)
+            old.update({k: v for k, v in train_log.items() if k.startswith("tiny-")})
+            train_log = old
+        with open(log_path, "w") as f:
             json.dump(train_log, f, indent=1)
             f.write("\n")
 
     # ---- reference data, from the models read back from the exported files ----
     models = [("tiny-llama", "tiny-llama/model.bin", "llama2.c v0", import_llama2c_v0(llama_path)),
               ("tiny-gpt2", "tiny-gpt2", "huggingface gpt2", import_gpt2_hf(gpt2_dir))]
+    if os.path.exists(os.path.join(mla_dir, "config.json")):
+        models.append(("tiny-mla", "tiny-mla", "huggingface deepseek_v2 (MLA)", import_mla_hf(mla_dir)))
     ref = {
         "description": "PyTorch (fp32, eval mode) reference outputs of the models in this directory, written by "
                        "scripts/train-tiny.py from the exported files themselves",
@@ -1061,7 +1228,7 @@ def main():
     floats = {}  # placeholder -> formatted list, to keep each logits row on one line
     for name, rel, fmt_name, model in models:
         m = {"checkpoint": rel, "format": fmt_name, "parameters": n_params(model),
-             "family": "llama" if isinstance(model, Llama) else "gpt2", "prompts": []}
+             "family": "gpt2" if isinstance(model, GPT2) else "llama", "prompts": []}
         s, n, per = sequence_nll(model, heldout_ids)
         m["heldout"] = {"nll_sum": s, "n_scored": n, "mean_nll": s / n, "perplexity": math.exp(s / n),
                         "nll_per_target": f"@@{name}:nll@@"}

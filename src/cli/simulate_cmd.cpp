@@ -158,7 +158,9 @@ void setup_simulate(CLI::App& app) {
         ->excludes(model)
         ->excludes(config);
     cmd->add_option("--layers", o->layers, "Simulate only the first N layers, at their real shapes (0 = all)")->capture_default_str();
-    cmd->add_option("-a,--attention", o->attention, "What-if KV heads on random weights: native, mha, gqa:N (N KV heads), mqa")
+    cmd->add_option("-a,--attention", o->attention,
+                    "What-if attention on random weights: native, mha, gqa:N (N KV heads), mqa, or mla:R (DeepSeek-V2's latent "
+                    "cache of R values + half a head of RoPE key per token)")
         ->capture_default_str();
     add_choice(cmd, "--mode", o->mode, sim_mode_choices, "cached, uncached or both (same tokens, logits compared)");
     input_file(cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer.bin for the model's vocabulary: --prompt text in, text out"));
@@ -209,6 +211,8 @@ void setup_simulate(CLI::App& app) {
                "fast (threaded, vectorised), or reference: also run the readable src/model/reference.cpp on the same tokens and "
                "report both speeds and whether it picks the same tokens")
         ->excludes(eval);
+    auto* mla = add_choice(cmd, "--mla", o->mla_path, mla_path_choices, "MLA models: naive (decompress every cached latent into K and V "
+                           "each step) or absorbed (W_UK folded into the query, W_UV into the output: attention reads the latents)");
     add_units_option(cmd, o->units);
     add_format_option(cmd, o->format);
     cmd->footer("Examples:\n  kvlab simulate -m tiny-llama --prompt \"Once upon a time\" -n 64 --trace run.json\n"
@@ -216,7 +220,8 @@ void setup_simulate(CLI::App& app) {
                 "  kvlab simulate -m tiny-llama --prompt \"Once upon a time\" -n 64 --kv-dtype fp32,fp16,fp8_e4m3,q4_0\n"
                 "  kvlab simulate -m stories110m -p 16 -n 64 --weight-dtype fp32,bf16,q8_0");
     auto* mode_opt = cmd->get_option("--mode");
-    cmd->callback([o, prompt, prompt_len, kv_scale, mode_opt] {
+    cmd->callback([o, prompt, prompt_len, kv_scale, mode_opt, mla] {
+        o->mla_given = mla->count() > 0;
         o->prompt_len_given = prompt_len->count() > 0;
         o->kv_scale_given = kv_scale->count() > 0;
         o->mode_given = mode_opt->count() > 0;

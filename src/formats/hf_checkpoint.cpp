@@ -181,7 +181,9 @@ Weights load_llama_weights(const TensorSource& src, const ModelConfig& cfg, std:
         throw FormatError(fmt::format("{}: the model has attention biases (model_type {}); kvlab's llama forward pass has none",
                                       src.where(), quote(cfg.model_type, 40)));
     Weights w = read_weights(src, cfg, n_read, "");
-    w.rope_pairing = RopePairing::halves;  // HF Llama rotates (x[i], x[i+D/2]); wq/wk rows are stored for that
+    // HF Llama rotates (x[i], x[i+D/2]); wq/wk rows are stored for that. HF deepseek_v2 stores its RoPE rows
+    // for neighbouring pairs: its rotary code first regroups each head's (x[2i], x[2i+1]) into halves.
+    w.rope_pairing = cfg.mla ? RopePairing::neighbours : RopePairing::halves;
     return w;
 }
 
@@ -199,7 +201,9 @@ Weights load_gpt2_weights(const TensorSource& src, const ModelConfig& cfg, std::
 LoadedModel load_hf_checkpoint(const std::filesystem::path& dir, std::optional<std::int64_t> n_layers, WeightPlacement placement) {
     LoadedModel model{load_model_config(dir), {}};
     const ModelConfig& cfg = model.config;
-    if (cfg.mla) throw FormatError(fmt::format("{}: multi-head latent attention weights are not supported", dir.string()));
+    if (cfg.mla && cfg.mla->q_lora_rank > 0)
+        throw FormatError(fmt::format("{}: MLA with a compressed query (q_lora_rank {}) is not supported; kvlab reads MLA files "
+                                      "without q_lora_rank (DeepSeek-V2-Lite's form)", dir.string(), cfg.mla->q_lora_rank));
     if (cfg.n_expert != 1)
         throw FormatError(fmt::format("{}: mixture-of-experts weights ({} experts) are not supported", dir.string(), cfg.n_expert));
     const TensorSource src(dir);

@@ -44,15 +44,18 @@ std::uint64_t kv_stored_row_bytes(const KvStorage& s, std::int64_t n_head_kv, st
 }
 
 std::uint64_t kv_stored_token_bytes(const KvStorage& storage, const ModelConfig& cfg) {
-    return checked_mul(2 * static_cast<std::uint64_t>(cfg.n_layer), kv_stored_row_bytes(storage, cfg.n_head_kv, cfg.d_head), "KV bytes per token");
+    return checked_mul(static_cast<std::uint64_t>(kv_rows_per_token(cfg) * cfg.n_layer),
+                       kv_stored_row_bytes(storage, kv_row_heads(cfg), kv_row_head_dim(cfg)), "KV bytes per token");
 }
 
 std::uint64_t kv_resident_bytes(const ModelConfig& cfg, const KvStorage& storage, std::uint64_t n_tokens) {
-    const std::uint64_t row = kv_stored_row_bytes(storage, cfg.n_head_kv, cfg.d_head);
-    const std::uint64_t per_layer_scales = storage.scaled() && storage.scale == KvScale::tensor ? 2 * sizeof(float) : 0;
+    // MLA: one latent row per token, so one per-tensor scale per layer
+    const std::uint64_t rows_per_token = static_cast<std::uint64_t>(kv_rows_per_token(cfg));
+    const std::uint64_t row = kv_stored_row_bytes(storage, kv_row_heads(cfg), kv_row_head_dim(cfg));
+    const std::uint64_t per_layer_scales = storage.scaled() && storage.scale == KvScale::tensor ? rows_per_token * sizeof(float) : 0;
     std::uint64_t sum = 0;
     for (std::int64_t l = 0; l < cfg.n_layer; ++l)
-        sum = checked_add(sum, checked_add(checked_mul(2 * row, kv_tokens_held(cfg, l, n_tokens, WindowMode::cap), "KV bytes"), per_layer_scales,
+        sum = checked_add(sum, checked_add(checked_mul(rows_per_token * row, kv_tokens_held(cfg, l, n_tokens, WindowMode::cap), "KV bytes"), per_layer_scales,
                                            "KV bytes"), "KV bytes");
     return sum;
 }
@@ -196,7 +199,8 @@ void KvRowStore::copy_rows(std::int64_t src, std::int64_t dst, std::int64_t n) {
 }
 
 std::uint64_t KvRowStore::bytes() const {
-    const std::uint64_t tensor = storage_.scaled() && storage_.scale == KvScale::tensor ? sizeof(float) : 0;
+    // (a store of no rows, MLA's absent values, holds no scale either)
+    const std::uint64_t tensor = storage_.scaled() && storage_.scale == KvScale::tensor && n_data_ > 0 ? sizeof(float) : 0;
     return n_data_ + sizeof(float) * head_scales_.size() + tensor;
 }
 
@@ -204,19 +208,21 @@ KvCache::KvCache(const ModelConfig& cfg, std::int64_t n_tokens_max, const KvStor
     : n_tokens_max_(n_tokens_max), storage_(storage) {
     if (n_tokens_max <= 0)
         throw UsageError(fmt::format("KV cache: {} positions; expected at least 1", n_tokens_max));
-    check_kv_storage(storage, cfg.d_kv());
-    row_bytes_ = kv_stored_row_bytes(storage, cfg.n_head_kv, cfg.d_head);
+    // MLA: the K rows hold the latent (one "head" of kv_lora_rank + qk_rope_head_dim), the V rows none
+    const std::int64_t heads = kv_row_heads(cfg), width = kv_row_head_dim(cfg), v_rows = cfg.mla ? 0 : 1;
+    check_kv_storage(storage, kv_row_values(cfg));
+    row_bytes_ = kv_stored_row_bytes(storage, heads, width);
     for (std::int64_t l = 0; l < cfg.n_layer; ++l) {
         // the row count comes from the same function kvcalc sizes the cache with
         const auto rows = static_cast<std::int64_t>(kv_tokens_held(cfg, l, static_cast<std::uint64_t>(n_tokens_max), WindowMode::cap));
         rows_.push_back(rows);
         n_sink_.push_back(cfg.layer_window(l) > 0 ? cfg.sink_tokens : 0);
         if (narrow()) {
-            k_store_.emplace_back(storage, rows, cfg.n_head_kv, cfg.d_head);
-            v_store_.emplace_back(storage, rows, cfg.n_head_kv, cfg.d_head);
+            k_store_.emplace_back(storage, rows, heads, width);
+            v_store_.emplace_back(storage, rows * v_rows, heads, width);
         } else {
-            k_.emplace_back(large_zero_matrix(rows, cfg.d_kv()));
-            v_.emplace_back(large_zero_matrix(rows, cfg.d_kv()));
+            k_.emplace_back(large_zero_matrix(rows, heads * width));
+            v_.emplace_back(large_zero_matrix(rows * v_rows, heads * width));
         }
     }
 }

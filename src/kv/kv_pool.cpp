@@ -301,15 +301,18 @@ std::int64_t KvAllocator::largest_free_range() const {
 }
 
 KvPool::KvPool(const ModelConfig& cfg, std::int64_t n_rows, const KvStorage& storage) : storage_(storage) {
-    check_kv_storage(storage, cfg.d_kv());
-    stored_row_bytes_ = kv_stored_row_bytes(storage, cfg.n_head_kv, cfg.d_head);
+    const std::int64_t heads = kv_row_heads(cfg), width = kv_row_head_dim(cfg), v_rows = cfg.mla ? 0 : 1;
+    values_ = !cfg.mla;
+    check_kv_storage(storage, kv_row_values(cfg));
+    stored_row_bytes_ = kv_stored_row_bytes(storage, heads, width);
     for (std::int64_t l = 0; l < cfg.n_layer; ++l) {
+        // MLA: one latent "head" per token in the K rows, no V rows (model_config.hpp, kv_row_values)
         if (narrow()) {
-            k_store_.emplace_back(storage, n_rows, cfg.n_head_kv, cfg.d_head);
-            v_store_.emplace_back(storage, n_rows, cfg.n_head_kv, cfg.d_head);
+            k_store_.emplace_back(storage, n_rows, heads, width);
+            v_store_.emplace_back(storage, n_rows * v_rows, heads, width);
         } else {
-            k_.emplace_back(large_zero_matrix(n_rows, cfg.d_kv()));
-            v_.emplace_back(large_zero_matrix(n_rows, cfg.d_kv()));
+            k_.emplace_back(large_zero_matrix(n_rows, heads * width));
+            v_.emplace_back(large_zero_matrix(n_rows * v_rows, heads * width));
         }
     }
 }
@@ -329,11 +332,11 @@ void KvPool::attach(std::int64_t layer, KvView& kv) {
 void KvPool::copy(const RowCopy& c) {
     for (std::size_t l = 0; l < k_.size(); ++l) {
         k_[l].middleRows(c.dst, c.n) = k_[l].middleRows(c.src, c.n);
-        v_[l].middleRows(c.dst, c.n) = v_[l].middleRows(c.src, c.n);
+        if (values_) v_[l].middleRows(c.dst, c.n) = v_[l].middleRows(c.src, c.n);  // none: MLA
     }
     for (std::size_t l = 0; l < k_store_.size(); ++l) {
         k_store_[l].copy_rows(c.src, c.dst, c.n);
-        v_store_[l].copy_rows(c.src, c.dst, c.n);
+        if (values_) v_store_[l].copy_rows(c.src, c.dst, c.n);
     }
 }
 

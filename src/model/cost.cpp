@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "kvlab/core/error.hpp"
+#include "kvlab/model/mla.hpp"
 
 namespace kvlab {
 
@@ -201,7 +202,8 @@ std::int64_t sum_keys_attended(std::int64_t pos0, std::int64_t n, std::int64_t w
     return (pos0 + 1 + growing_end) * n_growing / 2 + (end - growing_end) * window;
 }
 
-StepCost closed_form_step_cost(const ModelConfig& cfg, StepMode mode, std::int64_t pos0, std::int64_t n, std::uint64_t kv_row_bytes) {
+StepCost closed_form_step_cost(const ModelConfig& cfg, StepMode mode, std::int64_t pos0, std::int64_t n, std::uint64_t kv_row_bytes,
+                               MlaPath mla_path) {
     if (n <= 0 || pos0 < 0 || (mode == StepMode::uncached && pos0 != 0))
         throw UsageError("closed_form_step_cost: expected n > 0, pos0 >= 0, and pos0 = 0 for the uncached mode");
     const bool gpt2 = cfg.family == Family::gpt2;
@@ -216,15 +218,20 @@ StepCost closed_form_step_cost(const ModelConfig& cfg, StepMode mode, std::int64
         // distinct key positions read: from the first query's oldest key to the newest position
         const std::int64_t n_key_rows = n - 1 + cfg.keys_attended(l, pos0);
         s.add(Op::attn_norm, gpt2 ? cost_layernorm(n, d) : cost_rmsnorm(n, d));
-        s.add(Op::q_proj, cost_matmul(n, d, d_q, qkv_bias));
-        s.add(Op::k_proj, cost_matmul(n, d, d_kv, qkv_bias));
-        s.add(Op::v_proj, cost_matmul(n, d, d_kv, qkv_bias));
-        if (!gpt2) s.add(Op::rope, cost_rope(n, cfg.n_head, cfg.n_head_kv, cfg.d_head));
-        s.add(Op::kv_store, cost_kv_store(n, d_kv, place, kv_row_bytes));
-        s.add(Op::qk, cost_qk(n, cfg.n_head, d_kv, cfg.d_head, n_scores, n_key_rows, place, kv_row_bytes));
-        s.add(Op::softmax, cost_softmax(cfg.n_head, n_scores));
-        s.add(Op::av, cost_av(n, cfg.n_head, d_kv, cfg.d_head, n_scores, n_key_rows, place, kv_row_bytes));
-        s.add(Op::o_proj, cost_matmul(n, d_q, d, gpt2));
+        if (cfg.mla) {  // the latent cache's attention block, then the output projection from H*dv
+            add_mla_cost(s, mla_attention_cost(cfg, mla_path, n, n_scores, n_key_rows, place, kv_row_bytes));
+            s.add(Op::o_proj, cost_matmul(n, cfg.n_head * cfg.mla->v_head_dim, d, false));
+        } else {
+            s.add(Op::q_proj, cost_matmul(n, d, d_q, qkv_bias));
+            s.add(Op::k_proj, cost_matmul(n, d, d_kv, qkv_bias));
+            s.add(Op::v_proj, cost_matmul(n, d, d_kv, qkv_bias));
+            if (!gpt2) s.add(Op::rope, cost_rope(n, cfg.n_head, cfg.n_head_kv, cfg.d_head));
+            s.add(Op::kv_store, cost_kv_store(n, d_kv, place, kv_row_bytes));
+            s.add(Op::qk, cost_qk(n, cfg.n_head, d_kv, cfg.d_head, n_scores, n_key_rows, place, kv_row_bytes));
+            s.add(Op::softmax, cost_softmax(cfg.n_head, n_scores));
+            s.add(Op::av, cost_av(n, cfg.n_head, d_kv, cfg.d_head, n_scores, n_key_rows, place, kv_row_bytes));
+            s.add(Op::o_proj, cost_matmul(n, d_q, d, gpt2));
+        }
         s.add(Op::attn_residual, cost_residual(n, d));
         s.add(Op::mlp_norm, gpt2 ? cost_layernorm(n, d) : cost_rmsnorm(n, d));
         if (!gpt2) s.add(Op::mlp_gate, cost_matmul(n, d, f, false));

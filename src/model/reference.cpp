@@ -84,6 +84,7 @@ bool attends(const ModelConfig& cfg, std::int64_t l, std::int64_t t, std::int64_
 ReferenceModel::ReferenceModel(const ModelConfig& cfg, const Weights& weights, std::int64_t n_positions)
     : cfg_(cfg), w_(weights), n_positions_(n_positions) {
     check_forward_shapes(cfg, weights);
+    if (cfg.mla) throw ConfigError(fmt::format("{}: MLA's readable forward is model/reference_mla.hpp", cfg.name));
     if (n_positions <= 0 || (cfg.family == Family::gpt2 && n_positions > weights.pos_embed.rows()))
         throw UsageError(fmt::format("reference forward: {} positions; expected 1..{}", n_positions,
                                      cfg.family == Family::gpt2 ? weights.pos_embed.rows() : cfg.n_ctx_max));

@@ -57,7 +57,11 @@ Transformer::Transformer(const ModelConfig& cfg, const Weights& weights, const T
         k_act_.resize(T, d_kv);
         v_act_.resize(T, d_kv);
     }
-    att_.resize(N, d_q);
+    att_.resize(N, cfg.mla ? cfg.n_head * cfg.mla->v_head_dim : d_q);
+    if (cfg.mla) {
+        if (narrow) throw ConfigError(fmt::format("{}: MLA runs on fp32 weights only (--weights-dtype fp32)", cfg.name));
+        mla_.allocate(cfg, N, T, size.uncached, size.mla_path, n_threads_);
+    }
     hb_.resize(N, f);
     if (cfg.family == Family::llama) hb2_.resize(N, f);
     scores_.resize(n_threads_, scores_row_floats(cfg, T));
@@ -85,7 +89,8 @@ std::uint64_t Transformer::activation_bytes(const ModelConfig& cfg, const Transf
     // every sum and product checked: the sizes come from user configs and flags
     const auto add = [](std::uint64_t a, std::uint64_t b) { return checked_add(a, b, "activation bytes"); };
     const auto mul = [](std::uint64_t a, std::uint64_t b) { return checked_mul(a, b, "activation bytes"); };
-    const std::uint64_t row = add(add(add(mul(2, d), mul(2, d_q)), mul(2, d_kv)), mul(llama ? 2 : 1, f));
+    const auto d_att = cfg.mla ? static_cast<std::uint64_t>(cfg.n_head * cfg.mla->v_head_dim) : d_q;
+    const std::uint64_t row = add(add(add(add(mul(2, d), d_q), d_att), mul(2, d_kv)), mul(llama ? 2 : 1, f));
     std::uint64_t n = mul(N, row);                                      // x, xb, q, att, k_new, v_new, MLP
     if (size.uncached) n = add(n, mul(T, mul(2, d_kv)));                // k_act, v_act
     const auto n_threads = static_cast<std::uint64_t>(omp_get_max_threads());
@@ -95,6 +100,7 @@ std::uint64_t Transformer::activation_bytes(const ModelConfig& cfg, const Transf
     if (N > 1 && size.narrow_weights)  // widened weight rows
         n = add(n, mul(n_threads, static_cast<std::uint64_t>(narrow_panel_floats(widest_input(cfg)))));
     if (llama) n = add(n, static_cast<std::uint64_t>(cfg.d_head) / 2);  // inv_freq
+    if (cfg.mla) n = add(n, MlaBuffers::floats(cfg, size.n_tokens, size.n_positions, size.uncached, size.mla_path, static_cast<int>(n_threads)));
     const auto S = static_cast<std::uint64_t>(size.n_seqs);
     n = add(n, add(mul(std::max<std::uint64_t>(1, S), d), static_cast<std::uint64_t>(cfg.n_vocab)));  // x_last, logits
     n = add(n, mul(S, static_cast<std::uint64_t>(cfg.n_vocab)));        // batch logits
@@ -104,7 +110,8 @@ std::uint64_t Transformer::activation_bytes(const ModelConfig& cfg, const Transf
 std::uint64_t Transformer::activation_bytes_held() const {
     const auto n = x_.size() + xb_.size() + q_.size() + k_new_.size() + v_new_.size() + k_act_.size() +
                    v_act_.size() + att_.size() + hb_.size() + hb2_.size() + scores_.size() + gemm_scratch_.size() + panel_.size() +
-                   static_cast<Eigen::Index>(inv_freq_.size()) + x_last_.size() + logits_.size() + batch_logits_.size();
+                   static_cast<Eigen::Index>(inv_freq_.size()) + x_last_.size() + logits_.size() + batch_logits_.size() +
+                   mla_.q.size() + mla_.latent.size() + mla_.rows.size() + mla_.up.size() + mla_.act.size() + mla_.scratch.size();
     return static_cast<std::uint64_t>(n) * sizeof(float);
 }
 
@@ -199,16 +206,20 @@ void Transformer::layers(std::span<const TokenId> tokens, std::int64_t n_runs, K
             } else {
                 kv = KvView{};  // this layer's activations: position p in row p
                 kv.place = KvView::Place::activations;
-                kv.k = &k_act_;
+                kv.k = cfg_.mla ? &mla_.act : &k_act_;
                 kv.v = &v_act_;
-                kv.n_rows = k_act_.rows();
+                kv.n_rows = kv.k->rows();
             }
         }
         // attention block: x += W_o attention(rope(q), rope(k), v) over the normed x
         norm(norm_kind, xb_, x_, 0, n, lw.attn_norm, lw.attn_norm_bias, eps, Op::attn_norm, rec);
-        qkv_projections(q_, k_new_, v_new_, xb_, n, lw, nl, scratch, rec);
-        if (!gpt2) rope(q_, k_new_, runs, inv_freq_, w_.rope_pairing, cfg_.d_head, rec);
-        attention(att_, q_, k_new_, v_new_, runs, shape, window, scratch, rec);
+        if (cfg_.mla) {  // the latent cache: model/mla.hpp
+            mla_attention(att_, xb_, n, runs, lw, cfg_, w_.rope_pairing, size_.mla_path, mla_, rec);
+        } else {
+            qkv_projections(q_, k_new_, v_new_, xb_, n, lw, nl, scratch, rec);
+            if (!gpt2) rope(q_, k_new_, runs, inv_freq_, w_.rope_pairing, cfg_.d_head, rec);
+            attention(att_, q_, k_new_, v_new_, runs, shape, window, scratch, rec);
+        }
         project_add(x_, xb_, att_, n, WeightRef{lw.wo, nl ? &nl->wo : nullptr}, lw.bo, scratch, Op::o_proj, Op::attn_residual, rec);
 
         // MLP block: x += W_2 act(W_1 x (, W_3 x)) over the normed x

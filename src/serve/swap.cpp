@@ -13,7 +13,7 @@ namespace kvlab {
 std::uint64_t swap_bytes(const ModelConfig& cfg, std::uint64_t row_bytes, std::int64_t n_tokens) {
     std::uint64_t sum = 0;
     for (std::int64_t l = 0; l < cfg.n_layer; ++l)
-        sum = checked_add(sum, checked_mul(2 * row_bytes, kv_tokens_held(cfg, l, static_cast<std::uint64_t>(n_tokens), WindowMode::cap), "swap bytes"),
+        sum = checked_add(sum, checked_mul(static_cast<std::uint64_t>(kv_rows_per_token(cfg)) * row_bytes, kv_tokens_held(cfg, l, static_cast<std::uint64_t>(n_tokens), WindowMode::cap), "swap bytes"),
                           "swap bytes");
     return sum;
 }
@@ -39,7 +39,7 @@ std::uint64_t HostKvTier::swap_out(SeqId seq, const KvPool& pool, const KvView& 
     std::uint8_t* out = h.bytes.data();
     for (std::int64_t l = 0; l < cfg_.n_layer; ++l) {
         const auto held = static_cast<std::int64_t>(kv_tokens_held(cfg_, l, static_cast<std::uint64_t>(n_tokens), WindowMode::cap));
-        for (int which = 0; which < 2; ++which)
+        for (int which = 0; which < kv_rows_per_token(cfg_); ++which)  // K then V (MLA: the latent only)
             each_run(rows, held, [&](std::int64_t row0, std::int64_t len) {
                 pool.save_rows(l, which, row0, len, out);
                 out += static_cast<std::size_t>(len) * row_bytes;
@@ -59,7 +59,7 @@ std::uint64_t HostKvTier::swap_in(SeqId seq, KvPool& pool, const KvView& rows) {
     const std::uint8_t* in = it->second.bytes.data();
     for (std::int64_t l = 0; l < cfg_.n_layer; ++l) {
         const auto held = static_cast<std::int64_t>(kv_tokens_held(cfg_, l, static_cast<std::uint64_t>(it->second.n_tokens), WindowMode::cap));
-        for (int which = 0; which < 2; ++which)
+        for (int which = 0; which < kv_rows_per_token(cfg_); ++which)  // K then V (MLA: the latent only)
             each_run(rows, held, [&](std::int64_t row0, std::int64_t len) {
                 pool.load_rows(l, which, row0, len, in);
                 in += static_cast<std::size_t>(len) * row_bytes;

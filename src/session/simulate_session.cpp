@@ -23,6 +23,7 @@
 #include "kvlab/core/units.hpp"
 #include "kvlab/formats/checkpoint.hpp"
 #include "formats/llama2c_checkpoint.hpp"
+#include "kvlab/model/mla.hpp"
 #include "kvlab/sim/evaluate.hpp"
 #include "kernels/narrow_weights.hpp"
 #include "kvlab/weights/random_weights.hpp"
@@ -57,10 +58,25 @@ void check_save_path(const std::string& path, const ModelConfig& cfg) {
 
 namespace {
 
+// --attention mla:R: DeepSeek-V2's latent attention on the model's shape, random weights: a latent of R
+// values, RoPE on half a head's width (64 of 128 in DeepSeek-V2), per-head q/k and v widths the model's
+// head dim, no query compression. The cache: R + D/2 values per token per layer.
+ModelConfig with_mla_latent(const SimulateRequest& o, ModelConfig cfg) {
+    const auto rank = static_cast<std::int64_t>(parse_count(std::string_view(o.attention).substr(4), "--attention"));
+    if (!o.checkpoint.empty() || cfg.family != Family::llama || cfg.mla || cfg.d_head % 4 != 0 || cfg.sliding_window)
+        throw UsageError(fmt::format("--attention {}: the MLA what-if runs random weights of a Llama-family shape with a head dim "
+                                     "divisible by 4 and no sliding window; {} is not one (give the shape with --model or --config)",
+                                     o.attention, cfg.name));
+    cfg.mla = MlaShape{rank, cfg.d_head / 2, 0, cfg.d_head, cfg.d_head};
+    cfg.display_name += fmt::format(", MLA r={} what-if", rank);
+    return cfg;
+}
+
 // The shape simulate runs: --layers of the model, and an --attention what-if's KV heads.
 ModelConfig shaped_config(const SimulateRequest& o, const ModelConfig& full) {
     ModelConfig cfg = simulation_config(full, o.layers > 0 ? std::optional<std::int64_t>(o.layers) : std::nullopt);
     if (o.layers < 0) throw UsageError(fmt::format("--layers: {}; expected 1..{}", o.layers, full.n_layer));
+    if (o.attention.rfind("mla:", 0) == 0) return with_mla_latent(o, cfg);
     if (const AttentionVariant variant = parse_attention_variant(o.attention); variant.n_head_kv != 0) {
         // the seed's MHA vs GQA vs MQA lesson on one shape: K and V projections of another width, random weights
         if (!o.checkpoint.empty())
@@ -87,7 +103,7 @@ void plan_policies(SimulateRequest& o, ModelConfig& cfg, PreparedSimulation& p) 
     std::vector<KvStorage> kv_list;
     for (const auto& name : split_list(o.kv_dtype)) {
         const KvStorage storage{parse_dtype(name, "--kv-dtype"), o.kv_scale};
-        check_kv_storage(storage, cfg.d_kv());
+        check_kv_storage(storage, kv_row_values(cfg));
         if (std::find_if(kv_list.begin(), kv_list.end(), [&](const KvStorage& k) { return k.dtype == storage.dtype; }) != kv_list.end())
             throw UsageError(fmt::format("--kv-dtype: {} is listed twice", dtype_name(storage.dtype)));
         kv_list.push_back(storage);
@@ -124,6 +140,13 @@ void plan_policies(SimulateRequest& o, ModelConfig& cfg, PreparedSimulation& p) 
         throw UsageError("--kernel reference: the reference forward runs beside the cached mode with fp32 weights and an fp32 full cache; "
                          "expected --mode cached or both, without --kv-dtype, --weight-dtype, --window or --sink-tokens");
     sim.kernel = o.kernel;
+    if (o.kernel == ForwardKernel::reference && cfg.mla)
+        throw UsageError(fmt::format("--kernel reference: {} uses MLA, whose readable forward (src/model/reference_mla.cpp) is run by "
+                                     "the tests, not beside simulate; expected --kernel fast", cfg.name));
+    if (o.mla_given && !cfg.mla)
+        throw UsageError(fmt::format("--mla {}: {} has no latent attention ({}); --mla applies to MLA models and --attention mla:R",
+                                     choice_name(mla_path_choices, o.mla_path), cfg.name, cfg.attention_kind()));
+    sim.mla_path = o.mla_path;
     if (o.no_quality && !any_narrow && !attention_policy && !any_narrow_weights)
         throw UsageError("--no-quality: there is no policy to run alone; it applies with --kv-dtype or --weight-dtype other than fp32, "
                          "--window or --sink-tokens");

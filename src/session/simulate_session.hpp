@@ -62,6 +62,8 @@ struct SimulateRequest {
     std::int64_t sink_tokens = 0;      // --sink-tokens S: and its first S (StreamingLLM)
     std::string weight_dtype = "fp32"; // --weight-dtype: how the matmuls read the weights; a comma list compares them
     bool no_quality = false;           // --no-quality: policies run without the fp32 model beside them
+    MlaPath mla_path = MlaPath::absorbed;  // --mla: how an MLA model's attention reads its latent cache (model/mla.hpp)
+    bool mla_given = false;
     std::string gpu = "h100";          // --gpu: the GPU preset whose roofline models each step's time
     std::int64_t repeat = 1;           // --repeat: runs of the timed part; wall figures as median and range
     std::string logits;                // --logits FILE.npy: each step's logits, float32 (steps, vocab)

@@ -27,9 +27,10 @@ double logit_tolerance(const VectorF& reference) {
 }
 
 ModelConfig simulation_config(const ModelConfig& cfg, std::optional<std::int64_t> n_layers) {
-    if (cfg.mla)
-        throw ConfigError(fmt::format("{}: multi-head latent attention (MLA) is not simulated; use kvcalc for its cache size",
-                                      cfg.name));
+    if (cfg.mla && cfg.mla->q_lora_rank > 0)
+        throw ConfigError(fmt::format("{}: MLA with a compressed query (q_lora_rank {}) is not simulated; kvlab runs MLA without it "
+                                      "(DeepSeek-V2-Lite's form, or --attention mla:R on a Llama shape); kvcalc sizes this cache",
+                                      cfg.name, cfg.mla->q_lora_rank));
     if (cfg.d_ff == 0)
         throw ConfigError(fmt::format("{}: the config has no intermediate_size; the simulator needs the MLP width", cfg.name));
     if (cfg.n_expert > 1)
@@ -80,9 +81,9 @@ std::int64_t simulation_positions(const ModelConfig& cfg, const SimulateOptions&
 TransformerSize simulation_size(const ModelConfig& cfg, const SimulateOptions& o) {
     const std::int64_t n_positions = simulation_positions(cfg, o);
     const bool narrow = o.weight_dtype != DType::fp32;
-    if (o.mode != SimMode::cached) return {n_positions, n_positions, true, narrow};
+    if (o.mode != SimMode::cached) return {n_positions, n_positions, true, narrow, 0, o.mla_path};
     const std::int64_t n_prompt = o.prompt_ids.empty() ? o.n_prompt : static_cast<std::int64_t>(o.prompt_ids.size());
-    return {n_positions, n_prompt, false, narrow};
+    return {n_positions, n_prompt, false, narrow, 0, o.mla_path};
 }
 
 MemoryEstimate estimate_simulation_memory(const ModelConfig& cfg, const SimulateOptions& o) {

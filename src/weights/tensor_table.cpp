@@ -91,6 +91,28 @@ std::vector<TensorSpec> gpt2_specs(const ModelConfig& cfg) {
     return t;
 }
 
+// Multi-head latent attention (Hugging Face DeepseekV2ForCausalLM names, dense layers, no query compression):
+// the shapes weights.hpp lists for MLA under wq, wk, wv, wo and kv_norm.
+std::vector<TensorSpec> mla_specs(const ModelConfig& cfg) {
+    const MlaShape& m = *cfg.mla;
+    const std::int64_t d = cfg.d_model, H = cfg.n_head, f = cfg.d_ff, V = cfg.n_vocab, r = m.kv_lora_rank;
+    std::vector<TensorSpec> t;
+    t.push_back(global_matrix("tok_embed", V, d, &W::tok_embed, "model.embed_tokens.weight"));
+    t.push_back(layer_vector("attn_norm", d, ones, &L::attn_norm, "model.layers.{}.input_layernorm.weight"));
+    t.push_back(layer_matrix("wq", H * (m.qk_nope_head_dim + m.qk_rope_head_dim), d, &L::wq, "model.layers.{}.self_attn.q_proj.weight"));
+    t.push_back(layer_matrix("wk", r + m.qk_rope_head_dim, d, &L::wk, "model.layers.{}.self_attn.kv_a_proj_with_mqa.weight"));
+    t.push_back(layer_vector("kv_norm", r, ones, &L::kv_norm, "model.layers.{}.self_attn.kv_a_layernorm.weight"));
+    t.push_back(layer_matrix("wv", H * (m.qk_nope_head_dim + m.v_head_dim), r, &L::wv, "model.layers.{}.self_attn.kv_b_proj.weight"));
+    t.push_back(layer_matrix("wo", d, H * m.v_head_dim, &L::wo, "model.layers.{}.self_attn.o_proj.weight"));
+    t.push_back(layer_vector("mlp_norm", d, ones, &L::mlp_norm, "model.layers.{}.post_attention_layernorm.weight"));
+    t.push_back(layer_matrix("w1", f, d, &L::w1, "model.layers.{}.mlp.gate_proj.weight"));
+    t.push_back(layer_matrix("w3", f, d, &L::w3, "model.layers.{}.mlp.up_proj.weight"));
+    t.push_back(layer_matrix("w2", d, f, &L::w2, "model.layers.{}.mlp.down_proj.weight"));
+    t.push_back(global_vector("final_norm", d, ones, &W::final_norm, "model.norm.weight"));
+    if (!cfg.tied_embeddings) t.push_back(global_matrix("lm_head", V, d, &W::lm_head, "lm_head.weight"));
+    return t;
+}
+
 }  // namespace
 
 std::uint64_t TensorSpec::n_values() const {
@@ -100,6 +122,7 @@ std::uint64_t TensorSpec::n_values() const {
 
 std::vector<TensorSpec> tensor_specs(const ModelConfig& cfg) {
     if (cfg.family == Family::gpt2) return gpt2_specs(cfg);
+    if (cfg.family == Family::llama && cfg.mla) return mla_specs(cfg);
     if (cfg.family == Family::llama) return llama_specs(cfg);
     throw ConfigError(fmt::format("{}: kvlab runs the llama and gpt2 families only", cfg.name));
 }

@@ -8,15 +8,31 @@
 namespace kvlab {
 
 void check_forward_shapes(const ModelConfig& cfg, const Weights& weights) {
-    if (cfg.mla)
-        throw ConfigError(fmt::format("{}: multi-head latent attention (MLA) is not simulated; kvcalc sizes its cache", cfg.name));
+    if (cfg.mla && cfg.mla->q_lora_rank > 0)
+        throw ConfigError(fmt::format("{}: MLA with a compressed query (q_lora_rank {}) is not simulated; kvlab runs MLA with "
+                                      "q_lora_rank absent (DeepSeek-V2-Lite's form), and kvcalc sizes this model's cache",
+                                      cfg.name, cfg.mla->q_lora_rank));
+    if (cfg.mla && (cfg.family != Family::llama || cfg.mla->qk_nope_head_dim <= 0 || cfg.mla->qk_rope_head_dim % 2 != 0))
+        throw ConfigError(fmt::format("{}: MLA needs the llama family, qk_nope_head_dim > 0 and an even qk_rope_head_dim (got {}, {})",
+                                      cfg.name, cfg.mla->qk_nope_head_dim, cfg.mla->qk_rope_head_dim));
+    if (cfg.mla && (cfg.sliding_window || cfg.sink_tokens > 0))
+        throw ConfigError(fmt::format("{}: MLA with a sliding window or sinks is not simulated (its latent cache keeps every position)", cfg.name));
     if (cfg.n_expert > 1)
         throw ConfigError(fmt::format("{}: mixture-of-experts ({} experts) is not simulated; kvcalc sizes its cache, "
                                       "and the KV cache of one expert-free layer stack is what simulate would show",
                                       cfg.name, cfg.n_expert));
-    if (cfg.family == Family::llama && cfg.d_head % 2 != 0)
+    if (cfg.family == Family::llama && !cfg.mla && cfg.d_head % 2 != 0)
         throw ConfigError(fmt::format("{}: head_dim {} is odd; RoPE needs an even head dimension", cfg.name, cfg.d_head));
-    const std::int64_t d = cfg.d_model, d_q = cfg.d_q(), d_kv = cfg.d_kv(), f = cfg.d_ff;
+    const std::int64_t d = cfg.d_model, f = cfg.d_ff;
+    std::int64_t d_q = cfg.d_q(), d_kv = cfg.d_kv(), k_in = d, v_out = d_kv, v_in = d, o_in = d_q;
+    if (cfg.mla) {  // the shapes LayerWeights lists for MLA
+        const MlaShape& m = *cfg.mla;
+        d_q = cfg.n_head * (m.qk_nope_head_dim + m.qk_rope_head_dim);
+        d_kv = m.kv_lora_rank + m.qk_rope_head_dim;
+        v_out = cfg.n_head * (m.qk_nope_head_dim + m.v_head_dim);
+        v_in = m.kv_lora_rank;
+        o_in = cfg.n_head * m.v_head_dim;
+    }
     if (static_cast<std::int64_t>(weights.layers.size()) != cfg.n_layer || weights.tok_embed.rows() != cfg.n_vocab ||
         weights.tok_embed.cols() != d || weights.classifier().rows() != cfg.n_vocab)
         throw ConfigError(fmt::format("{}: weights ({} layers, embedding {}x{}) do not match the config ({} layers, {}x{})",
@@ -34,9 +50,12 @@ void check_forward_shapes(const ModelConfig& cfg, const Weights& weights) {
     for (std::size_t l = 0; l < weights.layers.size(); ++l) {
         const LayerWeights& lw = weights.layers[l];
         check_shape(l, "wq", lw.wq, d_q, d);
-        check_shape(l, "wk", lw.wk, d_kv, d);
-        check_shape(l, "wv", lw.wv, d_kv, d);
-        check_shape(l, "wo", lw.wo, d, d_q);
+        check_shape(l, "wk", lw.wk, d_kv, k_in);
+        check_shape(l, "wv", lw.wv, v_out, v_in);
+        check_shape(l, "wo", lw.wo, d, o_in);
+        if (cfg.mla && lw.kv_norm.size() != cfg.mla->kv_lora_rank)
+            throw ConfigError(fmt::format("{}: layer {} kv_a_layernorm has {} values, expected kv_lora_rank {}", cfg.name, l,
+                                          lw.kv_norm.size(), cfg.mla->kv_lora_rank));
         check_shape(l, "w1", lw.w1, f, d);
         if (cfg.family == Family::llama) check_shape(l, "w3", lw.w3, f, d);
         check_shape(l, "w2", lw.w2, d, f);

@@ -117,6 +117,14 @@ struct ModelConfig {
     std::string attention_kind() const;  // "MHA", "GQA-8", "MQA", "MLA"
 };
 
+// The rows one layer's KV cache keeps per token: Hkv*D keys and Hkv*D values, or for MLA one latent row
+// of kv_lora_rank + qk_rope_head_dim values (c_KV and the decoupled RoPE key, DeepSeek-V2 eq. 9 and 17) and
+// no value row. kv_row_heads / kv_row_values: the KV "heads" and the values of one row; kv_rows_per_token: 2 or 1.
+inline std::int64_t kv_row_heads(const ModelConfig& cfg) { return cfg.mla ? 1 : cfg.n_head_kv; }
+inline std::int64_t kv_row_head_dim(const ModelConfig& cfg) { return cfg.mla ? cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim : cfg.d_head; }
+inline std::int64_t kv_row_values(const ModelConfig& cfg) { return cfg.mla ? kv_row_head_dim(cfg) : cfg.d_kv(); }
+inline std::int64_t kv_rows_per_token(const ModelConfig& cfg) { return cfg.mla ? 1 : 2; }
+
 // Keys a query at position `pos` attends under a window of `window` positions (0: no window).
 inline std::int64_t keys_in_window(std::int64_t window, std::int64_t pos) {
     return window > 0 && window < pos + 1 ? window : pos + 1;

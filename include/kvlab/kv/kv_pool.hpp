@@ -187,6 +187,7 @@ public:
 private:
     KvStorage storage_;
     std::uint64_t stored_row_bytes_ = 0;
+    bool values_ = true;  // false for MLA: the K rows hold the latent, there are no V rows
     std::vector<MatrixRM> k_, v_;
     std::vector<KvRowStore> k_store_, v_store_;
 };

@@ -88,12 +88,16 @@ OpCost cost_gelu_tanh(std::int64_t n, std::int64_t d_ff);
 // Which forward call: the cached mode runs n tokens at positions pos0.. against the cache (prefill:
 // pos0 = 0, n = P; decode: n = 1); the uncached mode runs positions 0..n-1 with no cache.
 enum class StepMode { cached, uncached };
+// How MLA attention reads its latent cache (model/mla.hpp): decompressing it, or with W_UK, W_UV absorbed.
+enum class MlaPath { naive, absorbed };
 
 // Query-key pairs per head summed over query positions pos0..pos0+n-1 when each attends to the
 // last min(window, pos+1) positions (window <= 0: no window). Arithmetic series, no loop.
 std::int64_t sum_keys_attended(std::int64_t pos0, std::int64_t n, std::int64_t window);
 
 // The closed form of one forward call from config arithmetic alone (logits for the last position).
-StepCost closed_form_step_cost(const ModelConfig& cfg, StepMode mode, std::int64_t pos0, std::int64_t n, std::uint64_t kv_row_bytes = 0);
+// MLA configs: the attention block's costs by `mla_path` (model/mla.hpp, mla_attention_cost).
+StepCost closed_form_step_cost(const ModelConfig& cfg, StepMode mode, std::int64_t pos0, std::int64_t n, std::uint64_t kv_row_bytes = 0,
+                               MlaPath mla_path = MlaPath::absorbed);
 
 }  // namespace kvlab

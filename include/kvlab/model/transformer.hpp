@@ -1,7 +1,7 @@
 // Transformer: a decoder-only forward pass on Eigen (fp32, row-major) for the llama and gpt2
 // families, with and without a KV cache, counting every op's cost from the shapes it processes; and
 // the serving step: tokens of many sequences, each at its own positions, in one call over a KV pool.
-// Non-goals: MoE routing, MLA.
+// MLA configs (DeepSeek-V2's latent cache) run model/mla.hpp's attention block. Non-goal: MoE routing.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -11,6 +11,7 @@
 #include "kvlab/model/cost.hpp"
 #include "kvlab/kv/kv_cache.hpp"
 #include "kvlab/kv/kv_pool.hpp"
+#include "kvlab/model/mla.hpp"
 #include "kvlab/model/ops.hpp"
 #include "kvlab/calc/model_config.hpp"
 #include "kvlab/weights/weights.hpp"
@@ -26,6 +27,7 @@ struct TransformerSize {
     bool uncached = false;         // forward_uncached is called: every position's K and V in activations
     bool narrow_weights = false;   // the weights are read narrow: panels of widened rows for calls of N > 1
     std::int64_t n_seqs = 0;       // forward_batch: most sequences in one call (0: single-sequence calls only)
+    MlaPath mla_path = MlaPath::absorbed;  // MLA configs only: how attention reads the latent cache
 };
 
 // One sequence's part of a serving step (Transformer::forward_batch): its n tokens follow the previous
@@ -40,7 +42,7 @@ struct SeqStep {
 class Transformer {
 public:
     // Buffers for `size` are allocated here, once; forward calls allocate nothing. `cfg` and `weights`
-    // must outlive the Transformer. Throws ConfigError for MoE or MLA configs.
+    // must outlive the Transformer. Throws ConfigError for MoE configs.
     // `narrow` (nullable): the weights stored narrow, which the matmuls then read instead of the fp32
     // matrices (kernels/narrow_weights.hpp); it must outlive the Transformer and `size.narrow_weights` be set.
     Transformer(const ModelConfig& cfg, const Weights& weights, const TransformerSize& size, const NarrowWeights* narrow = nullptr);
@@ -97,6 +99,7 @@ private:
     MatrixRM batch_logits_;       // (S, V) forward_batch's logits; S = size.n_seqs (empty when 0)
     std::vector<TokenRun> runs_;  // (max(1, S)) the call's runs of tokens, one per sequence
     std::span<const SeqStep> pool_seqs_;  // forward_batch: the call's sequences (where their rows are)
+    MlaBuffers mla_;    // MLA configs only (else empty): model/mla.hpp
 };
 
 }  // namespace kvlab

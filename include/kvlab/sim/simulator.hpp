@@ -51,6 +51,7 @@ struct SimulateOptions {
     // reference: the readable forward (model/reference.hpp) runs beside the cached mode on the same tokens
     // (fp32 weights and cache, no policy): its logits, the token its own sampler picks, and its time
     ForwardKernel kernel = ForwardKernel::fast;
+    MlaPath mla_path = MlaPath::absorbed;  // MLA models: naive or absorbed attention (model/mla.hpp)
     const std::atomic<bool>* stop = nullptr;  // when set (SIGINT), stop after the current step
     std::function<void(std::int64_t n_done, std::int64_t n_steps)> on_step;  // progress, may be empty
     std::function<void(TokenId token)> on_token;  // each generated token as soon as it is chosen, may be empty

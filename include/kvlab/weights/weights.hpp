@@ -79,6 +79,11 @@ struct LayerWeights {
     WeightMatrix wv;             // (Hkv*D, d)
     WeightMatrix wo;             // (d, H*D)
     VectorF bq, bk, bv, bo;  // (H*D), (Hkv*D), (Hkv*D), (d): gpt2 only, else empty
+    // MLA (cfg.mla; DeepSeek-V2 section 2.1, names as Hugging Face's deepseek_v2), with r kv_lora_rank, R
+    // qk_rope_head_dim, dn qk_nope_head_dim, dv v_head_dim: wq (H*(dn+R), d) q_proj, each head's [W_UQ; W_QR]
+    // rows; wk (r+R, d) kv_a_proj_with_mqa, [W_DKV; W_KR]; wv (H*(dn+dv), r) kv_b_proj, each head's [W_UK;
+    // W_UV] rows; wo (d, H*dv); kv_norm (r) the latent's RMSNorm (kv_a_layernorm). Empty otherwise.
+    VectorF kv_norm;
     VectorF mlp_norm;        // (d)
     VectorF mlp_norm_bias;   // (d)  gpt2 only
     WeightMatrix w1;             // (f, d) llama: gate_proj; gpt2: c_fc (transposed from Conv1D)
