@@ -290,7 +290,7 @@ void setup_kvcalc(CLI::App& app) {
                     "The engine's own command line, e.g. \"vllm serve MODEL --max-model-len 32768 -tp 2\" (vllm serve, llama-server, llama-cli, "
                     "python -m sglang.launch_server, trtllm-serve): its flags in place of kvcalc's");
     const char* eg = "Engine settings (with --engine)";
-    cmd->add_option("--pp", o->pp, "Pipeline-parallel stages (GPUs used: TP x PP; each GPU holds its stage's layers; with --engine: that engine's split, llama.cpp devices with -sm layer)")->capture_default_str()->group(eg);
+    cmd->add_option("--pp", o->pp, "Pipeline-parallel stages (GPUs used: TP x PP; each GPU holds its stage's layers; with --engine: that engine's split, llama.cpp devices with -sm layer)")->capture_default_str();
     input_file(cmd->add_option("--draft", o->draft, "Speculative-decoding draft: a preset, config.json or GGUF (EAGLE head, draft model), or mtp:N "
                                                     "(N MTP layers of the model's shape)"))->group(eg);
     cmd->add_option("--kv-tokens", o->kv_tokens, "Token cap the engine was given: vLLM blocks override x block size, SGLang --max-total-tokens, "
