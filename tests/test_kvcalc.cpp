@@ -131,6 +131,38 @@ TEST_CASE("GPU fit subtracts the weights from usable memory and divides by bytes
     CHECK(cell(roof, 0, "min_ms_per_step").get<double>() == doctest::Approx((weights + 8192.0 * 131072) / 2e12 * 1e3));
 }
 
+TEST_CASE("--pp sizes every per-GPU figure for the fullest stage; the roofline still reads every stage") {
+    // Llama-3-8B at --pp 2, TP 1: 32 layers split 16 + 16. Parameters 8,030,261,248; embeddings and lm_head 128256 x 4096 =
+    // 525,336,576 each; per layer (8,030,261,248 - 2 x 525,336,576) / 32 = 218,112,128. Stage 0 (the first of the tie):
+    // 16 x 218,112,128 + 525,336,576 = 4,015,130,624 params x 2 B = 8,030,261,248 B of weights (PP 1: 16,060,522,496 B).
+    // Usable floor(80 GiB x 0.9) = 77,309,411,328 B; KV budget 77,309,411,328 - 8,030,261,248 = 69,279,150,080 B.
+    // KV per token on the stage: 16 layers x 2 x 8 heads x 128 x 2 B = 65,536 B: max tokens 69,279,150,080 / 65,536 = 1,057,115;
+    // 8192 tokens hold 536,870,912 B: largest batch floor(69,279,150,080 / 536,870,912) = 129 (PP 1: 57).
+    auto r = gpu_request("llama-3-8b", "test", 80ull << 30, 2000000000000ull);
+    r.pp = 2;
+    const auto report = run_kvcalc(r);
+    const auto& t = table_named(report, "Does it fit on test (90% of 80.00 GiB, TP 1 × PP 2 = 2 GPUs, the fullest stage)");
+    CHECK(cell(t, 0, "bytes_weights_per_gpu") == 8030261248ull);
+    CHECK(cell(t, 0, "bytes_kv_budget_per_gpu") == 69279150080ull);
+    CHECK(cell(t, 0, "max_tokens") == 1057115);
+    CHECK(cell(t, 0, "bytes_kv_per_gpu") == 536870912ull);
+    CHECK(cell(table_named(report, "KV cache per sequence and batch"), 0, "bytes_per_batch_per_gpu") == 536870912ull);
+    CHECK(cell(table_named(report, "KV cache per sequence and batch"), 0, "bytes_per_batch") == 1073741824ull);  // the whole model's
+    CHECK(cell(table_named(report, "Largest batch at each context"), 0, "max_batch") == 129);
+    // a step passes through both stages: (16,060,522,496 B of weights + 8192 x 131,072 B of KV) / 2e12 B/s = 8.567 ms, as at PP 1
+    const auto& roof = table_named(report, "Decode roofline");
+    CHECK(cell(roof, 0, "bytes_weights_read") == 16060522496ull);
+    CHECK(cell(roof, 0, "bytes_kv_read") == 8192ull * 131072);
+    CHECK(cell(roof, 0, "min_ms_per_step").get<double>() == doctest::Approx((16060522496.0 + 8192.0 * 131072) / 2e12 * 1e3));
+    REQUIRE(report.headline.size() >= 1);
+    CHECK(report.headline[0].find("(7.48 GiB of weights per GPU at TP 1 × PP 2)") != std::string::npos);  // 8,030,261,248 B
+    // --pp 3: 11, 11, 10 layers; stage 0 holds 11 x 218,112,128 + 525,336,576 = 2,924,569,984 params = 5,849,139,968 B
+    r.pp = 3;
+    CHECK(cell(table_named(run_kvcalc(r), "Does it fit on"), 0, "bytes_weights_per_gpu") == 5849139968ull);
+    r.pp = 33;  // more stages than layers
+    CHECK_THROWS_AS(run_kvcalc(r), UsageError);
+}
+
 TEST_CASE("A MoE decode step reads the routed experts its whole batch uses, not one token's") {
     // Mixtral-8x7B (d 4096, 32 layers, vocab 32000 untied, 32 heads, 8 KV heads of 128, expert FFN 14336, top-2 of 8):
     //   embeddings 2 x 32000 x 4096 = 262,144,000; attention 32 x (2 x 4096^2 + 2 x 4096 x 1024) = 1,342,177,280;

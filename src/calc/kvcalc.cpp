@@ -3,6 +3,7 @@
 #include "calc/kvcalc.hpp"
 
 #include "calc/kvcalc_headline.hpp"
+#include "calc/kvcalc_pp.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -171,7 +172,9 @@ struct KvcalcTables {
 struct KvCase {
     const ModelConfig& base;     // the model as configured
     const ModelConfig& cfg;      // with the variant's KV heads
-    const ModelConfig& gpu_cfg;  // one GPU's share of it under TP
+    const ModelConfig& gpu_cfg;  // one GPU's share of it under TP: with --pp, the fullest stage's layers (kvcalc_pp.hpp)
+    const ModelConfig& tp_cfg;   // one TP rank's heads over every layer (what a decode step reads, stage after stage)
+    std::uint64_t stage_weights; // the fullest stage's weights, all TP ranks together (every weight without --pp)
     bool native;                 // the model's own attention layout
     DType dtype;
     std::string dn, att;
@@ -191,6 +194,7 @@ void record_inputs(nlohmann::json& in, const KvcalcRequest& r) {
     in["window_mode"] = choice_name(window_mode_choices, r.window_mode);
     in["block_size"] = r.block_size;
     in["tp"] = r.tp;
+    in["pp"] = r.pp;
     in["units"] = choice_name(unit_system_choices, r.units);
     in["models"] = nlohmann::json::array();
 }
@@ -212,7 +216,7 @@ void make_kv_tables(const KvcalcRequest& r, KvcalcTables& t) {
         t.per_seq.columns.push_back({"blocks_per_sequence", "blocks/seq"});
         t.per_seq.columns.push_back({"bytes_paging_waste_per_batch", "paging waste"});
     }
-    if (r.tp > 1) {
+    if (r.tp > 1 || r.pp > 1) {
         t.per_seq.columns.push_back({"n_head_kv_per_gpu", "kv heads/GPU"});
         t.per_seq.columns.push_back({"bytes_per_batch_per_gpu", "KV/batch/GPU"});
     }
@@ -221,8 +225,10 @@ void make_kv_tables(const KvcalcRequest& r, KvcalcTables& t) {
 // The GPU tables: does it fit, largest batch, longest context and the decode roofline.
 void make_gpu_tables(const KvcalcRequest& r, KvcalcTables& t) {
     const auto U = r.units;
-    const std::string on = fmt::format("{} ({} of {}{}, TP {})", r.gpu->display_name, fmt::format("{:.0f}%", r.mem_util * 100),
-                                       format_bytes(usable_gpu_bytes(*r.gpu), U), r.gpu->driver_bytes ? " driver-reported" : "", r.tp);
+    const std::string on = fmt::format("{} ({} of {}{}, {})", r.gpu->display_name, fmt::format("{:.0f}%", r.mem_util * 100),
+                                       format_bytes(usable_gpu_bytes(*r.gpu), U), r.gpu->driver_bytes ? " driver-reported" : "",
+                                       r.pp > 1 ? fmt::format("{} = {} GPUs, the fullest stage", parallel_label(r.tp, r.pp), r.tp * r.pp)
+                                                : parallel_label(r.tp, r.pp));
     t.gpu_fit = Table{"Does it fit on " + on + "?",
                       {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"parameters", "params"},
                        {"bytes_weights_per_gpu", "weights/GPU"}, {"bytes_kv_budget_per_gpu", "KV budget/GPU"}, {"max_tokens", "max KV tokens"},
@@ -233,7 +239,8 @@ void make_gpu_tables(const KvcalcRequest& r, KvcalcTables& t) {
     t.gpu_context = Table{"Longest context at each batch on " + on,
                           {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"batch", "batch"},
                            {"max_context", "max context"}}, {}, {}};
-    t.roofline = Table{fmt::format("Decode roofline on {} ({} per GPU)", r.gpu->display_name, format_rate(r.gpu->bandwidth_bytes_per_s)),
+    t.roofline = Table{fmt::format("Decode roofline on {} ({} per GPU{})", r.gpu->display_name, format_rate(r.gpu->bandwidth_bytes_per_s),
+                                   r.pp > 1 ? ", " + parallel_label(r.tp, r.pp) + ": a step passes through every stage in turn" : ""),
                        {{"model", "model", false}, {"attention", "attention", false}, {"dtype", "KV dtype", false}, {"context", "context"},
                         {"batch", "batch"}, {"bytes_weights_read", "weights read"}, {"bytes_kv_read", "KV read"},
                         {"min_ms_per_step", "min ms/step"}, {"max_tokens_per_s", "max tok/s"}, {"kv_fits", "KV fits", false}}, {}, {}};
@@ -289,6 +296,25 @@ void note_tp_split(Report& report, const KvcalcRequest& r, const ModelConfig& cf
         report.notes.push_back(fmt::format("{} {}: the MLA latent is shared by all heads, so every one of the {} GPUs holds it whole", cfg.name, att, r.tp));
 }
 
+// Notes how --pp splits a variant over its stages and which stage the GPU columns size (kvcalc_pp.hpp).
+void note_pipeline(Report& report, const KvcalcRequest& r, const ModelConfig& cfg, const std::string& att, const PipelineStage& s) {
+    if (r.pp <= 1) return;
+    report.notes.push_back(fmt::format(
+        "{} {}: --pp {} splits its {} layers {} (the first L mod {} stages one more; --engine tables use that engine's split); the "
+        "per-GPU columns{} size stage {}, the fullest (most layers): layers {}-{}{}",
+        cfg.name, att, r.pp, cfg.n_layer, fmt::join(s.split, ", "), r.pp, r.gpu ? ", the fit, largest batch and longest context" : "", s.index,
+        s.first_layer, s.first_layer + u(s.cfg.n_layer) - 1,
+        r.gpu ? fmt::format(", {} B of weights (embeddings on the first stage, the output matrix on the last, a copy when tied; the final "
+                            "norm with the layers), / TP {} per GPU", s.weights, r.tp) : ""));
+    if (r.gpu && r.gpu->bandwidth_bytes_per_s)
+        report.notes.push_back(fmt::format(
+            "{} {}: decode roofline under --pp {}: each token passes through the {} stages one after another, so one step reads every "
+            "stage's weights and KV in turn: min time/step = (all weights / TP + all layers' KV per TP rank) / bandwidth, as at PP 1 (each "
+            "GPU reads only its stage's share, but the stages wait for one another); max tok/s is one batch in flight: an engine that keeps "
+            "{} micro-batches in flight can reach up to {}x that, each micro-batch holding its own KV",
+            cfg.name, att, r.pp, r.pp, r.pp, r.pp));
+}
+
 // The KV/token row, with its formula under --explain.
 void add_per_token_row(Report& report, Table& per_token, const KvcalcRequest& r, const KvCase& c) {
     const auto U = r.units;
@@ -332,7 +358,7 @@ std::vector<Cell> sequence_row(const KvcalcRequest& r, const KvCase& c, bool no_
         row.push_back(uint_cell(blocks));
         row.push_back(bytes_cell(checked_mul(seq - exact_seq, b, "paging waste"), U));
     }
-    if (r.tp > 1) {
+    if (r.tp > 1 || r.pp > 1) {
         row.push_back(int_cell(gpu_cfg.mla ? 1 : gpu_cfg.n_head_kv));
         row.push_back(bytes_cell(checked_mul(sequence_bytes(gpu_cfg, dtype, t, r), b, "KV bytes per GPU"), U));
     }
@@ -357,7 +383,7 @@ void add_sequence_rows(Report& report, KvcalcTables& tables, const KvcalcRequest
         }
         for (const auto b : r.batches) {
             const auto batch = checked_mul(seq, b, "KV bytes per batch");
-            const auto batch_gpu = r.tp > 1 ? checked_mul(sequence_bytes(c.gpu_cfg, dtype, t, r), b, "KV bytes per GPU") : batch;
+            const auto batch_gpu = r.tp > 1 || r.pp > 1 ? checked_mul(sequence_bytes(c.gpu_cfg, dtype, t, r), b, "KV bytes per GPU") : batch;
             tables.cases.back().sizes.push_back({t, b, batch, batch_gpu});
             tables.per_seq.rows.push_back(sequence_row(r, c, tables.no_window_column, t, b, held, seq, exact_seq, batch));
             if (r.explain)
@@ -379,7 +405,7 @@ GpuFit fit_on_gpu(Report& report, const KvcalcRequest& r, const KvCase& c) {
     GpuFit g;
     g.params = count_params(cfg);
     g.weights_total = model_weight_bytes(cfg, c.native, r);
-    g.weights = ceil_div(g.weights_total, r.tp);
+    g.weights = ceil_div(c.stage_weights, r.tp);  // without --pp the stage is the whole model
     g.usable = usable_bytes(usable_gpu_bytes(*r.gpu), r.mem_util);
     g.kv_budget = g.usable > g.weights ? g.usable - g.weights : 0;
     g.per_token_gpu = kv_bytes_per_token(c.gpu_cfg, c.dtype).total();
@@ -391,9 +417,10 @@ GpuFit fit_on_gpu(Report& report, const KvcalcRequest& r, const KvCase& c) {
                 ? fmt::format("{} B as stored", *cfg.stored_weight_bytes)
                 : fmt::format("{} params x {} B ({})", g.params.total(),
                               static_cast<double>(w.block_bytes) / static_cast<double>(w.block_values), dtype_name(r.weights_dtype));
-        report.notes.push_back(fmt::format("{} {} {} on {}: KV budget/GPU = floor({} B x {}) - weights {} / TP {} = {} B; max tokens = "
+        const std::string stage = r.pp > 1 ? fmt::format(" x the fullest stage's share {} / {} B", c.stage_weights, g.weights_total) : "";
+        report.notes.push_back(fmt::format("{} {} {} on {}: KV budget/GPU = floor({} B x {}) - weights {}{} / TP {} = {} B; max tokens = "
                                            "floor({} / {} B/token) = {}",
-                                           cfg.name, c.att, c.dn, r.gpu->name, usable_gpu_bytes(*r.gpu), r.mem_util, weights_expr, r.tp,
+                                           cfg.name, c.att, c.dn, r.gpu->name, usable_gpu_bytes(*r.gpu), r.mem_util, weights_expr, stage, r.tp,
                                            g.kv_budget, g.kv_budget, g.per_token_gpu, g.max_tokens));
     }
     return g;
@@ -428,11 +455,11 @@ void add_fit_table_rows(KvcalcTables& tables, const KvcalcRequest& r, const KvCa
 void add_no_fit_rows(Report& report, KvcalcTables& tables, const KvcalcRequest& r, const KvCase& c, const GpuFit& g) {
     const auto U = r.units;
     const ModelConfig& cfg = c.cfg;
-    const std::uint64_t tp_needed = min_tp_to_fit(cfg, g.weights_total, g.usable);
+    const std::uint64_t tp_needed = min_tp_to_fit(cfg, c.stage_weights, g.usable);
     tables.cases.back().tp_needed = tp_needed;
     report.notes.push_back(fmt::format(
-        "{} does not fit on {}: its {} weights need {} per GPU at TP {}, more than the {} usable ({:.0f}% of {}); {}", cfg.name,
-        r.gpu->name, cfg.stored_weight_bytes && c.native ? "stored" : dtype_name(r.weights_dtype), format_bytes(g.weights, U), r.tp, format_bytes(g.usable, U), r.mem_util * 100,
+        "{} does not fit on {}: its {} weights need {} per GPU at {}, more than the {} usable ({:.0f}% of {}); {}", cfg.name,
+        r.gpu->name, cfg.stored_weight_bytes && c.native ? "stored" : dtype_name(r.weights_dtype), format_bytes(g.weights, U), parallel_label(r.tp, r.pp), format_bytes(g.usable, U), r.mem_util * 100,
         format_bytes(usable_gpu_bytes(*r.gpu), U),
         tp_needed ? fmt::format("needs TP >= {} (--tp {}) for the weights alone", tp_needed, tp_needed)
                   : std::string("no tensor-parallel degree that divides its heads makes the weights fit")));
@@ -479,7 +506,8 @@ void add_roofline_rows(Report& report, KvcalcTables& tables, const KvcalcRequest
     for (const auto t : c.contexts)
         for (const auto b : r.batches) {
             const auto active_weights = ceil_div(decode_weight_bytes(cfg, c.native, r, b), r.tp);
-            const auto kv_read = checked_mul(kv_bytes_sequence(gpu_cfg, dtype, t, r.window_mode).total(), b, "KV bytes read");
+            // one step reads every stage's weights and KV in turn (per TP rank: all layers), so a pipeline adds no bandwidth to it
+            const auto kv_read = checked_mul(kv_bytes_sequence(c.tp_cfg, dtype, t, r.window_mode).total(), b, "KV bytes read");
             const auto total = checked_add(active_weights, kv_read, "bytes per step");
             // fits: the batch's KV as the budget holds it (whole blocks with --block-size), as "Largest batch" counts
             const auto kv_held = checked_mul(sequence_bytes(gpu_cfg, dtype, t, r), b, "KV bytes per batch");
@@ -578,13 +606,17 @@ void add_model_rows(Report& report, KvcalcTables& tables, const KvcalcRequest& r
     for (const auto& variant : r.variants) {
         const ModelConfig cfg = apply_variant(base, variant);
         const std::string att = variant.label == "native" ? cfg.attention_kind() + " (native)" : cfg.attention_kind();
-        const auto gpu_cfg = per_gpu_config(cfg, r.tp);
+        const auto tp_cfg = per_gpu_config(cfg, r.tp);
+        const bool native = variant.n_head_kv == 0;
+        const PipelineStage stage = fullest_stage(tp_cfg, cfg, r.gpu ? model_weight_bytes(cfg, native, r) : 0, r.pp);  // weights: the fit's only
+        const ModelConfig& gpu_cfg = stage.cfg;
         note_tp_split(report, r, cfg, att);
+        note_pipeline(report, r, cfg, att, stage);
         for (const auto dtype : r.dtypes) {
             auto dn = std::string(dtype_name(dtype));
             const auto layer = kv_bytes_per_token_layer(cfg, dtype);
             const auto token = kv_bytes_per_token(cfg, dtype).total();
-            const KvCase c{base, cfg, gpu_cfg, variant.n_head_kv == 0, dtype, std::move(dn), att, layer, token, contexts};
+            const KvCase c{base, cfg, gpu_cfg, tp_cfg, stage.weights, native, dtype, std::move(dn), att, layer, token, contexts};
             add_case_rows(report, tables, r, c);
         }
     }

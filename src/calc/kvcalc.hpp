@@ -26,6 +26,7 @@ struct KvcalcRequest {
     WindowMode window_mode = WindowMode::cap;
     std::uint64_t block_size = 0;                 // 0: contiguous allocation, no paging
     std::uint64_t tp = 1;                         // tensor-parallel degree
+    std::uint64_t pp = 1;                         // pipeline stages: GPUs used = tp x pp; the fullest stage is sized (kvcalc_pp.hpp)
     std::string tp_rule;                          // how a GPU count (--gpus N, --gpu NxNAME) became tp, said in a note
     std::optional<GpuSpec> gpu;                   // from --gpu or --gpu-mem
     DType weights_dtype = DType::bf16;

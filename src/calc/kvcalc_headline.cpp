@@ -1,5 +1,6 @@
 // kvcalc's headline (1-3 lines before the tables), built from the facts run_kvcalc recorded beside its cells.
 #include "calc/kvcalc_headline.hpp"
+#include "calc/kvcalc_pp.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -28,7 +29,7 @@ std::string case_label(const CaseFacts& c, const KvcalcRequest& r) {
 
 // The weights' share of a GPU, as the fit table's title and weights/GPU column give it.
 std::string weights_clause(const CaseFacts& c, const KvcalcRequest& r) {
-    return r.tp > 1 ? fmt::format("{} of weights per GPU at TP {}", format_bytes(c.weights_gpu, r.units), r.tp)
+    return r.tp > 1 || r.pp > 1 ? fmt::format("{} of weights per GPU at {}", format_bytes(c.weights_gpu, r.units), parallel_label(r.tp, r.pp))
                     : fmt::format("{} of weights", format_bytes(c.weights_gpu, r.units));
 }
 
@@ -44,8 +45,8 @@ const Fit& focus_point(const CaseFacts& c) {
 
 // "the weights alone need 131.42 GiB per GPU at TP 1, more than the 20.24 GiB usable; --tp 8 fits them"
 std::string weights_verdict(const CaseFacts& c, const KvcalcRequest& r) {
-    return fmt::format("does not fit: the weights alone need {} per GPU at TP {}, more than the {} usable; {}", format_bytes(c.weights_gpu, r.units),
-                       r.tp, format_bytes(c.usable, r.units),
+    return fmt::format("does not fit: the weights alone need {} per GPU at {}, more than the {} usable; {}", format_bytes(c.weights_gpu, r.units),
+                       parallel_label(r.tp, r.pp), format_bytes(c.usable, r.units),
                        c.tp_needed ? fmt::format("--tp {} fits them", c.tp_needed) : std::string("no TP that divides its heads fits them"));
 }
 
@@ -189,7 +190,8 @@ std::string model_size_line(const std::vector<const CaseFacts*>& cases, const Kv
     for (const auto* c : cases) n_sizes += c->sizes.size();
     const LargestSize big = largest_size(cases);
     const auto& s = big.size;
-    const std::string per_gpu = r.tp > 1 ? fmt::format(" ({} per GPU at TP {})", format_bytes(s.bytes_batch_gpu, U), r.tp) : "";
+    const std::string per_gpu =
+        r.tp > 1 || r.pp > 1 ? fmt::format(" ({} per GPU at {})", format_bytes(s.bytes_batch_gpu, U), parallel_label(r.tp, r.pp)) : "";
     if (n_sizes == 1) return fmt::format("{}; {} tokens × batch {} = {}{}", line, with_thousands(s.context), s.batch, format_bytes(s.bytes_batch, U), per_gpu);
     return fmt::format("{}; the largest asked, {} tokens × batch {}{}, takes {}{}", line, with_thousands(s.context), s.batch,
                        cases.size() > 1 ? std::string(" ") + (many_att && !many_dt ? "as " : "in ") + which(*big.c) : "", format_bytes(s.bytes_batch, U), per_gpu);

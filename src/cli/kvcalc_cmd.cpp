@@ -82,8 +82,8 @@ void set_tp_and_gpu(const KvcalcOptions& o, KvcalcRequest& r) {
                                      "give one of them", given, o.tp, n_gpus, n_gpus));
     r.tp = n_gpus;
     r.tp_rule = fmt::format("{}: {} GPUs, sized as tensor parallelism over them, the same as {}--tp {}: each GPU holds 1/{} of the weights "
-                            "and of the KV heads (pipeline stages: --pp with --engine; data parallelism is not modelled)",
-                            given, n_gpus, r.gpu && named.counted ? fmt::format("--gpu {} ", named.name) : "", n_gpus, n_gpus);
+                            "and of the KV heads (with --pp P the GPUs used are {} x P, TP within each stage; data parallelism is not modelled)",
+                            given, n_gpus, r.gpu && named.counted ? fmt::format("--gpu {} ", named.name) : "", n_gpus, n_gpus, n_gpus);
 }
 
 // --draft: a preset or Hugging Face id, a config.json (or its directory), a GGUF, or mtp:N (N layers of each model's shape).
@@ -178,11 +178,12 @@ void set_engine_settings(const KvcalcOptions& o, KvcalcRequest& r) {
     es.n_ctx = o.n_ctx;
     es.pp = parse_count(o.pp, "--pp");
     if (es.pp == 0) throw UsageError("--pp 0: expected 1 or more pipeline stages");
+    r.pp = es.pp;  // also the generic tables' deployment: each GPU holds its stage's layers (kvcalc_pp.hpp)
     set_draft(o, r);
     const bool engine_knob = !o.kv_tokens.empty() || o.ubatch != "512" || o.kv_unified || o.swa_full || !o.max_num_batched_tokens.empty() ||
-                             es.pp > 1 || !o.draft.empty();
+                             !o.draft.empty();
     if (engine_knob && o.engine == Engine::exact)
-        throw UsageError("--kv-tokens, --ubatch, --kv-unified, --swa-full, --max-num-batched-tokens, --pp, --draft: these are engine settings; "
+        throw UsageError("--kv-tokens, --ubatch, --kv-unified, --swa-full, --max-num-batched-tokens, --draft: these are engine settings; "
                          "expected --engine vllm, llama.cpp, sglang or trtllm with them");
 }
 
@@ -289,7 +290,7 @@ void setup_kvcalc(CLI::App& app) {
                     "The engine's own command line, e.g. \"vllm serve MODEL --max-model-len 32768 -tp 2\" (vllm serve, llama-server, llama-cli, "
                     "python -m sglang.launch_server, trtllm-serve): its flags in place of kvcalc's");
     const char* eg = "Engine settings (with --engine)";
-    cmd->add_option("--pp", o->pp, "Pipeline-parallel stages (vLLM, SGLang, TensorRT-LLM), or llama.cpp devices (-sm layer)")->capture_default_str()->group(eg);
+    cmd->add_option("--pp", o->pp, "Pipeline-parallel stages (GPUs used: TP x PP; each GPU holds its stage's layers; with --engine: that engine's split, llama.cpp devices with -sm layer)")->capture_default_str();
     input_file(cmd->add_option("--draft", o->draft, "Speculative-decoding draft: a preset, config.json or GGUF (EAGLE head, draft model), or mtp:N "
                                                     "(N MTP layers of the model's shape)"))->group(eg);
     cmd->add_option("--kv-tokens", o->kv_tokens, "Token cap the engine was given: vLLM blocks override x block size, SGLang --max-total-tokens, "

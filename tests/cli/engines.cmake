@@ -172,7 +172,13 @@ kvlab_expect_lines(ARGS kvcalc -m llama-3-8b --engine vllm --tp 2 --pp 2 --kv-bu
 kvlab_expect_lines(ARGS kvcalc --config ${E}/deepseek-v2-lite.json --engine vllm --tp 2 --pp 2 --kv-budget 12.1335GiB,11.33GiB --context 32768 LINES
   "GPU KV cache size: 807,792 tokens" "-pp 2 gives the stages 14, 13 layers")
 kvlab_expect(RC 2 ARGS kvcalc -m llama-3-8b --engine vllm --pp 2 --kv-budget 1GiB,2GiB,3GiB ERR "--kv-budget: 3 budgets for --pp 2 --tp 1")
-kvlab_expect(RC 2 ARGS kvcalc -m llama-3-8b --pp 2 ERR "these are engine settings")
+# --pp without --engine describes the deployment: 2 x H100 is TP 2, x PP 2 = 4 GPUs. Stage 0 (16 layers + embeddings):
+# 16 x 218,112,128 + 525,336,576 = 4,015,130,624 params x 2 B / TP 2 = 4,015,130,624 B = 3.74 GiB per GPU (TP 2 alone: 7.48 GiB);
+# its KV per token per GPU: 16 layers x 2 x 4 heads x 128 x 2 B = 32 KiB, so 8192 x 16 sequences hold 4.00 GiB per GPU.
+kvlab_expect_lines(ARGS kvcalc -m llama-3-8b --gpu 2xh100 --pp 2 --context 8192 --batch 16 LINES
+  "(3.74 GiB of weights per GPU at TP 2 × PP 2)" "TP 2 × PP 2 = 4 GPUs, the fullest stage)?" "--pp 2 splits its 32 layers 16, 16")
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b --gpu 2xh100 --pp 2 --context 8192 --batch 16 NOT_OUT "7\\.48 GiB of weights")
+kvlab_expect(RC 2 ARGS kvcalc -m llama-3-8b --pp 33 ERR "--pp 33: the model has 32 layers; expected 1 to 32 pipeline stages")
 # llama.cpp over 2 devices (-sm layer, equal -ts): 32 layers, the output layer one more: layer il on device 0 while il / 33 < 0.5,
 # so 17 and 15 layers; -c 4096, f16: 17 x 4096 x 1024 x 2 B x 2 = 272 MiB on CUDA0, 240 MiB on CUDA1.
 kvlab_expect_lines(ARGS kvcalc -m llama-3-8b --engine llama.cpp --pp 2 --context 4096 LINES
