@@ -167,6 +167,19 @@ void run(const SimulateRequest& request) {
     check_outcome(p, result);
 }
 
+// --temperature, --top-k, --top-p, --seed, --sampler, and where a run ends (--stop, --ignore-eos).
+void add_sampling_options(CLI::App* cmd, SimulateRequest& o) {
+    cmd->add_option("--temperature", o.temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
+    cmd->add_option("--top-k", o.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
+    cmd->add_option("--top-p", o.top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
+    cmd->add_option("-s,--seed", o.seed, "Seed for weights, prompt and sampler")->capture_default_str();
+    add_choice(cmd, "--sampler", o.sampler, sampler_rule_choices,
+               "Sampling rule and generator: kvlab (its own, with top-k) or llama2c (run.c's: the same tokens as llama2.c's "
+               "run.c -t T -p P -s SEED on the same checkpoint and prompt)");
+    cmd->add_option("--stop", o.stop, "Stop when the text reaches STR (repeatable; the stop string is not printed; needs a tokenizer)");
+    cmd->add_flag("--ignore-eos", o.ignore_eos, "Run every step even after a trained model writes end-of-text (BOS or EOS)");
+}
+
 }  // namespace
 
 void setup_simulate(CLI::App& app) {
@@ -189,15 +202,7 @@ void setup_simulate(CLI::App& app) {
     auto* prompt_ids = cmd->add_option("--prompt-ids", o->prompt_ids, "Comma-separated prompt token ids (instead of --prompt-len)")->excludes(prompt_len);
     prompt->excludes(prompt_len)->excludes(prompt_ids);
     cmd->add_option("-n,--steps", o->steps, "Tokens to generate; step 0 is the prefill")->capture_default_str();
-    cmd->add_option("--temperature", o->temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
-    cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
-    cmd->add_option("--top-p", o->top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
-    cmd->add_option("-s,--seed", o->seed, "Seed for weights, prompt and sampler")->capture_default_str();
-    add_choice(cmd, "--sampler", o->sampler, sampler_rule_choices,
-               "Sampling rule and generator: kvlab (its own, with top-k) or llama2c (run.c's: the same tokens as llama2.c's "
-               "run.c -t T -p P -s SEED on the same checkpoint and prompt)");
-    cmd->add_option("--stop", o->stop, "Stop when the text reaches STR (repeatable; the stop string is not printed; needs a tokenizer)");
-    cmd->add_flag("--ignore-eos", o->ignore_eos, "Run every step even after a trained model writes end-of-text (BOS or EOS)");
+    add_sampling_options(cmd, *o);
     auto* eval = input_file(cmd->add_option("--eval", o->eval, "Score a text file instead of decoding: teacher-forced mean NLL and perplexity (needs --tokenizer)"));
     eval->excludes(prompt)->excludes(prompt_len)->excludes(prompt_ids);
     output_file(cmd->add_option("--save-checkpoint", o->save_checkpoint, "Write the model run (e.g. random weights) as a llama2.c v0 FILE.bin"));

@@ -158,6 +158,15 @@ std::int64_t sink_rotations(std::span<const TokenRun> runs, std::int64_t window)
     return n;
 }
 
+// A narrow cache's per-tensor scales come from the first rows written (the prefill).
+void calibrate_stores(std::span<const TokenRun> runs, const MatrixRM& k_new, const MatrixRM& v_new) {
+    for (const TokenRun& r : runs)
+        if (r.kv.k_store && !r.kv.k_store->calibrated()) {
+            r.kv.k_store->calibrate(k_new, r.n);
+            r.kv.v_store->calibrate(v_new, r.n);
+        }
+}
+
 }  // namespace
 
 // ---- the ops ----
@@ -216,12 +225,7 @@ void rope(MatrixRM& q, MatrixRM& k, std::span<const TokenRun> runs, std::span<co
 void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const MatrixRM& v_new, std::span<const TokenRun> runs,
                const AttentionShape& shape, std::int64_t window, const OpScratch& scratch, OpRecorder& rec, const SinkRope* sink_rope) {
     const std::int64_t n = runs.back().row0 + runs.back().n;
-    // a narrow cache's per-tensor scales come from the first rows written (the prefill)
-    for (const TokenRun& r : runs)
-        if (r.kv.k_store && !r.kv.k_store->calibrated()) {
-            r.kv.k_store->calibrate(k_new, r.n);
-            r.kv.v_store->calibrate(v_new, r.n);
-        }
+    calibrate_stores(runs, k_new, v_new);
     auto store = [&](const TokenRun& r, std::int64_t i) {  // activation row i, into the row holding its position
         const std::int64_t row = r.kv.row_of(r.pos0 + i - r.row0);
         if (r.kv.k_store) {  // encoded; attention reads (decodes) what was stored
