@@ -189,6 +189,33 @@ TEST_CASE("The fast forward pass matches the reference on random shapes: MHA, GQ
     }
 }
 
+TEST_CASE("--sink-positions cache: the fast path matches the reference, and the sinks move only once keys are evicted") {
+    for (const RopePairing pairing : {RopePairing::neighbours, RopePairing::halves}) {
+        for (const std::int64_t n_prompt : {23, 5}) {  // a prefill that wraps the 16-row ring, and one that does not
+            ModelConfig cfg = random_shape(Family::llama, 4, 2, 16);
+            apply_window_policy(cfg, 16, 4);
+            cfg.sink_cache_positions = true;
+            CAPTURE(n_prompt);
+            CAPTURE(static_cast<int>(pairing));
+            Weights w = random_weights(cfg, 3, 0.08f);
+            w.rope_pairing = pairing;
+            const auto tokens = random_tokens(60, cfg.n_vocab, 11);
+            with_thread_counts([&] { CHECK(fast_vs_reference(cfg, w, tokens, n_prompt) <= kTolerance); });
+        }
+    }
+    // against the sinks at their text positions: the same logits while nothing is evicted (positions 0..15 of
+    // a 16-row window), other logits after (position 16 evicts position 4: every sink moves one closer)
+    ModelConfig text = random_shape(Family::llama, 4, 2, 16);
+    apply_window_policy(text, 16, 4);
+    ModelConfig cache = text;
+    cache.sink_cache_positions = true;
+    const Weights w = random_weights(text, 3, 0.08f);
+    const auto tokens = random_tokens(20, text.n_vocab, 11);
+    const auto a = reference_logits(text, w, tokens), b = reference_logits(cache, w, tokens);
+    CHECK(a[15] == b[15]);
+    CHECK(a[16] != b[16]);
+}
+
 TEST_CASE("Narrow weights read by the kernels match the reference on the same weights widened to fp32") {
     const ModelConfig cfg = random_shape(Family::llama, 4, 2, 16);  // every width a multiple of 32, for q8_0
     const Weights w = random_weights(cfg, 5, 0.08f);

@@ -37,9 +37,20 @@ std::uint64_t kv_tokens_held(const ModelConfig& cfg, std::int64_t layer, std::ui
     return mode == WindowMode::cap && window > 0 && window < n_tokens ? window : n_tokens;
 }
 
+KvBytes kv_bytes_cross(const ModelConfig& cfg, DType dtype, std::uint64_t block_size) {
+    if (!cfg.cross) return {};
+    if (cfg.cross->encoder_len <= 0)
+        throw UsageError(fmt::format("{}: its config does not say how long the encoder's input is ({}); give --encoder-len N", printable(cfg.name),
+                                     cfg.cross->encoder_len_rule));
+    const auto per_layer = kv_bytes_per_token_layer(cfg, dtype);
+    const auto rows = checked_mul(allocated_tokens(static_cast<std::uint64_t>(cfg.cross->encoder_len), block_size),
+                                  static_cast<std::uint64_t>(cfg.n_layer), "cross-attention KV rows");
+    return {checked_mul(rows, per_layer.k, "cross-attention KV bytes"), checked_mul(rows, per_layer.v, "cross-attention KV bytes")};
+}
+
 KvBytes kv_bytes_sequence(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, WindowMode mode) {
     const auto per_layer = kv_bytes_per_token_layer(cfg, dtype);
-    KvBytes sum;
+    KvBytes sum = kv_bytes_cross(cfg, dtype);
     for (std::int64_t layer = 0; layer < cfg.n_layer; ++layer) {
         const auto held = kv_tokens_held(cfg, layer, n_tokens, mode);
         sum.k = checked_add(sum.k, checked_mul(held, per_layer.k, "KV bytes per sequence"), "KV bytes per sequence");
@@ -59,7 +70,7 @@ std::uint64_t kv_slots_held(const ModelConfig& cfg, std::int64_t layer, std::uin
 
 KvBytes kv_bytes_sequence_paged(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, WindowMode mode, std::uint64_t block_size) {
     const auto per_layer = kv_bytes_per_token_layer(cfg, dtype);
-    KvBytes sum;
+    KvBytes sum = kv_bytes_cross(cfg, dtype, block_size);
     for (std::int64_t layer = 0; layer < cfg.n_layer; ++layer) {
         const auto held = kv_slots_held(cfg, layer, n_tokens, mode, block_size);
         sum.k = checked_add(sum.k, checked_mul(held, per_layer.k, "KV bytes per sequence"), "KV bytes per sequence");

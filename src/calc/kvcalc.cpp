@@ -2,6 +2,8 @@
 // for the model, variant and dtype they share, and read best together; the headline they feed is kvcalc_headline.cpp).
 #include "calc/kvcalc.hpp"
 
+#include "calc/encoder_decoder.hpp"
+
 #include "calc/kvcalc_headline.hpp"
 #include "calc/kvcalc_pp.hpp"
 
@@ -272,6 +274,12 @@ void describe_model(Report& report, const KvcalcRequest& r, const ModelConfig& b
                                        plain_ctx ? "" : "; " + base.ctx_rule,
                                        base.defaults.empty() ? "" : fmt::format("; defaults applied: {}", fmt::join(base.defaults, "; "))));
     if (!base.type_rule.empty()) report.notes.push_back(fmt::format("{}: {}", base.name, base.type_rule));
+    if (base.cross) {
+        report.notes.push_back(fmt::format("{}: {}", base.name, encoder_decoder_rule(base.model_type, base)));
+        mj["encoder_layers"] = base.cross->n_layer_encoder;
+        mj["encoder_len"] = base.cross->encoder_len;
+        report.inputs["models"].back() = mj;
+    }
     if (r.explain && !base.numeric_defaults.empty())
         report.notes.push_back(fmt::format("{}: defaults that change no size: {}", base.name, fmt::join(base.numeric_defaults, "; ")));
     if (r.gpu && base.stored_weight_bytes) report.notes.push_back(fmt::format("{}: {}", base.name, base.stored_weights_rule));
@@ -315,6 +323,19 @@ void note_pipeline(Report& report, const KvcalcRequest& r, const ModelConfig& cf
             cfg.name, att, r.pp, r.pp, r.pp, r.pp));
 }
 
+// An encoder-decoder model: its cross-attention cache, a constant part of every KV/sequence figure.
+void note_cross_attention(Report& report, const KvcalcRequest& r, const KvCase& c) {
+    const ModelConfig& cfg = c.cfg;
+    const std::uint64_t cross = kv_bytes_cross(cfg, c.dtype, r.block_size).total();
+    const std::uint64_t rows = allocated_tokens(u(cfg.cross->encoder_len), r.block_size);
+    report.notes.push_back(fmt::format("{} {} {}: cross-attention cache = 2 (K and V) x {} decoder layers x {} encoder rows{} x ({} KV heads x "
+                                       "{} head dim =) {} = {} B = {} per sequence, written once at prefill; every KV/sequence figure is "
+                                       "this plus the self-attention cache, KV/token x T generated tokens",
+                                       cfg.name, c.att, c.dn, cfg.n_layer, rows,
+                                       rows == u(cfg.cross->encoder_len) ? "" : fmt::format(" ({} in blocks of {})", cfg.cross->encoder_len, r.block_size),
+                                       cfg.n_head_kv, cfg.d_head, dtype_formula(c.dtype, u(cfg.d_kv())), cross, format_bytes(cross, r.units)));
+}
+
 // The KV/token row, with its formula under --explain.
 void add_per_token_row(Report& report, Table& per_token, const KvcalcRequest& r, const KvCase& c) {
     const auto U = r.units;
@@ -328,6 +349,7 @@ void add_per_token_row(Report& report, Table& per_token, const KvcalcRequest& r,
                               int_cell(cfg.mla ? 1 : cfg.n_head_kv), int_cell(cfg.mla ? cfg.mla->kv_lora_rank + cfg.mla->qk_rope_head_dim : cfg.d_head), text_cell(dn),
                               bytes_cell(layer.k, U), bytes_cell(layer.v, U), bytes_cell(token, U),
                               ratio_cell(static_cast<double>(token_mha) / static_cast<double>(token))});
+    if (cfg.cross) note_cross_attention(report, r, c);
     if (!r.explain) return;
     if (cfg.mla)
         report.notes.push_back(fmt::format("{} {} {}: KV/token = {} layers x {} (latent {} + rope {}) = {} B = {}", cfg.name, att, dn,

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "calc/config_defaults.hpp"
+#include "calc/encoder_decoder.hpp"
 #include "kvlab/core/checked.hpp"
 #include "kvlab/core/error.hpp"
 #include "core/json_input.hpp"
@@ -645,14 +646,17 @@ void note_chunked_attention(const FieldReader& f, ModelConfig& cfg) {
 
 ModelConfig parse_model_config(const json& root, const std::string& where, const std::string& name, bool class_defaults, bool as_decoder) {
     if (!root.is_object()) throw ConfigError(fmt::format("{}: top level is {}; expected a JSON object", where, root.type_name()));
-    const TextConfig lm = find_text_config(root, where, class_defaults);
+    TextConfig lm = find_text_config(root, where, class_defaults);
+    std::optional<CrossAttention> cross;
+    if (is_encoder_decoder_type(lm.model_type)) lm.j = decoder_view(lm.j, lm.model_type, lm.where, cross.emplace());
     const json& j = lm.j;
     const FieldReader f(j, lm.where);
 
     ModelConfig cfg;
     read_kvlab_fields(root, where, name, cfg);
     read_model_kind(f, lm, cfg);
-    cfg.type_rule = check_model_type(f, cfg.model_type, where, as_decoder);
+    cfg.cross = cross;
+    cfg.type_rule = cross ? std::string() : check_model_type(f, cfg.model_type, where, as_decoder);
     read_shape(f, where, cfg);
     const bool falcon = cfg.model_type == "falcon" || cfg.model_type == "RefinedWeb" || cfg.model_type == "RefinedWebModel";
     read_ffn_width(f, falcon, cfg);

@@ -61,6 +61,7 @@ struct KvcalcOptions {
     std::string max_num_batched_tokens;
     std::int64_t window = 0;             // --window W: every layer keeps its last W positions
     std::int64_t sink_tokens = 0;        // --sink-tokens S: StreamingLLM sinks inside the window
+    std::int64_t encoder_len = 0;        // --encoder-len N: an encoder-decoder model's input length (0: its config's)
 };
 
 namespace {
@@ -187,6 +188,22 @@ void set_engine_settings(const KvcalcOptions& o, KvcalcRequest& r) {
                          "expected --engine vllm, llama.cpp, sglang or trtllm with them");
 }
 
+// --encoder-len: the cross-attention rows of every encoder-decoder model listed; refused when none is one.
+void apply_encoder_len(std::vector<ModelConfig>& models, std::int64_t encoder_len) {
+    if (encoder_len == 0) return;
+    if (encoder_len < 0) throw UsageError(fmt::format("--encoder-len: {}; expected a positive number of tokens", encoder_len));
+    bool any = false;
+    for (ModelConfig& cfg : models)
+        if (cfg.cross) {
+            cfg.cross->encoder_len = encoder_len;
+            cfg.cross->encoder_len_rule = fmt::format("encoder length {} (--encoder-len)", encoder_len);
+            any = true;
+        }
+    if (!any)
+        throw UsageError(fmt::format("--encoder-len {}: no model listed is an encoder-decoder model (T5, BART, Whisper); expected one "
+                                     "with a cross-attention cache", encoder_len));
+}
+
 KvcalcRequest make_request(const KvcalcOptions& o) {
     KvcalcRequest r;
     // presets first, then configs, in the order given: one table row per model
@@ -217,6 +234,7 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
     }
     // --window / --sink-tokens: the cache policy simulate runs, sized the same way (sinks share the W rows)
     for (auto& cfg : r.models) apply_window_policy(cfg, o.window, o.sink_tokens);
+    apply_encoder_len(r.models, o.encoder_len);
     if (!o.kv_heads.empty()) {
         const auto n = static_cast<std::int64_t>(parse_count(o.kv_heads, "--kv-heads"));
         r.variants = {{fmt::format("kv:{}", n), n}};
@@ -303,6 +321,9 @@ void setup_kvcalc(CLI::App& app) {
     add_units_option(cmd, o->units);
     add_format_option(cmd, o->format);
     cmd->add_flag("--explain", o->explain, "Print each formula with the numbers substituted");
+    cmd->add_option("--encoder-len", o->encoder_len,
+                    "Encoder-decoder models (T5, BART, Whisper): tokens the encoder reads, the cross-attention cache's rows per "
+                    "decoder layer (default: the config's n_positions, max_position_embeddings or Whisper's 1500 frames)");
     cmd->add_flag("--as-decoder", o->as_decoder,
                   "Size an encoder-only config (bert, roberta, ...), which keeps no KV cache, as if it were a Llama-style decoder");
     output_file(cmd->add_option("--plot", o->plot, "Also draw KV memory against context, one line per model/layout/dtype/batch (+ the GPU's KV budget): FILE.svg or FILE.png"));

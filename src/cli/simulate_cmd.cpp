@@ -12,11 +12,14 @@
 #include <malloc.h>  // malloc_trim
 #endif
 
+#include <fmt/format.h>
+
 #include "commands.hpp"
 #include "options.hpp"
 #include "core/interrupt.hpp"
 #include "kvlab/core/printer.hpp"
 #include "kvlab/formats/tokenizer.hpp"
+#include "kvlab/sim/stop.hpp"
 #include "session/simulate_session.hpp"
 
 namespace kvlab::cli {
@@ -24,34 +27,45 @@ namespace kvlab::cli {
 namespace {
 
 // Prints tokens as the run produces them: text through the tokenizer, else ids. On stdout before the
-// table (table format), or on stderr, so that a csv/json/markdown stdout stays one document.
+// table (table format), or on stderr, so that a csv/json/markdown stdout stays one document; or nowhere
+// (out null) when it only watches the text for --stop strings. The text passes through a StopMatcher:
+// it ends before the first stop string, which is not printed.
 class TokenEcho {
 public:
-    TokenEcho(std::ostream& out, const Tokenizer* tokenizer) : out_(out) {
+    TokenEcho(std::ostream* out, const Tokenizer* tokenizer, const std::vector<std::string>& stops) : out_(out), stop_(stops) {
         if (tokenizer) decoder_.emplace(*tokenizer);
     }
     void prompt(const std::vector<TokenId>& ids) {
-        if (!decoder_) out_ << "prompt ids:";
-        for (const TokenId id : ids) put(id);
-        if (!decoder_) out_ << "\ngenerated ids:";
-        out_.flush();
+        if (!out_) return;
+        if (!decoder_) *out_ << "prompt ids:";
+        for (const TokenId id : ids) put(decoder_ ? decoder_->next(id) : fmt::format(" {}", id));
+        if (!decoder_) *out_ << "\ngenerated ids:";
+        out_->flush();
     }
-    void token(TokenId id) {
-        put(id);
-        out_.flush();
+    // true when the text has reached a stop string
+    bool token(TokenId id) {
+        if (!decoder_) {
+            put(fmt::format(" {}", id));
+        } else {
+            StopMatcher::Step step = stop_.push(decoder_->next(id));
+            put(step.text);
+            if (step.stopped) return true;
+        }
+        if (out_) out_->flush();
+        return false;
     }
     void end() {
-        if (decoder_) out_ << decoder_->finish();  // a character cut short at the end: U+FFFD
-        out_ << "\n";
+        if (decoder_ && !stop_.stopped()) put(stop_.finish() + decoder_->finish());  // a character cut short: U+FFFD
+        if (out_) *out_ << "\n";
     }
 
 private:
-    void put(TokenId id) {
-        if (decoder_) out_ << decoder_->next(id);
-        else out_ << ' ' << id;
+    void put(const std::string& text) {
+        if (out_) *out_ << text;
     }
-    std::ostream& out_;
+    std::ostream* out_;
     std::optional<TextDecoder> decoder_;
+    StopMatcher stop_;
 };
 
 // "simulate: step 40/256, 18.2 steps/s, ETA 12 s" on stderr: the rate so far, and the time left at that
@@ -83,7 +97,12 @@ std::vector<SimulationResult> run_each_policy(const PreparedSimulation& p, std::
         SimulateOptions one = p.sim;
         one.kv_storage = policy.kv;
         one.weight_dtype = policy.weights;
-        if (!runs.empty()) one.on_token = nullptr;
+        if (!runs.empty()) {  // the first run's length (an early stop), its tokens not printed again
+            one.n_steps = runs.front().n_steps_done;
+            one.end_tokens.clear();
+            one.on_token = nullptr;
+            one.stop_after = nullptr;
+        }
         runs.push_back(run_simulation(p.config, p.weights, one));
         if (runs.back().interrupted) throw Interrupted("interrupted; no comparison printed");
     }
@@ -103,16 +122,17 @@ void run(const SimulateRequest& request) {
     // weights): on stdout above the table, else on stderr (not with --quiet)
     const bool tokens_meaningful = p.tokens_meaningful;
     const bool echo_on_stdout = format == Format::table && tokens_meaningful;
+    const bool echoing = echo_on_stdout || (tokens_meaningful && !o.quiet);
     std::optional<TokenEcho> echo;
-    if (echo_on_stdout || (tokens_meaningful && !o.quiet)) {
-        echo.emplace(echo_on_stdout ? std::cout : std::cerr, p.tokenizer ? &*p.tokenizer : nullptr);
+    if (echoing || !o.stop.empty()) {  // --stop: the text is watched, printed or not
+        echo.emplace(echoing ? (echo_on_stdout ? &std::cout : &std::cerr) : nullptr, p.tokenizer ? &*p.tokenizer : nullptr, o.stop);
         echo->prompt(sim.prompt_ids);
-        sim.on_token = [&](TokenId id) { echo->token(id); };
+        sim.stop_after = [&](TokenId id) { return echo->token(id); };
     }
 
     // progress on stderr only when a person watches it and sees no tokens streaming there or on a
     // terminal stdout
-    const bool show_progress = !o.quiet && ::isatty(STDERR_FILENO) && (!echo || (echo_on_stdout && !::isatty(STDOUT_FILENO)));
+    const bool show_progress = !o.quiet && ::isatty(STDERR_FILENO) && (!echoing || (echo_on_stdout && !::isatty(STDOUT_FILENO)));
     if (show_progress) sim.on_step = ProgressLine{};
 #if defined(__GLIBC__)
     // loading's freed allocations (parsing, weight init on every thread) leave pages in malloc's arenas;
@@ -147,6 +167,19 @@ void run(const SimulateRequest& request) {
     check_outcome(p, result);
 }
 
+// --temperature, --top-k, --top-p, --seed, --sampler, and where a run ends (--stop, --ignore-eos).
+void add_sampling_options(CLI::App* cmd, SimulateRequest& o) {
+    cmd->add_option("--temperature", o.temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
+    cmd->add_option("--top-k", o.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
+    cmd->add_option("--top-p", o.top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
+    cmd->add_option("-s,--seed", o.seed, "Seed for weights, prompt and sampler")->capture_default_str();
+    add_choice(cmd, "--sampler", o.sampler, sampler_rule_choices,
+               "Sampling rule and generator: kvlab (its own, with top-k) or llama2c (run.c's: the same tokens as llama2.c's "
+               "run.c -t T -p P -s SEED on the same checkpoint and prompt)");
+    cmd->add_option("--stop", o.stop, "Stop when the text reaches STR (repeatable; the stop string is not printed; needs a tokenizer)");
+    cmd->add_flag("--ignore-eos", o.ignore_eos, "Run every step even after a trained model writes end-of-text (BOS or EOS)");
+}
+
 }  // namespace
 
 void setup_simulate(CLI::App& app) {
@@ -171,10 +204,7 @@ void setup_simulate(CLI::App& app) {
     auto* prompt_ids = cmd->add_option("--prompt-ids", o->prompt_ids, "Comma-separated prompt token ids (instead of --prompt-len)")->excludes(prompt_len);
     prompt->excludes(prompt_len)->excludes(prompt_ids);
     cmd->add_option("-n,--steps", o->steps, "Tokens to generate; step 0 is the prefill")->capture_default_str();
-    cmd->add_option("--temperature", o->temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
-    cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
-    cmd->add_option("--top-p", o->top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
-    cmd->add_option("-s,--seed", o->seed, "Seed for weights, prompt and sampler")->capture_default_str();
+    add_sampling_options(cmd, *o);
     auto* eval = input_file(cmd->add_option("--eval", o->eval, "Score a text file instead of decoding: teacher-forced mean NLL and perplexity (needs --tokenizer)"));
     eval->excludes(prompt)->excludes(prompt_len)->excludes(prompt_ids);
     output_file(cmd->add_option("--save-checkpoint", o->save_checkpoint, "Write the model run (e.g. random weights) as a llama2.c v0 FILE.bin"));
@@ -207,6 +237,9 @@ void setup_simulate(CLI::App& app) {
     cmd->add_option("--window", o->window, "Every layer keeps only its last W positions (a ring), measured against the full cache")
         ->check(given_nonzero("expected a positive number of positions"));
     cmd->add_option("--sink-tokens", o->sink_tokens, "StreamingLLM: the window also keeps the first S positions (S < W)");
+    add_choice(cmd, "--sink-positions", o->sink_positions, sink_positions_choices,
+               "Where attention places the sinks once keys are evicted: text (their positions in the text) or cache (their slots "
+               "in the cache, as StreamingLLM does)");
     add_choice(cmd, "--kernel", o->kernel, forward_kernel_choices,
                "fast (threaded, vectorised), or reference: also run the readable src/model/reference.cpp on the same tokens and "
                "report both speeds and whether it picks the same tokens")

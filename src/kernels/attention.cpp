@@ -84,11 +84,13 @@ void axpy_rows(const float* x, std::int64_t stride, std::int64_t n, std::int64_t
 
 std::int64_t attention_scratch_floats(const AttentionShape& shape, std::int64_t n_keys) {
     const std::uint64_t scores = checked_mul(static_cast<std::uint64_t>(shape.n_head), static_cast<std::uint64_t>(padded(n_keys)), "attention scratch");
-    return static_cast<std::int64_t>(checked_add(scores, static_cast<std::uint64_t>(chunk_rows(shape.d_head) * shape.d_head), "attention scratch"));
+    const auto chunk = static_cast<std::uint64_t>(chunk_rows(shape.d_head) * shape.d_head);
+    const auto q_sink = checked_mul(static_cast<std::uint64_t>(shape.n_head), static_cast<std::uint64_t>(shape.d_head), "attention scratch");
+    return static_cast<std::int64_t>(checked_add(checked_add(scores, chunk, "attention scratch"), q_sink, "attention scratch"));
 }
 
 void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t nh, const float* q, const KvView& kv,
-                     std::int64_t r0, std::int64_t n_tokens, float* out, float* scratch) {
+                     std::int64_t r0, std::int64_t n_tokens, float* out, float* scratch, const float* q_sink, std::int64_t n_sink_rows) {
     const std::int64_t D = shape.d_head, n_group = shape.n_head / shape.n_head_kv, T = n_tokens;
     const std::int64_t kv0 = h0 / n_group, kv1 = (h0 + nh - 1) / n_group + 1;  // the KV heads the query heads read
     const std::int64_t chunk = chunk_rows(D);  // fp32 rows are read in place; the chunk stays in L1 for the group
@@ -114,7 +116,7 @@ void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t 
     // rows in the chunk starting at c0: up to `chunk`, and paged, up to the end of c0's block (K and V
     // share one block table)
     auto chunk_at = [&](std::int64_t c0) {
-        const std::int64_t n = std::min(chunk, T - c0);
+        const std::int64_t n = std::min(chunk, (q_sink && c0 < n_sink_rows ? n_sink_rows : T) - c0);  // sinks: a chunk of their own
         return kv.block_rows.empty() ? n : std::min(n, kv.block_size - (r0 + c0) % kv.block_size);
     };
     // scores = K q / sqrt(D) for every query head, a chunk of keys at a time: within a chunk the KV heads
@@ -124,7 +126,8 @@ void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t 
         for (std::int64_t g = kv0; g < kv1; ++g) {
             std::int64_t stride = 0;
             const float* k_c = rows(kv.k, kv.k_store, g, c0, n, stride);
-            for (std::int64_t h = first(g); h < last(g); ++h) dot_rows(k_c, stride, n, D, q + h * D, s + (h - h0) * s_stride + c0);
+            const float* qc = q_sink && c0 < n_sink_rows ? q_sink : q;
+            for (std::int64_t h = first(g); h < last(g); ++h) dot_rows(k_c, stride, n, D, qc + h * D, s + (h - h0) * s_stride + c0);
         }
     }
     // softmax per head, max-subtracted

@@ -129,6 +129,46 @@ const TokenRun& run_of(std::span<const TokenRun> runs, std::int64_t i) {
 
 }  // namespace
 
+namespace {
+
+// StreamingLLM's positions in the cache [Xiao et al. 2023, section 3.2]: a query at `pos` that attends
+// n_keys keys after its window evicted delta = pos + 1 - n_keys positions sees its sinks delta positions
+// closer than in the text. RoPE scores depend on the distance alone, so scoring the sinks with the query
+// rotated back by delta is scoring them at their slots in the cache. Writes that query into `work` past
+// attention_heads' own scratch; {nullptr, 0} when no rotation applies.
+struct SinkQuery {
+    const float* q = nullptr;
+    std::int64_t n_rows = 0;
+};
+SinkQuery sink_query(const float* q, std::int64_t pos, std::int64_t n_keys, const KvView& kv, const AttentionShape& shape,
+                     const SinkRope* sink_rope, float* work) {
+    const std::int64_t delta = pos + 1 - n_keys;
+    if (!sink_rope || kv.n_sink == 0 || delta <= 0) return {};
+    float* qs = work + attention_scratch_floats(shape, n_keys) - shape.n_head * shape.d_head;
+    std::copy(q, q + shape.n_head * shape.d_head, qs);
+    rope_row(qs, shape.n_head, qs, 0, -delta, sink_rope->inv_freq, sink_rope->pairing == RopePairing::halves, shape.d_head);
+    return {qs, kv.n_sink};
+}
+
+// Queries of the runs whose sinks sink_query turns (for the cost of that rotation).
+std::int64_t sink_rotations(std::span<const TokenRun> runs, std::int64_t window) {
+    std::int64_t n = 0;
+    for (const TokenRun& r : runs)
+        for (std::int64_t i = 0; i < r.n && r.kv.n_sink > 0; ++i) n += r.pos0 + i + 1 > keys_in_window(window, r.pos0 + i) ? 1 : 0;
+    return n;
+}
+
+// A narrow cache's per-tensor scales come from the first rows written (the prefill).
+void calibrate_stores(std::span<const TokenRun> runs, const MatrixRM& k_new, const MatrixRM& v_new) {
+    for (const TokenRun& r : runs)
+        if (r.kv.k_store && !r.kv.k_store->calibrated()) {
+            r.kv.k_store->calibrate(k_new, r.n);
+            r.kv.v_store->calibrate(v_new, r.n);
+        }
+}
+
+}  // namespace
+
 // ---- the ops ----
 
 void embed(MatrixRM& x, std::span<const std::int32_t> tokens, const WeightMatrix& table, OpRecorder& rec) {
@@ -183,14 +223,9 @@ void rope(MatrixRM& q, MatrixRM& k, std::span<const TokenRun> runs, std::span<co
 }
 
 void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const MatrixRM& v_new, std::span<const TokenRun> runs,
-               const AttentionShape& shape, std::int64_t window, const OpScratch& scratch, OpRecorder& rec) {
+               const AttentionShape& shape, std::int64_t window, const OpScratch& scratch, OpRecorder& rec, const SinkRope* sink_rope) {
     const std::int64_t n = runs.back().row0 + runs.back().n;
-    // a narrow cache's per-tensor scales come from the first rows written (the prefill)
-    for (const TokenRun& r : runs)
-        if (r.kv.k_store && !r.kv.k_store->calibrated()) {
-            r.kv.k_store->calibrate(k_new, r.n);
-            r.kv.v_store->calibrate(v_new, r.n);
-        }
+    calibrate_stores(runs, k_new, v_new);
     auto store = [&](const TokenRun& r, std::int64_t i) {  // activation row i, into the row holding its position
         const std::int64_t row = r.kv.row_of(r.pos0 + i - r.row0);
         if (r.kv.k_store) {  // encoded; attention reads (decodes) what was stored
@@ -210,7 +245,8 @@ void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const Ma
     };
     // query row i, query heads h0..h0+nh-1
     auto attend = [&](const TokenRun& r, std::int64_t i, std::int64_t h0, std::int64_t nh, float* work) {
-        attention_heads(shape, h0, nh, q.row(i).data(), r.kv, first_row_of(r, i), n_keys_of(r, i), out.row(i).data(), work);
+        const SinkQuery sq = sink_query(q.row(i).data(), r.pos0 + i - r.row0, n_keys_of(r, i), r.kv, shape, sink_rope, work);
+        attention_heads(shape, h0, nh, q.row(i).data(), r.kv, first_row_of(r, i), n_keys_of(r, i), out.row(i).data(), work, sq.q, sq.n_rows);
     };
     // a ring that wraps within a run: a later token would overwrite a key an earlier query still needs,
     // so that run stores and attends in order (the stores' time lands in the attention ops')
@@ -260,6 +296,7 @@ void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const Ma
         av_cost += cost_av(r.n, shape.n_head, d_kv, shape.d_head, n_scores, n_key_rows, r.kv.place, r.kv.row_bytes);
     }
     rec.add(Op::kv_store, store_cost);
+    if (sink_rope) rec.add(Op::rope, cost_rope(sink_rotations(runs, window), shape.n_head, 0, shape.d_head));
     rec.record({{Op::qk, qk_cost}, {Op::softmax, softmax_cost}, {Op::av, av_cost}});
 }
 

@@ -4,6 +4,7 @@
 // and is tested against this file.
 #include "kvlab/model/reference.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -90,7 +91,7 @@ ReferenceModel::ReferenceModel(const ModelConfig& cfg, const Weights& weights, s
                                      cfg.family == Family::gpt2 ? weights.pos_embed.rows() : cfg.n_ctx_max));
     const auto d = static_cast<std::size_t>(cfg.d_model), dq = static_cast<std::size_t>(cfg.d_q()),
                f = static_cast<std::size_t>(cfg.d_ff), T = static_cast<std::size_t>(n_positions);
-    x_.resize(d), xb_.resize(d), q_.resize(dq), att_.resize(dq), hb_.resize(f), hb2_.resize(f);
+    x_.resize(d), xb_.resize(d), q_.resize(dq), q_sink_.resize(dq), att_.resize(dq), hb_.resize(f), hb2_.resize(f);
     scores_.resize(T), logits_.resize(static_cast<std::size_t>(cfg.n_vocab));
     key_cache_.resize(static_cast<std::size_t>(cfg.n_layer) * T * static_cast<std::size_t>(cfg.d_kv()));
     value_cache_.resize(key_cache_.size());
@@ -100,11 +101,16 @@ ReferenceModel::ReferenceModel(const ModelConfig& cfg, const Weights& weights, s
 //    With GQA/MQA [GQA], query head h reads KV head h / (H / Hkv): the cache holds Hkv heads, not H,
 //    which is what makes it smaller.
 void ReferenceModel::attention(std::int64_t l, std::int64_t pos) {
-    const std::int64_t H = cfg_.n_head, D = cfg_.d_head, d_kv = cfg_.d_kv(), T = n_positions_;
+    const std::int64_t H = cfg_.n_head, D = cfg_.d_head, d_kv = cfg_.d_kv(), T = n_positions_, W = cfg_.layer_window(l);
+    // --sink-positions cache [SLLM] 3.2: once the window has evicted keys, each sink is scored at its slot in
+    // the cache, `evicted` positions closer to the query than in the text: with q turned back by that much
+    const std::int64_t evicted = W > 0 && cfg_.sink_cache_positions && cfg_.family != Family::gpt2 ? std::max<std::int64_t>(0, pos + 1 - W) : 0;
+    std::copy(q_.begin(), q_.end(), q_sink_.begin());
+    if (evicted > 0) rope(q_sink_.data(), H, D, -evicted, static_cast<float>(cfg_.rope_theta), w_.rope_pairing);
     for (std::int64_t h = 0; h < H; ++h) {
-        const float* qh = q_.data() + h * D;
         const std::int64_t kv_head = h / (H / cfg_.n_head_kv);
         for (std::int64_t t = 0; t <= pos; ++t) {
+            const float* qh = (t < cfg_.sink_tokens ? q_sink_.data() : q_.data()) + h * D;
             const float* kt = key_cache_.data() + (l * T + t) * d_kv + kv_head * D;
             float dot = 0.0f;
             for (std::int64_t i = 0; i < D; ++i) dot += qh[i] * kt[i];

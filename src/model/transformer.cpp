@@ -188,6 +188,7 @@ void Transformer::layers(std::span<const TokenId> tokens, std::int64_t n_runs, K
     embed(x_, tokens, w_.tok_embed, rec);
     if (gpt2) add_positions(x_, runs, w_.pos_embed, rec);
 
+    const SinkRope sink_rope{inv_freq_, w_.rope_pairing};  // --sink-positions cache (ops.hpp, attention)
     for (std::int64_t l = 0; l < cfg_.n_layer; ++l) {
         const LayerWeights& lw = w_.layers[static_cast<std::size_t>(l)];
         const NarrowLayer* nl = nw_ ? &nw_->layers[static_cast<std::size_t>(l)] : nullptr;
@@ -218,7 +219,7 @@ void Transformer::layers(std::span<const TokenId> tokens, std::int64_t n_runs, K
         } else {
             qkv_projections(q_, k_new_, v_new_, xb_, n, lw, nl, scratch, rec);
             if (!gpt2) rope(q_, k_new_, runs, inv_freq_, w_.rope_pairing, cfg_.d_head, rec);
-            attention(att_, q_, k_new_, v_new_, runs, shape, window, scratch, rec);
+            attention(att_, q_, k_new_, v_new_, runs, shape, window, scratch, rec, cfg_.sink_cache_positions && !gpt2 ? &sink_rope : nullptr);
         }
         project_add(x_, xb_, att_, n, WeightRef{lw.wo, nl ? &nl->wo : nullptr}, lw.bo, scratch, Op::o_proj, Op::attn_residual, rec);
 

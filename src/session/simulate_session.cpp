@@ -25,6 +25,7 @@
 #include "formats/llama2c_checkpoint.hpp"
 #include "kvlab/model/mla.hpp"
 #include "kvlab/sim/evaluate.hpp"
+#include "kvlab/sim/stop.hpp"
 #include "kernels/narrow_weights.hpp"
 #include "kvlab/weights/random_weights.hpp"
 #include "report/simulation_report.hpp"
@@ -98,6 +99,14 @@ void plan_policies(SimulateRequest& o, ModelConfig& cfg, PreparedSimulation& p) 
     const bool attention_policy = o.window > 0 || o.sink_tokens > 0;
     if (attention_policy) sim.reference_config = cfg;
     apply_window_policy(cfg, o.window, o.sink_tokens);  // (also refuses negative values)
+    if (o.sink_positions == SinkPositions::cache) {
+        if (cfg.sink_tokens == 0)
+            throw UsageError("--sink-positions cache: it places StreamingLLM's sinks at their slots in the cache; expected --sink-tokens S with --window W");
+        if (cfg.family == Family::gpt2)
+            throw UsageError(fmt::format("--sink-positions cache: {} adds learned positions to its input, so a kept key cannot be moved to "
+                                         "another position; expected a RoPE model (Llama family)", cfg.name));
+        cfg.sink_cache_positions = true;
+    }
     // --kv-dtype: how the cache stores K and V; --weight-dtype: how the matmuls read the weights. A narrow
     // format runs cached, beside the fp32 weights and an fp32 cache on the same tokens.
     std::vector<KvStorage> kv_list;
@@ -183,8 +192,15 @@ void prepare_prompt(const SimulateRequest& o, const ModelConfig& cfg, const Mode
         sim.prompt_ids = tokenizer->encode(o.prompt, true, false);
     }
     sim.n_steps = o.steps;
-    sim.sampler = {o.temperature, o.top_k, o.top_p, o.seed};
+    sim.sampler = {o.temperature, o.top_k, o.top_p, o.seed, o.sampler};
     sim.seed = o.seed;
+    if (!o.stop.empty() && !tokenizer)
+        throw UsageError("--stop: stop strings are matched in the text, which needs --tokenizer FILE (llama2.c tokenizer.bin)");
+    if (!o.stop.empty() && !o.eval.empty()) throw UsageError("--stop: --eval scores a text and generates nothing to stop");
+    StopMatcher{o.stop};  // refuses an empty stop string
+    // end of text: a trained llama2.c-style model ends a story with BOS (its training stream is stories each
+    // opened by BOS, none closed by EOS; run.c stops there) or EOS; random weights write no text to end
+    if (tokenizer && !o.checkpoint.empty() && !o.ignore_eos) sim.end_tokens = {Tokenizer::bos_id, Tokenizer::eos_id};
 }
 
 // The memory the run will hold, refused above --max-memory (default 75% of RAM) before anything is allocated.
@@ -256,6 +272,10 @@ nlohmann::json simulation_inputs(const SimulateRequest& o, const ModelConfig& cf
     if (!o.tokenizer.empty()) inputs["tokenizer"] = o.tokenizer;
     if (o.prompt_given) inputs["prompt"] = to_valid_utf8(o.prompt);
     if (!o.save_checkpoint.empty()) inputs["save_checkpoint"] = o.save_checkpoint;
+    if (cfg.sink_cache_positions) inputs["sink_positions"] = "cache";
+    if (o.sampler != SamplerRule::kvlab) inputs["sampler"] = std::string(choice_name(sampler_rule_choices, o.sampler));
+    if (!o.stop.empty()) inputs["stop"] = o.stop;
+    if (!p.sim.end_tokens.empty()) inputs["end_tokens"] = p.sim.end_tokens;
     if (o.kernel != ForwardKernel::fast) inputs["kernel"] = std::string(choice_name(forward_kernel_choices, o.kernel));
     // the GPU whose roofline models each step's time: its figures travel with the trace, so that trace
     // summary and plot model the same time without the presets (simulation_report.hpp, modelled_gpu)
@@ -449,7 +469,8 @@ std::string policy_name(const PreparedSimulation& p, const PreparedSimulation::P
 std::string attention_policy_name(const PreparedSimulation& p) {
     if (!p.sim.reference_config) return "";
     const ModelConfig& c = p.config;
-    return fmt::format(", window {}{}", c.sliding_window.value_or(0), c.sink_tokens ? fmt::format(" + {} sinks", c.sink_tokens) : "");
+    return fmt::format(", window {}{}{}", c.sliding_window.value_or(0), c.sink_tokens ? fmt::format(" + {} sinks", c.sink_tokens) : "",
+                       c.sink_cache_positions ? " at cache positions" : "");
 }
 
 // Decode steps' (1..) mean counted KV and weight bytes read, and their speed: 1 / the median step's wall
@@ -547,6 +568,21 @@ Report kv_policy_report(const PreparedSimulation& p, const std::vector<Simulatio
     return report;
 }
 
+namespace {
+
+// Why the run ended before its steps, if it did.
+std::string early_stop_note(const PreparedSimulation& p, const SimulationResult& result) {
+    if (result.early_stop == EarlyStop::end_token)
+        return fmt::format("stopped at step {} of {}: the model wrote end-of-text (token {}, not printed; --ignore-eos runs every step)",
+                           result.n_steps_done - 1, p.sim.n_steps, result.generated.back());
+    if (result.early_stop == EarlyStop::stop_after)
+        return fmt::format("stopped at step {} of {}: the text reached a --stop string (printed up to it, the stop string excluded)",
+                           result.n_steps_done - 1, p.sim.n_steps);
+    return "";
+}
+
+}  // namespace
+
 Report simulation_outcome(const PreparedSimulation& p, const SimulationResult& result) {
     const SimulateRequest& o = p.request;
     const ModelConfig& cfg = p.config;
@@ -558,6 +594,7 @@ Report simulation_outcome(const PreparedSimulation& p, const SimulationResult& r
     if (!o.trace.empty()) write_step_trace(o.trace, summary, result.records, p.inputs, o.deterministic);
     if (p.logits) p.logits->finish();
     Report report = simulation_report(summary, result.records, p.inputs, p.request.units);
+    if (const std::string note = early_stop_note(p, result); !note.empty()) report.notes.push_back(note);
     if (p.logits)
         report.notes.push_back(fmt::format("logits: {} rows (one per step, the logits the tokens were chosen from, {} mode) of {} float32 "
                                            "values in {} (.npy, docs/cli-simulate.md)",
@@ -597,6 +634,9 @@ void repeat_simulation(const PreparedSimulation& p, SimulationResult& first, std
     w.cached_ns = {walls(first, StepMode::cached)};
     w.uncached_ns = {walls(first, StepMode::uncached)};
     SimulateOptions again = p.sim;
+    again.n_steps = first.n_steps_done;  // an early stop: the same tokens, the same length
+    again.end_tokens.clear();
+    again.stop_after = nullptr;
     again.on_token = nullptr;
     again.on_logits = nullptr;
     again.stop = &stop;

@@ -22,6 +22,11 @@
 
 namespace kvlab {
 
+// --sink-positions: where attention places StreamingLLM's sinks once the window has evicted keys: at their
+// positions in the text (as stored), or at their slots in the cache (StreamingLLM, section 3.2).
+enum class SinkPositions { text, cache };
+inline constexpr std::array<Choice<SinkPositions>, 2> sink_positions_choices{{{"text", SinkPositions::text}, {"cache", SinkPositions::cache}}};
+
 // The prompt a trained model with a tokenizer decodes when none is given (--prompt, --prompt-ids, --prompt-len).
 inline constexpr const char* default_text_prompt = "Once upon a time";
 
@@ -44,6 +49,9 @@ struct SimulateRequest {
     std::int64_t top_k = 0;
     double top_p = 1.0;
     std::uint64_t seed = 42;
+    SamplerRule sampler = SamplerRule::kvlab;  // --sampler: kvlab's rule, or llama2.c's (run.c's tokens)
+    std::vector<std::string> stop;     // --stop STR (repeatable): the text ends before the first one (needs a tokenizer)
+    bool ignore_eos = false;           // --ignore-eos: run every step even after the model writes end-of-text
     std::string trace;
     bool deterministic = false;
     bool quiet = false;
@@ -60,6 +68,7 @@ struct SimulateRequest {
     bool mode_given = false;           // --mode on the command line (a narrow --kv-dtype defaults to cached)
     std::int64_t window = 0;           // --window W: every layer keeps its last W positions (0: the model's own)
     std::int64_t sink_tokens = 0;      // --sink-tokens S: and its first S (StreamingLLM)
+    SinkPositions sink_positions = SinkPositions::text;  // --sink-positions: the sinks' positions, in the text or the cache
     std::string weight_dtype = "fp32"; // --weight-dtype: how the matmuls read the weights; a comma list compares them
     bool no_quality = false;           // --no-quality: policies run without the fp32 model beside them
     MlaPath mla_path = MlaPath::absorbed;  // --mla: how an MLA model's attention reads its latent cache (model/mla.hpp)

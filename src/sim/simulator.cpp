@@ -1,5 +1,6 @@
 #include "kvlab/sim/simulator.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -31,6 +32,9 @@ ModelConfig simulation_config(const ModelConfig& cfg, std::optional<std::int64_t
         throw ConfigError(fmt::format("{}: MLA with a compressed query (q_lora_rank {}) is not simulated; kvlab runs MLA without it "
                                       "(DeepSeek-V2-Lite's form, or --attention mla:R on a Llama shape); kvcalc sizes this cache",
                                       cfg.name, cfg.mla->q_lora_rank));
+    if (cfg.cross)
+        throw ConfigError(fmt::format("{}: encoder-decoder models ({}) are not simulated; kvcalc sizes their self- and cross-attention caches",
+                                      cfg.name, cfg.model_type));
     if (cfg.d_ff == 0)
         throw ConfigError(fmt::format("{}: the config has no intermediate_size; the simulator needs the MLP width", cfg.name));
     if (cfg.n_expert > 1)
@@ -287,6 +291,7 @@ SimulationResult SimulationRun::run() {
         }
         if (o_.on_logits) o_.on_logits(*logits);
         finish_step(step, sampler_.sample(*logits), rec_cached, rec_uncached);
+        if (r_.early_stop != EarlyStop::none) break;
     }
     r_.core_use = core_clock.elapsed();
     if (r_.kv_quality && r_.kv_quality->n_steps > 0) r_.kv_quality->mean_kl /= static_cast<double>(r_.kv_quality->n_steps);
@@ -380,7 +385,12 @@ void SimulationRun::finish_step(std::int64_t step, TokenId next, StepRecord* cac
     if (step + 1 < o_.n_steps) seq_.push_back(next);  // the last token is generated, never fed back
     r_.generated.push_back(next);
     r_.n_steps_done = step + 1;
-    if (o_.on_token) o_.on_token(next);
+    if (std::find(o_.end_tokens.begin(), o_.end_tokens.end(), next) != o_.end_tokens.end()) {
+        r_.early_stop = EarlyStop::end_token;
+    } else {
+        if (o_.on_token) o_.on_token(next);
+        if (o_.stop_after && o_.stop_after(next)) r_.early_stop = EarlyStop::stop_after;
+    }
     if (o_.on_step) o_.on_step(step + 1, o_.n_steps);
 }
 

@@ -25,7 +25,12 @@ KvBytes kv_bytes_per_token_layer(const ModelConfig& cfg, DType dtype);
 KvBytes kv_bytes_per_token(const ModelConfig& cfg, DType dtype);
 // Tokens layer `layer` keeps resident after T positions.
 std::uint64_t kv_tokens_held(const ModelConfig& cfg, std::int64_t layer, std::uint64_t n_tokens, WindowMode mode);
-// One sequence of T tokens, all layers, windows applied per `mode`.
+// An encoder-decoder model's cross-attention cache for one sequence: encoder_len rows (rounded up to whole
+// blocks of `block_size`; 0: no paging) per decoder layer, K and V; {0, 0} for a decoder-only model.
+// Throws UsageError naming --encoder-len when the config does not say the encoder's length.
+KvBytes kv_bytes_cross(const ModelConfig& cfg, DType dtype, std::uint64_t block_size = 0);
+// One sequence of T tokens, all layers, windows applied per `mode` (an encoder-decoder model: T generated
+// tokens in the self-attention cache plus its cross-attention cache).
 KvBytes kv_bytes_sequence(const ModelConfig& cfg, DType dtype, std::uint64_t n_tokens, WindowMode mode);
 // Tokens rounded up to whole blocks of `block_size` (0: no paging, T itself).
 std::uint64_t allocated_tokens(std::uint64_t n_tokens, std::uint64_t block_size);

@@ -22,6 +22,16 @@ struct MlaShape {
     std::int64_t v_head_dim = 0;
 };
 
+// An encoder-decoder model (T5, BART, Whisper): the decoder's layers (n_layer), heads and head width size
+// both of its caches. Self-attention: one K and V row per layer per generated token (grows, as a decoder-only
+// model's). Cross-attention: K and V of the encoder's output, encoder_len rows per decoder layer, computed
+// once at prefill from the encoder and never grown (docs/kv-memory.md, "Encoder-decoder models").
+struct CrossAttention {
+    std::int64_t n_layer_encoder = 0;
+    std::int64_t encoder_len = 0;  // tokens (Whisper: audio frames after its convolutions) the encoder reads; 0: not known
+    std::string encoder_len_rule;  // where encoder_len came from
+};
+
 struct ModelConfig {
     std::string name;           // preset name or file stem, e.g. "llama-2-7b"
     std::string display_name;   // e.g. "Llama-2 7B"
@@ -68,7 +78,11 @@ struct ModelConfig {
     // StreamingLLM sinks: a windowed layer keeps its first sink_tokens positions and the last
     // sliding_window - sink_tokens (still sliding_window rows; kvlab keeps keys at their text positions)
     std::int64_t sink_tokens = 0;
+    // simulate --sink-positions cache: attention scores a sink as if it sat at its slot in the cache (StreamingLLM
+    // section 3.2), not at its text position; false (text): keys keep the positions they were rotated with
+    bool sink_cache_positions = false;
     std::optional<MlaShape> mla;
+    std::optional<CrossAttention> cross;  // encoder-decoder models only
     // DeepSeek-style low-rank attention projections whose cache is not the latent (MiniCPM3 caches every
     // head's K and V): the shapes for the parameter count only; mla above is unset for such a model
     std::optional<MlaShape> lora_attention;

@@ -18,15 +18,18 @@ struct AttentionShape {
 };
 
 // Floats of scratch one attention_heads call needs for up to n_keys keys: the scores of every query
-// head, and one KV head's decoded chunk of rows.
+// head, and one KV head's decoded chunk of rows; then H*D more for a query rotated for the sinks (ops.hpp).
 std::int64_t attention_scratch_floats(const AttentionShape& shape, std::int64_t n_keys);
 
 // Query heads h0..h0+nh-1 (any contiguous range: part of a group, whole groups, or both): q (H*D) for
 // one position; the sequence's rows r0..r0+T-1 of kv are the attended keys and values (fp32 rows read in
 // place, a narrow cache's decoded a chunk at a time); writes out[h*D .. h*D+D-1] for those heads. fp32
 // arithmetic; a head's numbers do not depend on which heads share its call.
+// q_sink (H*D), when given, scores the first n_sink_rows rows instead of q (StreamingLLM's sinks scored at
+// their positions in the cache: ops.hpp, attention).
 void attention_heads(const AttentionShape& shape, std::int64_t h0, std::int64_t nh, const float* q, const KvView& kv,
-                     std::int64_t r0, std::int64_t n_tokens, float* out, float* scratch);
+                     std::int64_t r0, std::int64_t n_tokens, float* out, float* scratch, const float* q_sink = nullptr,
+                     std::int64_t n_sink_rows = 0);
 
 // Every head, plain loops: q (H*D) for one position; k, v (T, Hkv*D) row-major, rows 0..T-1 are the attended keys;
 // out (H*D); scores (T) scratch. softmax(q k^T / sqrt(D)) v, per head, in fp32.

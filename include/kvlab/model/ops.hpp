@@ -96,8 +96,16 @@ void rope(MatrixRM& q, MatrixRM& k, std::span<const TokenRun> runs, std::span<co
 // For each run: store its new K and V rows at its positions, then out (its rows, H*D) = softmax(q K^T /
 // sqrt(D)) V per head over the keys each of its queries attends in its own sequence (`window` > 0: its
 // last `window` positions)                                              records kv_store, qk, softmax, av
+// sink_rope (StreamingLLM's positions in the cache, --sink-positions cache): once a query's window has
+// evicted keys, its sinks (rows 0..n_sink-1) are scored with the query turned back by the positions evicted,
+// delta = pos + 1 - n_keys, so each sink sits at its slot in the cache (records that rotation as rope).
+struct SinkRope {
+    std::span<const float> inv_freq;
+    RopePairing pairing = RopePairing::neighbours;
+};
 void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const MatrixRM& v_new, std::span<const TokenRun> runs,
-               const AttentionShape& shape, std::int64_t window, const OpScratch& scratch, OpRecorder& rec);
+               const AttentionShape& shape, std::int64_t window, const OpScratch& scratch, OpRecorder& rec,
+               const SinkRope* sink_rope = nullptr);
 // One sequence: the n rows at positions pos0.. are one run.
 inline void attention(MatrixRM& out, const MatrixRM& q, const MatrixRM& k_new, const MatrixRM& v_new, std::int64_t n,
                       std::int64_t pos0, const KvView& kv, const AttentionShape& shape, std::int64_t window,

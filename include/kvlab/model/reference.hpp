@@ -28,7 +28,7 @@ private:
     const Weights& w_;
     std::int64_t n_positions_;
     // activations of the current token (d model, H*D queries, f FFN, V vocab, T positions)
-    std::vector<float> x_, xb_, q_, att_, hb_, hb2_, scores_, logits_;
+    std::vector<float> x_, xb_, q_, q_sink_, att_, hb_, hb2_, scores_, logits_;
     // the KV cache: (L, T, Hkv*D) keys and values, position p of layer l at row l*T + p
     std::vector<float> key_cache_, value_cache_;
 };

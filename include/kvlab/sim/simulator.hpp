@@ -55,6 +55,10 @@ struct SimulateOptions {
     const std::atomic<bool>* stop = nullptr;  // when set (SIGINT), stop after the current step
     std::function<void(std::int64_t n_done, std::int64_t n_steps)> on_step;  // progress, may be empty
     std::function<void(TokenId token)> on_token;  // each generated token as soon as it is chosen, may be empty
+    // The run ends early after choosing one of these (end of text; the token counts as generated, on_token
+    // does not see it), or when stop_after(token), called after on_token, says so (a stop string).
+    std::vector<TokenId> end_tokens;
+    std::function<bool(TokenId token)> stop_after;
     // each step's logits, the ones the sampler reads (cached mode when it runs, with any policy; else
     // uncached), before the token is chosen; may be empty (simulate --logits)
     std::function<void(const VectorF& logits)> on_logits;
@@ -102,7 +106,11 @@ struct RepeatWalls {
     std::vector<std::int64_t> cached_ns, uncached_ns;
 };
 
+// Why a run ended before its steps: an end-of-text token, or stop_after (a stop string in the text).
+enum class EarlyStop { none, end_token, stop_after };
+
 struct SimulationResult {
+    EarlyStop early_stop = EarlyStop::none;
     std::vector<TokenId> prompt;
     std::vector<TokenId> generated;
     std::vector<StepRecord> records;  // per step: the cached record, then the uncached one

@@ -1,0 +1,36 @@
+# CLI tests of simulate's sampling and stopping (--sampler, --stop, end-of-text, --ignore-eos),
+# --sink-positions' refusals and kvcalc --encoder-len (issue 47).
+# Run by CTest as: cmake -DKVLAB=<kvlab> -DDATA=<tests/data> -DWORK=<scratch dir> -P sampling.cmake
+include(${CMAKE_CURRENT_LIST_DIR}/common.cmake)
+file(MAKE_DIRECTORY "${WORK}")
+
+set(llama2c simulate -m tiny-llama --sampler llama2c --temperature 0.8 --top-p 0.9 --mode cached --threads 1)
+# run.c (llama2.c 350e04f) `run model.bin -z tokenizer.bin -t 0.8 -p 0.9 -s 42 -i "Once upon a time" -n 40` prints
+# this line: -n 40 positions = 5 prompt tokens + 36 sampled - 1
+kvlab_expect(RC 0 ARGS ${llama2c} --seed 42 -n 36
+             OUT "^Once upon a time, there was a kind girl named Zoe\\. She lived in a small house near the hill\\. Zoe loved her blue d\n")
+# a stop string that spans several tokens ("girl", " named", " Z"...) ends the text before it; it is not printed
+kvlab_expect(RC 0 ARGS ${llama2c} --seed 42 -n 36 --stop "girl named Z" --stop "never written"
+             OUT "^Once upon a time, there was a kind \n" "stopped at step [0-9]+ of 36: the text reached a --stop string"
+             NOT_OUT "girl")
+# end-of-text: run.c with -s 1 -n 256 stops at BOS after 228 sampled tokens; kvlab's 229th token is that BOS
+kvlab_expect(RC 0 ARGS ${llama2c} --seed 1 -n 252
+             OUT "storms do not last forever\\.\n" "stopped at step 228 of 252: the model wrote end-of-text \\(token 1")
+kvlab_expect(RC 0 ARGS ${llama2c} --seed 1 -n 252 --ignore-eos NOT_OUT "stopped at step")
+
+# refusals: exit 2, one line naming the flag
+kvlab_expect(RC 2 ARGS ${llama2c} --seed 42 --top-k 5 ERR "^kvlab: error: --top-k: 5; llama2.c's sampler has no top-k")
+kvlab_expect(RC 2 ARGS ${llama2c} --seed 0 ERR "^kvlab: error: --seed: 0; expected a seed >= 1 with --sampler llama2c")
+kvlab_expect(RC 2 ARGS simulate --prompt-len 4 --steps 3 --stop x ERR "^kvlab: error: --stop: stop strings are matched in the text, which needs --tokenizer")
+kvlab_expect(RC 2 ARGS simulate -m tiny-llama -n 3 --window 16 --sink-positions cache ERR "^kvlab: error: --sink-positions cache: .*expected --sink-tokens")
+kvlab_expect(RC 2 ARGS simulate -m tiny-gpt2 -n 3 --window 16 --sink-tokens 4 --sink-positions cache
+             ERR "^kvlab: error: --sink-positions cache: tiny-gpt2 adds learned positions")
+
+# kvcalc: encoder-decoder models
+kvlab_expect(RC 0 ARGS kvcalc --config "${DATA}/whisper-large-v3.json" -d fp16 --context 448
+             OUT "234\\.38 MiB per sequence, written once at prefill" "encoder length 1500 frames from max_source_positions")
+kvlab_expect(RC 2 ARGS kvcalc --config "${DATA}/byt5-small.json" -d fp16 --context 100 ERR "give --encoder-len N")
+kvlab_expect(RC 0 ARGS kvcalc --config "${DATA}/byt5-small.json" -d fp16 --context 100 --encoder-len 2048
+             OUT "= 12582912 B = 12(\\.0+)? MiB per sequence")
+kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --encoder-len 100 ERR "^kvlab: error: --encoder-len 100: no model listed is an encoder-decoder model")
+kvlab_expect(RC 2 ARGS simulate --config "${DATA}/t5-small.json" -n 2 ERR "encoder-decoder models \\(t5\\) are not simulated")
