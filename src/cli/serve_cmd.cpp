@@ -119,6 +119,9 @@ void setup_serve(CLI::App& app) {
     cmd->add_option("--temperature", o->sampling.temperature, "Sampling temperature (0 = greedy); seeded by --seed")->capture_default_str();
     cmd->add_option("--top-k", o->sampling.top_k, "Sample among the k most likely tokens (0 = off)")->capture_default_str();
     cmd->add_option("--top-p", o->sampling.top_p, "Sample among the smallest set of tokens whose probability reaches p (1 = off)")->capture_default_str();
+    add_choice(cmd, "--sampler", o->sampling.rule, sampler_rule_choices,
+               "Sampling rule and generator: kvlab (its own, with top-k) or llama2c (run.c's rule and xorshift generator; each output "
+               "seeded as docs/serving.md says)");
     cmd->add_flag("--check", o->check, "Check every request against a solo run of the single-sequence path (tokens and logits)");
     output_file(cmd->add_option("--trace", o->trace, "Write one record per step per layout to FILE.csv or FILE.jsonl, or a Perfetto timeline FILE.json"));
     output_file(cmd->add_option("--plot", o->plot, "Also draw the run's chart (KV use, utilization, requests, time, modelled GPU time): FILE.svg or FILE.png"));

@@ -230,6 +230,7 @@ void add_outputs_inputs(nlohmann::json& inputs, const ServeCommand& c) {
     if (c.sampling.temperature != 0.0) inputs["temperature"] = c.sampling.temperature;
     if (c.sampling.top_k != 0) inputs["top_k"] = c.sampling.top_k;
     if (c.sampling.top_p != 1.0) inputs["top_p"] = c.sampling.top_p;
+    if (c.sampling.rule != SamplerRule::kvlab) inputs["sampler"] = std::string(choice_name(sampler_rule_choices, c.sampling.rule));
 }
 
 // The report's and trace's "inputs": every value the run used.
