@@ -71,8 +71,11 @@ TEST_CASE("serve --preempt swap: the trained models still write PyTorch's greedy
         CHECK(sum_steps(r, &ServeStep::n_swapped_out) == r.preemptions);
         CHECK(sum_steps(r, &ServeStep::n_swapped_in) == r.preemptions);  // all came back
         CHECK(sum_steps(r, &ServeStep::swap_in_bytes) == sum_steps(r, &ServeStep::swap_out_bytes));
-        // fp32 rows, no window: each swapped token moves 2 (K, V) x layers x d_kv x 4 bytes
-        const auto token_bytes = static_cast<std::int64_t>(2 * model.config.n_layer * model.config.d_kv() * 4);
+        // fp32 rows, no window: each swapped token moves 2 (K, V) x layers x d_kv x 4 bytes; for MLA (tiny-mla)
+        // one latent row of kv_lora_rank + qk_rope_head_dim values per layer, no V
+        const ModelConfig& c = model.config;
+        const auto token_bytes = static_cast<std::int64_t>(c.mla ? c.n_layer * (c.mla->kv_lora_rank + c.mla->qk_rope_head_dim) * 4
+                                                                 : 2 * c.n_layer * c.d_kv() * 4);
         CHECK(sum_steps(r, &ServeStep::swap_out_bytes) == token_bytes * swapped_tokens(r));
         CHECK(r.recompute_flops == 0);
         CHECK(r.host_peak_bytes > 0);
