@@ -86,6 +86,19 @@ expect("kvlab kvcalc -m gpt-oss-20b --engine llama.cpp --context 128k"
 expect("kvlab kvcalc --config tests/data/gemma-3-4b-it.json --engine vllm --kv-budget 40GiB --context 128k"
        OUT "GPU KV cache size: 299,584 tokens" "Maximum concurrency for 131,072 tokens per request: 11\\.25x")
 # models/README.md: held-out perplexity 1.19179 in PyTorch
+# issue 48: vLLM -pp 2 -tp 2 on Llama-3-8B logged 1,701,888 tokens (the issue's log line); llama.cpp -c 32768 -np 10 -kvu
+# allocated 16384 MiB (2 x 32 layers x 4096 x 2 B x 32768 cells); b5489 printed the unified-cache prefix
+expect("kvlab kvcalc -m llama-3-8b --engine vllm --tp 2 --pp 2 --kv-budget 53184MiB --context 8192" OUT "GPU KV cache size: 1,701,888 tokens")
+expect("kvlab kvcalc --engine-cmd \"llama-server -m model.gguf -c 32768 -np 10 -kvu\" -m llama-2-7b" OUT "size = 16384\\.00 MiB \\( 32768 cells")
+expect("kvlab kvcalc -m deepseek-v3 --engine llama.cpp@b5489 --context 4096" OUT "llama_kv_cache_unified: size =")
+# Whisper-large-v3: 2 x 32 decoder layers x 1500 frames x 1280 x 2 B = 245,760,000 B = 234.38 MiB of cross-attention
+expect("kvlab kvcalc --config tests/data/whisper-large-v3.json -d fp16 --context 448" OUT "= 245760000 B = 234\\.38 MiB per sequence")
+# llama2.c's run.c (commit 350e04f) -t 0.8 -p 0.9 -s 42 -i "Once upon a time" on models/tiny-llama writes this (issue 47)
+expect("kvlab simulate --model tiny-llama --sampler llama2c --temperature 0.8 --top-p 0.9 --seed 42 -n 36" OUT "there was a kind girl named Zoe")
+expect("kvlab simulate --model tiny-llama --sampler llama2c --temperature 0.8 --top-p 0.9 --seed 42 -n 36 --stop \" named\"" OUT "there was a kind girl\n")
+# PyTorch's held-out mean NLL for tiny-mla is 0.233219 (models/reference.json): perplexity exp(0.233219) = 1.26266
+expect("kvlab simulate --checkpoint models/tiny-mla --tokenizer models/tokenizer.bin --eval models/heldout.txt" OUT " 1\\.2626[67]")
+expect("kvlab simulate --attention mla:96 --mla naive -n 64" OUT "steps \\(tokens generated\\) +64 +64")
 expect("kvlab simulate --model tiny-llama -n 64 --repeat 5" OUT "median of 5 runs" "modelled on NVIDIA H100 SXM 80GB")
 # 41 steps: one row of logits per generated token (the .npy's header is checked in tests/cli/simulate.cmake)
 expect("kvlab simulate --model tiny-llama -n 41 --logits logits.npy" OUT "steps \\(tokens generated\\) +41 +41")
@@ -108,6 +121,10 @@ expect("kvlab serve --model tiny-gpt2 --requests 8 --check --trace serve.csv"
 expect("kvlab trace plot serve.csv -o serve.svg" OUT "serve.svg")
 # 8 requests every 50 steps arrive at steps 0, 50, 100, 150 (i / 8 x 50); TTFT counted in steps, exact
 expect("kvlab serve --model tiny-llama --requests 32 --arrival bursty:8/50" OUT "TTFT \\(steps\\) median +12 +139")
+# issue 47, counted (docs/serving.md works them by hand): 4 beams over a 206-token prompt; 16 requests in 512 KiB
+expect("kvlab serve --model tiny-llama --requests 1 --shared-prefix 200 --prompt-len 6 --output-len 16 --beam-width 4 --kv-layout paged --check" OUT "at most 19 KV blocks at once, vs 56 if each output had its own copy")
+expect("kvlab serve --model tiny-llama --requests 16 --kv-budget 512KiB --kv-layout paged --preempt swap --check" OUT "swap: 11 of 11 preemptions swapped out 2\\.11 MiB and back in 2\\.11 MiB")
+expect("kvlab serve --model tiny-llama --requests 16 --kv-budget 512KiB --kv-layout paged --kv-dtype q8_0" OUT "960 token rows .* vs 256 at fp32 .*up to 10 requests at once vs 3" "max \\|delta logit\\| 0\\.1")
 expect("kvlab simulate -m tiny-llama -n 64 --trace sim.jsonl && kvlab report sim.jsonl -o sim.html"
        OUT "steps \\(tokens generated\\) +64 +64" "wrote sim.html")
 expect("kvlab serve -m tiny-llama --requests 16 --shared-prefix 32 --prefix-cache --trace serve.jsonl && kvlab report serve.jsonl -o serve.html"
