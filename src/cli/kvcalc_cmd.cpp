@@ -274,6 +274,21 @@ KvcalcRequest make_request(const KvcalcOptions& o) {
     return r;
 }
 
+// --pp, and the settings an engine's allocation depends on (the "Engine settings" group of --help).
+void add_engine_options(CLI::App* cmd, KvcalcOptions& o) {
+    const char* eg = "Engine settings (with --engine)";
+    cmd->add_option("--pp", o.pp, "Pipeline-parallel stages (GPUs used: TP x PP; each GPU holds its stage's layers; with --engine: that engine's split, llama.cpp devices with -sm layer)")->capture_default_str();
+    input_file(cmd->add_option("--draft", o.draft, "Speculative-decoding draft: a preset, config.json or GGUF (EAGLE head, draft model), or mtp:N "
+                                                    "(N MTP layers of the model's shape)"))->group(eg);
+    cmd->add_option("--kv-tokens", o.kv_tokens, "Token cap the engine was given: vLLM blocks override x block size, SGLang --max-total-tokens, "
+                                                 "TensorRT-LLM max_tokens")->group(eg);
+    cmd->add_option("--ubatch", o.ubatch, "llama.cpp -ub (enters the sliding-window cache size)")->capture_default_str()->group(eg);
+    cmd->add_flag("--kv-unified", o.kv_unified, "llama.cpp -kvu: one KV stream shared by all sequences")->group(eg);
+    cmd->add_flag("--swa-full", o.swa_full, "llama.cpp --swa-full: sliding-window layers get every cell")->group(eg);
+    cmd->add_option("--max-num-batched-tokens", o.max_num_batched_tokens,
+                    "vLLM: tokens per step, part of a sliding-window request's blocks (default 8192, 2048 on A100s and GPUs under 70 GiB)")->group(eg);
+}
+
 }  // namespace
 
 void setup_kvcalc(CLI::App& app) {
@@ -307,17 +322,7 @@ void setup_kvcalc(CLI::App& app) {
     cmd->add_option("--engine-cmd", o->engine_cmd,
                     "The engine's own command line, e.g. \"vllm serve MODEL --max-model-len 32768 -tp 2\" (vllm serve, llama-server, llama-cli, "
                     "python -m sglang.launch_server, trtllm-serve): its flags in place of kvcalc's");
-    const char* eg = "Engine settings (with --engine)";
-    cmd->add_option("--pp", o->pp, "Pipeline-parallel stages (GPUs used: TP x PP; each GPU holds its stage's layers; with --engine: that engine's split, llama.cpp devices with -sm layer)")->capture_default_str();
-    input_file(cmd->add_option("--draft", o->draft, "Speculative-decoding draft: a preset, config.json or GGUF (EAGLE head, draft model), or mtp:N "
-                                                    "(N MTP layers of the model's shape)"))->group(eg);
-    cmd->add_option("--kv-tokens", o->kv_tokens, "Token cap the engine was given: vLLM blocks override x block size, SGLang --max-total-tokens, "
-                                                 "TensorRT-LLM max_tokens")->group(eg);
-    cmd->add_option("--ubatch", o->ubatch, "llama.cpp -ub (enters the sliding-window cache size)")->capture_default_str()->group(eg);
-    cmd->add_flag("--kv-unified", o->kv_unified, "llama.cpp -kvu: one KV stream shared by all sequences")->group(eg);
-    cmd->add_flag("--swa-full", o->swa_full, "llama.cpp --swa-full: sliding-window layers get every cell")->group(eg);
-    cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens,
-                    "vLLM: tokens per step, part of a sliding-window request's blocks (default 8192, 2048 on A100s and GPUs under 70 GiB)")->group(eg);
+    add_engine_options(cmd, *o);
     add_units_option(cmd, o->units);
     add_format_option(cmd, o->format);
     cmd->add_flag("--explain", o->explain, "Print each formula with the numbers substituted");

@@ -51,6 +51,29 @@ void run(const ServeCommand& command) {
     check_serve_outcome(shown, results);
 }
 
+// What a preemption does with K and V (docs/serving.md, "Swap or recompute").
+void add_preempt_options(CLI::App* cmd, ServeCommand& o) {
+    add_choice(cmd, "--preempt", o.preempt, preempt_mode_choices,
+               "What a preemption does with a sequence's K and V: recompute (discard them) or swap (copy them to host memory and back)");
+    cmd->add_option("--host-kv-budget", o.host_kv_budget, "--preempt swap: host memory for swapped-out K and V, e.g. 64MiB (default: the KV pool's size)");
+    cmd->add_option("--host-bandwidth", o.host_bandwidth,
+                    "--preempt swap: the host link per direction, e.g. 25GB/s, for the modelled swap time (default: PCIe 4.0 x16, 31.5 GB/s)");
+}
+
+// Several outputs per request (--n, --beam-width) and how each token is chosen (docs/serving.md, "Several outputs").
+void add_outputs_options(CLI::App* cmd, ServeCommand& o) {
+    auto* n_opt = cmd->add_option("--n", o.n, "Outputs per request (parallel sampling), sharing the prompt's blocks; paged layout")->capture_default_str();
+    cmd->add_option("--beam-width", o.beam_width, "Beam search: the W most likely sequences by cumulative log-probability; paged layout")
+        ->capture_default_str()
+        ->excludes(n_opt);
+    cmd->add_option("--temperature", o.sampling.temperature, "Sampling temperature (0 = greedy); seeded by --seed")->capture_default_str();
+    cmd->add_option("--top-k", o.sampling.top_k, "Sample among the k most likely tokens (0 = off)")->capture_default_str();
+    cmd->add_option("--top-p", o.sampling.top_p, "Sample among the smallest set of tokens whose probability reaches p (1 = off)")->capture_default_str();
+    add_choice(cmd, "--sampler", o.sampling.rule, sampler_rule_choices,
+               "Sampling rule and generator: kvlab (its own, with top-k) or llama2c (run.c's rule and xorshift generator; each output "
+               "seeded as docs/serving.md says)");
+}
+
 }  // namespace
 
 void setup_serve(CLI::App& app) {
@@ -102,26 +125,12 @@ void setup_serve(CLI::App& app) {
         ->capture_default_str();
     auto* kv_scale = add_choice(cmd, "--kv-scale", o->kv_scale, kv_scale_choices,
                                 "fp8/int8 scales: tensor (one per layer from the first prefill's max) or token-head (one per token per KV head)");
-    add_choice(cmd, "--preempt", o->preempt, preempt_mode_choices,
-               "What a preemption does with a sequence's K and V: recompute (discard them) or swap (copy them to host memory and back)");
-    cmd->add_option("--host-kv-budget", o->host_kv_budget, "--preempt swap: host memory for swapped-out K and V, e.g. 64MiB (default: the KV pool's size)");
-    cmd->add_option("--host-bandwidth", o->host_bandwidth,
-                    "--preempt swap: the host link per direction, e.g. 25GB/s, for the modelled swap time (default: PCIe 4.0 x16, 31.5 GB/s)");
+    add_preempt_options(cmd, *o);
     // scheduler
     cmd->add_option("--max-batched-tokens", o->max_batched_tokens, "Tokens per step: decodes plus prompt chunks (chunked prefill)")
         ->capture_default_str();
     cmd->add_option("--max-seqs", o->max_seqs, "Sequences per step")->capture_default_str();
-    // outputs and sampling
-    auto* n_opt = cmd->add_option("--n", o->n, "Outputs per request (parallel sampling), sharing the prompt's blocks; paged layout")->capture_default_str();
-    cmd->add_option("--beam-width", o->beam_width, "Beam search: the W most likely sequences by cumulative log-probability; paged layout")
-        ->capture_default_str()
-        ->excludes(n_opt);
-    cmd->add_option("--temperature", o->sampling.temperature, "Sampling temperature (0 = greedy); seeded by --seed")->capture_default_str();
-    cmd->add_option("--top-k", o->sampling.top_k, "Sample among the k most likely tokens (0 = off)")->capture_default_str();
-    cmd->add_option("--top-p", o->sampling.top_p, "Sample among the smallest set of tokens whose probability reaches p (1 = off)")->capture_default_str();
-    add_choice(cmd, "--sampler", o->sampling.rule, sampler_rule_choices,
-               "Sampling rule and generator: kvlab (its own, with top-k) or llama2c (run.c's rule and xorshift generator; each output "
-               "seeded as docs/serving.md says)");
+    add_outputs_options(cmd, *o);
     cmd->add_flag("--check", o->check, "Check every request against a solo run of the single-sequence path (tokens and logits)");
     output_file(cmd->add_option("--trace", o->trace, "Write one record per step per layout to FILE.csv or FILE.jsonl, or a Perfetto timeline FILE.json"));
     output_file(cmd->add_option("--plot", o->plot, "Also draw the run's chart (KV use, utilization, requests, time, modelled GPU time): FILE.svg or FILE.png"));
@@ -139,7 +148,7 @@ void setup_serve(CLI::App& app) {
                 "  kvlab serve -m tiny-gpt2 --requests 8 --check --trace serve.json\n"
                 "  kvlab serve -m tiny-llama --requests 16 --kv-budget 1MiB --preempt swap --check\n"
                 "  kvlab serve -m tiny-llama --requests 16 --kv-budget 1MiB --kv-dtype q8_0\n"
-                "  kvlab serve -m tiny-llama --requests 4 --shared-prefix 200 --beam-width 4 --kv-layout paged --check");
+                "  kvlab serve -m tiny-llama --requests 1 --shared-prefix 200 --prompt-len 6 --output-len 16 --beam-width 4 --kv-layout paged --check");
     cmd->callback([o, kv_scale] {
         o->kv_scale_given = kv_scale->count() > 0;
         run(*o);
