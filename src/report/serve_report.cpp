@@ -35,6 +35,18 @@ ModelledServeTime modelled_serve_time(const GpuSpec& gpu, const std::vector<Serv
 
 namespace {
 
+// A finished request's outputs: how each ended, and the tokens max_tokens allowed that they did not use.
+void count_outputs(const ServeRequestResult& q, ServeSummary& s) {
+    const auto one = [&](std::int64_t generated, FinishReason why) {
+        ++s.n_outputs;
+        s.n_end_of_text += why == FinishReason::end_of_text ? 1 : 0;
+        s.n_stop_string += why == FinishReason::stop_string ? 1 : 0;
+        s.n_tokens_unused += q.max_tokens - generated;
+    };
+    if (q.outputs.empty()) one(std::ssize(q.generated), q.finish_reason);
+    for (std::size_t k = 0; k < q.outputs.size(); ++k) one(std::ssize(q.outputs[k]), q.finish_reasons[k]);
+}
+
 // The requests' figures: prompt tokens, recomputation, prefix hits, --check, latency percentiles.
 void summarize_requests(const ServeResult& r, ServeSummary& s) {
     std::vector<double> ttft_steps, ttft_ms, tpot_steps, tpot_ms;
@@ -52,6 +64,7 @@ void summarize_requests(const ServeResult& r, ServeSummary& s) {
         }
         if (q.finish_step < 0) continue;
         ++s.n_finished;
+        count_outputs(q, s);
         ttft_steps.push_back(static_cast<double>(q.first_token_step - q.arrival_step + 1));
         ttft_ms.push_back(static_cast<double>(q.first_token_ns - q.arrival_ns) * 1e-6);
         if (q.generated.size() > 1) {
@@ -90,6 +103,7 @@ ServeSummary summarize_serving(const ServeResult& r, KvLayout layout, const GpuS
     std::int64_t n_held = 0;  // steps with rows in use
     for (const ServeStep& st : r.steps) {
         s.n_generated += st.n_generated;
+        s.n_stopped += st.n_stopped;
         s.preemptions += st.n_preempted;
         s.swap_outs += st.n_swapped_out;
         s.swap_ins += st.n_swapped_in;
@@ -154,6 +168,7 @@ struct Metric {
     bool swap = false;         // --preempt swap's (shown when a summary swapped)
     bool preempted = false;    // shown when a summary preempted (or swapped)
     bool outputs = false;      // several outputs per request (none: no output held blocks)
+    bool stopped = false;      // outputs stopped early (shown when a summary has one)
 };
 
 // The cells the table and the headline share, so the headline's figures are the table's.
@@ -244,6 +259,13 @@ std::vector<Metric> metrics(std::uint64_t token_bytes, std::int64_t block_size, 
         {"steps", "steps (forward calls)", [](const ServeSummary& s) { return int_cell(s.n_steps); }},
         {"generated_tokens", "tokens generated", [](const ServeSummary& s) { return int_cell(s.n_generated); }},
         {"computed_tokens", "tokens run through the model", [](const ServeSummary& s) { return int_cell(s.n_computed_tokens); }},
+        {"stopped_outputs", "outputs stopped early", [](const ServeSummary& s) { return int_cell(s.n_stopped); }, false, false, false, false, false, false, true},
+        {"stopped_end_of_text", "of finished outputs: at end-of-text", [](const ServeSummary& s) { return int_cell(s.n_end_of_text); },
+         true, false, false, false, false, false, true},
+        {"stopped_stop_string", "of finished outputs: at a stop string", [](const ServeSummary& s) { return int_cell(s.n_stop_string); },
+         true, false, false, false, false, false, true},
+        {"unused_max_tokens", "max_tokens not generated (stopped early)", [](const ServeSummary& s) { return int_cell(s.n_tokens_unused); },
+         true, false, false, false, false, false, true},
         {"seconds", "time in steps (s)", [](const ServeSummary& s) { return seconds_cell(s); }, false, true},
         {"tokens_per_s", "throughput (generated tok/s)", [](const ServeSummary& s) { return real_cell(s.tokens_per_s, 1); }, false, true},
         {"modelled_ms", "modelled GPU time (ms)", [](const ServeSummary& s) { return modelled_ms_cell(s); }, false, false, true},
@@ -380,7 +402,7 @@ Table request_table(const ServeSummary& summary, const ServeResult& result) {
     q.columns = {{"request", "request"}, {"arrival_step", "arrival"}, {"prompt_len", "prompt"}, {"max_tokens", "max tokens"},
                  {"generated", "generated"}, {"first_token_step", "first token step"}, {"finish_step", "finish step"},
                  {"ttft_ms", "TTFT (ms)"}, {"tpot_ms", "TPOT (ms)"}, {"preemptions", "preemptions"},
-                 {"prefix_hit_tokens", "prefix hits"}};
+                 {"prefix_hit_tokens", "prefix hits"}, {"finish_reason", "finish"}};
     // several outputs per request: how many, the most blocks they held at once (shared once) and unshared
     const bool with_outputs = std::any_of(result.requests.begin(), result.requests.end(), [](const ServeRequestResult& r) { return !r.outputs.empty(); });
     if (with_outputs)
@@ -395,7 +417,8 @@ Table request_table(const ServeSummary& summary, const ServeResult& result) {
         q.rows.push_back({int_cell(static_cast<std::int64_t>(i)), int_cell(r.arrival_step), int_cell(r.prompt_len), int_cell(r.max_tokens),
                           int_cell(std::ssize(r.generated)), int_cell(r.first_token_step), int_cell(r.finish_step),
                           real_cell(static_cast<double>(r.first_token_ns - r.arrival_ns) * 1e-6, 3), tpot,
-                          int_cell(r.preemptions), int_cell(r.prefix_hit_tokens)});
+                          int_cell(r.preemptions), int_cell(r.prefix_hit_tokens),
+                          text_cell(r.finish_step < 0 ? "-" : std::string(choice_name(finish_reason_choices, r.finish_reason)))});
         if (with_outputs)
             for (const std::int64_t v : {std::ssize(r.outputs), r.peak_blocks, r.peak_blocks_unshared, r.cow_copies}) q.rows.back().push_back(int_cell(v));
     }
@@ -420,12 +443,24 @@ std::string outputs_headline(const ServeSummary& s) {
                        fmt::format("{} copy-on-write block {}", s.cow_copies, s.cow_copies == 1 ? "copy" : "copies"));
 }
 
+// Outputs that stopped before max_tokens: how, and what it saved (one layout's: the first with any; the
+// requests and their outputs are the same in every layout).
+std::string stopped_headline(const ServeSummary& s) {
+    const std::string what = s.n_outputs == 0  // from a trace: the steps' count only
+        ? fmt::format("{} {} stopped before max_tokens (end-of-text or a stop string)", s.n_stopped, s.n_stopped == 1 ? "output" : "outputs")
+        : fmt::format("{} of {} outputs stopped before max_tokens ({} at end-of-text, {} at a stop string), {} tokens short of it",
+                      s.n_end_of_text + s.n_stop_string, s.n_outputs, s.n_end_of_text, s.n_stop_string, s.n_tokens_unused);
+    return what + "; each gave its KV rows back as it stopped (counted, exact)";
+}
+
 }  // namespace
 
 std::vector<std::string> serve_headline(const std::vector<ServeSummary>& summaries, UnitSystem units) {
     std::vector<std::string> h = serve_headline_layouts(summaries, units);
     for (const ServeSummary& s : summaries)
         if (s.peak_out_blocks_unshared > 0) h.push_back(outputs_headline(s));
+    const auto stopped = std::find_if(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.n_stopped > 0; });
+    if (stopped != summaries.end()) h.push_back(stopped_headline(*stopped));
     return h;
 }
 
@@ -447,9 +482,10 @@ Report serve_report(const std::vector<ServeSummary>& summaries, const std::vecto
     const bool swap = std::any_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.swap_mode; });
     const bool preempted = swap || std::any_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.preemptions > 0; });
     const bool outputs = std::any_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.peak_out_blocks_unshared > 0; });
+    const bool stopped = std::any_of(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.n_stopped > 0; });
     for (const Metric& m : metrics(token_bytes, inputs.value("block_size", std::int64_t{0}), units)) {
         if ((from_trace && m.per_request) || (!timed && m.timed) || (!modelled && m.modelled) || (!swap && m.swap) || (!preempted && m.preempted) ||
-            (!outputs && m.outputs))
+            (!outputs && m.outputs) || (!stopped && m.stopped))
             continue;
         std::vector<Cell> row{{m.name, m.key}};
         for (const ServeSummary& s : summaries) row.push_back(m.cell(s));

@@ -41,6 +41,11 @@ struct ServeSummary {
     std::uint64_t token_bytes = 0;       // one token row at the pool's width (0: serve_report's token_bytes)
     std::int64_t n_requests = 0, n_finished = 0, n_steps = 0;
     std::int64_t n_generated = 0;        // tokens chosen
+    // outputs that stopped before max_tokens (the steps' count); of the finished requests' outputs (a
+    // run's, not a trace's): how many, those stopped at end-of-text and at a stop string, and the tokens
+    // their max_tokens allowed but they did not generate
+    std::int64_t n_stopped = 0;
+    std::int64_t n_outputs = 0, n_end_of_text = 0, n_stop_string = 0, n_tokens_unused = 0;
     std::int64_t n_prompt_tokens = 0;    // the requests' prompts
     std::int64_t n_computed_tokens = 0;  // tokens run through the model (prompts, less prefix hits, plus recomputation and decodes)
     double seconds = 0.0;                // the steps' wall time

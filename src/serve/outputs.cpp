@@ -133,9 +133,42 @@ void check_outputs_options(const ModelConfig& cfg, std::span<const ServeRequest>
     }
 }
 
-Outputs::Outputs(const ServeOptions& o, std::int64_t n_requests, std::int64_t n_vocab)
-    : o_(o), n_requests_(n_requests), n_vocab_(n_vocab), width_(std::max(o.n, o.beam_width)), beam_(o.beam_width > 1),
-      groups_(static_cast<std::size_t>(n_requests)) {}
+std::optional<FinishReason> early_stop(const ServeOptions& o, std::int64_t request, std::span<const TokenId> generated) {
+    if (generated.empty() || !o.stop_rule) return std::nullopt;
+    return o.stop_rule(request, generated);
+}
+
+Outputs::Outputs(const ServeOptions& o, std::span<const ServeRequest> requests, std::int64_t n_vocab)
+    : o_(o), n_requests_(std::ssize(requests)), n_vocab_(n_vocab), width_(std::max(o.n, o.beam_width)), beam_(o.beam_width > 1),
+      groups_(requests.size()) {
+    for (const ServeRequest& r : requests) seeds_.push_back(r.seed);
+}
+
+std::int64_t Outputs::active(std::int64_t id) const {
+    const Group& g = groups_[static_cast<std::size_t>(id)];
+    if (!g.forked) return width_;
+    return std::count_if(g.outs.begin(), g.outs.end(), [](const Output& out) { return !out.done; });
+}
+
+bool Outputs::finished(std::int64_t id, std::int64_t max_tokens) const {
+    const Group& g = groups_[static_cast<std::size_t>(id)];
+    if (!g.forked) return false;
+    for (const Output& out : g.outs)
+        if (!out.done) return std::ssize(out.tokens) - g.prompt_len >= max_tokens;  // the outputs still going have one length
+    return true;
+}
+
+// Sampling: an output that has just stopped early gives its rows back (blocks it shares stay with the others).
+void Outputs::stop_if_done(std::int64_t id, std::int64_t slot, Output& out, KvAllocator& alloc) const {
+    if (beam_) return;
+    const std::span<const TokenId> generated(out.tokens.data() + groups_[static_cast<std::size_t>(id)].prompt_len,
+                                             out.tokens.size() - static_cast<std::size_t>(groups_[static_cast<std::size_t>(id)].prompt_len));
+    const std::optional<FinishReason> why = early_stop(o_, id, generated);
+    if (!why) return;
+    out.done = true;
+    out.reason = *why;
+    alloc.release(seq(id, slot));
+}
 
 SeqId Outputs::seq(std::int64_t id, std::int64_t slot) const { return slot == 0 ? id : n_requests_ + id * (width_ - 1) + slot - 1; }
 
@@ -148,7 +181,9 @@ void Outputs::owners_to_requests(std::vector<KvPoolCell>& map) const {
 
 Sampler Outputs::fresh_sampler(std::int64_t id, std::int64_t slot) const {
     SamplerOptions so = o_.sampling;
-    so.seed = splitmix64(o_.sampling.seed + static_cast<std::uint64_t>(id * width_ + slot));
+    const std::optional<std::uint64_t>& own = seeds_[static_cast<std::size_t>(id)];
+    if (own) so.seed = slot == 0 ? *own : splitmix64(*own + static_cast<std::uint64_t>(slot));
+    else so.seed = splitmix64(o_.sampling.seed + static_cast<std::uint64_t>(id * width_ + slot));
     return Sampler(so, n_vocab_);
 }
 
@@ -179,6 +214,7 @@ void Outputs::start(std::int64_t id, const VectorF& row, KvAllocator& alloc, boo
         if (k > 0) alloc.fork(seq(id, 0), seq(id, k));  // the prompt's blocks, every one shared
     }
     g.forked = true;
+    for (std::int64_t k = 0; k < width_; ++k) stop_if_done(id, k, g.outs[static_cast<std::size_t>(k)], alloc);
 }
 
 // One step of beam search (the header's definition): the W best candidates become the beams; a beam with
@@ -238,24 +274,29 @@ std::int64_t Outputs::choose_all(std::int64_t id, const MatrixRM& logits, std::i
         beam_step(g, id, logits, m, alloc, keep_logits);
         m += width_;
     } else {
-        for (std::int64_t k = 0; k < width_; ++k) {
+        for (std::int64_t k = 0; k < width_; ++k) {  // the outputs still going, a logits row each
             Output& out = g.outs[static_cast<std::size_t>(k)];
+            if (out.done) continue;
             row_ = logits.row(m++).transpose();
             const TokenId t = g.samplers[static_cast<std::size_t>(k)].sample(row_);
             out.tokens.push_back(t);
             out.score += log_prob(row_, t);
             if (keep_logits) out.logits.push_back(row_);
+            stop_if_done(id, k, out, alloc);
         }
     }
     const Output& best = g.outs[static_cast<std::size_t>(g.rank[0])];
-    tokens = best.tokens;
     generated.assign(best.tokens.begin() + g.prompt_len, best.tokens.end());
+    // the request's tokens set its position: an output still going (they have one length), else the best's
+    const auto going = std::find_if(g.outs.begin(), g.outs.end(), [](const Output& out) { return !out.done; });
+    tokens = going != g.outs.end() ? going->tokens : best.tokens;
     return m;
 }
 
 bool Outputs::take_rows(std::int64_t id, std::int64_t n_computed, std::int64_t need_rows, KvAllocator& alloc, KvPool& pool) {
     Group& g = groups_[static_cast<std::size_t>(id)];
     for (std::int64_t k = 0; k < width_; ++k) {
+        if (g.outs[static_cast<std::size_t>(k)].done) continue;
         if (!alloc.reserve(seq(id, k), need_rows)) return false;
         const auto copies = alloc.make_writable(seq(id, k), n_computed, 1);
         if (!copies) return false;
@@ -269,6 +310,7 @@ void Outputs::add_to_batch(std::int64_t id, std::int64_t n_computed, const KvAll
                            std::vector<SeqStep>& batch) const {
     const Group& g = groups_[static_cast<std::size_t>(id)];
     for (std::int64_t k = 0; k < width_; ++k) {
+        if (g.outs[static_cast<std::size_t>(k)].done) continue;
         tokens.push_back(g.outs[static_cast<std::size_t>(k)].tokens[static_cast<std::size_t>(n_computed)]);
         batch.push_back({1, n_computed, alloc.rows(seq(id, k)), true});
     }
@@ -276,7 +318,8 @@ void Outputs::add_to_batch(std::int64_t id, std::int64_t n_computed, const KvAll
 
 void Outputs::commit(std::int64_t id, std::int64_t n_valid_rows, KvAllocator& alloc) const {
     const Group& g = groups_[static_cast<std::size_t>(id)];
-    for (std::int64_t k = 0; k < width_; ++k) alloc.commit(seq(id, k), g.outs[static_cast<std::size_t>(k)].tokens, n_valid_rows);
+    for (std::int64_t k = 0; k < width_; ++k)
+        if (!g.outs[static_cast<std::size_t>(k)].done) alloc.commit(seq(id, k), g.outs[static_cast<std::size_t>(k)].tokens, n_valid_rows);
 }
 
 void Outputs::measure(std::span<const std::int64_t> running, const KvAllocator& alloc, ServeStep& rec) {
@@ -285,7 +328,8 @@ void Outputs::measure(std::span<const std::int64_t> running, const KvAllocator& 
     for (const std::int64_t id : running) {
         Group& g = groups_[static_cast<std::size_t>(id)];
         seqs.clear();
-        for (std::int64_t k = 0; k < (g.forked ? width_ : 1); ++k) seqs.push_back(seq(id, k));
+        for (std::int64_t k = 0; k < (g.forked ? width_ : 1); ++k)
+            if (!g.forked || !g.outs[static_cast<std::size_t>(k)].done) seqs.push_back(seq(id, k));
         KvAllocator::BlocksHeld b = alloc.blocks_held(seqs);
         if (!g.forked) b.unshared *= width_;  // its prompt, before the outputs fork: one copy per output unshared
         rec.out_blocks += b.held;
@@ -308,8 +352,10 @@ void Outputs::release(std::int64_t id, KvAllocator& alloc, bool finished, ServeR
             Output& o = g.outs[static_cast<std::size_t>(slot)];
             out.outputs.emplace_back(o.tokens.begin() + g.prompt_len, o.tokens.end());
             out.scores.push_back(o.score);
+            out.finish_reasons.push_back(o.reason);
             g.done_logits.push_back(std::move(o.logits));
         }
+        out.finish_reason = out.finish_reasons.front();
         out.peak_blocks = g.peak_held;
         out.peak_blocks_unshared = g.peak_unshared;
         out.cow_copies = g.cow;

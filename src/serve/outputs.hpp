@@ -14,11 +14,15 @@
 //   pruned (their blocks freed); a beam extended twice is forked. All beams have the same length, so any
 //   length penalty (HF: score / length^alpha) ranks them the same: none is applied. The result is the W
 //   beams, best first; the request's `generated` is the best.
-// Parallel sampling: output k of request i samples with its own Sampler, seeded splitmix64(seed + i*n + k),
-// so its tokens do not depend on the batch. A preempted request with several outputs starts over (its
+// Parallel sampling: output k of request i samples with its own Sampler, seeded splitmix64(seed + i*n + k)
+// (a request with its own seed s: s for output 0, splitmix64(s + k) for output k > 0), so its tokens do not
+// depend on the batch. Each output stops on its own (end-of-text, a stop string: early_stop) and gives its
+// rows back at once (a shared block stays while another output holds it); the request ends when every
+// output has stopped or reached max_tokens. Beams never stop early. A preempted request with several outputs starts over (its
 // outputs are discarded; recomputed the same: beams are deterministic, samplers are seeded again).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -34,12 +38,20 @@ namespace kvlab {
 // vocabulary or the step's sequences or tokens, or several outputs in a contiguous pool.
 void check_outputs_options(const ModelConfig& cfg, std::span<const ServeRequest> requests, const ServeOptions& o);
 
+// Why an output that has just written the last of `generated` stops early (o.stop_rule), or nothing: it
+// goes on (max_tokens is the caller's).
+std::optional<FinishReason> early_stop(const ServeOptions& o, std::int64_t request, std::span<const TokenId> generated);
+
 class Outputs {
 public:
-    Outputs(const ServeOptions& o, std::int64_t n_requests, std::int64_t n_vocab);
+    Outputs(const ServeOptions& o, std::span<const ServeRequest> requests, std::int64_t n_vocab);
     std::int64_t width() const { return width_; }  // outputs per request
     bool beam() const { return beam_; }
     bool forked(std::int64_t id) const { return groups_[static_cast<std::size_t>(id)].forked; }
+    // Outputs still generating: before the fork, every one (the prompt runs once for all)
+    std::int64_t active(std::int64_t id) const;
+    // A forked request is done: every output stopped early, or those still going reached max_tokens.
+    bool finished(std::int64_t id, std::int64_t max_tokens) const;
     // The allocator's sequence of output `slot` of request `id` (slot 0: the request's own id), and back.
     SeqId seq(std::int64_t id, std::int64_t slot) const;
     std::int64_t request_of(SeqId seq) const;
@@ -49,8 +61,8 @@ public:
     TokenId choose(std::int64_t id, const VectorF& logits);
     Sampler fresh_sampler(std::int64_t id, std::int64_t slot) const;  // as output `slot` of request `id` starts
     // Several: rows m.. of `logits` are the request's (one after its prompt, then one per output in slot
-    // order); each output's next token, forking or pruning beams. `tokens`/`generated`: the best output's
-    // afterwards. Returns the next row.
+    // order); each output's next token, forking or pruning beams. `generated`: the best output's afterwards;
+    // `tokens`: an output's still going (the request's position), else the best's. Returns the next row.
     std::int64_t choose_all(std::int64_t id, const MatrixRM& logits, std::int64_t m, KvAllocator& alloc, bool keep_logits,
                             std::vector<TokenId>& tokens, std::vector<TokenId>& generated);
 
@@ -76,6 +88,8 @@ private:
         std::vector<TokenId> tokens;   // prompt, then generated
         double score = 0.0;
         std::vector<VectorF> logits;   // --check: the logits that chose each generated token
+        bool done = false;             // stopped early: its rows are back in the pool
+        FinishReason reason = FinishReason::length;
     };
     struct Group {
         std::vector<Output> outs;      // by slot
@@ -88,8 +102,10 @@ private:
     };
     void start(std::int64_t id, const VectorF& row, KvAllocator& alloc, bool keep_logits, const std::vector<TokenId>& prompt);
     void beam_step(Group& g, std::int64_t id, const MatrixRM& logits, std::int64_t m, KvAllocator& alloc, bool keep_logits);
+    void stop_if_done(std::int64_t id, std::int64_t slot, Output& out, KvAllocator& alloc) const;
 
     ServeOptions o_;
+    std::vector<std::optional<std::uint64_t>> seeds_;  // each request's own seed, if it has one
     std::int64_t n_requests_, n_vocab_, width_;
     bool beam_;
     std::vector<Group> groups_;

@@ -167,7 +167,7 @@ TransformerSize solo_size(std::span<const ServeRequest> requests, const ServeOpt
 Scheduler::Scheduler(const ModelConfig& cfg, const Weights& weights, std::span<const ServeRequest> requests, const ServeOptions& o)
     : cfg_(cfg), requests_(requests), o_(o), paged_(o.pool.layout == KvLayout::paged), alloc_(o.pool), pool_(cfg, o.pool.n_rows, o.kv_storage),
       model_(cfg, weights, TransformerSize{o.max_model_len, o.max_batched_tokens, false, false, o.max_seqs}),
-      outputs_(o, std::ssize(requests), cfg.n_vocab), lives_(requests.size()),
+      outputs_(o, requests, cfg.n_vocab), lives_(requests.size()),
       row_(cfg.n_vocab) {
     if (o.check) solo_.emplace(cfg, weights, solo_size(requests, o));
     if (o.preempt == PreemptMode::swap) host_.emplace(cfg, o.host_kv_bytes);
@@ -249,7 +249,7 @@ void Scheduler::schedule_running(ServeStep& rec) {
         const std::int64_t id = running_[i];
         const Live& s = live(id);
         const std::int64_t n = std::min(std::ssize(s.tokens) - s.n_computed, budget_);
-        const std::int64_t step_tokens = outputs_.forked(id) ? outputs_.width() : n;  // a forked request: a token per output
+        const std::int64_t step_tokens = outputs_.forked(id) ? outputs_.active(id) : n;  // a forked request: a token per output still going
         if (step_tokens > budget_) break;
         bool got = take_rows(id, n);
         while (!got && running_.back() != id) {  // the newest running sequence gives its rows back
@@ -305,8 +305,8 @@ const MatrixRM& Scheduler::run_forward(ServeStep& rec) {
         const Live& s = live(sc.id);
         if (outputs_.forked(sc.id)) {  // a token per output, each its own sequence
             outputs_.add_to_batch(sc.id, s.n_computed, alloc_, batch_tokens_, batch_);
-            rec.n_tokens += outputs_.width();
-            rec.n_decode += outputs_.width();
+            rec.n_tokens += outputs_.active(sc.id);
+            rec.n_decode += outputs_.active(sc.id);
             continue;
         }
         batch_tokens_.insert(batch_tokens_.end(), s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + sc.n);
@@ -337,17 +337,21 @@ const MatrixRM& Scheduler::run_forward(ServeStep& rec) {
     return logits;
 }
 
-// 4. Each sequence that asked for logits gets its next token (greedy); a request with all its tokens
-// finishes and gives its rows back (--check: compared with its solo run). Returns the checks' time.
+// 4. Each sequence that asked for logits gets its next token; a request with all its tokens, or that
+// stopped early (end-of-text, a stop string), finishes and gives its rows back (--check: compared with its solo run). Returns the checks' time.
 std::int64_t Scheduler::finish(ServeStep& rec, const MatrixRM& logits, Clock::time_point t_start) {
     std::int64_t m = 0, check_ns = 0;
     for (const Scheduled& sc : scheduled_) {
         Live& s = live(sc.id);
         ServeRequestResult& rr = result_of(sc.id);
         if (s.n_computed < std::ssize(s.tokens)) continue;  // a prompt chunk with more to come
-        if (outputs_.width() > 1) {  // every output's next token
+        bool done = false;
+        if (outputs_.width() > 1) {  // the next token of every output still going
+            const std::int64_t going = outputs_.active(sc.id);
+            rec.n_generated += going;
             m = outputs_.choose_all(sc.id, logits, m, alloc_, o_.check, s.tokens, rr.generated);
-            rec.n_generated += outputs_.width();
+            rec.n_stopped += going - outputs_.active(sc.id);
+            done = outputs_.finished(sc.id, request(sc.id).max_tokens);
         } else {
             row_ = logits.row(m++).transpose();
             const TokenId token = outputs_.choose(sc.id, row_);
@@ -355,13 +359,19 @@ std::int64_t Scheduler::finish(ServeStep& rec, const MatrixRM& logits, Clock::ti
             s.tokens.push_back(token);
             rr.generated.push_back(token);
             ++rec.n_generated;
+            const std::optional<FinishReason> why = early_stop(o_, sc.id, rr.generated);
+            if (why) {
+                rr.finish_reason = *why;
+                ++rec.n_stopped;
+            }
+            done = why || std::ssize(rr.generated) >= request(sc.id).max_tokens;
         }
         const std::int64_t now_ns = clock_ns_ + ns_between(t_start, Clock::now()) - check_ns;
         if (rr.first_token_step < 0) {
             rr.first_token_step = rec.step;
             rr.first_token_ns = now_ns;
         }
-        if (std::ssize(rr.generated) < request(sc.id).max_tokens) continue;
+        if (!done) continue;
         rr.finish_step = rec.step;
         rr.finish_ns = now_ns;
         outputs_.release(sc.id, alloc_, true, rr);

@@ -24,6 +24,7 @@
 #include "kvlab/weights/tensor_table.hpp"
 #include "kvlab/model/transformer.hpp"
 #include "serve/swap.hpp"
+#include "session/serve_stop.hpp"
 #include "serve/workload.hpp"
 #include "trace/serve_trace.hpp"
 #include "trace/step_trace.hpp"
@@ -308,6 +309,7 @@ PreparedServe prepare_serve(ServeCommand c) {
     p.pool_bytes = checked_add(checked_mul(static_cast<std::uint64_t>(rows), p.token_bytes, "KV pool bytes"), kv_resident_bytes(cfg, storage, 0),
                                "KV pool bytes");
     const PreemptOptions preempt = preempt_options(c, p.pool_bytes);
+    const auto stop_rule = serve_stop_rule({c.stop, c.ignore_eos, p.tokenizer && !c.source.checkpoint.empty()}, p.requests, p.tokenizer);
     for (const KvLayout layout : {KvLayout::paged, KvLayout::contiguous}) {
         if (c.layout != LayoutChoice::both && static_cast<int>(c.layout) != static_cast<int>(layout)) continue;
         ServeOptions o;
@@ -325,6 +327,7 @@ PreparedServe prepare_serve(ServeCommand c) {
         o.beam_width = c.beam_width;
         o.sampling = c.sampling;
         o.sampling.seed = c.seed;
+        o.stop_rule = stop_rule;
         check_serve_workload(cfg, p.requests, o);
         p.runs.push_back(o);
         if (storage.dtype == DType::fp32) continue;

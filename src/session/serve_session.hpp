@@ -61,6 +61,8 @@ struct ServeCommand {
     std::int64_t n = 1;
     std::int64_t beam_width = 1;
     SamplerOptions sampling;             // --temperature, --top-k, --top-p; its seed is --seed
+    std::vector<std::string> stop;       // --stop: an output stops when its text reaches one (session/serve_stop.hpp)
+    bool ignore_eos = false;             // --ignore-eos: a trained model's outputs run past end-of-text
     std::string trace;
     std::string plot;                    // also draw the run's chart (.svg or .png), as kvlab trace plot does
     std::string gpu = "h100";            // the GPU preset the modelled time is for

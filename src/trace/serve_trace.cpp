@@ -42,6 +42,7 @@ constexpr ServeField serve_fields[] = {
     {"tokens", &ServeStep::n_tokens, false},
     {"decode_tokens", &ServeStep::n_decode, false},
     {"generated", &ServeStep::n_generated, false},
+    {"stopped", &ServeStep::n_stopped, false},
     {"running", &ServeStep::n_running, false},
     {"waiting", &ServeStep::n_waiting, false},
     {"preempted", &ServeStep::n_preempted, false},
@@ -402,9 +403,9 @@ struct ServeTraceReader {
             }
         }
         if (s.rows_tokens > s.rows_in_use || s.rows_in_use > pool || s.rows_cached > pool - s.rows_in_use || s.n_decode > s.n_seqs ||
-            s.n_seqs > s.n_tokens || s.n_generated > s.n_seqs * outputs_per_request())
+            s.n_seqs > s.n_tokens || s.n_generated > s.n_seqs * outputs_per_request() || s.n_stopped > s.n_generated)
             throw fail(line, "inconsistent counts (rows holding tokens > rows in use, rows in use + cached > pool, decodes > sequences > "
-                             "tokens, or tokens generated > sequences x outputs per request); the file was edited or corrupted");
+                             "tokens, tokens generated > sequences x outputs per request, or outputs stopped > tokens generated); the file was edited or corrupted");
     }
 
     // A JSONL record's pool_map into s.pool_map: cell_rows >= 1, a cell per cell_rows of the pool, owners >= -2,

@@ -8,12 +8,15 @@
 //   2. waiting requests, first come first served, while the step has tokens and sequence slots left and
 //      the pool has rows for them; admission stops at the first that does not fit, and no request is
 //      admitted in a step that preempted.
-// Tokens from the Sampler (greedy by default); with n > 1 or beam_width > 1, several outputs per request
+// Tokens from the Sampler (greedy by default), until max_tokens, end-of-text or a stop string; with n > 1 or beam_width > 1, several outputs per request
 // sharing the prompt's blocks (src/serve/outputs.hpp). Every step is recorded (batch, pool, cost, time), and so is every request.
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kvlab/calc/model_config.hpp"
@@ -27,9 +30,18 @@ namespace kvlab {
 
 struct ServeRequest {
     std::vector<TokenId> prompt;
-    std::int64_t max_tokens = 0;    // tokens to generate
+    std::int64_t max_tokens = 0;    // tokens to generate at most (fewer when an output stops early)
     std::int64_t arrival_step = 0;  // the step at which it joins the queue
+    std::optional<std::uint64_t> seed;  // its sampler's seed (output 0: this seed; output k: splitmix64(seed + k)); else from --seed
+    std::vector<std::string> stop;      // its own stop strings, besides --stop (ServeOptions::stop_rule reads them)
+    bool ignore_eos = false;            // it runs past end-of-text (as --ignore-eos)
 };
+
+// Why an output stopped generating: it reached max_tokens, it wrote an end-of-text token (which counts as
+// generated, as vLLM's finish_reason "stop" for EOS), or its text reached a stop string.
+enum class FinishReason { length, end_of_text, stop_string };
+inline constexpr std::array<Choice<FinishReason>, 3> finish_reason_choices{
+    {{"length", FinishReason::length}, {"end-of-text", FinishReason::end_of_text}, {"stop", FinishReason::stop_string}}};
 
 // Contiguous layout: rows each admitted request reserves up front.
 enum class ReserveRule { max_len, request };  // the model length (a static cache), or its prompt + max_tokens
@@ -57,6 +69,12 @@ struct ServeOptions {
     std::int64_t n = 1;
     std::int64_t beam_width = 1;
     SamplerOptions sampling;  // how each output picks its tokens (greedy: argmax); beam search ignores it
+    // Stopping early, as simulate does (sampled and greedy outputs; beams always run to max_tokens): after
+    // each token an output writes, stop_rule(request, its generated tokens) says whether it stops there and
+    // why (end-of-text, a stop string in its text: the session's rule, as serve sees only ids); empty:
+    // every output runs to max_tokens. An output that stops gives its rows back at once; a request ends
+    // when all its outputs have.
+    std::function<std::optional<FinishReason>(std::int64_t request, std::span<const TokenId> generated)> stop_rule;
     bool record_pool_map = false;  // each step's ServeStep::pool_map (a JSONL trace's block map)
     const std::atomic<bool>* stop = nullptr;  // when set (SIGINT), stop after the current step
 };
@@ -68,6 +86,7 @@ struct ServeStep {
     std::int64_t n_tokens = 0;          // tokens in the forward
     std::int64_t n_decode = 0;          // of them, decode tokens (one per decoding sequence)
     std::int64_t n_generated = 0;       // tokens chosen from this step's logits
+    std::int64_t n_stopped = 0;         // of their outputs, those that stopped early (end-of-text, a stop string)
     std::int64_t n_running = 0;         // sequences holding rows after the step
     std::int64_t n_waiting = 0;         // arrived requests not running after the step
     std::int64_t n_preempted = 0;       // preemptions in this step (swapped out or discarded)
@@ -114,11 +133,13 @@ struct ServeRequestResult {
     std::int64_t swaps = 0;              // of its preemptions, swapped out (its K and V kept)
     std::int64_t prefix_hit_tokens = 0;  // tokens found in the prefix cache at its admissions (not computed)
     std::vector<TokenId> generated;
+    FinishReason finish_reason = FinishReason::length;  // (several outputs: the first's)
     // n > 1 or beams: every output's generated tokens (beams best first; `generated` is the first) and its
     // cumulative log-probability (sum of log softmax(logits) of its tokens); the most blocks its outputs
     // held at once (a shared block once) and the most unshared copies would have held; its copy-on-write copies
     std::vector<std::vector<TokenId>> outputs;
     std::vector<double> scores;
+    std::vector<FinishReason> finish_reasons;  // every output's
     std::int64_t peak_blocks = 0, peak_blocks_unshared = 0, cow_copies = 0;
     std::vector<ServeEvent> events;
     // check: against a solo run of the single-sequence path on the same tokens
