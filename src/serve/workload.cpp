@@ -1,6 +1,7 @@
 // The workload reader: one request per line of a JSON Lines file (docs/serving.md, "Workloads").
 #include "serve/workload.hpp"
 
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -13,6 +14,33 @@
 
 namespace kvlab {
 
+namespace {
+
+// A request's own sampling keys (vLLM's per-request SamplingParams): "stop" (a string or an array of
+// non-empty strings), "ignore_eos" (true/false), "seed" (a whole number >= 0).
+template <class Fail>
+void read_sampling_keys(const nlohmann::json& j, ServeRequest& r, const Fail& fail) {
+    if (j.contains("stop")) {
+        const nlohmann::json& s = j["stop"];
+        const nlohmann::json list = s.is_string() ? nlohmann::json::array({s}) : s;
+        if (!list.is_array()) throw fail("\"stop\" must be a string or an array of strings");
+        for (const auto& x : list) {
+            if (!x.is_string() || x.get_ref<const std::string&>().empty()) throw fail(fmt::format("\"stop\": {} is not a non-empty string", json_excerpt(x)));
+            r.stop.push_back(x.get<std::string>());
+        }
+    }
+    if (j.contains("ignore_eos")) {
+        if (!j["ignore_eos"].is_boolean()) throw fail("\"ignore_eos\" must be true or false");
+        r.ignore_eos = j["ignore_eos"].get<bool>();
+    }
+    if (j.contains("seed")) {
+        if (!j["seed"].is_number_unsigned()) throw fail(fmt::format("\"seed\": {} is not a whole number >= 0", json_excerpt(j["seed"])));
+        r.seed = j["seed"].get<std::uint64_t>();
+    }
+}
+
+}  // namespace
+
 std::vector<ServeRequest> read_workload(const std::string& path, const ModelConfig& cfg, const Tokenizer* tokenizer) {
     const std::string text = read_input_file(path, "workload file", 256 << 20);
     std::istringstream in(text);
@@ -24,9 +52,11 @@ std::vector<ServeRequest> read_workload(const std::string& path, const ModelConf
         const nlohmann::json j = parse_json(line, where);
         auto fail = [&](const std::string& what) { return FormatError(fmt::format("{}: {}", where, what)); };
         if (!j.is_object()) throw fail("expected one JSON object per line, e.g. {\"prompt\": \"Once upon a time\", \"max_tokens\": 32}");
+        static const std::set<std::string> keys{"prompt", "prompt_ids", "max_tokens", "arrival_step", "stop", "ignore_eos", "seed"};
         for (const auto& item : j.items())
-            if (item.key() != "prompt" && item.key() != "prompt_ids" && item.key() != "max_tokens" && item.key() != "arrival_step")
-                throw fail(fmt::format("unknown key {}; expected prompt or prompt_ids, max_tokens, arrival_step", quote(item.key())));
+            if (!keys.contains(item.key()))
+                throw fail(fmt::format("unknown key {}; expected prompt or prompt_ids, max_tokens, and optionally arrival_step, stop, ignore_eos, seed",
+                                       quote(item.key())));
         ServeRequest r;
         if (j.contains("prompt") == j.contains("prompt_ids")) throw fail("expected exactly one of \"prompt\" (text) and \"prompt_ids\" (token ids)");
         if (j.contains("prompt")) {
@@ -54,6 +84,7 @@ std::vector<ServeRequest> read_workload(const std::string& path, const ModelConf
                 throw fail("\"arrival_step\" must be a whole number >= 0");
             r.arrival_step = j["arrival_step"].get<std::int64_t>();
         }
+        read_sampling_keys(j, r, fail);
         reqs.push_back(std::move(r));
     }
     if (reqs.empty()) throw FormatError(fmt::format("{}: no requests; expected one JSON object per line", path));
