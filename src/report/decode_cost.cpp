@@ -29,6 +29,11 @@ std::string context_tick(std::int64_t t) {
     return t >= 1024 && t % 1024 == 0 ? fmt::format("{}K", t / 1024) : fmt::format("{}", t);
 }
 
+// "7.16x fewer" (`fewer`) when a is the smaller, else "1.20x more"
+std::string fewer_or_more(std::uint64_t a, std::uint64_t base, const char* fewer = "fewer") {
+    return a <= base ? ratio_text(ratio(base, a)) + " " + fewer : ratio_text(ratio(a, base)) + " more";
+}
+
 std::string flops_text(std::uint64_t flops) { return count_cell(flops, "FLOP").text; }
 
 // The lesson of an MLA pair at `context`, when the lines hold both paths of one latent and the first line
@@ -42,9 +47,9 @@ std::vector<std::string> mla_lesson(const std::vector<DecodeCostLine>& lines, st
     if (naive == lines.end() || absorbed == lines.end() || first.cfg.mla) return {};
     const DecodeCost n = attention_decode_cost(*naive, context), a = attention_decode_cost(*absorbed, context);
     const DecodeCost base = attention_decode_cost(first, context);
-    return {fmt::format("MLA caches {} less than {} per token; absorbed reads {} fewer bytes than {} ({} vs {}) for {} its FLOPs;",
-                        ratio_text(ratio(first.kv_token_bytes, absorbed->kv_token_bytes)), first.label,
-                        ratio_text(ratio(base.bytes_read, a.bytes_read)), first.label, format_bytes(a.bytes_read, UnitSystem::iec),
+    return {fmt::format("MLA caches {} than {} per token; absorbed reads {} bytes than {} ({} vs {}) for {} its FLOPs;",
+                        fewer_or_more(absorbed->kv_token_bytes, first.kv_token_bytes, "less"), first.label,
+                        fewer_or_more(a.bytes_read, base.bytes_read), first.label, format_bytes(a.bytes_read, UnitSystem::iec),
                         format_bytes(base.bytes_read, UnitSystem::iec), ratio_text(ratio(a.flops, base.flops))),
             fmt::format("naive, rebuilding K and V from every cached latent at each step, reads {} and computes {} {}'s ({} vs {})",
                         ratio_text(ratio(n.bytes_read, base.bytes_read)), ratio_text(ratio(n.flops, base.flops)), first.label,

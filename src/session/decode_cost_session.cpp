@@ -71,9 +71,9 @@ std::vector<DecodeCostLine> cost_lines(const SimulateRequest& o, const ModelConf
 
 Report decode_cost_comparison(const SimulateRequest& request) {
     ModelSource source{request.model, request.config, request.checkpoint, request.tokenizer};
-    const ModelConfig full = resolve_model(source);  // a preset with weights: its checkpoint (what-ifs refused)
+    const ModelConfig full = resolve_model(source);
     SimulateRequest o = request;
-    o.checkpoint = source.checkpoint;
+    o.checkpoint.clear();  // the shape alone: no weights are read, so a trained model's shape takes what-ifs too
     const std::vector<std::int64_t> contexts = cost_contexts(o.cost_at, full);
     const KvStorage storage = cost_storage(o);
     const std::vector<DecodeCostLine> lines = cost_lines(o, full, storage);
