@@ -47,13 +47,12 @@ std::vector<std::string> mla_lesson(const std::vector<DecodeCostLine>& lines, st
     if (naive == lines.end() || absorbed == lines.end() || first.cfg.mla) return {};
     const DecodeCost n = attention_decode_cost(*naive, context), a = attention_decode_cost(*absorbed, context);
     const DecodeCost base = attention_decode_cost(first, context);
-    return {fmt::format("MLA caches {} than {} per token; absorbed reads {} bytes than {} ({} vs {}) for {} its FLOPs;",
+    return {fmt::format("MLA caches {} than {}; absorbed reads {} bytes ({} vs {}) for {} the FLOPs;",
                         fewer_or_more(absorbed->kv_token_bytes, first.kv_token_bytes, "less"), first.label,
-                        fewer_or_more(a.bytes_read, base.bytes_read), first.label, format_bytes(a.bytes_read, UnitSystem::iec),
+                        fewer_or_more(a.bytes_read, base.bytes_read), format_bytes(a.bytes_read, UnitSystem::iec),
                         format_bytes(base.bytes_read, UnitSystem::iec), ratio_text(ratio(a.flops, base.flops))),
-            fmt::format("naive, rebuilding K and V from every cached latent at each step, reads {} and computes {} {}'s ({} vs {})",
-                        ratio_text(ratio(n.bytes_read, base.bytes_read)), ratio_text(ratio(n.flops, base.flops)), first.label,
-                        flops_text(n.flops), flops_text(base.flops))};
+            fmt::format("naive, rebuilding K and V from every latent each step, reads {} {}'s bytes and computes {} its FLOPs",
+                        ratio_text(ratio(n.bytes_read, base.bytes_read)), first.label, ratio_text(ratio(n.flops, base.flops)))};
 }
 
 }  // namespace
@@ -152,13 +151,16 @@ std::string plot_script(const std::filesystem::path& output, const std::vector<D
     at.erase(std::unique(at.begin(), at.end()), at.end());
     std::vector<std::string> ticks;
     for (const std::int64_t t : at) ticks.push_back(fmt::format("'{}' {}", context_tick(t), t));
+    // pngcairo draws its 10-point default larger than the svg terminal its 12: titles one step smaller there
+    const bool png = output.extension() == ".png";
+    const char *big = png ? "',11'" : "',14'", *medium = png ? "',10'" : "',13'";
     std::ostringstream gp;
     gp << gnuplot_terminal(output, 1000, 1100, "--plot") << "set output\n"
-       << "set grid\nset logscale xy\nset key top left Left reverse opaque noenhanced box\nset format y '%g'\n"
+       << "set grid\nset logscale xy\nset key top left Left reverse opaque noenhanced box width 2\nset format y '%g'\n"
        << fmt::format("set xrange [{}:{}]\nset xtics ({})\n", contexts.front(), contexts.back(), fmt::join(ticks, ", "))
        << "set xlabel 'context (tokens the decoded token attends, log scale)'\n"
-       << "set multiplot layout 2,1 title ARG2 noenhanced font ',14'\n"
-       << "set title 'Bytes attention reads per decoded token (KV cache and activations; weights left out)' font ',13'\n"
+       << "set multiplot layout 2,1 title ARG2 noenhanced font " << big << "\n"
+       << "set title 'Bytes attention reads per decoded token (KV cache and activations; weights left out)' font " << medium << "\n"
        << "set ylabel " << gp_quote(axis.label + " per decoded token (log scale)") << "\n";
     const auto plot = [&](int column) {
         gp << "plot ";
@@ -168,7 +170,7 @@ std::string plot_script(const std::filesystem::path& output, const std::vector<D
         gp << "\n";
     };
     plot(2);
-    gp << "set title " << gp_quote("FLOPs of attention per decoded token (projections, RoPE, qk, softmax, av)") << " font ',13'\n"
+    gp << "set title " << gp_quote("FLOPs of attention per decoded token (projections, RoPE, qk, softmax, av)") << " font " << medium << "\n"
        << "set ylabel " << gp_quote(flops_unit + " per decoded token (log scale)") << "\n";
     plot(3);
     gp << "unset multiplot\nset output\n";

@@ -107,7 +107,7 @@ kvlab_expect(RC 2 ARGS simulate -m stories15m --attention gqa:4 ERR "--attention
 kvlab_expect(RC 2 ARGS simulate -m tiny-llama --attention mha ERR "--attention mha: tiny-llama runs trained weights .* a what-if layout needs random weights")
 # --cost-at: the closed form, no weights built, so a trained model's shape takes what-ifs; tiny-llama's MHA
 # caches 2 x 6 heads x 32 = 384 values per token per layer, mla:16 a latent of 16 + a RoPE key of 16 = 32: 12x
-kvlab_expect(RC 0 ARGS simulate -m tiny-llama --attention mha,mla:16 --cost-at 64,256 OUT "MLA caches 12x less than MHA per token"
+kvlab_expect(RC 0 ARGS simulate -m tiny-llama --attention mha,mla:16 --cost-at 64,256 OUT "MLA caches 12x less than MHA;"
              "    256  MLA r=16 absorbed ")
 kvlab_expect(RC 2 ARGS simulate -m llama-3.1-8b --cost-at 1k,200k ERR "--cost-at: 204800 tokens; expected 1..131072")
 kvlab_expect(RC 2 ARGS simulate -m llama-3.1-8b --cost-at 1k --kv-dtype fp16,q8_0 ERR "--cost-at compares attention layouts at one cache format")
