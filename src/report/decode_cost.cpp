@@ -38,7 +38,7 @@ std::string flops_text(std::uint64_t flops) { return count_cell(flops, "FLOP").t
 
 // The lesson of an MLA pair at `context`, when the lines hold both paths of one latent and the first line
 // is not MLA: the cache against the first line's, then each path's bytes and FLOPs against it.
-std::vector<std::string> mla_lesson(const std::vector<DecodeCostLine>& lines, std::int64_t context) {
+std::vector<std::string> mla_lesson(const std::vector<DecodeCostLine>& lines, std::int64_t context, UnitSystem units) {
     const auto find = [&](MlaPath path) {
         return std::find_if(lines.begin(), lines.end(), [&](const DecodeCostLine& l) { return l.cfg.mla && l.path == path; });
     };
@@ -49,8 +49,8 @@ std::vector<std::string> mla_lesson(const std::vector<DecodeCostLine>& lines, st
     const DecodeCost base = attention_decode_cost(first, context);
     return {fmt::format("MLA caches {} than {}; absorbed reads {} bytes ({} vs {}) for {} the FLOPs;",
                         fewer_or_more(absorbed->kv_token_bytes, first.kv_token_bytes, "less"), first.label,
-                        fewer_or_more(a.bytes_read, base.bytes_read), format_bytes(a.bytes_read, UnitSystem::iec),
-                        format_bytes(base.bytes_read, UnitSystem::iec), ratio_text(ratio(a.flops, base.flops))),
+                        fewer_or_more(a.bytes_read, base.bytes_read), format_bytes(a.bytes_read, units),
+                        format_bytes(base.bytes_read, units), ratio_text(ratio(a.flops, base.flops))),
             fmt::format("naive, rebuilding K and V from every latent each step, reads {} {}'s bytes and computes {} its FLOPs",
                         ratio_text(ratio(n.bytes_read, base.bytes_read)), first.label, ratio_text(ratio(n.flops, base.flops)))};
 }
@@ -68,13 +68,13 @@ DecodeCost attention_decode_cost(const DecodeCostLine& line, std::int64_t contex
     return c;
 }
 
-std::vector<std::string> decode_cost_headline(const std::vector<DecodeCostLine>& lines, std::int64_t context) {
+std::vector<std::string> decode_cost_headline(const std::vector<DecodeCostLine>& lines, std::int64_t context, UnitSystem units) {
     if (lines.empty()) return {};
     const DecodeCostLine& first = lines.front();
     std::vector<std::string> h{fmt::format("{} ({} layers), one decoded token's attention at {} tokens of context{}:", first.cfg.name,
                                            first.cfg.n_layer, with_thousands(static_cast<std::uint64_t>(context)),
                                            lines.size() > 1 ? ", against " + first.label : "")};
-    if (const std::vector<std::string> lesson = mla_lesson(lines, context); !lesson.empty()) {
+    if (const std::vector<std::string> lesson = mla_lesson(lines, context, units); !lesson.empty()) {
         h.insert(h.end(), lesson.begin(), lesson.end());
         return h;
     }
@@ -85,7 +85,7 @@ std::vector<std::string> decode_cost_headline(const std::vector<DecodeCostLine>&
         parts.push_back(fmt::format("{} {} the bytes, {} the FLOPs", lines[i].label, ratio_text(ratio(c.bytes_read, base.bytes_read)),
                                     ratio_text(ratio(c.flops, base.flops))));
     }
-    h.push_back(parts.empty() ? fmt::format("{} bytes read, {}", format_bytes(base.bytes_read, UnitSystem::iec), flops_text(base.flops))
+    h.push_back(parts.empty() ? fmt::format("{} bytes read, {}", format_bytes(base.bytes_read, units), flops_text(base.flops))
                               : fmt::format("{}", fmt::join(parts, "; ")));
     return h;
 }
@@ -94,7 +94,7 @@ Report decode_cost_report(const std::vector<DecodeCostLine>& lines, const std::v
                           nlohmann::json inputs) {
     Report r;
     r.inputs = std::move(inputs);
-    r.headline = decode_cost_headline(lines, contexts.back());
+    r.headline = decode_cost_headline(lines, contexts.back(), units);
     Table t;
     t.title = "Attention per decoded token, from the cost model's closed form (no run)";
     const std::string vs = fmt::format("vs {}", lines.front().label);
@@ -179,7 +179,8 @@ std::string plot_script(const std::filesystem::path& output, const std::vector<D
 
 }  // namespace
 
-void plot_decode_cost(const std::vector<DecodeCostLine>& lines, const std::vector<std::int64_t>& contexts, const std::filesystem::path& output) {
+void plot_decode_cost(const std::vector<DecodeCostLine>& lines, const std::vector<std::int64_t>& contexts, const std::filesystem::path& output,
+                      UnitSystem units) {
     gnuplot_terminal(output, 1, 1, "--plot");  // the extension, checked before any work
     const std::vector<std::int64_t> xs = plot_points(contexts);
     double max_bytes = 0, min_flops = INFINITY;
@@ -201,7 +202,7 @@ void plot_decode_cost(const std::vector<DecodeCostLine>& lines, const std::vecto
                  << '\n';
         }
     }
-    const std::vector<std::string> title = decode_cost_headline(lines, contexts.back());
+    const std::vector<std::string> title = decode_cost_headline(lines, contexts.back(), units);
     draw_with_gnuplot(output, data.str(), plot_script(output, lines, contexts, axis, prefixes[k]),
                       {fmt::format("{}", fmt::join(title, "\n"))}, "--plot");
 }

@@ -35,7 +35,7 @@ DecodeCost attention_decode_cost(const DecodeCostLine& line, std::int64_t contex
 
 // The headline: at the longest context, each line against the first (bytes read, FLOPs), and for MLA the
 // lesson (absorbed against naive). 1-3 lines, also the chart's title.
-std::vector<std::string> decode_cost_headline(const std::vector<DecodeCostLine>& lines, std::int64_t context);
+std::vector<std::string> decode_cost_headline(const std::vector<DecodeCostLine>& lines, std::int64_t context, UnitSystem units);
 
 // The report: a row per line per context (ascending), the headline, the inputs given.
 Report decode_cost_report(const std::vector<DecodeCostLine>& lines, const std::vector<std::int64_t>& contexts, UnitSystem units,
@@ -43,8 +43,8 @@ Report decode_cost_report(const std::vector<DecodeCostLine>& lines, const std::v
 
 // Draws `output` (.svg or .png, atomically): bytes read (top) and FLOPs (bottom) per decoded token against
 // context, log-log, from the smallest to the largest of `contexts`, one line per layout. Throws UsageError
-// (extension, naming --plot), UnavailableError without gnuplot.
+// (extension, naming --plot), UnavailableError without gnuplot. `units`: the title's bytes.
 void plot_decode_cost(const std::vector<DecodeCostLine>& lines, const std::vector<std::int64_t>& contexts,
-                      const std::filesystem::path& output);
+                      const std::filesystem::path& output, UnitSystem units);
 
 }  // namespace kvlab

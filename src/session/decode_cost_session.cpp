@@ -77,7 +77,7 @@ Report decode_cost_comparison(const SimulateRequest& request) {
     const std::vector<std::int64_t> contexts = cost_contexts(o.cost_at, full);
     const KvStorage storage = cost_storage(o);
     const std::vector<DecodeCostLine> lines = cost_lines(o, full, storage);
-    if (!o.plot.empty()) plot_decode_cost(lines, contexts, o.plot);
+    if (!o.plot.empty()) plot_decode_cost(lines, contexts, o.plot, o.units);
     nlohmann::json inputs = {{"command", "simulate --cost-at"}, {"model", full.name}, {"layers", lines.front().cfg.n_layer},
                              {"attention", o.attention}, {"kv_dtype", std::string(dtype_name(storage.dtype))},
                              {"contexts", contexts}, {"weights", "fp32 (counted, none built)"}};
