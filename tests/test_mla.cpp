@@ -18,6 +18,8 @@
 #include "kvlab/model/reference_mla.hpp"
 #include "kvlab/model/transformer.hpp"
 #include "kvlab/weights/random_weights.hpp"
+#include "report/decode_cost.hpp"
+#include "sim_configs.hpp"
 #include "test_paths.hpp"
 
 using namespace kvlab;
@@ -102,6 +104,47 @@ TEST_CASE("MLA: counted costs equal the closed form; absorbed reads fewer bytes 
     // (2 x 3 x (24 + 16) x 45 = 10800 per layer), naive's dn + R = 20 and dv = 10 (2 x 3 x 30 x 45 = 8100)
     CHECK(prefill[1].at(Op::qk).flops + prefill[1].at(Op::av).flops == 2 * 10800);
     CHECK(prefill[0].at(Op::qk).flops + prefill[0].at(Op::av).flops == 2 * 8100);
+}
+
+TEST_CASE("simulate --cost-at: a decoded token's attention is the sum of the ops a run counts for it, MLA and GQA") {
+    // the figures --cost-at prints (report/decode_cost.hpp) against a real decode step at position 9 (T = 10)
+    const auto attention_of = [](const StepCost& step) {
+        DecodeCost c;
+        for (const Op op : {Op::attn_norm, Op::q_proj, Op::k_proj, Op::v_proj, Op::rope, Op::kv_store, Op::qk, Op::softmax, Op::av, Op::o_proj}) {
+            c.flops += step.at(op).flops;
+            c.kv_read += step.at(op).bytes_kv_read;
+            c.bytes_read += step.at(op).bytes_kv_read + step.at(op).bytes_act_read;
+        }
+        return c;
+    };
+    const std::vector<TokenId> seq{1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    DecodeCost mla[2];
+    for (const ModelConfig& cfg : {small_mla(), test::tiny_config(Family::llama, 4, 2)}) {
+        const Weights w = random_weights(cfg, 3);
+        for (const MlaPath path : {MlaPath::naive, MlaPath::absorbed}) {
+            CAPTURE(cfg.name);
+            Transformer tf(cfg, w, TransformerSize{10, 10, true, false, 0, path});
+            KvCache cache(cfg, 10);
+            StepCost step;
+            tf.forward_cached(std::span(seq).first(9), 0, cache, nullptr);
+            tf.forward_cached(std::span(seq).subspan(9, 1), 9, cache, &step);
+            const DecodeCost c = attention_decode_cost(DecodeCostLine{"", cfg, path, 0, kv_stored_token_bytes({}, cfg)}, 10);
+            const DecodeCost counted = attention_of(step);
+            CHECK(c.flops == counted.flops);
+            CHECK(c.kv_read == counted.kv_read);
+            CHECK(c.bytes_read == counted.bytes_read);
+            if (cfg.mla) mla[path == MlaPath::absorbed] = c;
+        }
+    }
+    // both paths read the 10 latent rows once from the cache: 10 x (r 16 + R 8) x 4 B x 2 layers = 1920 B.
+    // The reads that differ, per layer (docs/cost-model.md, MLA): naive's qk reads q (3 heads x (12 + 8)) and
+    // k_C, k_R (10 x (3 x 12 + 8)), 4 x 500 = 2000 B, its av the probabilities (3 x 10) and v_C (10 x 3 x 10),
+    // 4 x 330 = 1320 B; absorbed's qk reads its folded q (3 x (16 + 8)), 288 B, its av the probabilities and
+    // the latents' r part again (10 x 16), 4 x 190 = 760 B, and its fold q_C and the latent output
+    // (3 x (12 + 16)), 336 B
+    CHECK(mla[0].kv_read == 1920);
+    CHECK(mla[1].kv_read == 1920);
+    CHECK(mla[0].bytes_read - mla[1].bytes_read == 2 * ((2000 + 1320) - (288 + 760 + 336)));
 }
 
 TEST_CASE("MLA: one KV number per token in three places: the cache simulate runs, kvcalc, docs/kv-memory.md") {

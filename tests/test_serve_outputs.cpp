@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvlab/core/dtype.hpp"
 #include "kvlab/core/error.hpp"
 #include "kvlab/formats/checkpoint.hpp"
 #include "kvlab/kv/kv_pool.hpp"
@@ -202,6 +203,57 @@ TEST_CASE("Parallel sampling: n outputs share the prompt's full blocks; the part
     CHECK(run_serving(cfg, w, reqs, o).requests[0].outputs == rr.outputs);
     o.sampling.seed = 43;
     CHECK(run_serving(cfg, w, reqs, o).requests[0].outputs != rr.outputs);
+}
+
+TEST_CASE("An MLA pool: tiny-mla's latent rows, fp32 and fp16, shared and copied on write by parallel outputs; --check passes") {
+    const LoadedModel model = load_checkpoint(std::filesystem::path(kvlab::test::models_dir) / "tiny-mla");
+    const ModelConfig& cfg = model.config;
+    REQUIRE(cfg.mla);
+    REQUIRE(kv_rows_per_token(cfg) == 1);  // one latent "head" per token, no V row
+    // a 20-token prompt in blocks of 16: 1 full block + 4 rows; 8 tokens per output: the last one is not run,
+    // so positions 0..26 hold K, all inside block 2. By hand: 1 shared full block + each output's own copy of
+    // block 2 = 3 held, vs 2 x 2 = 4 unshared; the first writer of position 20 copies the partial block (4 rows),
+    // the last holds it alone: 1 copy
+    const std::vector<ServeRequest> reqs{{{1, 40, 41, 42, 300, 17, 88, 250, 9, 131, 77, 402, 5, 260, 310, 44, 61, 190, 222, 3}, 8, 0}};
+    for (const DType dtype : {DType::fp32, DType::fp16}) {
+        CAPTURE(dtype_name(dtype));
+        ServeOptions o = paged_options(64, 16, 32);  // 4 blocks of 16 rows
+        o.kv_storage = KvStorage{dtype};
+        o.n = 2;
+        o.sampling.temperature = 1.0;
+        o.sampling.seed = 7;
+        o.check = true;
+        const ServeResult r = run_serving(cfg, model.weights, reqs, o);
+        const ServeRequestResult& rr = r.requests[0];
+        // the pool's bytes are the latent's: per layer one row of kv_lora_rank + qk_rope_head_dim = 32 + 16 = 48
+        // values (docs/kv-memory.md), 192 B at fp32 and 96 B at fp16; 64 rows x 4 layers x that, no V rows
+        const std::uint64_t row = dtype == DType::fp32 ? 48 * 4 : 48 * 2;
+        CHECK(r.kv_row_bytes == row);
+        CHECK(r.pool_bytes == 64 * 4 * row);
+        REQUIRE(rr.outputs.size() == 2);
+        CHECK(rr.outputs[0] != rr.outputs[1]);  // two samples apart: a missed copy would mix their K
+        CHECK(rr.peak_blocks == 3);
+        CHECK(rr.peak_blocks_unshared == 4);
+        CHECK(rr.cow_copies == 1);
+        CHECK(r.counters.cow_copies == 1);
+        // KV bytes written, counted by the forward: 20 prompt rows + 2 outputs x 7 decoded = 34 latent rows per layer
+        std::uint64_t written = 0;
+        std::int64_t peak_rows = 0;
+        for (const ServeStep& s : r.steps) {
+            written += s.cost.total().bytes_kv_written;
+            peak_rows = std::max(peak_rows, s.rows_in_use);
+        }
+        CHECK(written == 34 * 4 * row);
+        CHECK(peak_rows == 3 * 16);
+        CHECK(r.rows_left_in_use == 0);
+        CHECK(rr.checked);
+        if (dtype == DType::fp32) {  // the single-sequence path on the same tokens: the same logits and samples
+            CHECK(rr.within_tolerance);
+            CHECK(rr.solo_agree == 16);
+        } else {  // the solo run keeps fp32 latents: fp16's rounding (2^-11 relative) moves logits by far less than 0.1
+            CHECK(rr.max_abs_dlogit < 0.1);
+        }
+    }
 }
 
 TEST_CASE("Beams of a preempted request start over and end the same; outputs options refused before any work") {

@@ -110,6 +110,7 @@ std::vector<SimulationResult> run_each_policy(const PreparedSimulation& p, std::
 }
 
 void run(const SimulateRequest& request) {
+    if (!request.cost_at.empty()) return print_report(std::cout, decode_cost_comparison(request), request.format);
     PreparedSimulation p = prepare_simulation(request);
     const SimulateRequest& o = p.request;
     if (!o.eval.empty()) {
@@ -180,6 +181,25 @@ void add_sampling_options(CLI::App* cmd, SimulateRequest& o) {
     cmd->add_flag("--ignore-eos", o.ignore_eos, "Run every step even after a trained model writes end-of-text (BOS or EOS)");
 }
 
+// --cost-at and its --plot: the closed-form comparison of layouts, instead of a run (no option of a run with it).
+void add_cost_options(CLI::App* cmd, SimulateRequest& o) {
+    auto* cost_at = cmd->add_option("--cost-at", o.cost_at,
+                                    "Instead of a run: one decoded token's attention FLOPs and bytes at these contexts (e.g. 1k,8k,128k), "
+                                    "exact from the cost model's closed form, for each layout of a comma-separated --attention "
+                                    "(mla:R: naive and absorbed)");
+    for (const char* name : {"--trace", "--logits", "--eval", "--save-checkpoint", "--prompt", "--prompt-ids", "--prompt-len", "--steps",
+                             "--mode", "--repeat", "--kernel", "--window", "--sink-tokens", "--weight-dtype", "--tokenizer", "--stop"})
+        cost_at->excludes(cmd->get_option(name));
+    output_file(cmd->add_option("--plot", o.plot, "With --cost-at: its chart, bytes and FLOPs against context, FILE.svg or FILE.png"))->needs(cost_at);
+}
+
+constexpr const char* simulate_examples =
+    "Examples:\n  kvlab simulate -m tiny-llama --prompt \"Once upon a time\" -n 64 --trace run.json\n"
+    "  kvlab simulate -m stories15m -p 32 -n 128 --mode both\n"
+    "  kvlab simulate -m tiny-llama --prompt \"Once upon a time\" -n 64 --kv-dtype fp32,fp16,fp8_e4m3,q4_0\n"
+    "  kvlab simulate -m stories110m -p 16 -n 64 --weight-dtype fp32,bf16,q8_0\n"
+    "  kvlab simulate -m llama-3.1-8b --attention mha,gqa:8,mqa,mla:512 --cost-at 1k,8k,128k --plot mla.svg";
+
 }  // namespace
 
 void setup_simulate(CLI::App& app) {
@@ -248,10 +268,8 @@ void setup_simulate(CLI::App& app) {
                            "each step) or absorbed (W_UK folded into the query, W_UV into the output: attention reads the latents)");
     add_units_option(cmd, o->units);
     add_format_option(cmd, o->format);
-    cmd->footer("Examples:\n  kvlab simulate -m tiny-llama --prompt \"Once upon a time\" -n 64 --trace run.json\n"
-                "  kvlab simulate -m stories15m -p 32 -n 128 --mode both\n"
-                "  kvlab simulate -m tiny-llama --prompt \"Once upon a time\" -n 64 --kv-dtype fp32,fp16,fp8_e4m3,q4_0\n"
-                "  kvlab simulate -m stories110m -p 16 -n 64 --weight-dtype fp32,bf16,q8_0");
+    add_cost_options(cmd, *o);
+    cmd->footer(simulate_examples);
     auto* mode_opt = cmd->get_option("--mode");
     cmd->callback([o, prompt, prompt_len, kv_scale, mode_opt, mla] {
         o->mla_given = mla->count() > 0;

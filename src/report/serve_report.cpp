@@ -438,7 +438,7 @@ std::vector<std::string> serve_headline_layouts(const std::vector<ServeSummary>&
 std::string outputs_headline(const ServeSummary& s) {
     return fmt::format("{}'s outputs held at most {} KV blocks at once, vs {} if each output had its own copy ({:.2f}x); "
                        "{} (counted, exact)",
-                       choice_name(kv_layout_choices, s.layout), s.peak_out_blocks, s.peak_out_blocks_unshared,
+                       s.name.empty() ? std::string(choice_name(kv_layout_choices, s.layout)) : s.name, s.peak_out_blocks, s.peak_out_blocks_unshared,
                        static_cast<double>(s.peak_out_blocks_unshared) / static_cast<double>(std::max<std::int64_t>(1, s.peak_out_blocks)),
                        fmt::format("{} copy-on-write block {}", s.cow_copies, s.cow_copies == 1 ? "copy" : "copies"));
 }

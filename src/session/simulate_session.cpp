@@ -73,6 +73,8 @@ ModelConfig with_mla_latent(const SimulateRequest& o, ModelConfig cfg) {
     return cfg;
 }
 
+}  // namespace
+
 // The shape simulate runs: --layers of the model, and an --attention what-if's KV heads.
 ModelConfig shaped_config(const SimulateRequest& o, const ModelConfig& full) {
     ModelConfig cfg = simulation_config(full, o.layers > 0 ? std::optional<std::int64_t>(o.layers) : std::nullopt);
@@ -89,6 +91,8 @@ ModelConfig shaped_config(const SimulateRequest& o, const ModelConfig& full) {
     }
     return cfg;
 }
+
+namespace {
 
 // The cache and weight policies (--window, --sink-tokens, --kv-dtype, --weight-dtype, --no-quality,
 // --kernel) as runs to compare, each checked against the shape; cfg gets the window policy.

@@ -76,7 +76,18 @@ struct SimulateRequest {
     std::string gpu = "h100";          // --gpu: the GPU preset whose roofline models each step's time
     std::int64_t repeat = 1;           // --repeat: runs of the timed part; wall figures as median and range
     std::string logits;                // --logits FILE.npy: each step's logits, float32 (steps, vocab)
+    std::string cost_at;               // --cost-at T1,T2..: the closed-form cost of a decoded token's attention, no run
+    std::string plot;                  // --plot FILE.svg|.png: with --cost-at, its chart
 };
+
+// The shape simulate runs: the model's first --layers layers, with the --attention what-if (one layout:
+// native, mha, gqa:N, mqa, mla:R) applied. Throws UsageError for a what-if the shape or weights refuse.
+ModelConfig shaped_config(const SimulateRequest& request, const ModelConfig& full);
+
+// --cost-at: what one decoded token's attention costs at each context, for every layout of --attention's
+// comma list (mla:R as both paths unless --mla names one), from the cost model's closed form without
+// running the model (report/decode_cost.hpp); with --plot, the chart too.
+Report decode_cost_comparison(const SimulateRequest& request);
 
 // Everything a run needs, checked: the config (its first --layers layers), the weights, the
 // simulator's options (prompt ids filled in), the tokenizer, the run's inputs for reports and traces.

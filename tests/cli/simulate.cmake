@@ -105,6 +105,14 @@ kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --attenti
 kvlab_expect(RC 0 ARGS simulate -m stories15m -p 4 -n 4 --threads 1 -q --attention mqa OUT "MQA what-if" "KV cache allocated: 15.75 KiB for 7 positions")
 kvlab_expect(RC 2 ARGS simulate -m stories15m --attention gqa:4 ERR "--attention: 'gqa:4' needs a KV head count that divides the 6 query heads: gqa:1, gqa:2, gqa:3, gqa:6")
 kvlab_expect(RC 2 ARGS simulate -m tiny-llama --attention mha ERR "--attention mha: tiny-llama runs trained weights .* a what-if layout needs random weights")
+# --cost-at: the closed form, no weights built, so a trained model's shape takes what-ifs; tiny-llama's MHA
+# caches 2 x 6 heads x 32 = 384 values per token per layer, mla:16 a latent of 16 + a RoPE key of 16 = 32: 12x
+kvlab_expect(RC 0 ARGS simulate -m tiny-llama --attention mha,mla:16 --cost-at 64,256 OUT "MLA caches 12x less than MHA;"
+             "    256  MLA r=16 absorbed ")
+kvlab_expect(RC 2 ARGS simulate -m llama-3.1-8b --cost-at 1k,200k ERR "--cost-at: 204800 tokens; expected 1..131072")
+kvlab_expect(RC 2 ARGS simulate -m llama-3.1-8b --cost-at 1k --kv-dtype fp16,q8_0 ERR "--cost-at compares attention layouts at one cache format")
+kvlab_expect(RC 2 ARGS simulate --attention mha --plot x.svg ERR "--plot requires --cost-at")
+kvlab_expect(RC 2 ARGS simulate --cost-at 64 --trace x.csv ERR "--trace excludes --cost-at")
 
 # simulate takes a Hugging Face id too; a path that does not exist is still named as a missing file
 kvlab_expect(RC 0 ARGS simulate -m meta-llama/Llama-3.2-1B --layers 1 -p 2 -n 2 --threads 1 -q OUT "Llama-3.2 1B")
