@@ -2,6 +2,7 @@
 // pool's forks against hand-counted blocks; beam search against a plain-loop beam search over the
 // reference forward (src/model/reference.cpp) and against PyTorch's on the trained models
 // (models/reference.json, "beam_search"); --check covering every output.
+#include <memory>
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -203,6 +204,44 @@ TEST_CASE("Parallel sampling: n outputs share the prompt's full blocks; the part
     CHECK(run_serving(cfg, w, reqs, o).requests[0].outputs == rr.outputs);
     o.sampling.seed = 43;
     CHECK(run_serving(cfg, w, reqs, o).requests[0].outputs != rr.outputs);
+}
+
+TEST_CASE("An output that stops early gives its rows back at once; the request ends with its last output") {
+    const ModelConfig cfg = test::tiny_config(Family::llama, 4, 2);
+    const Weights w = random_weights(cfg, 3);
+    // a 16-token prompt in blocks of 16: one full block, shared by both outputs after the fork at step 0.
+    // Step t >= 1 writes each output's token at position 15 + t, in a block of its own. The rule stops the
+    // first output it sees reach 4 generated tokens (output 0, at step 3) and no other: output 1 runs to 8.
+    std::vector<TokenId> prompt(16);
+    for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>(i + 3);
+    const std::vector<ServeRequest> reqs{{prompt, 8, 0}};
+    ServeOptions o = paged_options(64, 16, 32);
+    o.n = 2;
+    o.sampling.temperature = 1.0;
+    o.sampling.seed = 7;
+    o.check = true;
+    auto stopped_one = std::make_shared<bool>(false);
+    o.stop_rule = [stopped_one](std::int64_t, std::span<const TokenId> generated) -> std::optional<FinishReason> {
+        if (*stopped_one || generated.size() != 4) return std::nullopt;
+        *stopped_one = true;
+        return FinishReason::stop_string;
+    };
+    const ServeResult r = run_serving(cfg, w, reqs, o);
+    const ServeRequestResult& rr = r.requests[0];
+    REQUIRE(rr.outputs.size() == 2);
+    CHECK(rr.outputs[0].size() == 4);
+    CHECK(rr.outputs[1].size() == 8);
+    CHECK(rr.finish_reasons == std::vector<FinishReason>{FinishReason::stop_string, FinishReason::length});
+    CHECK(rr.within_tolerance);
+    CHECK(rr.solo_agree == 12);  // 4 + 8 tokens, each output's sampler replayed on the solo path
+    REQUIRE(r.steps.size() == 8);  // steps 0..7: the prompt, then output 1's tokens 2..8
+    // rows held when each step writes: steps 1..3, the shared block + a block per output = 3 x 16; step 3
+    // stops output 0 and frees its block, so from step 4 on 2 x 16 (without the release: still 48)
+    for (std::size_t t = 1; t < 8; ++t) CHECK(r.steps[t].rows_in_use == (t <= 3 ? 48 : 32));
+    CHECK(r.steps[3].n_stopped == 1);
+    CHECK(r.steps[3].n_tokens == 2);
+    CHECK(r.steps[4].n_tokens == 1);  // output 1 alone from then on
+    CHECK(r.rows_left_in_use == 0);
 }
 
 TEST_CASE("An MLA pool: tiny-mla's latent rows, fp32 and fp16, shared and copied on write by parallel outputs; --check passes") {

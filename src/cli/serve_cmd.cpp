@@ -73,7 +73,7 @@ void add_outputs_options(CLI::App* cmd, ServeCommand& o) {
                "Sampling rule and generator: kvlab (its own, with top-k) or llama2c (run.c's rule and xorshift generator; each output "
                "seeded as docs/serving.md says)");
     cmd->add_option("--stop", o.stop, "An output stops when its text reaches STR (repeatable; needs a tokenizer; beams run to max_tokens)");
-    cmd->add_flag("--ignore-eos", o.ignore_eos, "Generate max_tokens even after a trained model writes end-of-text (BOS or EOS)");
+    cmd->add_flag("--ignore-eos", o.ignore_eos, "--workload requests generate max_tokens even after a trained model writes end-of-text (a synthetic workload always does)");
 }
 
 }  // namespace

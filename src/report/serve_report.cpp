@@ -35,6 +35,14 @@ ModelledServeTime modelled_serve_time(const GpuSpec& gpu, const std::vector<Serv
 
 namespace {
 
+// The tokens a request chose after its first, for TPOT: its longest output's (outputs that stopped early
+// are shorter; the request ran until its last output finished).
+std::int64_t decode_steps(const ServeRequestResult& q) {
+    std::int64_t n = std::ssize(q.generated);
+    for (const std::vector<TokenId>& out : q.outputs) n = std::max(n, std::ssize(out));
+    return std::max<std::int64_t>(0, n - 1);
+}
+
 // A finished request's outputs: how each ended, and the tokens max_tokens allowed that they did not use.
 void count_outputs(const ServeRequestResult& q, ServeSummary& s) {
     const auto one = [&](std::int64_t generated, FinishReason why) {
@@ -67,8 +75,8 @@ void summarize_requests(const ServeResult& r, ServeSummary& s) {
         count_outputs(q, s);
         ttft_steps.push_back(static_cast<double>(q.first_token_step - q.arrival_step + 1));
         ttft_ms.push_back(static_cast<double>(q.first_token_ns - q.arrival_ns) * 1e-6);
-        if (q.generated.size() > 1) {
-            const auto n = static_cast<double>(q.generated.size() - 1);
+        if (decode_steps(q) > 0) {
+            const auto n = static_cast<double>(decode_steps(q));
             tpot_steps.push_back(static_cast<double>(q.finish_step - q.first_token_step) / n);
             tpot_ms.push_back(static_cast<double>(q.finish_ns - q.first_token_ns) * 1e-6 / n);
         }
@@ -411,8 +419,8 @@ Table request_table(const ServeSummary& summary, const ServeResult& result) {
     for (std::size_t i = 0; i < result.requests.size(); ++i) {
         const ServeRequestResult& r = result.requests[i];
         // one token generated: no time per output token after the first ("-", null in JSON)
-        const Cell tpot = r.generated.size() > 1 ? real_cell(static_cast<double>(r.finish_ns - r.first_token_ns) * 1e-6 /
-                                                                 static_cast<double>(r.generated.size() - 1), 4)
+        const Cell tpot = decode_steps(r) > 0 ? real_cell(static_cast<double>(r.finish_ns - r.first_token_ns) * 1e-6 /
+                                                              static_cast<double>(decode_steps(r)), 4)
                                                  : Cell{"-", nullptr};
         q.rows.push_back({int_cell(static_cast<std::int64_t>(i)), int_cell(r.arrival_step), int_cell(r.prompt_len), int_cell(r.max_tokens),
                           int_cell(std::ssize(r.generated)), int_cell(r.first_token_step), int_cell(r.finish_step),

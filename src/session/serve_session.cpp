@@ -309,7 +309,10 @@ PreparedServe prepare_serve(ServeCommand c) {
     p.pool_bytes = checked_add(checked_mul(static_cast<std::uint64_t>(rows), p.token_bytes, "KV pool bytes"), kv_resident_bytes(cfg, storage, 0),
                                "KV pool bytes");
     const PreemptOptions preempt = preempt_options(c, p.pool_bytes);
-    const auto stop_rule = serve_stop_rule({c.stop, c.ignore_eos, p.tokenizer && !c.source.checkpoint.empty()}, p.requests, p.tokenizer);
+    // end-of-text: a trained model's outputs for a --workload file's requests; a synthetic workload's
+    // random-token prompts generate exactly --output-len tokens, as benchmarks' ignore_eos
+    const bool end_of_text = p.tokenizer && !c.source.checkpoint.empty() && !c.workload.empty();
+    const auto stop_rule = serve_stop_rule({c.stop, c.ignore_eos, end_of_text}, p.requests, p.tokenizer);
     for (const KvLayout layout : {KvLayout::paged, KvLayout::contiguous}) {
         if (c.layout != LayoutChoice::both && static_cast<int>(c.layout) != static_cast<int>(layout)) continue;
         ServeOptions o;

@@ -1,6 +1,6 @@
 // When a serve output stops early (ServeOptions::stop_rule), from simulate's rules: a trained checkpoint
 // with its tokenizer ends at end-of-text (BOS or EOS, as run.c stops at BOS) unless --ignore-eos or the
-// request's "ignore_eos"; any model with a tokenizer ends when the output's text contains one of --stop's
+// request's "ignore_eos" (the session turns it on for --workload files only); any model with a tokenizer ends when the output's text contains one of --stop's
 // strings or the request's "stop" strings (matched in the generated text only, not the prompt, as
 // simulate's StopMatcher and vLLM's `stop` do).
 #pragma once

@@ -34,3 +34,29 @@ kvlab_expect(RC 0 ARGS kvcalc --config "${DATA}/byt5-small.json" -d fp16 --conte
              OUT "= 12582912 B = 12(\\.0+)? MiB per sequence")
 kvlab_expect(RC 2 ARGS kvcalc -m llama-2-7b --encoder-len 100 ERR "^kvlab: error: --encoder-len 100: no model listed is an encoder-decoder model")
 kvlab_expect(RC 2 ARGS simulate --config "${DATA}/t5-small.json" -n 2 ERR "encoder-decoder models \\(t5\\) are not simulated")
+
+# serve stops as simulate does (docs/serving.md, "Stopping early"): the same three stories as above, one
+# request each, seeded per request in the workload file. Request 0 is run.c's -s 1 story: 228 sampled
+# tokens, then BOS (end-of-text) as the 229th; request 1 reaches "girl named Z" and stops there (its
+# text ", there was a kind girl named Z" is 13 tokens of tiny-llama's tokenizer, as simulate's --stop run
+# above stops); request 2 runs its 36 tokens. 252 - 229 + 36 - 13 = 46 tokens short of max_tokens.
+set(stories "${CMAKE_CURRENT_LIST_DIR}/../../docs/workloads/stories.jsonl")
+set(serve_llama2c serve --workload "${stories}" --sampler llama2c --temperature 0.8 --top-p 0.9 --kv-layout paged --threads 1 -q)
+kvlab_expect(RC 0 ARGS ${serve_llama2c} --check -f csv
+             OUT "\n0,0,5,252,229,0,228,[^\n]*,end-of-text\n1,0,5,36,13,0,12,[^\n]*,stop\n2,0,5,36,36,0,35,[^\n]*,length\n"
+                 "\nstopped_outputs,2\nstopped_end_of_text,1\nstopped_stop_string,1\nunused_max_tokens,46\n")
+# --n 3: each output stops on its own; output 0 keeps the request's seed as given, so it is run.c's -s 1
+# story again (229 tokens, end-of-text) while the request runs on for its other outputs; --check replays
+# every output on the single-sequence path
+kvlab_expect(RC 0 ARGS ${serve_llama2c} --n 3 --check -f csv
+             OUT "\n0,0,5,252,229,0,[0-9]+,[^\n]*,end-of-text,3,")
+# --ignore-eos runs request 0 to its 252 tokens; a --stop on the command line adds to each request's own:
+# request 2's story reaches "Zoe loved her blue" (above) within its 36 tokens, request 1 still stops first
+kvlab_expect(RC 0 ARGS ${serve_llama2c} --ignore-eos --stop "blue" -f csv
+             OUT "\n0,0,5,252,252,0,251,[^\n]*,length\n1,0,5,36,13,0,12,[^\n]*,stop\n2,0,5,36,3[0-5],0,[^\n]*,stop\n")
+# refusals: exit 2, one line naming the flag or the file's line
+kvlab_expect(RC 2 ARGS serve --model stories260k --requests 2 --stop x ERR "^kvlab: error: --stop: stop strings are matched in the text, which needs --tokenizer")
+file(WRITE "${WORK}/empty-stop.jsonl" "{\"prompt\": \"Once\", \"max_tokens\": 4, \"stop\": [\"\"]}\n")
+kvlab_expect(RC 2 ARGS serve --workload "${WORK}/empty-stop.jsonl" ERR "empty-stop.jsonl:1: \"stop\": \"\" is not a non-empty string")
+file(WRITE "${WORK}/bad-seed.jsonl" "{\"prompt\": \"Once\", \"max_tokens\": 4, \"seed\": -1}\n")
+kvlab_expect(RC 2 ARGS serve --workload "${WORK}/bad-seed.jsonl" ERR "bad-seed.jsonl:1: \"seed\": -1 is not a whole number >= 0")
