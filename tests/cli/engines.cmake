@@ -193,6 +193,15 @@ kvlab_expect_lines(ARGS kvcalc -m llama-3.1-8b --engine vllm --kv-budget 51.629G
 # tokens, ceil to blocks of 32: 12,817 blocks = 410,144.
 kvlab_expect_lines(ARGS kvcalc -m llama-3.1-8b --engine trtllm --kv-budget 51.629GiB --context 8192 --draft ${E}/eagle-llama3.1-8b.json LINES
   "Allocated 51.63 GiB for max tokens in paged KV cache (410144).")
+# SGLang v0.5.2 (model_runner.py init_memory_pool): the target's #tokens = 422,944 from the budget (131,072 B a token) + the
+# speculative headroom 48 x (5 x 4 + 8) + 100 = 1,444 (SGLang's defaults for Llama) = 424,388; the draft worker's own pool has the
+# same #tokens: (424,388 + 1) x 8 x 128 x 1 layer x 2 B = 869,148,672 B = 0.81 GiB of K. With the command's own flags (R 32, 3 steps,
+# topk 1, so 4 draft tokens): 422,944 + 32 x 7 + 100 = 423,268.
+kvlab_expect_lines(ARGS kvcalc -m llama-3.1-8b --engine sglang --kv-budget 51.629GiB --context 8192 --draft ${E}/eagle-llama3.1-8b.json LINES
+  "KV Cache is allocated. #tokens: 424388, K size: 25.90 GB, V size: 25.90 GB" "KV Cache is allocated. #tokens: 424388, K size: 0.81 GB, V size: 0.81 GB")
+kvlab_expect_lines(ARGS kvcalc --engine-cmd "python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --speculative-algorithm EAGLE3 --speculative-num-steps 3 --speculative-eagle-topk 1 --max-running-requests 32 --context-length 8192"
+                        -m llama-3.1-8b --draft ${E}/eagle-llama3.1-8b.json --kv-budget 51.629GiB LINES
+  "KV Cache is allocated. #tokens: 423268, K size: 25.83 GB")
 # llama-server -md: a draft context per slot of -c / -np cells: Llama-3.2-1B (16 layers, 8 KV heads x 64) at -c 8192 -np 2:
 # 4096 cells x 16 x 512 x 2 B x 2 = 128 MiB a slot.
 kvlab_expect_lines(ARGS kvcalc -m llama-3.1-8b --engine llama.cpp --context 4096 --batch 2 --draft llama-3.2-1b LINES
