@@ -151,7 +151,9 @@ std::vector<std::uint64_t> pp_layer_split(Engine engine, std::uint64_t n_layers,
         // `for i in range(2, remaining_layers + 2): partitions[-i] += 1`, so the last stage never gets one
         for (std::uint64_t i = 2; i < rest + 2; ++i) parts[(pp - i + pp) % pp] += 1;
     } else if (engine == Engine::trtllm) {
-        // tensorrt_llm/mapping.py pp_layers: torch.tensor_split(range(num_layers), pp_size), the first stages one more
+        // tensorrt_llm/mapping.py pp_layers (read at commit 05ebebb2): torch.tensor_split(torch.arange(num_layers), pp_size),
+        // "If num_layers % pp_size = n != 0, first n ranks get one extra layer"; resource_manager.py get_pp_layers builds the
+        // KV cache manager's layers from it (a draft's layers on the last rank). Older releases split num_layers // pp_size.
         for (std::uint64_t i = 0; i < rest; ++i) parts[i] += 1;
     } else {
         // llama.cpp (llama-model.cpp load_tensors, -sm layer, equal -ts): layer il goes to the first device whose cumulative
