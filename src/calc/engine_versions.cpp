@@ -77,7 +77,9 @@ std::vector<EngineRelease> engine_releases(Engine engine) {
                 {5913, "b5913", "KV streams (PR #14363, \"add high-throughput mode\"; issue #14847 dates it to b5913): without -kvu each of -np "
                                 "sequences gets -c / -np cells; the seqs column `S/ N seqs` (%2u/%2u)"},
                 {6100, "b6100", "the seqs column `S/N seqs` (%2u/%u) (tag-bracketed)"},
-                {6975, "b6975", "the prefix `llama_kv_cache:` (`llama_kv_cache_unified` renamed, PR #17046)"},
+                {6975, "b6975", "the prefix `llama_kv_cache:` (`llama_kv_cache_unified` renamed, PR #17046); llama-server's -md draft "
+                                "context per slot is llama_n_ctx_seq cells, all of -c with -kvu (before: -c / -np; the server commit was "
+                                "not identified, kvlab dates it here)"},
                 {7832, "b7832", "DeepSeek's MLA cache keeps no V tensor (V 0.00 MiB; PR #19067)"},
                 {8668, "b8668", "the pinned build whose source kvlab's rules were read from"}};
     case Engine::vllm:
