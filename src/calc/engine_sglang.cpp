@@ -70,8 +70,9 @@ std::uint64_t add_sglang_draft(const ModelConfig& draft, const EngineCase& c, st
                                   "for an EAGLE draft, 6144 MB for a STANDALONE draft model)",
                                   draft.name, tokens + page, draft.mla ? row : 2 * row, counted(draft.n_layer, "layer")));
     if (from_budget)
-        a.notes.push_back(fmt::format("speculative headroom: #tokens = the budget's count + {} = {} requests x ({} steps x {} topk + {} draft tokens) "
-                                      "+ 100 (init_memory_pool; --max-running-requests and --speculative-* of --engine-cmd set them)",
+        a.notes.push_back(fmt::format("speculative headroom: SGLang adds {} = {} requests x ({} steps x {} topk + {} draft tokens) + 100 to the "
+                                      "budget's count, before the --max-total-tokens cap (init_memory_pool; --max-running-requests and "
+                                      "--speculative-* of --engine-cmd set them)",
                                       h.tokens, h.reqs, h.steps, h.topk, h.draft_tokens));
     return bytes;
 }
