@@ -145,8 +145,16 @@ void apply_engine_command(KvcalcOptions& o, bool engine_given) {
     if (cmd.context) o.contexts = std::to_string(*cmd.context);
     if (cmd.batch) o.batches = std::to_string(*cmd.batch);
     if (cmd.engine == Engine::llamacpp) {  // -c and -np stated directly: the exact math sizes -c / -np tokens a sequence
+        // llama-server without -np: its auto mode runs 4 slots in one unified cache (tools/server/server.cpp: "n_parallel is
+        // set to auto, using n_parallel = 4 and kv_unified = true", PR #16736; kvlab applies it from b6975)
+        const bool auto_slots = !cmd.batch && cmd.program.rfind("llama-server", 0) == 0 && o.engine_version >= 6975;
+        const std::uint64_t n_seq = auto_slots ? 4 : cmd.batch.value_or(1);
+        if (auto_slots) {
+            o.batches = "4", o.kv_unified = true;
+            o.notes.push_back("--engine-cmd: no -np: llama-server's auto mode, 4 slots sharing one unified cache (n_parallel = 4, kv_unified = true)");
+        }
         o.n_ctx = cmd.n_ctx.value_or(4096);
-        o.contexts = std::to_string(std::max<std::uint64_t>(*o.n_ctx / cmd.batch.value_or(1), 1));
+        o.contexts = std::to_string(std::max<std::uint64_t>(*o.n_ctx / n_seq, 1));
         if (!cmd.n_ctx) o.notes.push_back("--engine-cmd: no -c; llama.cpp's default -c 4096 sized");
     }
     if (cmd.tp) o.tp = std::to_string(*cmd.tp), o.tp_given = true;

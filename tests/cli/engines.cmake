@@ -227,8 +227,14 @@ kvlab_same_answer(CMD "vllm serve gpt2 --tensor-parallel-size 4 --pipeline-paral
                   FLAGS -m gpt2 --engine vllm --tp 4 --pp 2 --kv-budget 10GiB)
 kvlab_same_answer(CMD "vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 32768 --kv-cache-dtype fp8 -tp 2 --block-size 32 --port 8000 --enable-prefix-caching"
                   EXTRA --kv-budget 20GiB FLAGS -m qwen2.5-7b --engine vllm --context 32768 -d fp8 --tp 2 --block-size 32 --kv-budget 20GiB)
-# llama.cpp's tools/server/README.md: "./llama-server -m models/7B/ggml-model.gguf -c 2048" (the GGUF is not here: -m gives the shape)
-kvlab_same_answer(CMD "./llama-server -m models/7B/ggml-model.gguf -c 2048" EXTRA -m llama-2-7b FLAGS -m llama-2-7b --engine llama.cpp --context 2048)
+# llama.cpp's tools/server/README.md: "./llama-server -m models/7B/ggml-model.gguf -c 2048" (the GGUF is not here: -m gives the shape).
+# No -np: llama-server's auto mode is 4 slots in one unified cache of -c cells (n_parallel = 4, kv_unified = true), as a RISC-V
+# build's log shows ("n_parallel is set to auto, ...", "n_slots = 4", every slot "n_ctx = 2048" for -c 2048): --context 512 x 4.
+kvlab_same_answer(CMD "./llama-server -m models/7B/ggml-model.gguf -c 2048" EXTRA -m llama-2-7b FLAGS -m llama-2-7b --engine llama.cpp --context 512 --batch 4 --kv-unified)
+# Llama-3.2-1B there: 16 layers x 8 KV heads x 64 x 2 B = 16 KiB of K a cell; 2048 cells: 32 MiB of K, 64 MiB with V.
+kvlab_expect_lines(ARGS kvcalc --engine-cmd "llama-server -m x.gguf -c 2048" -m llama-3.2-1b LINES
+  "llama_kv_cache: size =   64.00 MiB (  2048 cells,  16 layers,  4/1 seqs)")
+kvlab_same_answer(CMD "llama-cli -m models/7B/ggml-model.gguf -c 2048" EXTRA -m llama-2-7b FLAGS -m llama-2-7b --engine llama.cpp --context 2048)
 kvlab_same_answer(CMD "llama-server -m x.gguf -c 16384 -np 4 -ctk q8_0 -ctv q8_0 -ub 256 -fa on -ngl 99" EXTRA -m gemma-2-9b
                   FLAGS -m gemma-2-9b --engine llama.cpp --context 4096 --batch 4 -d q8_0 --ubatch 256)
 # SGLang's docs: "python3 -m sglang.launch_server --model-path meta-llama/Meta-Llama-3-8B-Instruct --port 30000", with --tp and a cap
