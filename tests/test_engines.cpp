@@ -170,6 +170,74 @@ TEST_CASE("pipeline stages: vLLM's get_pp_indices gives the remainder to the sta
     CHECK_THROWS_AS(pp_layer_split(Engine::vllm, 2, 3), UsageError);
 }
 
+TEST_CASE("SGLang v0.5.2 gives a speculative draft its own pool of the target's #tokens, the speculative headroom included") {
+    // model_runner.py init_memory_pool: target #tokens = rest // cell + R x steps x topk + R x draft tokens + 100, and the draft
+    // worker's pool takes the same #tokens (draft_runner_cache_size) with the draft's own layers and heads
+    const auto cfg = load_preset("llama-3.1-8b");  // 32 layers x 8 KV heads x 128
+    const auto eagle = test::data_config("engines/eagle-llama3.1-8b.json");  // one layer of the same shape
+    EngineSettings s;
+    s.draft = &eagle;
+    const std::uint64_t budget = 55436216631;  // 51.629 GiB
+    const auto a = ask(Engine::sglang, cfg, DType::bf16, 8192, budget, s);
+    // cell = 8 x 128 x 32 layers x 2 (K, V) x 2 B = 131,072 B; 55,436,216,631 // 131072 = 422,944 tokens from the budget;
+    // headroom with SGLang's defaults for Llama (R 48 from server_args.py; steps 5, topk 4, draft tokens 8 from
+    // auto_choose_speculative_params) = 48 x (5 x 4 + 8) + 100 = 1,444: 424,388
+    REQUIRE(a.token_capacity);
+    CHECK(*a.token_capacity == 424388);
+    REQUIRE(a.log_lines.size() == 2);
+    // target K: (424,388 + 1 padding row) x 8 x 128 x 32 x 2 B = 27,812,757,504 B = 25.90 GiB
+    CHECK(a.log_lines[0] == "KV Cache is allocated. #tokens: 424388, K size: 25.90 GB, V size: 25.90 GB");
+    // draft K: 424,389 x 8 x 128 x 1 layer x 2 B = 869,148,672 B = 0.81 GiB
+    CHECK(a.log_lines[1] == "KV Cache is allocated. #tokens: 424388, K size: 0.81 GB, V size: 0.81 GB");
+    CHECK(*a.bytes_allocated == 2 * 27812757504ULL + 2 * 869148672ULL);
+    // --max-total-tokens caps both pools after the headroom is added; the user's R, steps and topk (topk 1: draft tokens = steps + 1)
+    s.kv_tokens = 400000;
+    CHECK(*ask(Engine::sglang, cfg, DType::bf16, 8192, budget, s).token_capacity == 400000);
+    s.kv_tokens.reset();
+    s.max_running_requests = 32, s.spec_steps = 3, s.spec_topk = 1, s.spec_draft_tokens = 8;
+    CHECK(*ask(Engine::sglang, cfg, DType::bf16, 8192, budget, s).token_capacity == 422944 + 32 * (3 * 1 + 4) + 100);
+    // DeepSeek-V3's MTP layer (NEXTN): defaults (3, 1, 4): 48 x (3 + 4) + 100 = 436 more. MLA cell 576 x 61 x 2 B = 70,272 B at TP 8
+    // (the latent is whole on every GPU); 20 GiB // 70272 = 305,595; + 436 = 306,031; the MTP pool: 306,032 x 576 x 2 B = 0.33 GiB
+    const auto ds = load_preset("deepseek-v3");
+    ModelConfig mtp = ds;
+    mtp.n_layer = 1;
+    mtp.layer_windowed.assign(1, false);
+    EngineSettings m;
+    m.draft = &mtp;
+    const auto d = ask(Engine::sglang, ds, DType::bf16, 32768, std::uint64_t{20} << 30, m, 1, 8);
+    CHECK(*d.token_capacity == 306031);
+    CHECK(d.log_lines.at(1) == "KV Cache is allocated. #tokens: 306031, KV size: 0.33 GB");
+}
+
+TEST_CASE("SGLang pipeline stages all size from the smallest GPU budget; the stage with the most layers decides") {
+    // model_runner.py profile_max_num_token: get_available_gpu_memory(distributed=True) takes the all_reduce MIN of free memory
+    // over every GPU; the ranks then keep the fewest tokens (all_reduce MIN, sglang PR #10214)
+    const auto cfg = load_preset("llama-3-8b");  // 32 layers, pp 3: get_pp_indices 11, 11, 10
+    EngineSettings s;
+    s.pp = 3;
+    s.stage_budgets = {std::uint64_t{20} << 30, std::uint64_t{20} << 30, std::uint64_t{10} << 30};
+    // 10 GiB for every stage; 11 layers x 8 x 128 x 2 x 2 B = 45,056 B a token: 10,737,418,240 // 45056 = 238,312
+    // (each stage on its own budget would give the 10-layer stage 262,144 and the others 476,625: 262,144)
+    CHECK(*ask(Engine::sglang, cfg, DType::bf16, 8192, std::nullopt, s).token_capacity == 238312);
+}
+
+TEST_CASE("llama-server -md: each slot's draft context is the target's context per sequence, all -c cells with -kvu (b6975 on)") {
+    // tools/server/server-context.cpp: params_dft.n_ctx = llama_n_ctx_seq(ctx) (-cd unset); src/llama-context.cpp:
+    // n_ctx_seq = n_ctx with -kvu, else PAD(n_ctx / n_seq_max, 256)
+    const auto cfg = load_preset("llama-3.1-8b");
+    const auto draft = load_preset("llama-3.2-1b");  // 16 layers x 8 KV heads x 64: 16 x 512 x 2 B = 16 KiB of K a cell
+    EngineSettings s;
+    s.draft = &draft;
+    s.kv_unified = true;
+    s.n_ctx = 8192;
+    const auto a = ask(Engine::llamacpp, cfg, DType::fp16, 4096, std::nullopt, s, 2);
+    // -c 8192 -np 2 -kvu: every slot's draft holds 8192 cells: 8192 x 16 KiB = 128 MiB of K, 256 MiB a slot, 512 MiB for both
+    CHECK(a.log_lines.back() == "llama_kv_cache: size =  256.00 MiB (  8192 cells,  16 layers,  1/1 seqs), K (f16):  128.00 MiB, V (f16):  128.00 MiB");
+    // before (older tools/server/server.cpp): -c / -np = 4096 cells whatever -kvu says; b6100 prints "llama_kv_cache_unified"
+    s.version = 6100;
+    CHECK(ask(Engine::llamacpp, cfg, DType::fp16, 4096, std::nullopt, s, 2).log_lines.back().find("(  4096 cells,  16 layers,") != std::string::npos);
+}
+
 TEST_CASE("--engine NAME@VERSION: a known release answers as itself, an unknown one by the nearest known, with a note") {
     const auto a = parse_engine_spec("llama.cpp@b5913");
     CHECK(a.engine == Engine::llamacpp);
@@ -236,6 +304,18 @@ TEST_CASE("--engine-cmd reads each engine's own flags, quoted values and JSON, a
     CHECK(g.engine == Engine::sglang);
     CHECK(*g.mem_util == doctest::Approx(0.8));
     CHECK(*g.pp == 2);
+    // SGLang's speculative flags: NEXTN without a draft path is the model's own MTP layer; the headroom's R, steps, topk, draft tokens
+    const auto n = parse_engine_command("python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8 --speculative-algorithm NEXTN "
+                                        "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --max-running-requests 32");
+    CHECK(n.draft == "mtp:1");
+    CHECK(*n.spec_steps == 3);
+    CHECK(*n.spec_topk == 1);
+    CHECK(*n.spec_draft_tokens == 4);
+    CHECK(*n.max_running_requests == 32);
+    CHECK(*n.batch == 32);
+    CHECK(parse_engine_command("python -m sglang.launch_server --model-path m --speculative-algorithm EAGLE3 --speculative-draft-model-path d").draft == "d");
+    CHECK(parse_engine_command("python -m sglang.launch_server --model-path m --speculative-algorithm NGRAM").draft.empty());
+    CHECK_THROWS_AS(parse_engine_command("python -m sglang.launch_server --model-path m --speculative-algorithm MEDUSA"), UsageError);
     const auto t = parse_engine_command("trtllm-serve serve meta-llama/Llama-3.1-8B --tp_size 4 --kv_cache_free_gpu_memory_fraction 0.85");
     CHECK(t.engine == Engine::trtllm);
     CHECK(t.model == "meta-llama/Llama-3.1-8B");

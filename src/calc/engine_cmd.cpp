@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <charconv>
 
 #include <fmt/format.h>
@@ -19,7 +20,8 @@ namespace {
 
 enum class Act {
     ignore, model, context, n_ctx, batch, tp, pp, block, kv_tokens, gpu_blocks, ubatch, nbatch, mnbt,
-    dtype, dtype_k, dtype_v, mem_util, kvu, swa_full, draft, spec_config, kv_budget, fa
+    dtype, dtype_k, dtype_v, mem_util, kvu, swa_full, draft, spec_config, kv_budget, fa,
+    max_running, spec_algo, spec_steps, spec_topk, spec_ntok
 };
 struct Flag {
     std::string_view names;  // "-c|--ctx-size"
@@ -65,11 +67,12 @@ constexpr std::array sglang_flags{
     Flag{"--model-path|--model", true, Act::model}, Flag{"--context-length", true, Act::context}, Flag{"--mem-fraction-static", true, Act::mem_util},
     Flag{"--max-total-tokens", true, Act::kv_tokens}, Flag{"--kv-cache-dtype", true, Act::dtype},
     Flag{"--tp|--tp-size|--tensor-parallel-size", true, Act::tp}, Flag{"--pp|--pp-size|--pipeline-parallel-size", true, Act::pp},
-    Flag{"--page-size", true, Act::block}, Flag{"--max-running-requests", true, Act::batch},
-    Flag{"--speculative-draft-model-path|--speculative-draft-model", true, Act::draft},
+    Flag{"--page-size", true, Act::block}, Flag{"--max-running-requests", true, Act::max_running},
+    Flag{"--speculative-draft-model-path|--speculative-draft-model", true, Act::draft}, Flag{"--speculative-algorithm", true, Act::spec_algo},
+    Flag{"--speculative-num-steps", true, Act::spec_steps}, Flag{"--speculative-eagle-topk", true, Act::spec_topk},
+    Flag{"--speculative-num-draft-tokens", true, Act::spec_ntok},
     Flag{"--host|--port|--dtype|--quantization|--served-model-name|--chunked-prefill-size|--cuda-graph-max-bs|--attention-backend|--dp|"
-         "--dp-size|--log-level|--schedule-policy|--tool-call-parser|--reasoning-parser|--random-seed|--speculative-algorithm|"
-         "--speculative-num-steps|--speculative-eagle-topk|--speculative-num-draft-tokens|--tokenizer-path|--api-key|--ep|--ep-size|"
+         "--dp-size|--log-level|--schedule-policy|--tool-call-parser|--reasoning-parser|--random-seed|--tokenizer-path|--api-key|--ep|--ep-size|"
          "--max-prefill-tokens|--chat-template|--load-format|--nnodes|--node-rank|--dist-init-addr",
          true, Act::ignore},
     Flag{"--trust-remote-code|--enable-torch-compile|--enable-dp-attention|--disable-radix-cache|--disable-cuda-graph|--enable-metrics|"
@@ -181,6 +184,11 @@ void apply_flag(const Flag& f, const std::string& name, const std::string& v, En
     case Act::draft: cmd.draft = v; break;
     case Act::spec_config: read_speculative_config(v, cmd); break;
     case Act::kv_budget: cmd.kv_budget = parse_size(v.find_first_not_of("0123456789") == std::string::npos ? v + "B" : v, where); break;
+    case Act::max_running: cmd.batch = cmd.max_running_requests = parse_count(v, where); break;
+    case Act::spec_algo: cmd.spec_algorithm = v; break;  // resolved once every flag is read (read_speculative_algorithm)
+    case Act::spec_steps: cmd.spec_steps = parse_count(v, where); break;
+    case Act::spec_topk: cmd.spec_topk = parse_count(v, where); break;
+    case Act::spec_ntok: cmd.spec_draft_tokens = parse_count(v, where); break;
     }
 }
 
@@ -211,6 +219,19 @@ void read_flags(const std::vector<std::string>& w, std::size_t i, const std::arr
         }
         apply_flag(*f, name, value, cmd);
     }
+}
+
+// SGLang's --speculative-algorithm: EAGLE, EAGLE3 and STANDALONE keep a draft model's KV; NEXTN (and EAGLE without a draft
+// path, which server_args.py points at the model itself for DeepSeek-V3) is the model's MTP layer (num_nextn_predict_layers,
+// 1 in DeepSeek-V3's config); NGRAM / LOOKAHEAD draft without a model.
+void read_speculative_algorithm(EngineCommand& cmd) {
+    if (cmd.spec_algorithm.empty()) return;
+    std::string algo = cmd.spec_algorithm;
+    std::transform(algo.begin(), algo.end(), algo.begin(), [](unsigned char ch) { return static_cast<char>(std::toupper(ch)); });
+    if (algo == "NGRAM" || algo == "LOOKAHEAD") cmd.notes.push_back(fmt::format("--speculative-algorithm {}: its drafts keep no KV cache", algo));
+    else if (cmd.draft.empty() && (algo == "NEXTN" || algo == "EAGLE")) cmd.draft = "mtp:1";
+    else if (algo != "EAGLE" && algo != "EAGLE3" && algo != "STANDALONE" && algo != "NEXTN")
+        throw UsageError(fmt::format("--engine-cmd: sglang --speculative-algorithm {}: kvlab reads EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM", quote(algo)));
 }
 
 }  // namespace
@@ -257,7 +278,7 @@ EngineCommand parse_engine_command(std::string_view command) {
     switch (cmd.engine) {
     case Engine::vllm: read_flags(words, first, vllm_flags, cmd); break;
     case Engine::llamacpp: read_flags(words, first, llamacpp_flags, cmd); break;
-    case Engine::sglang: read_flags(words, first, sglang_flags, cmd); break;
+    case Engine::sglang: read_flags(words, first, sglang_flags, cmd), read_speculative_algorithm(cmd); break;
     case Engine::trtllm: read_flags(words, first, trtllm_flags, cmd); break;
     case Engine::exact: break;
     }

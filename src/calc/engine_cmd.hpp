@@ -24,6 +24,9 @@ struct EngineCommand {
     std::optional<double> mem_util;                  // --gpu-memory-utilization, --mem-fraction-static, ...
     bool kv_unified = false, swa_full = false;
     std::string draft;                               // a draft model the command names (-md, --speculative-config's model)
+    // SGLang: --max-running-requests and --speculative-num-steps / -eagle-topk / -num-draft-tokens (its speculative headroom)
+    std::optional<std::uint64_t> max_running_requests, spec_steps, spec_topk, spec_draft_tokens;
+    std::string spec_algorithm;                      // SGLang --speculative-algorithm as given
     std::vector<std::string> ignored;                // flags read that do not change the KV cache
     std::vector<std::string> notes;
 };

@@ -109,13 +109,18 @@ void fill_caches(const ModelConfig& cfg, bool iswa, std::uint64_t k_row, std::ui
     }
 }
 
-// llama-server -md: every slot (-np) gets its own draft context of -c / -np cells (-cd unset), one sequence, at
-// -ctkd/-ctvd (default f16): tools/server/server.cpp builds params_dft per slot.
+// llama-server -md: every slot (-np) gets its own draft context (llama_init_from_model per slot), one sequence, at
+// -ctkd/-ctvd (default f16), of -cd cells, else (-cd 0, kvlab's case) the target's context per sequence:
+//   tools/server/server-context.cpp: params_dft.n_ctx = n_ctx == 0 ? llama_n_ctx_seq(ctx) : n_ctx, where
+//   src/llama-context.cpp makes n_ctx_seq = n_ctx (-kvu) or PAD(n_ctx / n_seq_max, 256): -kvu gives every slot's
+//   draft all -c cells; kvlab applies it from b6975 (PR #17046, whose review the n_ctx_seq code cites; the server
+//   commit that switched was not identified)
+//   older tools/server/server.cpp: params_dft.n_ctx = n_ctx / n_parallel (-c / -np, -kvu or not), padded to 256
 void add_llamacpp_draft(const ModelConfig& draft, const EngineCase& c, const EngineSettings& s, std::uint64_t version, std::uint64_t n_ctx,
-                        EngineAnswer& a) {
+                        std::uint64_t n_ctx_seq, EngineAnswer& a) {
     const auto [k_row, v_row] = kv_rows(draft, DType::fp16, version);
     Cache d;
-    d.cells = pad(std::max<std::uint64_t>(n_ctx / c.batch, 1), 256);
+    d.cells = version >= 6975 ? n_ctx_seq : pad(std::max<std::uint64_t>(n_ctx / c.batch, 1), 256);
     Cache unused;
     fill_caches(draft, false, k_row, v_row, 1, {static_cast<std::uint64_t>(draft.n_layer)}, d, unused);
     a.log_lines.push_back(size_line(version, d, 1, 1, "f16"));
@@ -209,7 +214,7 @@ EngineAnswer llamacpp_answer(const EngineCase& c, const EngineSettings& s) {
                                       cfg.name, s.pp, fmt::join(split, ", ")));
     }
     a.token_capacity = checked_mul(base.cells, streams, "cells");
-    if (s.draft) add_llamacpp_draft(*s.draft, c, s, version, n_ctx, a);
+    if (s.draft) add_llamacpp_draft(*s.draft, c, s, version, n_ctx, cells, a);
     add_llamacpp_notes(cfg, version, n_ctx, cells, streams, iswa, a);
     if (version < 5913 && n_seq > 1 && !s.kv_unified)
         a.notes.push_back(fmt::format("llama.cpp {} has no KV streams (b5913): the {} sequences share one cache of -c cells, as -kvu does later",

@@ -23,7 +23,8 @@ EngineAnswer trtllm_answer(const EngineCase& c, const EngineSettings& s) {
     const std::uint64_t tpb = s.block_size ? s.block_size : 32;
     const std::uint64_t version = s.version ? s.version : 1002000;
     EngineAnswer a;
-    // pipeline stages (mapping.py pp_layers): each rank's bytes per token from its own layers (and, on the last, a draft's:
+    // pipeline stages (mapping.py pp_layers, the first ranks one more: pp_layer_split): each rank's bytes per token from its own
+    // layers (and, on the last, a draft's: resource_manager.py get_pp_layers appends the spec layers on the last PP rank;
     // PR #3497 adds the draft's KV bytes per token); max_tokens is the minimum over the ranks
     const auto split = pp_layer_split(Engine::trtllm, static_cast<std::uint64_t>(cfg.n_layer), s.pp);
     auto token_bytes = [&](const ModelConfig& m, std::uint64_t layers) {

@@ -77,7 +77,9 @@ std::vector<EngineRelease> engine_releases(Engine engine) {
                 {5913, "b5913", "KV streams (PR #14363, \"add high-throughput mode\"; issue #14847 dates it to b5913): without -kvu each of -np "
                                 "sequences gets -c / -np cells; the seqs column `S/ N seqs` (%2u/%2u)"},
                 {6100, "b6100", "the seqs column `S/N seqs` (%2u/%u) (tag-bracketed)"},
-                {6975, "b6975", "the prefix `llama_kv_cache:` (`llama_kv_cache_unified` renamed, PR #17046)"},
+                {6975, "b6975", "the prefix `llama_kv_cache:` (`llama_kv_cache_unified` renamed, PR #17046); llama-server's -md draft "
+                                "context per slot is llama_n_ctx_seq cells, all of -c with -kvu (before: -c / -np; the server commit was "
+                                "not identified, kvlab dates it here)"},
                 {7832, "b7832", "DeepSeek's MLA cache keeps no V tensor (V 0.00 MiB; PR #19067)"},
                 {8668, "b8668", "the pinned build whose source kvlab's rules were read from"}};
     case Engine::vllm:
@@ -151,7 +153,9 @@ std::vector<std::uint64_t> pp_layer_split(Engine engine, std::uint64_t n_layers,
         // `for i in range(2, remaining_layers + 2): partitions[-i] += 1`, so the last stage never gets one
         for (std::uint64_t i = 2; i < rest + 2; ++i) parts[(pp - i + pp) % pp] += 1;
     } else if (engine == Engine::trtllm) {
-        // tensorrt_llm/mapping.py pp_layers: torch.tensor_split(range(num_layers), pp_size), the first stages one more
+        // tensorrt_llm/mapping.py pp_layers (read at commit 05ebebb2): torch.tensor_split(torch.arange(num_layers), pp_size),
+        // "If num_layers % pp_size = n != 0, first n ranks get one extra layer"; resource_manager.py get_pp_layers builds the
+        // KV cache manager's layers from it (a draft's layers on the last rank). Older releases split num_layers // pp_size.
         for (std::uint64_t i = 0; i < rest; ++i) parts[i] += 1;
     } else {
         // llama.cpp (llama-model.cpp load_tensors, -sm layer, equal -ts): layer il goes to the first device whose cumulative

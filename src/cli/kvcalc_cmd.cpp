@@ -52,6 +52,7 @@ struct KvcalcOptions {
     std::string draft;                   // --draft MODEL|CONFIG|mtp:N
     std::string engine_cmd;              // --engine-cmd "…": the engine's own command line
     std::optional<std::uint64_t> n_ctx;  // llama.cpp -c from --engine-cmd
+    std::optional<std::uint64_t> max_running_requests, spec_steps, spec_topk, spec_draft_tokens;  // SGLang's, from --engine-cmd
     std::vector<std::string> notes;      // said under the report (the release that answers, the command's ignored flags)
     bool dtypes_given = false;           // -d on the command line (else an engine's default cache type)
     std::string kv_tokens;
@@ -144,8 +145,16 @@ void apply_engine_command(KvcalcOptions& o, bool engine_given) {
     if (cmd.context) o.contexts = std::to_string(*cmd.context);
     if (cmd.batch) o.batches = std::to_string(*cmd.batch);
     if (cmd.engine == Engine::llamacpp) {  // -c and -np stated directly: the exact math sizes -c / -np tokens a sequence
+        // llama-server without -np: its auto mode runs 4 slots in one unified cache (tools/server/server.cpp: "n_parallel is
+        // set to auto, using n_parallel = 4 and kv_unified = true", PR #16736; kvlab applies it from b6975)
+        const bool auto_slots = !cmd.batch && cmd.program.rfind("llama-server", 0) == 0 && o.engine_version >= 6975;
+        const std::uint64_t n_seq = auto_slots ? 4 : cmd.batch.value_or(1);
+        if (auto_slots) {
+            o.batches = "4", o.kv_unified = true;
+            o.notes.push_back("--engine-cmd: no -np: llama-server's auto mode, 4 slots sharing one unified cache (n_parallel = 4, kv_unified = true)");
+        }
         o.n_ctx = cmd.n_ctx.value_or(4096);
-        o.contexts = std::to_string(std::max<std::uint64_t>(*o.n_ctx / cmd.batch.value_or(1), 1));
+        o.contexts = std::to_string(std::max<std::uint64_t>(*o.n_ctx / n_seq, 1));
         if (!cmd.n_ctx) o.notes.push_back("--engine-cmd: no -c; llama.cpp's default -c 4096 sized");
     }
     if (cmd.tp) o.tp = std::to_string(*cmd.tp), o.tp_given = true;
@@ -160,6 +169,8 @@ void apply_engine_command(KvcalcOptions& o, bool engine_given) {
     o.kv_unified = o.kv_unified || cmd.kv_unified;
     o.swa_full = o.swa_full || cmd.swa_full;
     if (!cmd.draft.empty() && o.draft.empty()) o.draft = cmd.draft;  // --draft names the shape of a draft kvlab does not know
+    o.max_running_requests = cmd.max_running_requests, o.spec_steps = cmd.spec_steps, o.spec_topk = cmd.spec_topk;
+    o.spec_draft_tokens = cmd.spec_draft_tokens;
     for (const auto& n : cmd.notes) o.notes.push_back("--engine-cmd: " + n);
     if (!cmd.ignored.empty())
         o.notes.push_back(fmt::format("--engine-cmd: read as {}; flags that do not change the KV cache, ignored: {}", cmd.program, fmt::join(cmd.ignored, " ")));
@@ -177,6 +188,8 @@ void set_engine_settings(const KvcalcOptions& o, KvcalcRequest& r) {
     if (!o.max_num_batched_tokens.empty()) es.max_num_batched_tokens = parse_count(o.max_num_batched_tokens, "--max-num-batched-tokens");
     es.version = o.engine_version;
     es.n_ctx = o.n_ctx;
+    es.max_running_requests = o.max_running_requests, es.spec_steps = o.spec_steps, es.spec_topk = o.spec_topk;
+    es.spec_draft_tokens = o.spec_draft_tokens;
     es.pp = parse_count(o.pp, "--pp");
     if (es.pp == 0) throw UsageError("--pp 0: expected 1 or more pipeline stages");
     r.pp = es.pp;  // also the generic tables' deployment: each GPU holds its stage's layers (kvcalc_pp.hpp)

@@ -193,6 +193,15 @@ kvlab_expect_lines(ARGS kvcalc -m llama-3.1-8b --engine vllm --kv-budget 51.629G
 # tokens, ceil to blocks of 32: 12,817 blocks = 410,144.
 kvlab_expect_lines(ARGS kvcalc -m llama-3.1-8b --engine trtllm --kv-budget 51.629GiB --context 8192 --draft ${E}/eagle-llama3.1-8b.json LINES
   "Allocated 51.63 GiB for max tokens in paged KV cache (410144).")
+# SGLang v0.5.2 (model_runner.py init_memory_pool): the target's #tokens = 422,944 from the budget (131,072 B a token) + the
+# speculative headroom 48 x (5 x 4 + 8) + 100 = 1,444 (SGLang's defaults for Llama) = 424,388; the draft worker's own pool has the
+# same #tokens: (424,388 + 1) x 8 x 128 x 1 layer x 2 B = 869,148,672 B = 0.81 GiB of K. With the command's own flags (R 32, 3 steps,
+# topk 1, so 4 draft tokens): 422,944 + 32 x 7 + 100 = 423,268.
+kvlab_expect_lines(ARGS kvcalc -m llama-3.1-8b --engine sglang --kv-budget 51.629GiB --context 8192 --draft ${E}/eagle-llama3.1-8b.json LINES
+  "KV Cache is allocated. #tokens: 424388, K size: 25.90 GB, V size: 25.90 GB" "KV Cache is allocated. #tokens: 424388, K size: 0.81 GB, V size: 0.81 GB")
+kvlab_expect_lines(ARGS kvcalc --engine-cmd "python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --speculative-algorithm EAGLE3 --speculative-num-steps 3 --speculative-eagle-topk 1 --max-running-requests 32 --context-length 8192"
+                        -m llama-3.1-8b --draft ${E}/eagle-llama3.1-8b.json --kv-budget 51.629GiB LINES
+  "KV Cache is allocated. #tokens: 423268, K size: 25.83 GB")
 # llama-server -md: a draft context per slot of -c / -np cells: Llama-3.2-1B (16 layers, 8 KV heads x 64) at -c 8192 -np 2:
 # 4096 cells x 16 x 512 x 2 B x 2 = 128 MiB a slot.
 kvlab_expect_lines(ARGS kvcalc -m llama-3.1-8b --engine llama.cpp --context 4096 --batch 2 --draft llama-3.2-1b LINES
@@ -218,8 +227,14 @@ kvlab_same_answer(CMD "vllm serve gpt2 --tensor-parallel-size 4 --pipeline-paral
                   FLAGS -m gpt2 --engine vllm --tp 4 --pp 2 --kv-budget 10GiB)
 kvlab_same_answer(CMD "vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 32768 --kv-cache-dtype fp8 -tp 2 --block-size 32 --port 8000 --enable-prefix-caching"
                   EXTRA --kv-budget 20GiB FLAGS -m qwen2.5-7b --engine vllm --context 32768 -d fp8 --tp 2 --block-size 32 --kv-budget 20GiB)
-# llama.cpp's tools/server/README.md: "./llama-server -m models/7B/ggml-model.gguf -c 2048" (the GGUF is not here: -m gives the shape)
-kvlab_same_answer(CMD "./llama-server -m models/7B/ggml-model.gguf -c 2048" EXTRA -m llama-2-7b FLAGS -m llama-2-7b --engine llama.cpp --context 2048)
+# llama.cpp's tools/server/README.md: "./llama-server -m models/7B/ggml-model.gguf -c 2048" (the GGUF is not here: -m gives the shape).
+# No -np: llama-server's auto mode is 4 slots in one unified cache of -c cells (n_parallel = 4, kv_unified = true), as a RISC-V
+# build's log shows ("n_parallel is set to auto, ...", "n_slots = 4", every slot "n_ctx = 2048" for -c 2048): --context 512 x 4.
+kvlab_same_answer(CMD "./llama-server -m models/7B/ggml-model.gguf -c 2048" EXTRA -m llama-2-7b FLAGS -m llama-2-7b --engine llama.cpp --context 512 --batch 4 --kv-unified)
+# Llama-3.2-1B there: 16 layers x 8 KV heads x 64 x 2 B = 16 KiB of K a cell; 2048 cells: 32 MiB of K, 64 MiB with V.
+kvlab_expect_lines(ARGS kvcalc --engine-cmd "llama-server -m x.gguf -c 2048" -m llama-3.2-1b LINES
+  "llama_kv_cache: size =   64.00 MiB (  2048 cells,  16 layers,  4/1 seqs)")
+kvlab_same_answer(CMD "llama-cli -m models/7B/ggml-model.gguf -c 2048" EXTRA -m llama-2-7b FLAGS -m llama-2-7b --engine llama.cpp --context 2048)
 kvlab_same_answer(CMD "llama-server -m x.gguf -c 16384 -np 4 -ctk q8_0 -ctv q8_0 -ub 256 -fa on -ngl 99" EXTRA -m gemma-2-9b
                   FLAGS -m gemma-2-9b --engine llama.cpp --context 4096 --batch 4 -d q8_0 --ubatch 256)
 # SGLang's docs: "python3 -m sglang.launch_server --model-path meta-llama/Meta-Llama-3-8B-Instruct --port 30000", with --tp and a cap
