@@ -99,6 +99,12 @@ expect("kvlab simulate --model tiny-llama --sampler llama2c --temperature 0.8 --
 # PyTorch's held-out mean NLL for tiny-mla is 0.233219 (models/reference.json): perplexity exp(0.2332190) = 1.262658
 expect("kvlab simulate --checkpoint models/tiny-mla --tokenizer models/tokenizer.bin --eval models/heldout.txt" OUT " 1\\.2626[56]")
 expect("kvlab simulate --attention mla:96 --mla naive -n 64" OUT "steps \\(tokens generated\\) +64 +64")
+# the headline's ratios at 131,072 tokens, derived by hand in docs/tutorial.md (section 6) from the cost model's closed form
+expect("kvlab simulate -m llama-3.1-8b --attention mha,gqa:8,mqa,mla:512 --cost-at 1k,8k,32k,128k --plot mla.svg"
+       OUT "MLA caches 14x less than MHA; absorbed reads 7\\.16x fewer bytes \\(18\\.01 GiB vs 129\\.00 GiB\\) for 4\\.01x the FLOPs")
+# SGLang (model_runner.py, docs/kv-memory.md "Drafts"): 422,944 tokens from the budget + 48 x (5 x 4 + 8) + 100 = 1,444 headroom
+expect("kvlab kvcalc -m llama-3.1-8b --engine sglang --kv-budget 51.629GiB --context 8192 --draft tests/data/engines/eagle-llama3.1-8b.json"
+       OUT " 424388 " "the draft worker's own pool of the same #tokens")
 expect("kvlab simulate --model tiny-llama -n 64 --repeat 5" OUT "median of 5 runs" "modelled on NVIDIA H100 SXM 80GB")
 # 41 steps: one row of logits per generated token (the .npy's header is checked in tests/cli/simulate.cmake)
 expect("kvlab simulate --model tiny-llama -n 41 --logits logits.npy" OUT "steps \\(tokens generated\\) +41 +41")
@@ -125,6 +131,10 @@ expect("kvlab serve --model tiny-llama --requests 32 --arrival bursty:8/50" OUT 
 expect("kvlab serve --model tiny-llama --requests 1 --shared-prefix 200 --prompt-len 6 --output-len 16 --beam-width 4 --kv-layout paged --check" OUT "at most 19 KV blocks at once, vs 56 if each output had its own copy")
 expect("kvlab serve --model tiny-llama --requests 16 --kv-budget 512KiB --kv-layout paged --preempt swap --check" OUT "swap: 11 of 11 preemptions swapped out 2\\.11 MiB and back in 2\\.11 MiB")
 expect("kvlab serve --model tiny-llama --requests 16 --kv-budget 512KiB --kv-layout paged --kv-dtype q8_0" OUT "960 token rows .* vs 256 at fp32 .*up to 10 requests at once vs 3" "max \\|delta logit\\| 0\\.1")
+# run.c (llama2.c 350e04f) -t 0.8 -p 0.9 -s 1 stops at BOS after 228 sampled tokens: the 229th is end-of-text;
+# the -s 42 story reaches "girl named Z" at its 13th token (tests/cli/sampling.cmake)
+expect("kvlab serve --workload models/stories.jsonl --sampler llama2c --temperature 0.8 --top-p 0.9 --kv-layout paged"
+       OUT "2 of 3 outputs stopped before max_tokens \\(1 at end-of-text, 1 at a stop string\\)" "tokens generated +278\n")
 expect("kvlab simulate -m tiny-llama -n 64 --trace sim.jsonl && kvlab report sim.jsonl -o sim.html"
        OUT "steps \\(tokens generated\\) +64 +64" "wrote sim.html")
 expect("kvlab serve -m tiny-llama --requests 16 --shared-prefix 32 --prefix-cache --trace serve.jsonl && kvlab report serve.jsonl -o serve.html"

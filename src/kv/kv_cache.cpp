@@ -35,7 +35,7 @@ void check_kv_storage(const KvStorage& s, std::int64_t d_kv) {
     if (s.dtype == DType::int4)
         throw UsageError("--kv-dtype int4: the cache stores fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int8, q8_0 and q4_0; int4 is a kvcalc what-if only");
     if (!whole_blocks(s.dtype, static_cast<std::uint64_t>(d_kv)))
-        throw UsageError(fmt::format("--kv-dtype {}: a K/V row of {} values does not split into blocks of 32", dtype_name(s.dtype), d_kv));
+        throw UsageError(fmt::format("--kv-dtype {}: a K/V row of {} values (an MLA latent row: its rank + RoPE dims) does not split into blocks of 32", dtype_name(s.dtype), d_kv));
 }
 
 std::uint64_t kv_stored_row_bytes(const KvStorage& s, std::int64_t n_head_kv, std::int64_t d_head) {

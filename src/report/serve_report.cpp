@@ -365,7 +365,7 @@ void add_check_rows(Table& t, const std::vector<ServeSummary>& summaries) {
 }
 
 // The table's notes: what is exact and what is measured, how each number is defined, the paper's figures.
-void add_serve_notes(Table& t, const std::vector<ServeSummary>& summaries, bool from_trace, bool timed, std::uint64_t token_bytes,
+void add_serve_notes(Table& t, const std::vector<ServeSummary>& summaries, bool from_trace, bool timed, std::uint64_t token_bytes, bool latent,
                      UnitSystem units, const std::string& timing_note) {
     const std::string exact = "counted figures (steps, tokens, FLOPs, bytes, blocks, and the modelled GPU time computed from them) are exact: "
                               "the same on any host";
@@ -383,8 +383,8 @@ void add_serve_notes(Table& t, const std::vector<ServeSummary>& summaries, bool 
                           "kvlab serve's report and the Perfetto form");
     t.notes.push_back(fmt::format("KV utilization: rows holding a token's K and V / rows allocated, when each step's K and V are written, "
                                   "mean over steps; pool reserved: rows allocated / pool rows (what vLLM logs as 'KV cache usage'), high "
-                                  "whenever reservations hold empty rows; one token row = {} (K and V, every layer, {})",
-                                  format_bytes(token_bytes, units), dtype_name(summaries.empty() ? DType::fp32 : summaries.front().kv_dtype)));
+                                  "whenever reservations hold empty rows; one token row = {} ({}, every layer, {})",
+                                  format_bytes(token_bytes, units), latent ? "MLA's latent c_KV and RoPE key" : "K and V", dtype_name(summaries.empty() ? DType::fp32 : summaries.front().kv_dtype)));
     if (!summaries.empty() && summaries.front().gpu) {
         const GpuSpec& g = *summaries.front().gpu;
         t.notes.push_back(fmt::format("modelled GPU time: each step's max(FLOPs / {:.4g} FLOP/s, bytes / {:.4g} B/s) on {} (BF16 dense peak and "
@@ -500,7 +500,9 @@ Report serve_report(const std::vector<ServeSummary>& summaries, const std::vecto
         t.rows.push_back(std::move(row));
     }
     add_check_rows(t, summaries);
-    add_serve_notes(t, summaries, from_trace, timed, token_bytes, units, timing_note);
+    // an MLA pool's token row holds the latent c_KV and the RoPE key (docs/kv-memory.md), not K and V
+    const bool latent = inputs.value("kv_row", std::string()) == "mla latent";
+    add_serve_notes(t, summaries, from_trace, timed, token_bytes, latent, units, timing_note);
     report.tables.push_back(std::move(t));
 
     if (format != Format::table && !from_trace) {  // per request: long, for tools

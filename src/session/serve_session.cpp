@@ -67,8 +67,8 @@ std::int64_t pool_rows(const ServeCommand& c, const ModelConfig& cfg, const KvSt
         const std::uint64_t budget = parse_size(c.kv_budget, "--kv-budget");
         rows = budget > scales ? (budget - scales) / token_bytes / B * B : 0;
         if (rows == 0)
-            throw UsageError(fmt::format("--kv-budget: {} holds no block of {} tokens ({} per token: K and V, every layer, {}); expected at least {}",
-                                         c.kv_budget, c.block_size, format_bytes(token_bytes, UnitSystem::iec), dtype,
+            throw UsageError(fmt::format("--kv-budget: {} holds no block of {} tokens ({} per token: {}, every layer, {}); expected at least {}",
+                                         c.kv_budget, c.block_size, format_bytes(token_bytes, UnitSystem::iec), cfg.mla ? "the MLA latent" : "K and V", dtype,
                                          format_bytes(token_bytes * B + scales, UnitSystem::iec)));
     } else if (c.kv_blocks != 0) {
         if (c.kv_blocks < 0) throw UsageError(fmt::format("--kv-blocks: {}; expected at least 1", c.kv_blocks));
@@ -255,6 +255,7 @@ nlohmann::json serve_inputs(const ServeCommand& c, const ModelConfig& cfg, const
         {"prompt_tokens", prompt_tokens},
         {"max_output_tokens", output_tokens},
         {"kv_layout", std::string(choice_name(layout_choices, c.layout))},
+        {"kv_row", cfg.mla ? "mla latent" : "k and v"},  // what one token row of the pool holds
         {"pool_rows", rows},
         {"pool_bytes", p.pool_bytes},
         {"token_bytes", p.token_bytes},

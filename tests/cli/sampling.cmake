@@ -40,7 +40,7 @@ kvlab_expect(RC 2 ARGS simulate --config "${DATA}/t5-small.json" -n 2 ERR "encod
 # tokens, then BOS (end-of-text) as the 229th; request 1 reaches "girl named Z" and stops there (its
 # text ", there was a kind girl named Z" is 13 tokens of tiny-llama's tokenizer, as simulate's --stop run
 # above stops); request 2 runs its 36 tokens. 252 - 229 + 36 - 13 = 46 tokens short of max_tokens.
-set(stories "${CMAKE_CURRENT_LIST_DIR}/../../docs/workloads/stories.jsonl")
+set(stories "${CMAKE_CURRENT_LIST_DIR}/../../models/stories.jsonl")
 set(serve_llama2c serve --workload "${stories}" --sampler llama2c --temperature 0.8 --top-p 0.9 --kv-layout paged --threads 1 -q)
 kvlab_expect(RC 0 ARGS ${serve_llama2c} --check -f csv
              OUT "\n0,0,5,252,229,0,228,[^\n]*,end-of-text\n1,0,5,36,13,0,12,[^\n]*,stop\n2,0,5,36,36,0,35,[^\n]*,length\n"
