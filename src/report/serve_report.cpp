@@ -451,6 +451,16 @@ std::string outputs_headline(const ServeSummary& s) {
                        fmt::format("{} copy-on-write block {}", s.cow_copies, s.cow_copies == 1 ? "copy" : "copies"));
 }
 
+// --preempt swap: what moved over the host link, and its modelled time (a run's or a trace's; a trace
+// does not keep the swaps the full host tier turned into recomputation).
+std::string swap_headline(const ServeSummary& s, UnitSystem units) {
+    return fmt::format("swap: {} of {} swapped out {} and back in {} (counted, exact), {} ms on the host link at {} modelled{}",
+                       s.swap_outs, counted(s.preemptions, "preemption"), format_bytes(s.swap_out_bytes, units),
+                       format_bytes(s.swap_in_bytes, units), real_cell(s.modelled.swap_seconds * 1e3, 3).text,
+                       format_rate(static_cast<std::uint64_t>(s.host_bytes_per_s)),
+                       s.swap_fallbacks > 0 ? fmt::format("; {} recomputed (host full)", s.swap_fallbacks) : "");
+}
+
 // Outputs that stopped before max_tokens: how, and what it saved (one layout's: the first with any; the
 // requests and their outputs are the same in every layout).
 std::string stopped_headline(const ServeSummary& s) {
@@ -467,6 +477,8 @@ std::vector<std::string> serve_headline(const std::vector<ServeSummary>& summari
     std::vector<std::string> h = serve_headline_layouts(summaries, units);
     for (const ServeSummary& s : summaries)
         if (s.peak_out_blocks_unshared > 0) h.push_back(outputs_headline(s));
+    const auto swapped = std::find_if(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.swap_mode; });
+    if (swapped != summaries.end()) h.push_back(swap_headline(*swapped, units));
     const auto stopped = std::find_if(summaries.begin(), summaries.end(), [](const ServeSummary& s) { return s.n_stopped > 0; });
     if (stopped != summaries.end()) h.push_back(stopped_headline(*stopped));
     return h;

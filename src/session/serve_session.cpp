@@ -400,19 +400,14 @@ std::string crossover_text(const SwapCrossover& x, std::int64_t max_len) {
     return out;
 }
 
-// --preempt swap: what moved over the host link and its modelled time, and where recomputing wins.
-std::vector<std::string> swap_headline(const PreparedServe& p, const ServeSummary& s) {
+// --preempt swap: where recomputing wins (what moved over the host link is serve_headline's line, which a
+// trace's report prints too; the crossover needs the model).
+std::string crossover_headline(const PreparedServe& p) {
     const ServeOptions& o = p.runs.front();
     const std::uint64_t row = kv_stored_row_bytes(o.kv_storage, p.config.n_head_kv, p.config.d_head);
     const SwapCrossover x = swap_crossover(p.config, o.kv_storage.dtype == DType::fp32 ? 0 : row, p.gpu, o.host_bytes_per_s, o.max_model_len);
-    std::vector<std::string> h;
-    h.push_back(fmt::format("swap: {} of {} swapped out {} and back in {} (counted, exact), {} ms on the host link at {} modelled{}",
-                            s.swap_outs, counted(s.preemptions, "preemption"), format_bytes(s.swap_out_bytes, p.command.units),
-                            format_bytes(s.swap_in_bytes, p.command.units), real_cell(s.modelled.swap_seconds * 1e3, 3).text,
-                            format_rate(static_cast<std::uint64_t>(o.host_bytes_per_s)), s.swap_fallbacks > 0 ? fmt::format("; {} recomputed (host full)", s.swap_fallbacks) : ""));
-    h.push_back(fmt::format("recompute vs swap for one sequence of {} on {}: {}", p.config.display_name, p.gpu.display_name,
-                            crossover_text(x, o.max_model_len)));
-    return h;
+    return fmt::format("recompute vs swap for one sequence of {} on {}: {}", p.config.display_name, p.gpu.display_name,
+                       crossover_text(x, o.max_model_len));
 }
 
 // A narrow pool against the fp32 pool of the same budget: blocks, concurrency, steps, modelled time; and quality.
@@ -462,7 +457,7 @@ Report serve_outcome(const PreparedServe& p, const std::vector<ServeResult>& res
     if (swap || (narrow && !fp32_results.empty()))
         std::erase_if(report.headline, [](const std::string& line) { return line.rfind("CPU wall time", 0) == 0; });
     if (swap)
-        for (std::string& line : swap_headline(p, summaries.front())) report.headline.push_back(std::move(line));
+        report.headline.push_back(crossover_headline(p));
     if (narrow && !fp32_results.empty())
         for (std::string& line : narrow_headline(p, summaries.front(), summaries[results.size()])) report.headline.push_back(std::move(line));
     for (const ServeResult& r : results)

@@ -627,6 +627,8 @@ struct ServePlotData {
     std::string text;
     double max_bytes = 0, max_wpt = 0;
     std::int64_t bucket = 1;  // steps per bucket of the time panel
+    bool outputs = false;     // requests with several outputs (--n, --beam-width): their blocks get two panels
+    std::int64_t max_out_blocks = 0, max_cow = 0;
 };
 
 // Steps per bucket: at most about 100 buckets over the longest run, a round number (1, 2, 5, 10, 20, ...).
@@ -643,8 +645,10 @@ std::int64_t bucket_steps(const ServeTrace& t) {
 // weight bytes per generated token, cumulative modelled GPU ms.
 void add_step_block(std::ostringstream& data, const ServeTrace& t, std::size_t k, const GpuSpec& gpu, ServePlotData& d) {
     const double token_bytes = static_cast<double>(trace_token_bytes(t)), pool = static_cast<double>(std::max<std::int64_t>(1, t.pool_rows[k]));
-    data << "# step allocated holding utilization_pct reserved_pct running waiting weight_bytes_per_token modelled_ms_cumulative\n";
+    data << "# step allocated holding utilization_pct reserved_pct running waiting weight_bytes_per_token modelled_ms_cumulative "
+            "out_blocks out_blocks_unshared cow_copies_cumulative\n";
     double modelled_s = 0;
+    std::int64_t cow = 0;
     for (const ServeStep& s : t.steps[k]) {
         const OpCost c = s.cost.total();
         modelled_s += modelled_serve_time(gpu, {s}, trace_host_bytes_per_s(t)).seconds;  // serve's rule, swaps included
@@ -652,10 +656,15 @@ void add_step_block(std::ostringstream& data, const ServeTrace& t, std::size_t k
         const double wpt = s.n_generated > 0 ? static_cast<double>(c.bytes_weights_read) / static_cast<double>(s.n_generated) : 0.0;
         d.max_bytes = std::max(d.max_bytes, alloc);
         d.max_wpt = std::max(d.max_wpt, wpt);
+        d.outputs = d.outputs || s.out_blocks_unshared > 0;
+        d.max_out_blocks = std::max(d.max_out_blocks, s.out_blocks_unshared);
+        cow += s.cow_copies;
+        d.max_cow = std::max(d.max_cow, cow);
         data << s.step << ' ' << fmt::format("{:.17g} {:.17g} ", alloc, hold)
              << (s.rows_in_use > 0 ? fmt::format("{:.6g}", 100.0 * static_cast<double>(s.rows_tokens) / static_cast<double>(s.rows_in_use)) : "?")
              << ' ' << fmt::format("{:.6g}", 100.0 * static_cast<double>(s.rows_in_use) / pool) << ' ' << s.n_running << ' ' << s.n_waiting << ' '
-             << (s.n_generated > 0 ? fmt::format("{:.17g}", wpt) : std::string("?")) << ' ' << fmt::format("{:.9g}", modelled_s * 1e3) << '\n';
+             << (s.n_generated > 0 ? fmt::format("{:.17g}", wpt) : std::string("?")) << ' ' << fmt::format("{:.9g}", modelled_s * 1e3) << ' '
+             << s.out_blocks << ' ' << s.out_blocks_unshared << ' ' << cow << '\n';
     }
 }
 
@@ -706,7 +715,8 @@ void plot_serve_trace(const ServeTrace& t, const std::filesystem::path& output, 
     const std::size_t n = t.layouts.size();
     static const char* colours[] = {"#1b6ca8", "#d1495b"};
     std::ostringstream gp;
-    gp << gnuplot_terminal(output, 1200, 1200, flag) << "set output\nset datafile missing '?'\nset grid\nset xlabel 'step'\n";
+    const int rows = d.outputs ? 4 : 3;  // several outputs per request: a row for their blocks and copies
+    gp << gnuplot_terminal(output, 1200, 400 * rows, flag) << "set output\nset datafile missing '?'\nset grid\nset xlabel 'step'\n";
     for (std::size_t k = 0; k < n; ++k)
         gp << fmt::format("set style line {} lc rgb '{}' lw 2\nset style line {} lc rgb '{}' lw 1.5 dt 2\n", 10 + k, colours[k % 2], 20 + k, colours[k % 2]);
     // every panel from 0; `top`: the y range's top as a multiple of the data's largest value (room for the key)
@@ -721,7 +731,7 @@ void plot_serve_trace(const ServeTrace& t, const std::filesystem::path& output, 
         return fmt::format("ARG1 index {0} using 1:{1} with lines ls {2} title {3}, ARG1 index {0} using 1:{4} with lines ls {5} title {6}", k, a,
                            10 + k, gp_quote(name + ta), b, 20 + k, gp_quote(name + tb));
     };
-    gp << "set multiplot layout 3,2 title ARG2 font ',14' noenhanced\n";
+    gp << "set multiplot layout " << rows << ",2 title ARG2 font ',14' noenhanced\n";
     plot("KV memory: allocated (solid) vs holding tokens (dashed)", mem.label, [&](std::size_t k, const std::string& name) {
         return pair(k, name, fmt::format("($2/{:.17g})", mem_scale), fmt::format("($3/{:.17g})", mem_scale), " allocated", " holding tokens");
     }, "top right", 1.45 * d.max_bytes / mem_scale);
@@ -743,6 +753,15 @@ void plot_serve_trace(const ServeTrace& t, const std::filesystem::path& output, 
          [&](std::size_t k, const std::string& name) {
              return fmt::format("ARG1 index {} using 1:9 with lines ls {} title {}", k, 10 + k, gp_quote(name));
          }, "top left");
+    if (d.outputs) {
+        plot("outputs' KV blocks: held, a shared block once (solid), vs each output its own copy (dashed)", "blocks",
+             [&](std::size_t k, const std::string& name) { return pair(k, name, "10", "11", " held", " unshared"); }, "top right",
+             1.3 * static_cast<double>(d.max_out_blocks));
+        plot("copy-on-write block copies, cumulative (a write into a block outputs share)", "blocks copied",
+             [&](std::size_t k, const std::string& name) {
+                 return fmt::format("ARG1 index {} using 1:12 with lines ls {} title {}", k, 10 + k, gp_quote(name));
+             }, "top left", 1.2 * static_cast<double>(std::max<std::int64_t>(1, d.max_cow)));
+    }
     gp << "unset multiplot\nset output\n";
     const std::string title = fmt::format("kvlab serve trace: {}, {} requests, pool {} token rows", input_text(t, "model"),
                                           input_text(t, "requests"), t.pool_rows.front());
