@@ -246,6 +246,8 @@ TEST_CASE("--engine NAME@VERSION: a known release answers as itself, an unknown 
     const auto b = parse_engine_spec("vllm@0.8.5");  // 0.8.5 -> 8005: 0.8.0 (8000) is 5 away, 0.10.0 (10000) 1995
     CHECK(b.version == 8000);
     CHECK(b.note.find("the nearest it knows, vLLM v0.8.0, answers") != std::string::npos);
+    // b6500 is 400 builds from b6100 and 286 from b6786 (the llama_kv_cache prefix): it prints the renamed prefix
+    CHECK(parse_engine_spec("llama.cpp@b6500").version == 6786);
     CHECK(parse_engine_spec("vllm").version == 10002);  // no version: the pinned v0.10.2
     CHECK(parse_engine_spec("trtllm@1.2.0rc2").version == 1002000);
     CHECK(engine_release_name(Engine::vllm, 7003) == "vLLM v0.7.3");

@@ -68,14 +68,17 @@ std::pair<std::uint64_t, std::uint64_t> kv_rows(const ModelConfig& cfg, DType dt
     return {row, row};
 }
 
-// The size line as the release prints it: the prefix (llama_kv_cache_unified before b6975) and the seqs column
-// (%2u seqs before b5913, %2u/%2u until b6100, %2u/%u since).
+// The size line as the release prints it: the prefix is the cache constructor's __func__, llama_kv_cache_unified until
+// PR #15467 renamed the class (kvlab applies it from b6786, the first build a public log shows with the new name), and
+// the seqs column (%2u seqs before b5913, %2u/%2u until b6100, %2u/%u since).
+constexpr std::uint64_t renamed_cache = 6786;
+
 std::string size_line(std::uint64_t version, const Cache& k, std::uint64_t n_seq, std::uint64_t streams, std::string_view type) {
     const std::string seqs = version < 5913 ? fmt::format("{:2} seqs", n_seq)
                              : version < 6100 ? fmt::format("{:2}/{:2} seqs", n_seq, streams)
                                               : fmt::format("{:2}/{} seqs", n_seq, streams);
     return fmt::format("{}: size = {:7.2f} MiB ({:6} cells, {:3} layers, {}), K ({}): {:7.2f} MiB, V ({}): {:7.2f} MiB",
-                       version < 6975 ? "llama_kv_cache_unified" : "llama_kv_cache", mib(k.k + k.v), k.cells, k.layers, seqs, type, mib(k.k), type,
+                       version < renamed_cache ? "llama_kv_cache_unified" : "llama_kv_cache", mib(k.k + k.v), k.cells, k.layers, seqs, type, mib(k.k), type,
                        mib(k.v));
 }
 
@@ -84,7 +87,7 @@ void push_cache_lines(std::uint64_t version, const Cache& k, std::uint64_t n_seq
                       std::vector<std::string>& lines) {
     if (k.device_bytes.size() > 1)
         for (std::size_t d = 0; d < k.device_bytes.size(); ++d)
-            lines.push_back(fmt::format("{}: {:>10} KV buffer size = {:8.2f} MiB", version < 6975 ? "llama_kv_cache_unified" : "llama_kv_cache",
+            lines.push_back(fmt::format("{}: {:>10} KV buffer size = {:8.2f} MiB", version < renamed_cache ? "llama_kv_cache_unified" : "llama_kv_cache",
                                         fmt::format("CUDA{}", d), static_cast<double>(k.device_bytes[d]) / 1024.0 / 1024.0));
     lines.push_back(size_line(version, k, n_seq, streams, type));
 }
@@ -192,7 +195,7 @@ EngineAnswer llamacpp_answer(const EngineCase& c, const EngineSettings& s) {
     }
     const auto split = pp_layer_split(Engine::llamacpp, static_cast<std::uint64_t>(cfg.n_layer), s.pp);
     fill_caches(cfg, iswa, k_row, v_row, streams, split, base, swa);
-    const std::string iswa_prefix = version < 6975 ? "llama_kv_cache_unified_iswa" : "llama_kv_cache_iswa";
+    const std::string iswa_prefix = version < renamed_cache ? "llama_kv_cache_unified_iswa" : "llama_kv_cache_iswa";
     if (iswa) {
         a.log_lines.push_back(fmt::format("{}: creating non-SWA KV cache, size = {} cells", iswa_prefix, base.cells));
         push_cache_lines(version, base, n_seq, streams, type, a.log_lines);

@@ -77,9 +77,13 @@ std::vector<EngineRelease> engine_releases(Engine engine) {
                 {5913, "b5913", "KV streams (PR #14363, \"add high-throughput mode\"; issue #14847 dates it to b5913): without -kvu each of -np "
                                 "sequences gets -c / -np cells; the seqs column `S/ N seqs` (%2u/%2u)"},
                 {6100, "b6100", "the seqs column `S/N seqs` (%2u/%u) (tag-bracketed)"},
-                {6975, "b6975", "the prefix `llama_kv_cache:` (`llama_kv_cache_unified` renamed, PR #17046); llama-server's -md draft "
-                                "context per slot is llama_n_ctx_seq cells, all of -c with -kvu (before: -c / -np; the server commit was "
-                                "not identified, kvlab dates it here)"},
+                {6786, "b6786", "the prefix `llama_kv_cache:`: PR #15467 (\"kv-cache : drop the \"unified\" prefix\", merged 2025-08-21) "
+                                "renamed the class llama_kv_cache_unified, whose constructor's __func__ the size line prints; log-bracketed: "
+                                "llama.cpp issue #16188's b6182 log still prints `llama_kv_cache_unified:`, ROCm/ROCm issue #5534's b6786 "
+                                "log prints `llama_kv_cache:`"},
+                {6975, "b6975", "PR #17046 (\"kv-cache : pad the cache size to 256 for performance\"), which the pinned rules date from; "
+                                "llama-server's -md draft context per slot is llama_n_ctx_seq cells, all of -c with -kvu (before: -c / -np; "
+                                "the server commit was not identified, kvlab dates it here)"},
                 {7832, "b7832", "DeepSeek's MLA cache keeps no V tensor (V 0.00 MiB; PR #19067)"},
                 {8668, "b8668", "the pinned build whose source kvlab's rules were read from"}};
     case Engine::vllm:
