@@ -244,6 +244,44 @@ TEST_CASE("An output that stops early gives its rows back at once; the request e
     CHECK(r.rows_left_in_use == 0);
 }
 
+TEST_CASE("A request's own n and seed: its outputs next to single-output requests; output 0 samples with the seed as given") {
+    const ModelConfig cfg = test::tiny_config(Family::llama, 4, 2);
+    const Weights w = random_weights(cfg, 3);
+    const std::vector<TokenId> prompt{9, 8, 7, 6, 5, 4, 3, 2, 1, 0};
+    ServeRequest three{prompt, 6, 0};
+    three.n = 3;
+    three.seed = 11;
+    ServeRequest one{prompt, 6, 0};
+    one.seed = 11;
+    ServeRequest two{{5, 6, 7}, 4, 0};
+    two.n = 2;
+    const std::vector<ServeRequest> reqs{three, one, two};
+    ServeOptions o = paged_options(128, 4, 16);
+    o.sampling.temperature = 1.0;
+    o.sampling.seed = 42;
+    o.check = true;
+    const ServeResult r = run_serving(cfg, w, reqs, o);
+    REQUIRE(r.requests[0].outputs.size() == 3);
+    CHECK(r.requests[1].outputs.empty());  // one output: `generated` alone
+    REQUIRE(r.requests[2].outputs.size() == 2);
+    // the same prompt, the same weights and the same seed 11: request 0's output 0 is request 1's text
+    CHECK(r.requests[0].outputs[0] == r.requests[1].generated);
+    CHECK(r.requests[0].outputs[1] != r.requests[0].outputs[0]);  // output 1: splitmix64(11 + 1), 6 tokens of 50
+    // every output against its sampler replayed on the solo path: 3 x 6 + 6 + 2 x 4 = 32 tokens
+    std::int64_t agree = 0;
+    for (const ServeRequestResult& q : r.requests) {
+        CHECK(q.within_tolerance);
+        agree += q.solo_agree;
+    }
+    CHECK(agree == 32);
+    // the first step: request 0's prompt chooses 3 tokens, request 1's one, request 2's two
+    CHECK(r.steps[0].n_generated == 6);
+    CHECK(r.rows_left_in_use == 0);
+    ServeOptions beams = o;
+    beams.beam_width = 2;
+    CHECK_THROWS_WITH_AS(run_serving(cfg, w, reqs, beams), doctest::Contains("request 0 has \"n\" 3 with --beam-width 2"), UsageError);
+}
+
 TEST_CASE("An MLA pool: tiny-mla's latent rows, fp32 and fp16, shared and copied on write by parallel outputs; --check passes") {
     const LoadedModel model = load_checkpoint(std::filesystem::path(kvlab::test::models_dir) / "tiny-mla");
     const ModelConfig& cfg = model.config;

@@ -248,6 +248,20 @@ std::vector<std::string> single_headline(const ServeSummary& s, UnitSystem units
     return h;
 }
 
+// Outputs that stopped before max_tokens (shown when a summary has one): the steps' count, and how the
+// finished requests' outputs ended (a run's).
+std::vector<Metric> stop_metrics() {
+    return {
+        {"stopped_outputs", "outputs stopped early", [](const ServeSummary& s) { return int_cell(s.n_stopped); }, false, false, false, false, false, false, true},
+        {"stopped_end_of_text", "of finished outputs: at end-of-text", [](const ServeSummary& s) { return int_cell(s.n_end_of_text); },
+         true, false, false, false, false, false, true},
+        {"stopped_stop_string", "of finished outputs: at a stop string", [](const ServeSummary& s) { return int_cell(s.n_stop_string); },
+         true, false, false, false, false, false, true},
+        {"unused_max_tokens", "max_tokens not generated (stopped early)", [](const ServeSummary& s) { return int_cell(s.n_tokens_unused); },
+         true, false, false, false, false, false, true},
+    };
+}
+
 std::vector<Metric> metrics(std::uint64_t token_bytes, std::int64_t block_size, UnitSystem units) {
     auto rows_bytes = [=](const ServeSummary& s, double rows) {
         const std::uint64_t row = s.token_bytes ? s.token_bytes : token_bytes;
@@ -267,13 +281,6 @@ std::vector<Metric> metrics(std::uint64_t token_bytes, std::int64_t block_size, 
         {"steps", "steps (forward calls)", [](const ServeSummary& s) { return int_cell(s.n_steps); }},
         {"generated_tokens", "tokens generated", [](const ServeSummary& s) { return int_cell(s.n_generated); }},
         {"computed_tokens", "tokens run through the model", [](const ServeSummary& s) { return int_cell(s.n_computed_tokens); }},
-        {"stopped_outputs", "outputs stopped early", [](const ServeSummary& s) { return int_cell(s.n_stopped); }, false, false, false, false, false, false, true},
-        {"stopped_end_of_text", "of finished outputs: at end-of-text", [](const ServeSummary& s) { return int_cell(s.n_end_of_text); },
-         true, false, false, false, false, false, true},
-        {"stopped_stop_string", "of finished outputs: at a stop string", [](const ServeSummary& s) { return int_cell(s.n_stop_string); },
-         true, false, false, false, false, false, true},
-        {"unused_max_tokens", "max_tokens not generated (stopped early)", [](const ServeSummary& s) { return int_cell(s.n_tokens_unused); },
-         true, false, false, false, false, false, true},
         {"seconds", "time in steps (s)", [](const ServeSummary& s) { return seconds_cell(s); }, false, true},
         {"tokens_per_s", "throughput (generated tok/s)", [](const ServeSummary& s) { return real_cell(s.tokens_per_s, 1); }, false, true},
         {"modelled_ms", "modelled GPU time (ms)", [](const ServeSummary& s) { return modelled_ms_cell(s); }, false, false, true},
@@ -282,6 +289,8 @@ std::vector<Metric> metrics(std::uint64_t token_bytes, std::int64_t block_size, 
         {"modelled_memory_bound_steps", "modelled: memory-bound steps",
          [](const ServeSummary& s) { return text_cell(fmt::format("{} / {}", s.modelled.memory_bound_steps, s.n_steps)); }, false, false, true},
     };
+    const std::vector<Metric> stops = stop_metrics();
+    m.insert(m.begin() + 4, stops.begin(), stops.end());  // after the tokens run through the model
     for (auto&& v : {stats("ttft_steps", "TTFT (steps)", &ServeSummary::ttft_steps, 0), stats("ttft_ms", "TTFT (ms)", &ServeSummary::ttft_ms, 2),
                      stats("tpot_steps", "TPOT (steps)", &ServeSummary::tpot_steps, 2), stats("tpot_ms", "TPOT (ms)", &ServeSummary::tpot_ms, 3)})
         m.insert(m.end(), v.begin(), v.end());
@@ -428,7 +437,7 @@ Table request_table(const ServeSummary& summary, const ServeResult& result) {
                           int_cell(r.preemptions), int_cell(r.prefix_hit_tokens),
                           text_cell(r.finish_step < 0 ? "-" : std::string(choice_name(finish_reason_choices, r.finish_reason)))});
         if (with_outputs)
-            for (const std::int64_t v : {std::ssize(r.outputs), r.peak_blocks, r.peak_blocks_unshared, r.cow_copies}) q.rows.back().push_back(int_cell(v));
+            for (const std::int64_t v : {std::max<std::int64_t>(1, std::ssize(r.outputs)), r.peak_blocks, r.peak_blocks_unshared, r.cow_copies}) q.rows.back().push_back(int_cell(v));
     }
     return q;
 }

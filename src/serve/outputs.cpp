@@ -105,14 +105,11 @@ std::vector<std::vector<TokenId>> solo_beam_search(const ModelConfig& cfg, Trans
 
 }  // namespace
 
-void check_outputs_options(const ModelConfig& cfg, std::span<const ServeRequest> requests, const ServeOptions& o) {
-    validate_sampler_options(o.sampling);
-    if (o.n < 1) throw UsageError(fmt::format("--n: {}; expected at least 1 output per request", o.n));
-    if (o.beam_width < 1) throw UsageError(fmt::format("--beam-width: {}; expected at least 1 (1: no beam search)", o.beam_width));
-    if (o.n > 1 && o.beam_width > 1) throw UsageError(fmt::format("--n {} with --beam-width {}: beam search returns its {} beams; expected one of them", o.n, o.beam_width, o.beam_width));
-    const std::int64_t W = std::max(o.n, o.beam_width);
-    const char* flag = o.n > 1 ? "--n" : "--beam-width";
-    if (W == 1) return;
+namespace {
+
+// One width's refusals: the pool layout, the vocabulary, one step's sequences and tokens, windows. `flag`
+// names where the width came from (--n, --beam-width, or a workload request's "n").
+void check_width(const ModelConfig& cfg, const ServeOptions& o, std::int64_t W, const std::string& flag) {
     if (o.pool.layout != KvLayout::paged)
         throw UsageError(fmt::format("{} {}: a request's outputs share blocks in the paged layout; expected --kv-layout paged", flag, W));
     if (W > cfg.n_vocab) throw UsageError(fmt::format("{}: {}; expected at most the {} tokens of the vocabulary", flag, W, cfg.n_vocab));
@@ -122,10 +119,27 @@ void check_outputs_options(const ModelConfig& cfg, std::span<const ServeRequest>
     for (std::int64_t l = 0; l < cfg.n_layer; ++l)
         if (cfg.layer_window(l) > 0)
             throw UsageError(fmt::format("{}: {} has sliding-window layers, whose ring overwrites shared blocks' rows; expected a model without windows", flag, cfg.name));
+}
+
+}  // namespace
+
+void check_outputs_options(const ModelConfig& cfg, std::span<const ServeRequest> requests, const ServeOptions& o) {
+    validate_sampler_options(o.sampling);
+    if (o.n < 1) throw UsageError(fmt::format("--n: {}; expected at least 1 output per request", o.n));
+    if (o.beam_width < 1) throw UsageError(fmt::format("--beam-width: {}; expected at least 1 (1: no beam search)", o.beam_width));
+    if (o.n > 1 && o.beam_width > 1) throw UsageError(fmt::format("--n {} with --beam-width {}: beam search returns its {} beams; expected one of them", o.n, o.beam_width, o.beam_width));
     const std::int64_t B = o.pool.block_size;
-    for (std::size_t i = 0; i < requests.size(); ++i) {  // its full prompt blocks once, the rest once per output
-        const auto P = std::ssize(requests[i].prompt);
-        const std::int64_t blocks = (P + requests[i].max_tokens - 1 + B - 1) / B, shared = P / B;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        const ServeRequest& r = requests[i];
+        if (r.n < 0) throw UsageError(fmt::format("serve: request {} has \"n\" {}; expected at least 1", i, r.n));
+        if (r.n > 0 && o.beam_width > 1)
+            throw UsageError(fmt::format("serve: request {} has \"n\" {} with --beam-width {}: every request's beams are the same width; expected one of them", i, r.n, o.beam_width));
+        const std::int64_t W = r.n > 0 ? r.n : std::max(o.n, o.beam_width);
+        if (W == 1) continue;
+        check_width(cfg, o, W, r.n > 0 ? fmt::format("request {}'s \"n\"", i) : std::string(o.n > 1 ? "--n" : "--beam-width"));
+        // its full prompt blocks once, the rest once per output
+        const auto P = std::ssize(r.prompt);
+        const std::int64_t blocks = (P + r.max_tokens - 1 + B - 1) / B, shared = P / B;
         if ((shared + W * (blocks - shared)) * B > o.pool.n_rows)
             throw UsageError(fmt::format("--kv-budget/--kv-blocks: the pool holds {} token rows; request {} with {} outputs may need {} "
                                          "({} shared prompt blocks + {} x {} of its own); expected a larger budget or fewer outputs",
@@ -141,12 +155,16 @@ std::optional<FinishReason> early_stop(const ServeOptions& o, std::int64_t reque
 Outputs::Outputs(const ServeOptions& o, std::span<const ServeRequest> requests, std::int64_t n_vocab)
     : o_(o), n_requests_(std::ssize(requests)), n_vocab_(n_vocab), width_(std::max(o.n, o.beam_width)), beam_(o.beam_width > 1),
       groups_(requests.size()) {
-    for (const ServeRequest& r : requests) seeds_.push_back(r.seed);
+    for (const ServeRequest& r : requests) {
+        seeds_.push_back(r.seed);
+        widths_.push_back(r.n > 0 ? r.n : width_);
+    }
+    for (const std::int64_t w : widths_) width_ = std::max(width_, w);
 }
 
 std::int64_t Outputs::active(std::int64_t id) const {
     const Group& g = groups_[static_cast<std::size_t>(id)];
-    if (!g.forked) return width_;
+    if (!g.forked) return width(id);
     return std::count_if(g.outs.begin(), g.outs.end(), [](const Output& out) { return !out.done; });
 }
 
@@ -196,15 +214,16 @@ TokenId Outputs::choose(std::int64_t id, const VectorF& logits) {
 void Outputs::start(std::int64_t id, const VectorF& row, KvAllocator& alloc, bool keep_logits, const std::vector<TokenId>& prompt) {
     Group& g = groups_[static_cast<std::size_t>(id)];
     g.prompt_len = std::ssize(prompt);
-    g.outs.assign(static_cast<std::size_t>(width_), Output{prompt, 0.0, {}});
-    g.rank.resize(static_cast<std::size_t>(width_));
+    const std::int64_t W = width(id);
+    g.outs.assign(static_cast<std::size_t>(W), Output{prompt, 0.0, {}});
+    g.rank.resize(static_cast<std::size_t>(W));
     std::iota(g.rank.begin(), g.rank.end(), 0);
     std::vector<std::vector<double>> lp(1);
     log_softmax(row, lp[0]);
     const std::vector<double> zero{0.0};
     const std::vector<Candidate> first = beam_ ? beam_select(zero, lp, width_) : std::vector<Candidate>{};
     g.samplers.clear();
-    for (std::int64_t k = 0; k < width_; ++k) {
+    for (std::int64_t k = 0; k < W; ++k) {
         Output& out = g.outs[static_cast<std::size_t>(k)];
         if (!beam_) g.samplers.push_back(fresh_sampler(id, k));
         const TokenId t = beam_ ? first[static_cast<std::size_t>(k)].token : g.samplers.back().sample(row);
@@ -214,7 +233,7 @@ void Outputs::start(std::int64_t id, const VectorF& row, KvAllocator& alloc, boo
         if (k > 0) alloc.fork(seq(id, 0), seq(id, k));  // the prompt's blocks, every one shared
     }
     g.forked = true;
-    for (std::int64_t k = 0; k < width_; ++k) stop_if_done(id, k, g.outs[static_cast<std::size_t>(k)], alloc);
+    for (std::int64_t k = 0; k < W; ++k) stop_if_done(id, k, g.outs[static_cast<std::size_t>(k)], alloc);
 }
 
 // One step of beam search (the header's definition): the W best candidates become the beams; a beam with
@@ -274,7 +293,7 @@ std::int64_t Outputs::choose_all(std::int64_t id, const MatrixRM& logits, std::i
         beam_step(g, id, logits, m, alloc, keep_logits);
         m += width_;
     } else {
-        for (std::int64_t k = 0; k < width_; ++k) {  // the outputs still going, a logits row each
+        for (std::int64_t k = 0; k < width(id); ++k) {  // the outputs still going, a logits row each
             Output& out = g.outs[static_cast<std::size_t>(k)];
             if (out.done) continue;
             row_ = logits.row(m++).transpose();
@@ -295,7 +314,7 @@ std::int64_t Outputs::choose_all(std::int64_t id, const MatrixRM& logits, std::i
 
 bool Outputs::take_rows(std::int64_t id, std::int64_t n_computed, std::int64_t need_rows, KvAllocator& alloc, KvPool& pool) {
     Group& g = groups_[static_cast<std::size_t>(id)];
-    for (std::int64_t k = 0; k < width_; ++k) {
+    for (std::int64_t k = 0; k < width(id); ++k) {
         if (g.outs[static_cast<std::size_t>(k)].done) continue;
         if (!alloc.reserve(seq(id, k), need_rows)) return false;
         const auto copies = alloc.make_writable(seq(id, k), n_computed, 1);
@@ -309,7 +328,7 @@ bool Outputs::take_rows(std::int64_t id, std::int64_t n_computed, std::int64_t n
 void Outputs::add_to_batch(std::int64_t id, std::int64_t n_computed, const KvAllocator& alloc, std::vector<TokenId>& tokens,
                            std::vector<SeqStep>& batch) const {
     const Group& g = groups_[static_cast<std::size_t>(id)];
-    for (std::int64_t k = 0; k < width_; ++k) {
+    for (std::int64_t k = 0; k < width(id); ++k) {
         if (g.outs[static_cast<std::size_t>(k)].done) continue;
         tokens.push_back(g.outs[static_cast<std::size_t>(k)].tokens[static_cast<std::size_t>(n_computed)]);
         batch.push_back({1, n_computed, alloc.rows(seq(id, k)), true});
@@ -318,7 +337,7 @@ void Outputs::add_to_batch(std::int64_t id, std::int64_t n_computed, const KvAll
 
 void Outputs::commit(std::int64_t id, std::int64_t n_valid_rows, KvAllocator& alloc) const {
     const Group& g = groups_[static_cast<std::size_t>(id)];
-    for (std::int64_t k = 0; k < width_; ++k)
+    for (std::int64_t k = 0; k < width(id); ++k)
         if (!g.outs[static_cast<std::size_t>(k)].done) alloc.commit(seq(id, k), g.outs[static_cast<std::size_t>(k)].tokens, n_valid_rows);
 }
 
@@ -326,12 +345,13 @@ void Outputs::measure(std::span<const std::int64_t> running, const KvAllocator& 
     if (width_ == 1) return;
     std::vector<SeqId> seqs;
     for (const std::int64_t id : running) {
+        if (width(id) == 1) continue;
         Group& g = groups_[static_cast<std::size_t>(id)];
         seqs.clear();
-        for (std::int64_t k = 0; k < (g.forked ? width_ : 1); ++k)
+        for (std::int64_t k = 0; k < (g.forked ? width(id) : 1); ++k)
             if (!g.forked || !g.outs[static_cast<std::size_t>(k)].done) seqs.push_back(seq(id, k));
         KvAllocator::BlocksHeld b = alloc.blocks_held(seqs);
-        if (!g.forked) b.unshared *= width_;  // its prompt, before the outputs fork: one copy per output unshared
+        if (!g.forked) b.unshared *= width(id);  // its prompt, before the outputs fork: one copy per output unshared
         rec.out_blocks += b.held;
         rec.out_blocks_unshared += b.unshared;
         g.peak_held = std::max(g.peak_held, b.held);
@@ -341,12 +361,12 @@ void Outputs::measure(std::span<const std::int64_t> running, const KvAllocator& 
 
 void Outputs::release(std::int64_t id, KvAllocator& alloc, bool finished, ServeRequestResult& out) {
     Group& g = groups_[static_cast<std::size_t>(id)];
-    if (width_ == 1) {
+    if (width(id) == 1) {
         alloc.release(id);
         if (finished) g = Group{};
         return;
     }
-    for (std::int64_t k = 0; k < width_; ++k) alloc.release(seq(id, k));
+    for (std::int64_t k = 0; k < width(id); ++k) alloc.release(seq(id, k));
     if (finished) {
         for (const std::int64_t slot : g.rank) {
             Output& o = g.outs[static_cast<std::size_t>(slot)];

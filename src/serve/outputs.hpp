@@ -45,7 +45,8 @@ std::optional<FinishReason> early_stop(const ServeOptions& o, std::int64_t reque
 class Outputs {
 public:
     Outputs(const ServeOptions& o, std::span<const ServeRequest> requests, std::int64_t n_vocab);
-    std::int64_t width() const { return width_; }  // outputs per request
+    std::int64_t width() const { return width_; }  // outputs of the widest request
+    std::int64_t width(std::int64_t id) const { return widths_[static_cast<std::size_t>(id)]; }  // request id's outputs
     bool beam() const { return beam_; }
     bool forked(std::int64_t id) const { return groups_[static_cast<std::size_t>(id)].forked; }
     // Outputs still generating: before the fork, every one (the prompt runs once for all)
@@ -106,6 +107,7 @@ private:
 
     ServeOptions o_;
     std::vector<std::optional<std::uint64_t>> seeds_;  // each request's own seed, if it has one
+    std::vector<std::int64_t> widths_;                  // each request's outputs: its own n, else --n / --beam-width
     std::int64_t n_requests_, n_vocab_, width_;
     bool beam_;
     std::vector<Group> groups_;

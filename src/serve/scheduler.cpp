@@ -270,7 +270,9 @@ void Scheduler::schedule_running(ServeStep& rec) {
 // 2. Waiting requests, first come first served, while the step has tokens and sequence slots and the pool
 // has rows; none in a step that preempted. A prefix-cache hit starts it past the cached tokens.
 void Scheduler::admit_waiting(ServeStep& rec) {
-    while (rec.n_preempted == 0 && !waiting_.empty() && (std::ssize(running_) + 1) * outputs_.width() <= o_.max_seqs && budget_ > 0) {
+    std::int64_t seqs = 0;  // the running requests' sequences (an output each)
+    for (const std::int64_t id : running_) seqs += outputs_.width(id);
+    while (rec.n_preempted == 0 && !waiting_.empty() && seqs + outputs_.width(waiting_.front()) <= o_.max_seqs && budget_ > 0) {
         const std::int64_t id = waiting_.front();
         Live& s = live(id);
         const bool swapped = host_ && host_->holds(id);  // its K and V wait on the host: n_computed kept
@@ -285,6 +287,7 @@ void Scheduler::admit_waiting(ServeStep& rec) {
         if (swapped) swap_in(id, rec);
         waiting_.pop_front();
         running_.push_back(id);
+        seqs += outputs_.width(id);
         ServeRequestResult& rr = result_of(id);
         if (!swapped) rr.prefix_hit_tokens += s.n_computed;  // counted once admitted (a failed attempt gave its blocks back)
         if (hit > 0) result_.prefix_hit_blocks += hit / o_.pool.block_size;  // (only a paged pool finds any)
@@ -346,7 +349,7 @@ std::int64_t Scheduler::finish(ServeStep& rec, const MatrixRM& logits, Clock::ti
         ServeRequestResult& rr = result_of(sc.id);
         if (s.n_computed < std::ssize(s.tokens)) continue;  // a prompt chunk with more to come
         bool done = false;
-        if (outputs_.width() > 1) {  // the next token of every output still going
+        if (outputs_.width(sc.id) > 1) {  // the next token of every output still going
             const std::int64_t going = outputs_.active(sc.id);
             rec.n_generated += going;
             m = outputs_.choose_all(sc.id, logits, m, alloc_, o_.check, s.tokens, rr.generated);
@@ -379,7 +382,7 @@ std::int64_t Scheduler::finish(ServeStep& rec, const MatrixRM& logits, Clock::ti
         ++n_finished_;
         if (o_.check) {
             const Clock::time_point t_check = Clock::now();
-            if (outputs_.width() > 1) outputs_.check(cfg_, *solo_, request(sc.id), sc.id, rr);
+            if (outputs_.width(sc.id) > 1) outputs_.check(cfg_, *solo_, request(sc.id), sc.id, rr);
             else check_against_solo(cfg_, *solo_, request(sc.id), s, outputs_.fresh_sampler(sc.id, 0), rr);
             s.logits = {};
             check_ns += ns_between(t_check, Clock::now());
@@ -409,7 +412,7 @@ void Scheduler::preempt(std::int64_t id, ServeStep& rec) {
     ++result_.preemptions;
     ++rec.n_preempted;
     // a request with several outputs (--n, --beam-width) is not swapped: its outputs start over from the prompt
-    if (host_ && outputs_.width() == 1 && s.n_computed > 0 && host_->fits(pool_, s.n_computed)) {
+    if (host_ && outputs_.width(id) == 1 && s.n_computed > 0 && host_->fits(pool_, s.n_computed)) {
         swap_out(id, rec);
         alloc_.release(id);
     } else {
@@ -418,7 +421,7 @@ void Scheduler::preempt(std::int64_t id, ServeStep& rec) {
         rr.recomputed_tokens += s.n_computed;
         rr.events.push_back({rec.step, ServeEventKind::preempted, s.n_computed});
         outputs_.release(id, alloc_, false, rr);
-        if (outputs_.width() > 1) {
+        if (outputs_.width(id) > 1) {
             s.tokens = request(id).prompt;
             rr.generated.clear();
         }

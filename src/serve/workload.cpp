@@ -17,7 +17,7 @@ namespace kvlab {
 namespace {
 
 // A request's own sampling keys (vLLM's per-request SamplingParams): "stop" (a string or an array of
-// non-empty strings), "ignore_eos" (true/false), "seed" (a whole number >= 0).
+// non-empty strings), "ignore_eos" (true/false), "seed" (a whole number >= 0), "n" (outputs, a whole number >= 1).
 template <class Fail>
 void read_sampling_keys(const nlohmann::json& j, ServeRequest& r, const Fail& fail) {
     if (j.contains("stop")) {
@@ -37,6 +37,11 @@ void read_sampling_keys(const nlohmann::json& j, ServeRequest& r, const Fail& fa
         if (!j["seed"].is_number_unsigned()) throw fail(fmt::format("\"seed\": {} is not a whole number >= 0", json_excerpt(j["seed"])));
         r.seed = j["seed"].get<std::uint64_t>();
     }
+    if (j.contains("n")) {
+        if (!j["n"].is_number_integer() || j["n"].get<std::int64_t>() < 1 || j["n"].get<std::int64_t>() > (1 << 20))
+            throw fail(fmt::format("\"n\": {} is not a whole number of outputs in 1..2^20", json_excerpt(j["n"])));
+        r.n = j["n"].get<std::int64_t>();
+    }
 }
 
 }  // namespace
@@ -52,10 +57,10 @@ std::vector<ServeRequest> read_workload(const std::string& path, const ModelConf
         const nlohmann::json j = parse_json(line, where);
         auto fail = [&](const std::string& what) { return FormatError(fmt::format("{}: {}", where, what)); };
         if (!j.is_object()) throw fail("expected one JSON object per line, e.g. {\"prompt\": \"Once upon a time\", \"max_tokens\": 32}");
-        static const std::set<std::string> keys{"prompt", "prompt_ids", "max_tokens", "arrival_step", "stop", "ignore_eos", "seed"};
+        static const std::set<std::string> keys{"prompt", "prompt_ids", "max_tokens", "arrival_step", "stop", "ignore_eos", "seed", "n"};
         for (const auto& item : j.items())
             if (!keys.contains(item.key()))
-                throw fail(fmt::format("unknown key {}; expected prompt or prompt_ids, max_tokens, and optionally arrival_step, stop, ignore_eos, seed",
+                throw fail(fmt::format("unknown key {}; expected prompt or prompt_ids, max_tokens, and optionally arrival_step, stop, ignore_eos, seed, n",
                                        quote(item.key())));
         ServeRequest r;
         if (j.contains("prompt") == j.contains("prompt_ids")) throw fail("expected exactly one of \"prompt\" (text) and \"prompt_ids\" (token ids)");

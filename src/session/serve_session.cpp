@@ -287,6 +287,9 @@ nlohmann::json serve_inputs(const ServeCommand& c, const ModelConfig& cfg, const
         inputs["host_bytes_per_s"] = p.runs.front().host_bytes_per_s;
     }
     add_outputs_inputs(inputs, c);
+    std::int64_t own_n = 0;  // the most outputs a workload line asks for itself ("n")
+    for (const ServeRequest& r : p.requests) own_n = std::max(own_n, r.n);
+    if (own_n > 0) inputs["request_n_max"] = own_n;
     return inputs;
 }
 

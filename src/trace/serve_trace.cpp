@@ -366,7 +366,7 @@ struct ServeTraceReader {
     // every output's first token), else 1.
     std::int64_t outputs_per_request() const {
         std::int64_t w = 1;
-        for (const char* key : {"n", "beam_width"})
+        for (const char* key : {"n", "beam_width", "request_n_max"})
             if (const auto it = t.inputs.find(key); it != t.inputs.end() && it->is_number_unsigned()) w = std::max(w, it->get<std::int64_t>());
         return std::min<std::int64_t>(w, std::int64_t{1} << 20);
     }

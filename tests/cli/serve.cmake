@@ -38,7 +38,7 @@ kvlab_expect(RC 0 ARGS ${small} --format json OUT "\"metric\": \"mean_utilizatio
 file(WRITE "${WORK}/ok.jsonl" "{\"prompt\": \"Once upon a time\", \"max_tokens\": 8}\n\n{\"prompt_ids\": [1, 403, 9], \"max_tokens\": 5, \"arrival_step\": 3}\n")
 kvlab_expect(RC 0 ARGS serve --workload ok.jsonl --threads 1 -q OUT "requests finished +2 / 2 +2 / 2" "tokens generated +13 +13")
 file(WRITE "${WORK}/bad.jsonl" "{\"prompt_ids\": [1, 2], \"max_tokens\": 4}\n{\"prompt_ids\": [1, 2], \"max_token\": 4}\n")
-kvlab_expect(RC 2 ARGS serve --workload bad.jsonl ERR "^kvlab: error: bad.jsonl:2: unknown key 'max_token'; expected prompt or prompt_ids, max_tokens, and optionally arrival_step, stop, ignore_eos, seed\n$")
+kvlab_expect(RC 2 ARGS serve --workload bad.jsonl ERR "^kvlab: error: bad.jsonl:2: unknown key 'max_token'; expected prompt or prompt_ids, max_tokens, and optionally arrival_step, stop, ignore_eos, seed, n\n$")
 file(WRITE "${WORK}/bad2.jsonl" "{\"prompt_ids\": [1, 2], \"max_tokens\": 0}\n")
 kvlab_expect(RC 2 ARGS serve --workload bad2.jsonl ERR "bad2.jsonl:1: \"max_tokens\" must be a whole number >= 1")
 file(WRITE "${WORK}/bad3.jsonl" "{\"prompt_ids\": [1, 99999], \"max_tokens\": 3}\n")

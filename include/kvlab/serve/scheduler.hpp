@@ -35,6 +35,7 @@ struct ServeRequest {
     std::optional<std::uint64_t> seed;  // its sampler's seed (output 0: this seed; output k: splitmix64(seed + k)); else from --seed
     std::vector<std::string> stop;      // its own stop strings, besides --stop (ServeOptions::stop_rule reads them)
     bool ignore_eos = false;            // it runs past end-of-text (as --ignore-eos)
+    std::int64_t n = 0;                 // its own outputs (vLLM's per-request n); 0: ServeOptions' n
 };
 
 // Why an output stopped generating: it reached max_tokens, it wrote an end-of-text token (which counts as
