@@ -469,6 +469,9 @@ Report serve_outcome(const PreparedServe& p, const std::vector<ServeResult>& res
             break;
         }
     if (!p.command.plot.empty() && any_step) report.notes.push_back("chart written to " + p.command.plot);
+    if (p.command.beam_width > 1 && !p.runs.empty() && p.runs.front().stop_rule)
+        report.notes.push_back("beam search: every beam ran to max_tokens; end-of-text and stop strings stop sampled and greedy outputs only "
+                               "(docs/serving.md, 'Stopping early')");
     return report;
 }
 

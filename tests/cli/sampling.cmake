@@ -54,6 +54,9 @@ kvlab_expect(RC 0 ARGS ${serve_llama2c} --n 3 --check -f csv
 # request 2's story reaches "Zoe loved her blue" (above) within its 36 tokens, request 1 still stops first
 kvlab_expect(RC 0 ARGS ${serve_llama2c} --ignore-eos --stop "blue" -f csv
              OUT "\n0,0,5,252,252,0,251,[^\n]*,length\n1,0,5,36,13,0,12,[^\n]*,stop\n2,0,5,36,3[0-5],0,[^\n]*,stop\n")
+# beams run to max_tokens: the stop rules do not apply to them, and the report says so
+kvlab_expect(RC 0 ARGS ${serve_llama2c} --beam-width 2 -f csv OUT "\n1,0,5,36,36,0,35,[^\n]*,length,2,")
+kvlab_expect(RC 0 ARGS ${serve_llama2c} --beam-width 2 OUT "\nbeam search: every beam ran to max_tokens; end-of-text and stop strings")
 # refusals: exit 2, one line naming the flag or the file's line
 kvlab_expect(RC 2 ARGS serve --model stories260k --requests 2 --stop x ERR "^kvlab: error: --stop: stop strings are matched in the text, which needs --tokenizer")
 file(WRITE "${WORK}/empty-stop.jsonl" "{\"prompt\": \"Once\", \"max_tokens\": 4, \"stop\": [\"\"]}\n")
