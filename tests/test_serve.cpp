@@ -17,6 +17,7 @@
 #include "kvlab/serve/scheduler.hpp"
 #include "report/serve_report.hpp"
 #include "session/serve_session.hpp"
+#include "reference_models.hpp"
 #include "sim_configs.hpp"
 #include "test_paths.hpp"
 
@@ -214,19 +215,12 @@ TEST_CASE("A sequence's rows in the pool: a windowed model keeps a ring of its w
 }
 
 TEST_CASE("Serving the trained models writes PyTorch's greedy text for every request at once, preempted or not") {
-    std::ifstream in(std::filesystem::path(kvlab::test::models_dir) / "reference.json");
-    REQUIRE(in);
-    const nlohmann::json ref = nlohmann::json::parse(in);
-    for (const auto& item : ref.at("models").items()) {
+    for (const auto& item : test::reference_json().at("models").items()) {
         const std::string name = item.key();
         CAPTURE(name);
-        const LoadedModel model = load_checkpoint(std::filesystem::path(kvlab::test::models_dir) / item.value().at("checkpoint").get<std::string>());
-        std::vector<ServeRequest> reqs;
+        const LoadedModel model = test::reference_checkpoint(item.value());
         std::vector<std::vector<TokenId>> want;
-        for (const auto& p : item.value().at("prompts")) {
-            want.push_back(p.at("greedy_ids").get<std::vector<TokenId>>());
-            reqs.push_back({p.at("ids").get<std::vector<TokenId>>(), std::ssize(want.back()), 0});
-        }
+        std::vector<ServeRequest> reqs = test::greedy_requests(item.value(), want);
         // the third prompt again, later: with a prefix cache of 3-row blocks its 9 tokens are all cached
         reqs.push_back({reqs[2].prompt, reqs[2].max_tokens, 20});
         want.push_back(want[2]);

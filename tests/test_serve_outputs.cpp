@@ -19,6 +19,7 @@
 #include "kvlab/model/reference.hpp"
 #include "kvlab/serve/scheduler.hpp"
 #include "kvlab/weights/random_weights.hpp"
+#include "reference_models.hpp"
 #include "sim_configs.hpp"
 #include "test_paths.hpp"
 
@@ -148,12 +149,9 @@ TEST_CASE("Beam search in serve equals a plain-loop beam search over the referen
 }
 
 TEST_CASE("Beam search on the trained models writes PyTorch's beams (models/reference.json)") {
-    std::ifstream in(std::filesystem::path(kvlab::test::models_dir) / "reference.json");
-    REQUIRE(in);
-    const nlohmann::json ref = nlohmann::json::parse(in);
-    for (const auto& item : ref.at("models").items()) {
+    for (const auto& item : test::reference_json().at("models").items()) {
         CAPTURE(item.key());
-        const LoadedModel model = load_checkpoint(std::filesystem::path(kvlab::test::models_dir) / item.value().at("checkpoint").get<std::string>());
+        const LoadedModel model = test::reference_checkpoint(item.value());
         std::vector<ServeRequest> reqs;
         for (const auto& p : item.value().at("prompts")) {
             const nlohmann::json& bs = p.at("beam_search");

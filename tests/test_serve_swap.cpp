@@ -16,6 +16,7 @@
 #include "serve/swap.hpp"
 #include "session/serve_session.hpp"
 #include "sim_configs.hpp"
+#include "reference_models.hpp"
 #include "test_paths.hpp"
 
 using namespace kvlab;
@@ -40,18 +41,11 @@ std::int64_t swapped_tokens(const ServeResult& r) {
 }  // namespace
 
 TEST_CASE("serve --preempt swap: the trained models still write PyTorch's greedy text, every preemption swapped out and back in") {
-    std::ifstream in(std::filesystem::path(kvlab::test::models_dir) / "reference.json");
-    REQUIRE(in);
-    const nlohmann::json ref = nlohmann::json::parse(in);
-    for (const auto& item : ref.at("models").items()) {
+    for (const auto& item : test::reference_json().at("models").items()) {
         CAPTURE(item.key());
-        const LoadedModel model = load_checkpoint(std::filesystem::path(kvlab::test::models_dir) / item.value().at("checkpoint").get<std::string>());
-        std::vector<ServeRequest> reqs;
+        const LoadedModel model = test::reference_checkpoint(item.value());
         std::vector<std::vector<TokenId>> want;
-        for (const auto& p : item.value().at("prompts")) {
-            want.push_back(p.at("greedy_ids").get<std::vector<TokenId>>());
-            reqs.push_back({p.at("ids").get<std::vector<TokenId>>(), std::ssize(want.back()), 0});
-        }
+        const std::vector<ServeRequest> reqs = test::greedy_requests(item.value(), want);
         // prompts of 5, 16 and 9 tokens, 64 generated each: a 160-row pool of 4-row blocks preempts
         ServeOptions o;
         o.pool = {KvLayout::paged, 160, 4, false};
