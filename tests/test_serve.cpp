@@ -215,7 +215,8 @@ TEST_CASE("A sequence's rows in the pool: a windowed model keeps a ring of its w
 }
 
 TEST_CASE("Serving the trained models writes PyTorch's greedy text for every request at once, preempted or not") {
-    for (const auto& item : test::reference_json().at("models").items()) {
+    const nlohmann::json ref = test::reference_json();  // kept alive: the loop iterates into it
+    for (const auto& item : ref.at("models").items()) {
         const std::string name = item.key();
         CAPTURE(name);
         const LoadedModel model = test::reference_checkpoint(item.value());

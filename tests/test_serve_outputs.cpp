@@ -149,7 +149,8 @@ TEST_CASE("Beam search in serve equals a plain-loop beam search over the referen
 }
 
 TEST_CASE("Beam search on the trained models writes PyTorch's beams (models/reference.json)") {
-    for (const auto& item : test::reference_json().at("models").items()) {
+    const nlohmann::json ref = test::reference_json();  // kept alive: the loop iterates into it
+    for (const auto& item : ref.at("models").items()) {
         CAPTURE(item.key());
         const LoadedModel model = test::reference_checkpoint(item.value());
         std::vector<ServeRequest> reqs;

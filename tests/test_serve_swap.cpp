@@ -41,7 +41,8 @@ std::int64_t swapped_tokens(const ServeResult& r) {
 }  // namespace
 
 TEST_CASE("serve --preempt swap: the trained models still write PyTorch's greedy text, every preemption swapped out and back in") {
-    for (const auto& item : test::reference_json().at("models").items()) {
+    const nlohmann::json ref = test::reference_json();  // kept alive: the loop iterates into it
+    for (const auto& item : ref.at("models").items()) {
         CAPTURE(item.key());
         const LoadedModel model = test::reference_checkpoint(item.value());
         std::vector<std::vector<TokenId>> want;
