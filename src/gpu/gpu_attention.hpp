@@ -1,7 +1,9 @@
 // Decode attention timed on a CUDA GPU: the cached step (read the KV cache) against the uncached step
 // (recompute K and V from hidden states with a GEMM, then attend). The core and the CLI see the CUDA
 // code only through this header; builds without CUDA link src/gpu/gpu_attention_nocuda.cpp instead.
-// Non-goals: a full forward pass on the GPU, paged caches, training.
+// K and V live contiguously or in a paged pool (a block table per sequence, as vLLM's PagedAttention), in
+// the query's dtype or as fp8 e4m3 with one scale per tensor. Non-goals: a full forward pass on the GPU,
+// training.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -37,7 +39,26 @@ struct GpuAttentionProblem {
     std::int64_t n_tokens = 0;    // T cached positions each query attends to
     DType dtype = DType::fp16;    // storage of q, K, V, X, W and out: fp16 or bf16; arithmetic is fp32
     GpuAttentionKernel kernel = GpuAttentionKernel::automatic;
+    // Where the cached K and V rows live: 0 for one contiguous (B, T, Hkv*D) array per tensor; else the
+    // tokens per block of a paged pool (B * ceil(T / block_size) blocks of (block_size, Hkv*D) rows, one pool
+    // for K and one for V), each sequence's blocks named by an int32 block table (B, ceil(T / block_size)).
+    std::int64_t block_size = 0;
+    // K and V stored as fp8 e4m3 (1 byte a value) with one fp32 scale for all of K and one for V
+    // (value = code * scale), dequantized in the kernel; q and out stay in `dtype`. Cached path only.
+    bool kv_fp8 = false;
 };
+
+// Block sizes a paged cache takes: powers of two from 16 (the tensor-core kernel's 16-token chunks then
+// never straddle a block) to 1024.
+inline constexpr std::int64_t gpu_attention_min_block = 16;
+inline constexpr std::int64_t gpu_attention_max_block = 1024;
+// "contiguous", or "paged N" for N tokens per block.
+std::string gpu_attention_layout_name(std::int64_t block_size);
+// Bytes of one stored K or V value: 1 for fp8, else the dtype's 2.
+std::uint64_t gpu_attention_kv_value_bytes(const GpuAttentionProblem& problem);
+// Whether the uncached step (K, V recomputed by a GEMM in the dtype, in a contiguous layout) is timed and
+// checked beside the cached one: for contiguous 16-bit caches only.
+bool gpu_attention_has_uncached(const GpuAttentionProblem& problem);
 
 enum class GpuAttentionPath { cached, uncached };
 std::string_view gpu_attention_path_name(GpuAttentionPath path);
@@ -46,14 +67,15 @@ std::string_view gpu_attention_path_name(GpuAttentionPath path);
 inline constexpr std::int64_t gpu_attention_max_d_head = 256;
 
 // Throws UsageError naming `flag_hint` when the kernel cannot run the problem (dtype, D, H % Hkv; D 64 or
-// 128 when tensor cores are asked for). Whether the device has them is checked where it runs.
+// 128 when tensor cores are asked for; block size). Whether the device has them is checked where it runs.
 void validate_gpu_attention_problem(const GpuAttentionProblem& problem, std::string_view flag_hint);
 
 // Counts from the shapes (a multiply-add is 2 FLOPs). Bytes are the fewest each step must move through
 // device memory: every input read once, every output written once.
 struct GpuAttentionCost {
-    std::uint64_t kv_bytes = 0;           // K and V read by attention: B*T*Hkv*D*2*b
-    std::uint64_t cached_bytes = 0;       // kv_bytes + q B*H*D*b + out B*H*D*b
+    std::uint64_t kv_bytes = 0;           // K and V read by attention: B*T*Hkv*D*2*bkv (bkv 1 for fp8, else b)
+    std::uint64_t table_bytes = 0;        // paged: the block table read, B*ceil(T/block)*4; contiguous: 0
+    std::uint64_t cached_bytes = 0;       // kv_bytes + table_bytes + q B*H*D*b + out B*H*D*b
     std::uint64_t uncached_bytes = 0;     // X B*T*d*b + W d*2*Hkv*D*b + K,V written then read + q + out
     double cached_flops = 0;              // attention: 4*B*H*D*T (q.k and p.v, 2*H*D*T each)
     double uncached_flops = 0;            // GEMM 2*(B*T)*d*(2*Hkv*D) + attention
@@ -73,10 +95,18 @@ float round_to_dtype(float x, DType dtype);
 // Host copies of one problem's inputs, every value exactly representable in the problem's dtype.
 struct GpuAttentionInputs {
     std::vector<float> q;      // (B, H*D)
-    std::vector<float> k;      // (B, T, Hkv*D) cached keys
-    std::vector<float> v;      // (B, T, Hkv*D) cached values
+    std::vector<float> k;      // (B, T, Hkv*D) cached keys; with kv_fp8 their decoded values, code * k_scale
+    std::vector<float> v;      // (B, T, Hkv*D) cached values; with kv_fp8 code * v_scale
     std::vector<float> x;      // (B, T, d) hidden states the uncached step projects
     std::vector<float> w_kv;   // (d, 2*Hkv*D): [W_k | W_v], row-major
+    // kv_fp8: the e4m3 codes of k and v (B, T, Hkv*D) and their per-tensor scales
+    std::vector<std::uint8_t> k_fp8;
+    std::vector<std::uint8_t> v_fp8;
+    float k_scale = 1.0f;
+    float v_scale = 1.0f;
+    // paged: block_table[b * n_blocks + j] is the pool block that holds tokens j*block .. j*block+block-1
+    // of sequence b (n_blocks = ceil(T / block)); a permutation of 0 .. B*n_blocks-1
+    std::vector<std::int32_t> block_table;
 };
 
 struct GpuAttentionOutputs {
@@ -97,6 +127,9 @@ struct GpuAttentionCheck {
     double max_abs_error = 0;
     double tolerance = 0;
     bool passed = false;
+    // kv_fp8 (cached path): max |out - reference over the unquantized K, V|, what storing the cache in
+    // fp8 cost the output (NaN otherwise). Reported, not checked: it is the format's error, not the kernel's.
+    double fp8_error = 0;
 };
 // Tolerance on |out - ref| for outputs of magnitude <= max_abs_ref: 2 units in the last place of the
 // dtype at max(1, max_abs_ref) (fp16 2^-10, bf16 2^-7), covering the output's own rounding plus fp32
@@ -104,6 +137,9 @@ struct GpuAttentionCheck {
 double gpu_attention_tolerance(DType dtype, double max_abs_ref);
 // Runs both paths on small random problems with `shape_of`'s H, Hkv, D and dtype (hidden min(d, 128);
 // T = 1, 300 and 1300, the last also with T unsplit), against the CPU reference on the same rounded inputs.
+// With a block size, K and V go to a paged pool through a shuffled block table; with kv_fp8 they are
+// quantized on the host as the CPU KV cache does (scale = amax / 448, code = e4m3(x * (1 / scale))) and
+// the reference reads the decoded values. The uncached path is checked for contiguous 16-bit caches only.
 // Throws UnavailableError without CUDA or a device.
 std::vector<GpuAttentionCheck> gpu_attention_check(const GpuAttentionProblem& shape_of, std::uint64_t seed);
 
@@ -131,10 +167,13 @@ struct GpuTiming {
 bool cuda_built();
 // Device 0. Throws UnavailableError when this build has no CUDA or no device is present.
 CudaDevice cuda_device();
-// Runs both paths once on `inputs`; n_split 0 picks the split count as timing does.
+// Runs both paths once on `inputs` (the cached path only for paged or fp8 caches: out_uncached stays empty);
+// n_split 0 picks the split count as timing does.
 GpuAttentionOutputs gpu_attention_run(const GpuAttentionProblem& problem, const GpuAttentionInputs& inputs,
                                       int n_split);
-// Times one path on device-generated random inputs; L2 is flushed before every repeat.
+// Times one path on device-generated random inputs; L2 is flushed before every repeat. A paged cache's
+// block table is a shuffled permutation of the pool, as a pool fragments. Throws UsageError for the
+// uncached path of a paged or fp8 cache.
 GpuTiming gpu_attention_time(const GpuAttentionProblem& problem, GpuAttentionPath path, int n_warmup,
                              int n_repeat);
 // Times a device-to-device copy of `bytes` (the bandwidth reference: 2*bytes moved per copy).
