@@ -2,8 +2,15 @@
 // CPU reference only where a CUDA device is present (elsewhere the device test says why it skipped).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <numeric>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "kvlab/core/error.hpp"
 #include "gpu/gpu_attention.hpp"
@@ -45,6 +52,161 @@ TEST_CASE("The cached and uncached step costs of a Llama-3-8B layer at batch 64 
     CHECK(c.uncached_bytes == 8607760384ull);
     CHECK(c.uncached_flops == 8804682956800.0);  // GEMM 2*(64*8192)*4096*(2*1024) + attention 4*64*32*128*8192
     CHECK(c.uncached_device_bytes > c.cached_device_bytes);
+}
+
+TEST_CASE("fp8 KV halves the bytes K and V move; a paged cache adds its block table and pads its last blocks") {
+    GpuAttentionProblem fp8 = llama3_8b_problem();
+    fp8.kv_fp8 = true;
+    const GpuAttentionCost c8 = gpu_attention_cost(fp8);
+    CHECK(c8.kv_bytes == 1073741824ull);      // 64 B * 8192 T * 8 Hkv * 128 D * 2 (K,V) * 1 B = 2^30 = 1 GiB
+    CHECK(c8.table_bytes == 0);               // contiguous
+    CHECK(c8.cached_bytes == 1074790400ull);  // + q and out in fp16, 512 KiB each: 2^30 + 2^20
+    CHECK(c8.uncached_bytes == 8607760384ull);  // the uncached step writes K, V in fp16 whatever the cache stores
+    const GpuAttentionCost c16 = gpu_attention_cost(llama3_8b_problem());
+    GpuAttentionProblem paged = llama3_8b_problem();
+    paged.block_size = 16;
+    const GpuAttentionCost cp = gpu_attention_cost(paged);
+    CHECK(cp.table_bytes == 131072ull);  // 64 sequences * 8192 / 16 = 512 blocks each * 4 B
+    CHECK(cp.kv_bytes == c16.kv_bytes);
+    CHECK(cp.cached_bytes == 2148663296ull);  // 2148532224 + 131072
+    // 8192 is 512 whole blocks: no padding, the pool is the cache, the device holds the table besides
+    CHECK(cp.cached_device_bytes == c16.cached_device_bytes + 131072ull);
+    CHECK(cp.uncached_bytes == c16.uncached_bytes);
+    CHECK(cp.uncached_device_bytes == c16.uncached_device_bytes);
+
+    // T 1000, block 64: ceil(1000 / 64) = 16 blocks a sequence, the last holding 1000 - 15*64 = 40 tokens
+    GpuAttentionProblem contiguous = llama3_8b_problem();
+    contiguous.n_tokens = 1000;
+    paged = contiguous;
+    paged.block_size = 64;
+    const GpuAttentionCost a = gpu_attention_cost(contiguous);
+    const GpuAttentionCost b = gpu_attention_cost(paged);
+    CHECK(b.table_bytes == 4096ull);                   // 64 * 16 * 4 B
+    CHECK(b.kv_bytes == 262144000ull);                 // 64 * 1000 tokens * (8*128*2*2 = 4096 B a token)
+    CHECK(b.cached_bytes == a.cached_bytes + 4096ull);  // the step reads only the 1000 real rows (and the table)
+    // the pool holds 64 * 16 * 64 = 65536 rows: 64 * 24 padding rows * 4096 B = 6291456 B more, + the table
+    CHECK(b.cached_device_bytes == a.cached_device_bytes + 6291456ull + 4096ull);
+    paged.kv_fp8 = true;
+    contiguous.kv_fp8 = true;
+    // 2048 B a token in fp8: padding 64 * 24 * 2048 = 3145728 B, + the same 4096 B table
+    CHECK(gpu_attention_cost(paged).cached_device_bytes == gpu_attention_cost(contiguous).cached_device_bytes + 3145728ull + 4096ull);
+}
+
+TEST_CASE("Paged caches take power-of-two blocks of 16 to 1024 tokens; layouts and KV storage are named") {
+    GpuAttentionProblem p = llama3_8b_problem();
+    for (const std::int64_t block : {0, 16, 64, 128, 1024}) {
+        p.block_size = block;
+        CHECK_NOTHROW(validate_gpu_attention_problem(p, "--block-size"));
+    }
+    for (const std::int64_t block : {8, 24, 2048, -16}) {  // below 16, not a power of two, above 1024, negative
+        p.block_size = block;
+        CHECK_THROWS_WITH_AS(validate_gpu_attention_problem(p, "--block-size"),
+                             doctest::Contains(fmt::format("--block-size: block size {} is not supported; expected a "
+                                                           "power of two from 16 to 1024", block).c_str()),
+                             UsageError);
+    }
+    CHECK(gpu_attention_layout_name(0) == "contiguous");
+    CHECK(gpu_attention_layout_name(16) == "paged 16");
+    CHECK(gpu_attention_layout_name(128) == "paged 128");
+    p = llama3_8b_problem();
+    CHECK(gpu_attention_kv_value_bytes(p) == 2);
+    CHECK(gpu_attention_has_uncached(p));
+    p.dtype = DType::bf16;
+    p.kv_fp8 = true;
+    CHECK_NOTHROW(validate_gpu_attention_problem(p, "--kv-dtype"));  // fp8 K, V with a bf16 query
+    CHECK(gpu_attention_kv_value_bytes(p) == 1);
+    CHECK_FALSE(gpu_attention_has_uncached(p));
+    p.kv_fp8 = false;
+    p.block_size = 64;
+    CHECK_FALSE(gpu_attention_has_uncached(p));
+}
+
+TEST_CASE("The check quantizes K and V to fp8 e4m3 with one scale per tensor, as the CPU KV cache does") {
+    // amax 3.5: scale = 3.5 / 448 = 2^-7 exactly (448 = 3.5 * 128), so x / scale = x * 128 exactly.
+    // e4m3 is 1 sign, 4 exponent (bias 7), 3 mantissa bits; value 1.mmm * 2^(e-7), subnormals 0.mmm * 2^-6.
+    std::vector<float> values = {3.5f, 1.75f, -3.5f, 1.0f, 0.3f, 0.296875f, std::ldexp(1.0f, -16), 0.0f};
+    std::vector<std::uint8_t> codes;
+    const float scale = gpu_attention_quantize_fp8(values, codes);
+    CHECK(scale == std::ldexp(1.0f, -7));
+    REQUIRE(codes.size() == 8);
+    CHECK(codes[0] == 0x7E);  // 448 = 1.75 * 2^8: exponent 8 + 7 = 15 = 1111, mantissa .75 = 110: 0 1111 110
+    CHECK(codes[1] == 0x76);  // 224 = 1.75 * 2^7: 0 1110 110
+    CHECK(codes[2] == 0xFE);  // -448: the sign bit set on 0x7E
+    CHECK(codes[3] == 0x70);  // 128 = 1.0 * 2^7: 0 1110 000
+    // 0.3 * 128 = 38.4 = 1.2 * 2^5: mantissa 1.2 is nearer 1.25 (010) than 1.125 (001): 0 1100 010, value 40
+    CHECK(codes[4] == 0x62);
+    // 0.296875 * 128 = 38 = 1.1875 * 2^5, halfway between 1.125 (001, odd) and 1.25 (010, even): ties to even, 40
+    CHECK(codes[5] == 0x62);
+    CHECK(codes[6] == 0x01);  // 2^-16 * 128 = 2^-9 = 0.001 * 2^-6, the smallest subnormal
+    CHECK(codes[7] == 0x00);
+    // the values are replaced by what the kernel reads: code value * scale
+    CHECK(values[0] == 3.5f);
+    CHECK(values[1] == 1.75f);
+    CHECK(values[2] == -3.5f);
+    CHECK(values[3] == 1.0f);
+    CHECK(values[4] == 0.3125f);  // 40 / 128
+    CHECK(values[5] == 0.3125f);
+    CHECK(values[6] == std::ldexp(1.0f, -16));
+    CHECK(values[7] == 0.0f);
+    std::vector<float> zeros(5, 0.0f);  // no amax: scale 1, as the CPU cache's amax_to_scale
+    CHECK(gpu_attention_quantize_fp8(zeros, codes) == 1.0f);
+    CHECK(codes == std::vector<std::uint8_t>(5, 0));
+}
+
+TEST_CASE("The check's block table names every pool block once, shuffled") {
+    // 2 sequences of 19 blocks (T 300 at block 16: ceil(300 / 16) = 19), small pools of 4 blocks, and 2
+    // blocks (B 2, T 1), which a shuffle leaves in order half the time
+    for (const auto& [n_batch, n_blocks] : {std::pair<std::int64_t, std::int64_t>{2, 19}, {1, 4}, {2, 2}, {4, 1}, {2, 1}})
+        for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+            const std::vector<std::int32_t> table = gpu_attention_block_table(n_batch, n_blocks, seed);
+            std::vector<std::int32_t> identity(static_cast<std::size_t>(n_batch * n_blocks));
+            std::iota(identity.begin(), identity.end(), 0);
+            INFO("B=" << n_batch << " blocks=" << n_blocks << " seed=" << seed);
+            CHECK(table != identity);  // never in order (1 in 24 shuffles of 4 blocks are, seed 7's for one)
+            std::vector<std::int32_t> sorted = table;
+            std::sort(sorted.begin(), sorted.end());
+            CHECK(sorted == identity);  // a permutation: every block exactly once
+        }
+    // shuffled, not just moved: seeds give different tables (38 blocks: 38! orders)
+    CHECK(gpu_attention_block_table(2, 19, 1) != gpu_attention_block_table(2, 19, 2));
+    CHECK(gpu_attention_block_table(3, 5, 9) == gpu_attention_block_table(3, 5, 9));  // seeded
+    CHECK(gpu_attention_block_table(0, 5, 9).empty());
+    CHECK(gpu_attention_block_table(1, 1, 9) == std::vector<std::int32_t>{0});
+    CHECK_THROWS_AS(gpu_attention_block_table(65535, 65536, 1), UsageError);  // 2^32 - 2^16 blocks exceed int32
+}
+
+TEST_CASE("gpu attention refuses bad layouts, block sizes and KV dtypes before the device is touched") {
+    GpuAttentionRequest r;
+    r.n_head = 8;
+    r.n_head_kv = 2;
+    r.d_head = 64;
+    r.batch = "2";
+    r.context = "300";
+    auto refused = [&](GpuAttentionRequest req, const std::string& message) {
+        CHECK_THROWS_WITH_AS(run_gpu_attention(req), doctest::Contains(message.c_str()), UsageError);
+    };
+    GpuAttentionRequest bad = r;
+    bad.block_size = "16,24";
+    refused(bad, "--block-size: block size 24 is not supported");
+    bad = r;
+    bad.kv_layout = "contiguous,ring";
+    refused(bad, "--kv-layout 'ring': expected contiguous or paged");
+    bad = r;
+    bad.kv_dtype = "int4";
+    refused(bad, "--kv-dtype 'int4': expected dtype (the --dtype), fp16, bf16, fp8_e4m3 or fp8");
+    bad = r;
+    bad.kv_dtype = "bf16";  // the query is fp16
+    refused(bad, "--kv-dtype bf16: K and V are stored in the --dtype or in fp8_e4m3, and --dtype fp16 is not bf16");
+    bad.dtype = "bf16,fp16";
+    refused(bad, "and --dtype fp16 is not bf16");
+    std::string why;
+    if (device_present(why)) return;
+    // Valid paged and fp8 requests get as far as the device.
+    GpuAttentionRequest good = r;
+    good.kv_layout = "contiguous,paged";
+    good.block_size = "16,64,128";
+    good.kv_dtype = "dtype,fp8,fp16,fp8_e4m3";  // fp16 = the --dtype, fp8_e4m3 = fp8
+    CHECK_THROWS_AS(run_gpu_attention(good), UnavailableError);
 }
 
 TEST_CASE("The cost of an fp16 step does not depend on the hidden size for the cached path") {

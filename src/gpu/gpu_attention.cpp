@@ -6,7 +6,10 @@
 #include <charconv>
 #include <climits>
 #include <cmath>
+#include <cstdint>
+#include <numeric>
 #include <random>
+#include <utility>
 
 #include <Eigen/Core>
 #include <fmt/format.h>
@@ -15,6 +18,7 @@
 #include "kvlab/core/checked.hpp"
 #include "kvlab/core/text.hpp"
 #include "kvlab/core/error.hpp"
+#include "kvlab/kv/kv_format.hpp"
 
 namespace kvlab {
 
@@ -30,6 +34,18 @@ constexpr std::uint64_t split_tokens = 64;
 std::uint64_t u64(std::int64_t value) { return static_cast<std::uint64_t>(value); }
 
 }  // namespace
+
+std::string gpu_attention_layout_name(std::int64_t block_size) {
+    return block_size == 0 ? std::string("contiguous") : fmt::format("paged {}", block_size);
+}
+
+std::uint64_t gpu_attention_kv_value_bytes(const GpuAttentionProblem& problem) {
+    return problem.kv_fp8 ? 1 : row_bytes(problem.dtype, 1);
+}
+
+bool gpu_attention_has_uncached(const GpuAttentionProblem& problem) {
+    return problem.block_size == 0 && !problem.kv_fp8;
+}
 
 std::string_view gpu_attention_path_name(GpuAttentionPath path) {
     return path == GpuAttentionPath::cached ? "cached" : "uncached";
@@ -55,6 +71,12 @@ void validate_gpu_attention_problem(const GpuAttentionProblem& p, std::string_vi
     if (p.dtype != DType::fp16 && p.dtype != DType::bf16)
         throw UsageError(fmt::format("{}: dtype {} is not supported on the GPU path; expected fp16 or bf16",
                                      flag_hint, dtype_name(p.dtype)));
+    // 16 and up: the tensor-core kernel's 16-token chunks never straddle a block; powers of two: a token's
+    // block and row are a shift and a mask.
+    if (p.block_size != 0 && (p.block_size < gpu_attention_min_block || p.block_size > gpu_attention_max_block ||
+                              (p.block_size & (p.block_size - 1)) != 0))
+        throw UsageError(fmt::format("{}: block size {} is not supported; expected a power of two from {} to {} tokens",
+                                     flag_hint, p.block_size, gpu_attention_min_block, gpu_attention_max_block));
     const AttentionShape& s = p.shape;
     if (s.n_head < 1 || s.n_head_kv < 1 || s.d_head < 1 || s.n_head % s.n_head_kv != 0)
         throw UsageError(fmt::format("{}: heads {} / KV heads {} / head dim {}: expected positive numbers with "
@@ -84,16 +106,30 @@ GpuAttentionCost gpu_attention_cost(const GpuAttentionProblem& p) {
     const std::uint64_t b = row_bytes(p.dtype, 1);
     const std::uint64_t d_kv = checked_mul(u64(p.shape.n_head_kv), u64(p.shape.d_head), "KV width");
     const std::uint64_t rows = checked_mul(u64(p.n_batch), u64(p.n_tokens), "batch x context");
+    // K and V of one token as stored (1-byte values for fp8), and of the contiguous 16-bit cache the
+    // uncached step writes in the dtype whatever the cached step's storage.
+    const std::uint64_t kv_row = checked_mul(d_kv, 2 * gpu_attention_kv_value_bytes(p), "KV row bytes");
+    const std::uint64_t kv_dtype_bytes = checked_mul(checked_mul(rows, d_kv, "KV values"), 2 * b, "KV bytes");
     GpuAttentionCost c;
-    c.kv_bytes = checked_mul(checked_mul(rows, d_kv, "KV values"), 2 * b, "KV bytes");
+    c.kv_bytes = checked_mul(rows, kv_row, "KV bytes");
+    std::uint64_t pool_bytes = c.kv_bytes;  // contiguous: the cache itself
+    if (p.block_size > 0) {
+        // B * ceil(T / block) blocks, each sequence's last one padded: the pool holds the padding rows, the
+        // step reads only the T real rows of each sequence (and the table).
+        const std::uint64_t n_blocks =
+            checked_mul(u64(p.n_batch), ceil_div(u64(p.n_tokens), u64(p.block_size)), "pool blocks");
+        c.table_bytes = checked_mul(n_blocks, sizeof(std::int32_t), "block table bytes");
+        pool_bytes = checked_mul(checked_mul(n_blocks, u64(p.block_size), "pool rows"), kv_row, "pool bytes");
+    }
     const std::uint64_t q_bytes =
         checked_mul(checked_mul(checked_mul(u64(p.n_batch), u64(p.shape.n_head), "query heads"), u64(p.shape.d_head), "query values"),
                     b, "query bytes");
-    c.cached_bytes = checked_add(c.kv_bytes, 2 * q_bytes, "cached step bytes");  // q read + out written, same size
+    // q read + out written, same size
+    c.cached_bytes = checked_add(checked_add(c.kv_bytes, c.table_bytes, "cached step bytes"), 2 * q_bytes, "cached step bytes");
     const std::uint64_t x_bytes = checked_mul(checked_mul(rows, u64(p.d_model), "hidden values"), b, "hidden bytes");
     const std::uint64_t w_bytes = checked_mul(checked_mul(u64(p.d_model), 2 * d_kv, "W_kv values"), b, "W_kv bytes");
     c.uncached_bytes = checked_add(checked_add(x_bytes, w_bytes, "uncached step bytes"),
-                                   checked_add(checked_mul(c.kv_bytes, 2, "uncached step bytes"), 2 * q_bytes,
+                                   checked_add(checked_mul(kv_dtype_bytes, 2, "uncached step bytes"), 2 * q_bytes,
                                                "uncached step bytes"),
                                    "uncached step bytes");
     const double attention_flops = 4.0 * static_cast<double>(p.n_batch) * static_cast<double>(p.shape.n_head) *
@@ -106,10 +142,13 @@ GpuAttentionCost gpu_attention_cost(const GpuAttentionProblem& p) {
         checked_mul(checked_mul(u64(p.n_batch), u64(p.shape.n_head), "partials"), ceil_div(u64(p.n_tokens), split_tokens),
                     "partials"),
         (u64(p.shape.d_head) + 2) * 4, "partial bytes");
-    c.cached_device_bytes = checked_add(c.cached_bytes, partial_bytes, "cached device bytes");
-    // The uncached step holds X, W and the fused K|V it computes in place of the cache.
+    const std::uint64_t step_io = checked_add(2 * q_bytes, partial_bytes, "cached device bytes");
+    c.cached_device_bytes = checked_add(checked_add(pool_bytes, c.table_bytes, "cached device bytes"), step_io,
+                                        "cached device bytes");
+    // The uncached step holds X, W and the fused K|V it computes (contiguous, in the dtype) in place of the cache.
     c.uncached_device_bytes = checked_add(checked_add(x_bytes, w_bytes, "uncached device bytes"),
-                                          c.cached_device_bytes, "uncached device bytes");
+                                          checked_add(kv_dtype_bytes, step_io, "uncached device bytes"),
+                                          "uncached device bytes");
     return c;
 }
 
@@ -187,6 +226,7 @@ GpuAttentionCheck compare(GpuAttentionPath path, const GpuAttentionProblem& p, i
     c.n_tokens = p.n_tokens;
     c.d_model = p.d_model;
     c.n_split = n_split;
+    c.fp8_error = NAN;  // set by the caller for fp8 caches
     double max_abs_ref = 0;
     bool all_finite = got.size() == ref.size();
     for (std::size_t i = 0; i < ref.size() && all_finite; ++i) {
@@ -200,7 +240,81 @@ GpuAttentionCheck compare(GpuAttentionPath path, const GpuAttentionProblem& p, i
     return c;
 }
 
+// Uncached reference K, V (each (B, T, Hkv*D)): X W_kv in fp32, rounded to the dtype as the GEMM stores them.
+std::pair<std::vector<float>, std::vector<float>> uncached_kv(const GpuAttentionProblem& p, const GpuAttentionInputs& in) {
+    const std::int64_t d_kv = p.shape.n_head_kv * p.shape.d_head;
+    const std::int64_t rows = p.n_batch * p.n_tokens;
+    std::vector<float> kv(static_cast<std::size_t>(rows * 2 * d_kv), 0.0f);  // (B*T, 2*Hkv*D) = X (B*T, d) W (d, 2*Hkv*D)
+    for (std::int64_t r = 0; r < rows; ++r) {
+        float* kv_r = kv.data() + r * 2 * d_kv;
+        for (std::int64_t j = 0; j < p.d_model; ++j) {
+            const float x_rj = in.x[static_cast<std::size_t>(r * p.d_model + j)];
+            const float* w_j = in.w_kv.data() + j * 2 * d_kv;
+            for (std::int64_t col = 0; col < 2 * d_kv; ++col) kv_r[col] += x_rj * w_j[col];
+        }
+    }
+    std::vector<float> k(static_cast<std::size_t>(rows * d_kv));
+    std::vector<float> v(k.size());
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t j = 0; j < d_kv; ++j) {
+            k[static_cast<std::size_t>(r * d_kv + j)] = round_to_dtype(kv[static_cast<std::size_t>(r * 2 * d_kv + j)], p.dtype);
+            v[static_cast<std::size_t>(r * d_kv + j)] =
+                round_to_dtype(kv[static_cast<std::size_t>(r * 2 * d_kv + d_kv + j)], p.dtype);
+        }
+    return {std::move(k), std::move(v)};
+}
+
+// K and V as the problem stores them: fp8 codes and scales (in.k and in.v then hold the decoded values,
+// what the kernel reads) and, for a paged pool, a shuffled block table.
+void store_kv(const GpuAttentionProblem& p, GpuAttentionInputs& in, std::mt19937_64& rng) {
+    if (p.kv_fp8) {
+        in.k_scale = gpu_attention_quantize_fp8(in.k, in.k_fp8);
+        in.v_scale = gpu_attention_quantize_fp8(in.v, in.v_fp8);
+    }
+    if (p.block_size > 0)
+        in.block_table = gpu_attention_block_table(
+            p.n_batch, static_cast<std::int64_t>(ceil_div(u64(p.n_tokens), u64(p.block_size))), rng());
+}
+
+// max |got - ref|, infinity when a value is not finite or the sizes differ.
+double max_abs_difference(const std::vector<float>& got, const std::vector<float>& ref) {
+    if (got.size() != ref.size()) return INFINITY;
+    double worst = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+        if (!std::isfinite(got[i])) return INFINITY;
+        worst = std::max(worst, static_cast<double>(std::fabs(got[i] - ref[i])));
+    }
+    return worst;
+}
+
 }  // namespace
+
+float gpu_attention_quantize_fp8(std::vector<float>& values, std::vector<std::uint8_t>& codes) {
+    float amax = 0.0f;
+    for (const float x : values) amax = std::max(amax, std::fabs(x));
+    // src/kv/kv_cache.cpp's amax_to_scale and KvRowStore::write for a per-tensor fp8 e4m3 scale
+    const float scale = amax > 0.0f && std::isfinite(amax) ? amax / fp8_e4m3_max : 1.0f;
+    const float inv = 1.0f / scale;  // x * (1 / scale), as TensorRT-LLM and the CPU cache quantize
+    codes.resize(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i) {
+        codes[i] = fp8_e4m3_encode(values[i] * inv);
+        values[i] = fp8_e4m3_decode(codes[i]) * scale;
+    }
+    return scale;
+}
+
+std::vector<std::int32_t> gpu_attention_block_table(std::int64_t n_batch, std::int64_t n_blocks, std::uint64_t seed) {
+    if (n_batch < 0 || n_blocks < 0 || (n_batch > 0 && n_blocks > INT32_MAX / n_batch))
+        throw UsageError(fmt::format("block table: {} sequences x {} blocks do not fit int32 block numbers", n_batch, n_blocks));
+    std::vector<std::int32_t> table(static_cast<std::size_t>(n_batch * n_blocks));
+    std::iota(table.begin(), table.end(), 0);
+    std::mt19937_64 rng(seed);
+    std::shuffle(table.begin(), table.end(), rng);
+    // Never the identity (a 2-block pool shuffles into it half the time): a kernel that ignored the table
+    // would pass the check on it.
+    if (table.size() >= 2 && std::is_sorted(table.begin(), table.end())) std::rotate(table.begin(), table.begin() + 1, table.end());
+    return table;
+}
 
 std::vector<GpuAttentionCheck> gpu_attention_check(const GpuAttentionProblem& shape_of, std::uint64_t seed) {
     std::mt19937_64 rng(seed);
@@ -221,34 +335,20 @@ std::vector<GpuAttentionCheck> gpu_attention_check(const GpuAttentionProblem& sh
         probe.n_batch = kase.n_batch;
         probe.n_tokens = kase.n_tokens;
         validate_gpu_attention_problem(probe, "gpu attention check");
-        const CheckInputs c = random_inputs(shape_of, kase.n_batch, kase.n_tokens, rng);
+        CheckInputs c = random_inputs(shape_of, kase.n_batch, kase.n_tokens, rng);
         const GpuAttentionProblem& p = c.problem;
+        const std::vector<float> k_dtype = p.kv_fp8 ? c.in.k : std::vector<float>{};  // before fp8 rounding
+        const std::vector<float> v_dtype = p.kv_fp8 ? c.in.v : std::vector<float>{};
+        store_kv(p, c.in, rng);
         const GpuAttentionOutputs got = gpu_attention_run(p, c.in, kase.n_split);
         checks.push_back(compare(GpuAttentionPath::cached, p, got.n_split, got.out_cached,
                                  reference_outputs(p, c.in.q, c.in.k, c.in.v)));
-        // Uncached reference: K, V = X W_kv in fp32, rounded to the dtype as the GEMM stores them.
-        const std::int64_t d_kv = p.shape.n_head_kv * p.shape.d_head;
-        const std::int64_t rows = p.n_batch * p.n_tokens;
-        std::vector<float> kv(static_cast<std::size_t>(rows * 2 * d_kv), 0.0f);  // (B*T, 2*Hkv*D) = X (B*T, d) W (d, 2*Hkv*D)
-        for (std::int64_t r = 0; r < rows; ++r) {
-            float* kv_r = kv.data() + r * 2 * d_kv;
-            for (std::int64_t j = 0; j < p.d_model; ++j) {
-                const float x_rj = c.in.x[static_cast<std::size_t>(r * p.d_model + j)];
-                const float* w_j = c.in.w_kv.data() + j * 2 * d_kv;
-                for (std::int64_t col = 0; col < 2 * d_kv; ++col) kv_r[col] += x_rj * w_j[col];
-            }
-        }
-        std::vector<float> k(static_cast<std::size_t>(rows * d_kv));
-        std::vector<float> v(k.size());
-        for (std::int64_t r = 0; r < rows; ++r)
-            for (std::int64_t j = 0; j < d_kv; ++j) {
-                k[static_cast<std::size_t>(r * d_kv + j)] = round_to_dtype(kv[static_cast<std::size_t>(r * 2 * d_kv + j)], p.dtype);
-                v[static_cast<std::size_t>(r * d_kv + j)] =
-                    round_to_dtype(kv[static_cast<std::size_t>(r * 2 * d_kv + d_kv + j)], p.dtype);
-            }
+        checks.back().kernel = got.kernel;
+        if (p.kv_fp8) checks.back().fp8_error = max_abs_difference(got.out_cached, reference_outputs(p, c.in.q, k_dtype, v_dtype));
+        if (!gpu_attention_has_uncached(p)) continue;
+        const auto [k, v] = uncached_kv(p, c.in);
         checks.push_back(compare(GpuAttentionPath::uncached, p, got.n_split, got.out_uncached,
                                  reference_outputs(p, c.in.q, k, v)));
-        checks[checks.size() - 2].kernel = got.kernel;
         checks.back().kernel = got.kernel;
     }
     return checks;

@@ -143,6 +143,17 @@ double gpu_attention_tolerance(DType dtype, double max_abs_ref);
 // Throws UnavailableError without CUDA or a device.
 std::vector<GpuAttentionCheck> gpu_attention_check(const GpuAttentionProblem& shape_of, std::uint64_t seed);
 
+// The check's host-side storage steps, exposed for tests:
+// - Quantizes `values` to fp8 e4m3 with one scale for the whole tensor, as the CPU KV cache does
+//   (src/kv/kv_cache.cpp): scale = amax / 448 (1 when amax is 0 or not finite), code =
+//   fp8_e4m3_encode(x * (1 / scale)). Puts the codes in `codes`, replaces each value by its decoded
+//   value code * scale and returns the scale.
+float gpu_attention_quantize_fp8(std::vector<float>& values, std::vector<std::uint8_t>& codes);
+// - A block table for n_batch sequences of n_blocks blocks each: a permutation of 0 .. n_batch*n_blocks-1
+//   shuffled by std::mt19937_64(seed), as a pool that has been allocated from and freed for a while hands
+//   out blocks in no particular order; never the identity when it has 2 blocks or more.
+std::vector<std::int32_t> gpu_attention_block_table(std::int64_t n_batch, std::int64_t n_blocks, std::uint64_t seed);
+
 // ---- implemented by src/gpu/cuda/ (CUDA builds) or src/gpu/gpu_attention_nocuda.cpp ----
 
 struct CudaDevice {

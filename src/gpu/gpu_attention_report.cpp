@@ -11,6 +11,7 @@
 #include "kvlab/calc/presets.hpp"
 #include "kvlab/core/checked.hpp"
 #include "kvlab/core/error.hpp"
+#include "kvlab/core/text.hpp"
 #include "kvlab/core/units.hpp"
 #include "gpu/gpu_attention.hpp"
 
@@ -22,6 +23,15 @@ struct Setting {
     DType dtype;
     std::int64_t n_batch;
     std::int64_t n_tokens;
+};
+
+// One row of the check and timing tables at a setting: a kernel, a variant (index into Plan::variants),
+// the KV storage (fp8 or the dtype) and the layout (0 contiguous, else tokens per block).
+struct Run {
+    GpuAttentionKernel kernel;
+    std::size_t variant;
+    bool kv_fp8;
+    std::int64_t block_size;
 };
 
 // What the request asks for: the native shape, every list parsed, and the runs in table order.
@@ -36,8 +46,11 @@ struct Plan {
     std::vector<std::uint64_t> batches;
     std::vector<std::uint64_t> contexts;
     std::vector<Setting> settings;
-    // every kernel with every variant, kernel-major: the rows of the check and timing tables in order
-    std::vector<std::pair<GpuAttentionKernel, std::size_t>> runs;
+    std::vector<std::uint64_t> block_sizes;  // --block-size, each validated
+    std::vector<std::int64_t> layouts;       // --kv-layout: 0 contiguous, N paged with N tokens per block
+    std::vector<bool> kv_fp8;                // --kv-dtype: false the dtype, true fp8 e4m3
+    // kernel x variant x KV dtype x layout, in that order: the rows of the check and timing tables
+    std::vector<Run> runs;
 };
 
 // The bandwidth references the timing table is measured against.
@@ -57,6 +70,7 @@ struct TimingGrid {
     std::uint64_t flush_bytes;
     Table timing;
     std::vector<double> read_percent;  // every timed row's % of read, for the note below the table
+    bool no_uncached = false;          // a timed row had no uncached step (paged or fp8)
 };
 
 // The native shape, from a model or from the explicit sizes.
@@ -114,6 +128,58 @@ GpuAttentionProblem problem_for(const Plan& plan, const Setting& s, const Attent
     return p;
 }
 
+// The problem of one run at a setting.
+GpuAttentionProblem problem_for(const Plan& plan, const Setting& s, const Run& run) {
+    GpuAttentionProblem p = problem_for(plan, s, plan.variants[run.variant], run.kernel);
+    p.kv_fp8 = run.kv_fp8;
+    p.block_size = run.block_size;
+    return p;
+}
+
+// "fp8_e4m3", or the dtype's name for K and V stored as the query is.
+std::string kv_dtype_name(bool kv_fp8, DType dtype) {
+    return kv_fp8 ? "fp8_e4m3" : std::string(dtype_name(dtype));
+}
+
+// A run as notes and failures name it, e.g. "gqa:8 cuda-cores fp16 KV fp8_e4m3 paged 16".
+std::string run_label(const Plan& plan, const Run& run, GpuAttentionKernel kernel, DType dtype) {
+    return fmt::format("{} {} {} KV {} {}", plan.variant_names[run.variant], gpu_attention_kernel_name(kernel),
+                       dtype_name(dtype), kv_dtype_name(run.kv_fp8, dtype), gpu_attention_layout_name(run.block_size));
+}
+
+// --block-size (each a block size the paged layout takes, listed or not), --kv-layout and --kv-dtype.
+void parse_kv_lists(const GpuAttentionRequest& o, Plan& plan) {
+    plan.block_sizes = parse_count_list(o.block_size, "--block-size");
+    for (const std::uint64_t b : plan.block_sizes) {
+        GpuAttentionProblem probe = problem_for(plan, Setting{DType::fp16, 1, 1}, plan.native, GpuAttentionKernel::automatic);
+        probe.block_size = static_cast<std::int64_t>(std::min<std::uint64_t>(b, INT64_MAX));
+        validate_gpu_attention_problem(probe, "--block-size");
+    }
+    auto add_layout = [&](std::int64_t block) {
+        if (std::find(plan.layouts.begin(), plan.layouts.end(), block) == plan.layouts.end()) plan.layouts.push_back(block);
+    };
+    for (const std::string& name : split_list(o.kv_layout)) {
+        if (name == "contiguous")
+            add_layout(0);
+        else if (name == "paged")
+            for (const std::uint64_t b : plan.block_sizes) add_layout(static_cast<std::int64_t>(b));
+        else
+            throw UsageError(fmt::format("--kv-layout {}: expected contiguous or paged", quote(name)));
+    }
+    for (const std::string& name : split_list(o.kv_dtype)) {
+        const bool fp8 = name == "fp8_e4m3" || name == "fp8";
+        if (!fp8 && name != "dtype" && name != "fp16" && name != "bf16")
+            throw UsageError(fmt::format("--kv-dtype {}: expected dtype (the --dtype), fp16, bf16, fp8_e4m3 or fp8", quote(name)));
+        for (const DType dtype : plan.dtypes)
+            if ((name == "fp16" || name == "bf16") && name != dtype_name(dtype))
+                throw UsageError(fmt::format("--kv-dtype {}: K and V are stored in the --dtype or in fp8_e4m3, and --dtype {} "
+                                             "is not {} (use --kv-dtype dtype or fp8)", name, dtype_name(dtype), name));
+        if (std::find(plan.kv_fp8.begin(), plan.kv_fp8.end(), fp8) == plan.kv_fp8.end()) plan.kv_fp8.push_back(fp8);
+    }
+    if (plan.layouts.empty() || plan.kv_fp8.empty())
+        throw UsageError("--kv-layout and --kv-dtype: give at least one layout (contiguous, paged) and one KV dtype");
+}
+
 // Each part checked under the flag that sets it: the shape, then the dtypes, then the kernels.
 void validate_flags(const GpuAttentionRequest& o, const Plan& plan) {
     const std::string shape_flag = o.model.empty() ? "--heads/--kv-heads/--head-dim" : "--model " + o.model;
@@ -127,19 +193,21 @@ void validate_flags(const GpuAttentionRequest& o, const Plan& plan) {
                                        "--kernel " + std::string(gpu_attention_kernel_name(kernel)));
 }
 
-// Every kernel with every variant, kernel-major.
-std::vector<std::pair<GpuAttentionKernel, std::size_t>> kernel_major_runs(const Plan& plan) {
-    std::vector<std::pair<GpuAttentionKernel, std::size_t>> runs;
+// Every kernel with every variant, KV dtype and layout, in that order.
+std::vector<Run> kernel_major_runs(const Plan& plan) {
+    std::vector<Run> runs;
     for (const GpuAttentionKernel kernel : plan.kernels)
-        for (std::size_t i = 0; i < plan.variants.size(); ++i) runs.emplace_back(kernel, i);
+        for (std::size_t i = 0; i < plan.variants.size(); ++i)
+            for (const bool fp8 : plan.kv_fp8)
+                for (const std::int64_t block : plan.layouts) runs.push_back(Run{kernel, i, fp8, block});
     return runs;
 }
 
-// Every setting with every variant checked as the grid, its cost too (throws on 64-bit overflow).
+// Every setting with every run checked as the grid, its cost too (throws on 64-bit overflow).
 void validate_grid(const Plan& plan) {
     for (const Setting& s : plan.settings)
-        for (const AttentionShape& shape : plan.variants) {
-            const GpuAttentionProblem p = problem_for(plan, s, shape, GpuAttentionKernel::automatic);
+        for (const Run& run : plan.runs) {
+            const GpuAttentionProblem p = problem_for(plan, s, run);
             validate_gpu_attention_problem(p, "--batch/--context");
             (void)gpu_attention_cost(p);  // throws on 64-bit overflow
         }
@@ -153,40 +221,68 @@ Report report_with_inputs(const GpuAttentionRequest& o, const Plan& plan) {
                      {"d_model", plan.d_model},           {"batch", plan.batches},
                      {"context", plan.contexts},          {"dtype", o.dtype},
                      {"attention", plan.variant_names},   {"kernel", o.kernel},
+                     {"kv_layout", o.kv_layout},          {"block_size", plan.block_sizes},
+                     {"kv_dtype", o.kv_dtype},
                      {"warmup", o.n_warmup},              {"repeats", o.n_repeat},   {"seed", o.seed}};
     return report;
 }
 
-// Correctness against the CPU reference for every dtype, kernel and variant; what failed goes to `failures`.
+// A cell that is "-" where the column does not apply to the row.
+Cell dash_cell() { return Cell{"-", nullptr}; }
+
+// One row of the check table.
+std::vector<Cell> check_row(const Plan& plan, const Run& run, DType dtype, const GpuAttentionCheck& c) {
+    return {text_cell(plan.variant_names[run.variant]), int_cell(plan.variants[run.variant].n_head_kv),
+            text_cell(std::string(gpu_attention_kernel_name(c.kernel))), text_cell(std::string(dtype_name(dtype))),
+            text_cell(kv_dtype_name(run.kv_fp8, dtype)), text_cell(gpu_attention_layout_name(run.block_size)),
+            text_cell(std::string(gpu_attention_path_name(c.path))), int_cell(c.n_batch), int_cell(c.n_tokens),
+            int_cell(c.d_model), int_cell(c.n_split), Cell{fmt::format("{:.3g}", c.max_abs_error), c.max_abs_error},
+            Cell{fmt::format("{:.3g}", c.tolerance), c.tolerance},
+            run.kv_fp8 ? Cell{fmt::format("{:.3g}", c.fp8_error), c.fp8_error} : dash_cell(),
+            text_cell(c.passed ? "yes" : "NO")};
+}
+
+// The check table's notes on the layouts and KV dtypes it holds.
+void add_check_notes(const Plan& plan, Table& checks) {
+    checks.notes.push_back("tolerance: 2 units in the last place of the dtype at max(1, max |ref|) "
+                           "(fp16 2^-10, bf16 2^-7); inputs are random and exactly representable in the dtype");
+    const bool any_fp8 = std::find(plan.kv_fp8.begin(), plan.kv_fp8.end(), true) != plan.kv_fp8.end();
+    const bool any_paged = std::any_of(plan.layouts.begin(), plan.layouts.end(), [](std::int64_t b) { return b > 0; });
+    if (any_fp8)
+        checks.notes.push_back("KV dtype fp8_e4m3: K and V quantized on the host as the CPU KV cache does, one scale per "
+                               "tensor: scale = amax / 448, code = e4m3(x * (1 / scale)); the kernel dequantizes code x scale "
+                               "and the reference reads the same decoded values. fp8 error = max |out - reference over the "
+                               "unquantized (dtype-rounded) K, V|: what fp8 storage costs the output, reported, not checked; "
+                               "\"-\" for 16-bit caches");
+    if (any_paged)
+        checks.notes.push_back("layout paged N: K and V in a pool of blocks of N tokens, each sequence's blocks named by a "
+                               "block table that is a shuffled permutation of the pool (as a pool fragments); the reference "
+                               "reads the same logical (B, T) cache");
+    if (any_fp8 || any_paged) checks.notes.push_back("the uncached path is checked for contiguous 16-bit caches only");
+}
+
+// Correctness against the CPU reference for every dtype and run; what failed goes to `failures`.
 Table correctness_checks(const GpuAttentionRequest& o, const Plan& plan, std::vector<std::string>& failures) {
     Table checks;
     checks.title = "Correctness against the CPU reference (attention_decode_ref)";
     checks.columns = {{"attention", "attention", false}, {"n_head_kv", "KV heads"}, {"kernel", "kernel", false},
-                      {"dtype", "dtype", false},
+                      {"dtype", "dtype", false},         {"kv_dtype", "KV dtype", false},
+                      {"layout", "layout", false},
                       {"path", "path", false},           {"batch", "batch"},        {"context", "context"},
                       {"hidden", "hidden"},              {"splits", "splits"},      {"max_abs_error", "max abs error"},
-                      {"tolerance", "tolerance"},        {"passed", "passed", false}};
+                      {"tolerance", "tolerance"},        {"fp8_error", "fp8 error"}, {"passed", "passed", false}};
     for (const DType dtype : plan.dtypes)
-        for (const auto& [kernel, i] : plan.runs) {
-            const GpuAttentionProblem p = problem_for(plan, Setting{dtype, 1, 1}, plan.variants[i], kernel);
+        for (const Run& run : plan.runs) {
+            const GpuAttentionProblem p = problem_for(plan, Setting{dtype, 1, 1}, run);
             for (const GpuAttentionCheck& c : gpu_attention_check(p, o.seed)) {
-                checks.rows.push_back({text_cell(plan.variant_names[i]), int_cell(plan.variants[i].n_head_kv),
-                                       text_cell(std::string(gpu_attention_kernel_name(c.kernel))),
-                                       text_cell(std::string(dtype_name(dtype))),
-                                       text_cell(std::string(gpu_attention_path_name(c.path))), int_cell(c.n_batch),
-                                       int_cell(c.n_tokens), int_cell(c.d_model), int_cell(c.n_split),
-                                       Cell{fmt::format("{:.3g}", c.max_abs_error), c.max_abs_error},
-                                       Cell{fmt::format("{:.3g}", c.tolerance), c.tolerance},
-                                       text_cell(c.passed ? "yes" : "NO")});
+                checks.rows.push_back(check_row(plan, run, dtype, c));
                 if (!c.passed)
-                    failures.push_back(fmt::format("{} {} {} {} B={} T={} splits={}: max abs error {:.3g} > {:.3g}",
-                                                   plan.variant_names[i], gpu_attention_kernel_name(c.kernel),
-                                                   dtype_name(dtype), gpu_attention_path_name(c.path),
+                    failures.push_back(fmt::format("{} {} B={} T={} splits={}: max abs error {:.3g} > {:.3g}",
+                                                   run_label(plan, run, c.kernel, dtype), gpu_attention_path_name(c.path),
                                                    c.n_batch, c.n_tokens, c.n_split, c.max_abs_error, c.tolerance));
             }
         }
-    checks.notes.push_back("tolerance: 2 units in the last place of the dtype at max(1, max |ref|) "
-                           "(fp16 2^-10, bf16 2^-7); inputs are random and exactly representable in the dtype");
+    add_check_notes(plan, checks);
     return checks;
 }
 
@@ -232,23 +328,24 @@ Table timing_table_header() {
     timing.title = "Decode attention step, cached vs uncached (median of repeats, L2 flushed before each)";
     timing.columns = {{"attention", "attention", false},   {"n_head_kv", "KV heads"},
                       {"kernel", "kernel", false},
-                      {"dtype", "dtype", false},           {"batch", "batch"},
+                      {"dtype", "dtype", false},           {"kv_dtype", "KV dtype", false},
+                      {"layout", "layout", false},         {"batch", "batch"},
                       {"context", "context"},              {"splits", "splits"},
                       {"cached_us", "cached us"},          {"cached_bytes", "cached bytes"},
                       {"cached_gb_per_s", "GB/s"},         {"copy_percent", "% of copy"},
                       {"read_percent", "% of read"},
                       {"cached_gflop_per_s", "GFLOP/s"},   {"uncached_us", "uncached us"},
                       {"uncached_gflop_per_s", "unc. GFLOP/s"}, {"uncached_over_cached", "uncached/cached"},
-                      {"time_vs_first", "t / t(first)"},   {"kv_bytes_vs_first", "KV bytes / first"}};
+                      {"time_vs_first", "t / t(first)"},   {"kv_bytes_vs_first", "KV bytes / first"},
+                      {"time_vs_contiguous", "vs contiguous"}, {"time_vs_16bit_kv", "vs 16-bit KV"}};
     return timing;
 }
 
 // A note that a step needs more device memory than is free: `what` says what was left out.
-std::string memory_note(const TimingGrid& g, const Setting& s, GpuAttentionKernel kernel, std::size_t i,
-                        const char* what, std::uint64_t needed) {
-    return fmt::format("{} {} {} B={} T={}: {} {} of device memory and {} are free", g.plan.variant_names[i],
-                       gpu_attention_kernel_name(kernel), dtype_name(s.dtype), s.n_batch, s.n_tokens, what,
-                       format_bytes(needed, UnitSystem::iec), format_bytes(g.dev.memory_free_bytes, UnitSystem::iec));
+std::string memory_note(const TimingGrid& g, const Setting& s, const Run& run, const char* what, std::uint64_t needed) {
+    return fmt::format("{} B={} T={}: {} {} of device memory and {} are free", run_label(g.plan, run, run.kernel, s.dtype),
+                       s.n_batch, s.n_tokens, what, format_bytes(needed, UnitSystem::iec),
+                       format_bytes(g.dev.memory_free_bytes, UnitSystem::iec));
 }
 
 // The cached step's cells: the kernel that ran, splits, time, bytes, GB/s against both references, GFLOP/s.
@@ -266,11 +363,14 @@ void add_cached_cells(TimingGrid& g, const GpuAttentionCost& cost, const GpuTimi
     row.push_back(real_cell(cost.cached_flops / cached.median_ns, 1));
 }
 
-// The uncached step's cells where it fits in device memory, else n/a and a note saying why.
-void add_uncached_cells(TimingGrid& g, const Setting& s, GpuAttentionKernel kernel, std::size_t i,
-                        const GpuAttentionProblem& p, const GpuAttentionCost& cost, const GpuTiming& cached,
-                        std::vector<Cell>& row) {
-    if (cost.uncached_device_bytes + g.flush_bytes <= g.dev.memory_free_bytes) {
+// The uncached step's cells where it fits in device memory, else n/a and a note saying why; "-" for
+// caches without an uncached step (paged or fp8).
+void add_uncached_cells(TimingGrid& g, const Setting& s, const Run& run, const GpuAttentionProblem& p,
+                        const GpuAttentionCost& cost, const GpuTiming& cached, std::vector<Cell>& row) {
+    if (!gpu_attention_has_uncached(p)) {
+        for (int i = 0; i < 3; ++i) row.push_back(dash_cell());
+        g.no_uncached = true;
+    } else if (cost.uncached_device_bytes + g.flush_bytes <= g.dev.memory_free_bytes) {
         const GpuTiming uncached = gpu_attention_time(p, GpuAttentionPath::uncached, g.o.n_warmup, g.o.n_repeat);
         row.push_back(real_cell(uncached.median_ns / 1e3, 1));
         row.push_back(real_cell(cost.uncached_flops / uncached.median_ns, 1));
@@ -279,37 +379,87 @@ void add_uncached_cells(TimingGrid& g, const Setting& s, GpuAttentionKernel kern
         row.push_back(Cell{"n/a", nullptr});
         row.push_back(Cell{"n/a", nullptr});
         row.push_back(Cell{"n/a", nullptr});
-        g.timing.notes.push_back(memory_note(g, s, kernel, i, "uncached not timed, it needs",
+        g.timing.notes.push_back(memory_note(g, s, run, "uncached not timed, it needs",
                                              cost.uncached_device_bytes + g.flush_bytes));
     }
 }
 
-// Times every kernel and variant at one dtype, batch and context: a row each, or a note when it does not fit.
+// The cached time of the run with runs[r]'s kernel and variant and the given KV dtype and layout at the
+// same setting; 0 when that run is not asked for or was not timed.
+double twin_ns(const Plan& plan, std::size_t r, bool kv_fp8, std::int64_t block_size, const std::vector<double>& ns) {
+    const Run& a = plan.runs[r];
+    for (std::size_t i = 0; i < plan.runs.size(); ++i) {
+        const Run& b = plan.runs[i];
+        if (b.kernel == a.kernel && b.variant == a.variant && b.kv_fp8 == kv_fp8 && b.block_size == block_size) return ns[i];
+    }
+    return 0;
+}
+
+// "vs contiguous" (paged rows) and "vs 16-bit KV" (fp8 rows): this row's time over its twin's, "-" elsewhere.
+void add_twin_cells(const Plan& plan, std::size_t r, const std::vector<double>& ns, std::vector<Cell>& row) {
+    const Run& run = plan.runs[r];
+    const double contiguous = run.block_size > 0 ? twin_ns(plan, r, run.kv_fp8, 0, ns) : 0;
+    row.push_back(contiguous > 0 ? ratio_cell(ns[r] / contiguous) : dash_cell());
+    const double sixteen = run.kv_fp8 ? twin_ns(plan, r, false, run.block_size, ns) : 0;
+    row.push_back(sixteen > 0 ? ratio_cell(ns[r] / sixteen) : dash_cell());
+}
+
+// Times every run at one dtype, batch and context: a row each, or a note when it does not fit.
 void time_setting(TimingGrid& g, const Setting& s) {
     double first_ns = 0;
     std::uint64_t first_kv = 0;
-    for (const auto& [kernel, i] : g.plan.runs) {
-        const GpuAttentionProblem p = problem_for(g.plan, s, g.plan.variants[i], kernel);
+    std::vector<double> cached_ns(g.plan.runs.size(), 0.0);  // 0: not timed
+    std::vector<std::pair<std::size_t, std::vector<Cell>>> rows;
+    for (std::size_t r = 0; r < g.plan.runs.size(); ++r) {
+        const Run& run = g.plan.runs[r];
+        const GpuAttentionProblem p = problem_for(g.plan, s, run);
         const GpuAttentionCost cost = gpu_attention_cost(p);
-        std::vector<Cell> row = {text_cell(g.plan.variant_names[i]), int_cell(p.shape.n_head_kv), Cell{},
-                                 text_cell(std::string(dtype_name(s.dtype))), int_cell(s.n_batch),
+        std::vector<Cell> row = {text_cell(g.plan.variant_names[run.variant]), int_cell(p.shape.n_head_kv), Cell{},
+                                 text_cell(std::string(dtype_name(s.dtype))), text_cell(kv_dtype_name(run.kv_fp8, s.dtype)),
+                                 text_cell(gpu_attention_layout_name(run.block_size)), int_cell(s.n_batch),
                                  int_cell(s.n_tokens)};
         if (cost.cached_device_bytes + g.flush_bytes > g.dev.memory_free_bytes) {
-            g.timing.notes.push_back(memory_note(g, s, kernel, i, "skipped, the cached step needs",
+            g.timing.notes.push_back(memory_note(g, s, run, "skipped, the cached step needs",
                                                  cost.cached_device_bytes + g.flush_bytes));
             continue;
         }
         const GpuTiming cached = gpu_attention_time(p, GpuAttentionPath::cached, g.o.n_warmup, g.o.n_repeat);
         add_cached_cells(g, cost, cached, row);
-        add_uncached_cells(g, s, kernel, i, p, cost, cached, row);
+        add_uncached_cells(g, s, run, p, cost, cached, row);
         if (first_ns == 0) {
             first_ns = cached.median_ns;
             first_kv = cost.kv_bytes;
         }
         row.push_back(ratio_cell(cached.median_ns / first_ns));
         row.push_back(ratio_cell(static_cast<double>(cost.kv_bytes) / static_cast<double>(first_kv)));
+        cached_ns[r] = cached.median_ns;
+        rows.emplace_back(r, std::move(row));
+    }
+    for (auto& [r, row] : rows) {  // the ratios once every run of the setting is timed, whatever the order
+        add_twin_cells(g.plan, r, cached_ns, row);
         g.timing.rows.push_back(std::move(row));
     }
+}
+
+// The timing notes on paged and fp8 caches, where the table has them.
+void add_layout_notes(TimingGrid& g) {
+    const bool any_fp8 = std::find(g.plan.kv_fp8.begin(), g.plan.kv_fp8.end(), true) != g.plan.kv_fp8.end();
+    const bool any_paged = std::any_of(g.plan.layouts.begin(), g.plan.layouts.end(), [](std::int64_t b) { return b > 0; });
+    if (any_fp8 || any_paged)
+        g.timing.notes.push_back("vs contiguous: a paged row's cached time / the contiguous row's with the same kernel, "
+                             "variant and KV dtype; vs 16-bit KV: an fp8_e4m3 row's cached time / the row's with the same "
+                             "kernel, variant and layout with K, V in the dtype; \"-\" for other rows or when that row "
+                             "was not asked for or not timed");
+    if (any_fp8)
+        g.timing.notes.push_back("fp8_e4m3: K and V stored at 1 byte a value with one fp32 scale for K and one for V, "
+                                 "dequantized in the kernel; q and out stay in the dtype");
+    if (any_paged)
+        g.timing.notes.push_back("paged N: K and V in a pool of B*ceil(T/N) blocks of N tokens (each sequence's last "
+                                 "block padded), read through an int32 block table that is a shuffled permutation of the "
+                                 "pool, as a pool that has been allocated from and freed for a while hands out blocks");
+    if (g.no_uncached)
+        g.timing.notes.push_back("uncached \"-\": the uncached step is timed for contiguous 16-bit caches only (it writes "
+                                 "K, V in the dtype, contiguous); \"n/a\" means it did not fit in device memory");
 }
 
 // The notes under the timing table: how it was timed, what the columns mean, the kernels.
@@ -318,13 +468,16 @@ void add_timing_notes(TimingGrid& g) {
                                          "L2 ({}) flushed by a {} memset before every repeat",
                                          g.o.n_repeat, g.o.n_warmup, format_bytes(g.dev.l2_bytes, UnitSystem::iec),
                                          format_bytes(g.flush_bytes, UnitSystem::iec)));
-    g.timing.notes.push_back("cached bytes = K,V B*T*Hkv*D*2*b + q B*H*D*b + out B*H*D*b (the fewest the step must move); "
+    g.timing.notes.push_back("cached bytes = K,V B*T*Hkv*D*2*bkv + block table B*ceil(T/block)*4 (paged only) + q B*H*D*b "
+                             "+ out B*H*D*b (the fewest the step must move; b = 2 for fp16/bf16, bkv = b, or 1 for fp8_e4m3); "
                              "GB/s = cached bytes / time; % of copy = GB/s / D2D copy GB/s; % of read = GB/s / read GB/s");
     g.timing.notes.push_back("FLOPs: attention 4*B*H*D*T; uncached adds the K,V GEMM 2*(B*T)*d*(2*Hkv*D); "
                              "uncached/cached = uncached time / cached time");
     if (const std::string note = read_reference_note(g.read_percent); !note.empty()) g.timing.notes.push_back(note);
     g.timing.notes.push_back("t / t(first) and KV bytes / first compare each row with the first one timed at the same "
-                             "dtype, batch and context (the first --kernel's first --attention variant)");
+                             "dtype, batch and context (the first --kernel's first --attention variant, first KV dtype and "
+                             "first layout)");
+    add_layout_notes(g);
     g.timing.notes.push_back("kernel: cuda-cores does q.k and p.v as fp32 multiply-adds; tensor-cores as mma.sync on "
                              "16-head tiles (fp16/bf16 inputs, fp32 sums, P rounded to the dtype); auto picks tensor cores "
                              "for groups of 4 or more query heads per KV head, head dim 64 or 128, compute capability 8.0+");
@@ -332,7 +485,7 @@ void add_timing_notes(TimingGrid& g) {
 
 // The timing grid: every setting timed, the L2 flushed before each repeat, then the notes.
 Table timing_table(const GpuAttentionRequest& o, const Plan& plan, const CudaDevice& dev, const Bandwidth& bw) {
-    TimingGrid g{o, plan, dev, bw, 2 * dev.l2_bytes, timing_table_header(), {}};
+    TimingGrid g{o, plan, dev, bw, 2 * dev.l2_bytes, timing_table_header(), {}, false};
     for (const Setting& s : plan.settings) time_setting(g, s);
     add_timing_notes(g);
     return std::move(g.timing);
@@ -359,6 +512,7 @@ GpuAttentionRun run_gpu_attention(const GpuAttentionRequest& o) {
 
     // 2. Every list item parsed and every problem validated before the device is touched.
     parse_lists(o, plan);
+    parse_kv_lists(o, plan);
     validate_flags(o, plan);
     plan.runs = kernel_major_runs(plan);
     validate_grid(plan);

@@ -18,8 +18,20 @@ kvlab_expect(RC 2 ARGS gpu attention --model llama-3-8b --kernel tensor
 kvlab_expect(RC 2 ARGS gpu attention --heads 8 --head-dim 96 --kernel auto,tensor-cores
              ERR "^kvlab: error: --kernel tensor-cores: head dim 96 is not supported by the tensor-core kernel; expected 64 or 128")
 
+# Issue 50's flags: every value checked by the flag that sets it, before the device.
+kvlab_expect(RC 2 ARGS gpu attention --model llama-3-8b --kv-layout paged --block-size 16,24
+             ERR "^kvlab: error: --block-size: block size 24 is not supported; expected a power of two from 16 to 1024 tokens\n$")
+kvlab_expect(RC 2 ARGS gpu attention --model llama-3-8b --kv-layout contiguous,ring
+             ERR "^kvlab: error: --kv-layout 'ring': expected contiguous or paged\n$")
+kvlab_expect(RC 2 ARGS gpu attention --model llama-3-8b --kv-dtype int4
+             ERR "^kvlab: error: --kv-dtype 'int4': expected dtype \\(the --dtype\\), fp16, bf16, fp8_e4m3 or fp8\n$")
+kvlab_expect(RC 2 ARGS gpu attention --model llama-3-8b --kv-dtype bf16 --dtype fp16
+             ERR "^kvlab: error: --kv-dtype bf16: K and V are stored in the --dtype or in fp8_e4m3, and --dtype fp16 is not bf16")
+
+# Paged (blocks of 16 and 128 tokens: T 300 ends in a partial block of each) and fp8 beside contiguous fp16.
 set(tiny gpu attention --heads 8 --kv-heads 2 --head-dim 64 --batch 2 --context 300
-         --attention native,mha,mqa --kernel cuda-cores,tensor-cores --warmup 1 --repeats 3 --format csv)
+         --attention native,mha,mqa --kernel cuda-cores,tensor-cores --kv-layout contiguous,paged --block-size 16,128
+         --kv-dtype dtype,fp8 --warmup 1 --repeats 3 --format csv)
 if(NOT CUDA_ENABLED)
   kvlab_expect(RC 1 ARGS ${tiny}
                ERR "^kvlab: error: this kvlab was built without CUDA \\(configure with -DKVLAB_CUDA=ON on a machine with nvcc\\)\n$")
@@ -61,12 +73,29 @@ if(NOT tc_rc EQUAL 0)
   list(TRANSFORM tiny REPLACE "^cuda-cores,tensor-cores$" "cuda-cores")
 endif()
 kvlab_expect(RC 0 ARGS ${tiny})
-# 2 kernels x 3 variants x 4 check cases x 2 paths, every one passed; one timing row per kernel and
-# variant, the kernel column naming the one asked for (both run at head dim 64 on compute capability 8.0+).
-string(REGEX MATCHALL "\n(native|mha|mqa),[0-9]+,(cuda-cores|tensor-cores),fp16,(cached|uncached),[^\n]*,yes" passed
+# Per kernel and variant, 2 KV dtypes x 3 layouts: contiguous fp16 4 check cases x 2 paths, the other 5
+# the cached path only (4 each): 8 + 20 = 28, every one passed; 6 timing rows, the kernel column naming the
+# one asked for (both run at head dim 64 on compute capability 8.0+).
+set(kv "(fp16|fp8_e4m3),(contiguous|paged 16|paged 128)")
+string(REGEX MATCHALL "\n(native|mha|mqa),[0-9]+,(cuda-cores|tensor-cores),fp16,${kv},(cached|uncached),[^\n]*,yes" passed
        "${KVLAB_OUT}")
-string(REGEX MATCHALL "\n(native|mha|mqa),[0-9]+,cuda-cores,fp16,2,300,[0-9]+,[0-9.]+" timed_cc "${KVLAB_OUT}")
-string(REGEX MATCHALL "\n(native|mha|mqa),[0-9]+,tensor-cores,fp16,2,300,[0-9]+,[0-9.]+" timed_tc "${KVLAB_OUT}")
+string(REGEX MATCHALL "\n(native|mha|mqa),[0-9]+,cuda-cores,fp16,${kv},2,300,[0-9]+,[0-9.]+" timed_cc "${KVLAB_OUT}")
+string(REGEX MATCHALL "\n(native|mha|mqa),[0-9]+,tensor-cores,fp16,${kv},2,300,[0-9]+,[0-9.]+" timed_tc "${KVLAB_OUT}")
+# The ratio columns, the last two: "vs contiguous" on paged rows, "vs 16-bit KV" on fp8 rows, empty (the "-"
+# cells) elsewhere.
+string(REGEX MATCHALL "[^\n]+" lines "${KVLAB_OUT}")
+set(kinds "fp16,contiguous,2,300,[^\n]*,,$" "fp16,paged (16|128),2,300,[^\n]*,[0-9.]+,$"
+          "fp8_e4m3,contiguous,2,300,[^\n]*,,[0-9.]+$" "fp8_e4m3,paged (16|128),2,300,[^\n]*,[0-9.]+,[0-9.]+$")
+set(kind_counts "")
+foreach(kind IN LISTS kinds)
+  set(n 0)
+  foreach(line IN LISTS lines)
+    if(line MATCHES "^(native|mha|mqa),[0-9]+,(cuda-cores|tensor-cores),fp16,${kind}")
+      math(EXPR n "${n} + 1")
+    endif()
+  endforeach()
+  list(APPEND kind_counts ${n})
+endforeach()
 list(LENGTH passed n_passed)
 list(LENGTH timed_cc n_cc)
 list(LENGTH timed_tc n_tc)
@@ -74,9 +103,13 @@ set(n_kernels 2)
 if(NOT tc_rc EQUAL 0)
   set(n_kernels 1)
 endif()
-math(EXPR want_passed "${n_kernels} * 24")
-math(EXPR want_tc "(${n_kernels} - 1) * 3")
-if(NOT n_passed EQUAL want_passed OR NOT n_cc EQUAL 3 OR NOT n_tc EQUAL want_tc)
-  message(FATAL_ERROR "expected ${want_passed} passed checks and 3 timing rows per kernel, found ${n_passed}, ${n_cc} and "
-                      "${n_tc}\n${KVLAB_OUT}")
+math(EXPR want_passed "${n_kernels} * 84")
+math(EXPR want_tc "(${n_kernels} - 1) * 18")
+# per kernel: 3 contiguous fp16 rows, 6 paged fp16, 3 contiguous fp8, 6 paged fp8
+math(EXPR want_kinds_3 "${n_kernels} * 3")
+math(EXPR want_kinds_6 "${n_kernels} * 6")
+set(want_kinds ${want_kinds_3} ${want_kinds_6} ${want_kinds_3} ${want_kinds_6})
+if(NOT n_passed EQUAL want_passed OR NOT n_cc EQUAL 18 OR NOT n_tc EQUAL want_tc OR NOT kind_counts STREQUAL want_kinds)
+  message(FATAL_ERROR "expected ${want_passed} passed checks, 18 timing rows per kernel and rows with ratios "
+                      "${want_kinds}, found ${n_passed}, ${n_cc}, ${n_tc} and ${kind_counts}\n${KVLAB_OUT}")
 endif()
