@@ -101,6 +101,16 @@ GpuAttentionOutputs gpu_attention_run(const GpuAttentionProblem& p, const GpuAtt
     expect_size(in.v, rows * d_kv, "v");
     expect_size(in.x, rows * static_cast<std::uint64_t>(p.d_model), "x");
     expect_size(in.w_kv, static_cast<std::uint64_t>(p.d_model) * 2 * d_kv, "w_kv");
+    if (p.kv_fp8 && (in.k_fp8.size() != rows * d_kv || in.v_fp8.size() != rows * d_kv))
+        throw UsageError(fmt::format("gpu_attention_run: k_fp8 / v_fp8 have {} / {} codes, expected {}", in.k_fp8.size(),
+                                     in.v_fp8.size(), rows * d_kv));
+    if (p.block_size > 0) {
+        const auto n_table = static_cast<std::uint64_t>(p.n_batch) *
+                             static_cast<std::uint64_t>((p.n_tokens + p.block_size - 1) / p.block_size);
+        if (in.block_table.size() != n_table)
+            throw UsageError(fmt::format("gpu_attention_run: the block table has {} entries, expected {}",
+                                         in.block_table.size(), n_table));
+    }
     GpuAttentionOutputs out;
     call(module().attention_run, p, in, n_split, out);
     return out;

@@ -1,8 +1,8 @@
 // Cached decode attention on the GPU: one query token per sequence over T cached keys and values,
 // GQA-aware (one block serves a KV head's whole group of query heads) and split over T
 // (flash-decoding) with a reduce kernel. Two kernels: fp32 multiply-adds on the CUDA cores, and mma.sync
-// on the tensor cores for large groups (gpu_attention.hpp, GpuAttentionKernel). Non-goals: paged caches,
-// masks, fp8 storage.
+// on the tensor cores for large groups (gpu_attention.hpp, GpuAttentionKernel). K and V contiguous or paged
+// (a block table), stored as q's type or as fp8 e4m3 with per-tensor scales. Non-goals: masks.
 #pragma once
 #include <cstdint>
 
@@ -16,12 +16,20 @@ namespace kvlab::cuda {
 
 struct DecodeAttentionArgs {
     const void* q = nullptr;    // (B, H*D)
-    const void* k = nullptr;    // (B*T rows, ld_kv); KV head j of row b*T+t at columns j*D .. j*D+D-1
+    const void* k = nullptr;    // (B*T rows, ld_kv); KV head j of row b*T+t at columns j*D .. j*D+D-1; paged:
+                                // the pool, (blocks * block_size rows, ld_kv), token t of sequence b in row
+                                // block_table[b * n_blocks + t / block_size] * block_size + t % block_size
     const void* v = nullptr;    // same layout as k
     std::int64_t ld_kv = 0;     // elements between consecutive rows of k and v
+    const std::int32_t* block_table = nullptr;  // paged: (B, n_blocks) on the device
+    std::int64_t n_blocks = 0;  // paged: blocks per sequence, ceil(T / block_size)
+    std::int64_t block_size = 0;  // 0: contiguous; else a power of two >= 16
+    bool kv_fp8 = false;        // K and V are e4m3 codes (1 byte), value = code * k_scale (v_scale)
+    float k_scale = 1.0f;
+    float v_scale = 1.0f;
     void* out = nullptr;        // (B, H*D)
     float* partials = nullptr;  // (B, H, n_split, D+2) workspace when n_split > 1
-    DType dtype = DType::fp16;  // fp16 or bf16 storage of q, k, v, out
+    DType dtype = DType::fp16;  // fp16 or bf16 storage of q and out (and of k, v unless kv_fp8)
     AttentionShape shape;
     std::int64_t n_batch = 0;
     std::int64_t n_tokens = 0;

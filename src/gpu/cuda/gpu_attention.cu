@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -192,43 +194,72 @@ void project_kv(cublasHandle_t blas, DType dtype, const void* x, const void* w, 
                "cublasGemmEx K,V = X W_kv");
 }
 
+// Where a problem keeps K and V on the device (the module's own copies of gpu_attention.cpp's rules: the
+// module links nothing from kvlab).
+bool paged(const GpuAttentionProblem& p) { return p.block_size > 0; }
+std::uint64_t kv_value_bytes(const GpuAttentionProblem& p) { return p.kv_fp8 ? 1 : element_bytes(); }
+bool has_uncached(const GpuAttentionProblem& p) { return !paged(p) && !p.kv_fp8; }
+std::uint64_t blocks_per_sequence(const GpuAttentionProblem& p) {
+    return paged(p) ? static_cast<std::uint64_t>((p.n_tokens + p.block_size - 1) / p.block_size) : 0;
+}
+// Rows each of K and V holds: B*T contiguous, B * ceil(T / block) * block in a paged pool.
+std::uint64_t stored_rows(const GpuAttentionProblem& p) {
+    return paged(p) ? static_cast<std::uint64_t>(p.n_batch) * blocks_per_sequence(p) * static_cast<std::uint64_t>(p.block_size)
+                    : static_cast<std::uint64_t>(p.n_batch * p.n_tokens);
+}
+std::uint64_t round_up_256(std::uint64_t bytes) { return (bytes + 255) / 256 * 256; }
+
 // Buffers of one problem on the device.
 struct ProblemBuffers {
     ProblemBuffers(const GpuAttentionProblem& p, GpuAttentionPath path, int n_split)
         : n_q(static_cast<std::uint64_t>(p.n_batch * p.shape.n_head * p.shape.d_head)),
-          n_kv(static_cast<std::uint64_t>(p.n_batch * p.n_tokens * p.shape.n_head_kv * p.shape.d_head)),
+          n_kv(path == GpuAttentionPath::cached ? stored_rows(p) * static_cast<std::uint64_t>(p.shape.n_head_kv * p.shape.d_head)
+                                                : static_cast<std::uint64_t>(p.n_batch * p.n_tokens * p.shape.n_head_kv * p.shape.d_head)),
           n_x(path == GpuAttentionPath::uncached ? static_cast<std::uint64_t>(p.n_batch * p.n_tokens * p.d_model) : 0),
           n_w(path == GpuAttentionPath::uncached
                   ? static_cast<std::uint64_t>(p.d_model * 2 * p.shape.n_head_kv * p.shape.d_head)
                   : 0),
+          n_table(path == GpuAttentionPath::cached ? static_cast<std::uint64_t>(p.n_batch) * blocks_per_sequence(p) : 0),
+          v_offset(path == GpuAttentionPath::cached ? round_up_256(n_kv * kv_value_bytes(p)) : 0),
           q(n_q * element_bytes(), "q (B, H*D)"),
-          kv(2 * n_kv * element_bytes(), "K and V (B*T, 2*Hkv*D)"),
+          kv(path == GpuAttentionPath::cached ? v_offset + n_kv * kv_value_bytes(p) : 2 * n_kv * element_bytes(),
+             paged(p) ? "the K and V block pools" : "K and V (B*T, 2*Hkv*D)"),
           out(n_q * element_bytes(), "out (B, H*D)"),
           x(n_x * element_bytes(), "hidden states X (B*T, d)"),
           w(n_w * element_bytes(), "W_kv (d, 2*Hkv*D)"),
+          table(n_table * sizeof(std::int32_t), "the block table"),
           partials(cuda::decode_attention_workspace_bytes(p.shape, p.n_batch, n_split), "split partials") {}
-    std::uint64_t n_q;   // B*H*D
-    std::uint64_t n_kv;  // B*T*Hkv*D, each of K and V
-    std::uint64_t n_x;   // B*T*d (uncached only)
-    std::uint64_t n_w;   // d*2*Hkv*D (uncached only)
+    std::uint64_t n_q;       // B*H*D
+    std::uint64_t n_kv;      // values of each of K and V: cached, stored_rows * Hkv*D; uncached, B*T*Hkv*D
+    std::uint64_t n_x;       // B*T*d (uncached only)
+    std::uint64_t n_w;       // d*2*Hkv*D (uncached only)
+    std::uint64_t n_table;   // B * ceil(T / block) (paged only)
+    std::uint64_t v_offset;  // cached: bytes from K's start to V's (256-byte aligned)
     DeviceBuffer q;
-    DeviceBuffer kv;     // cached: K then V, each (B*T, Hkv*D); uncached: rows [K | V] of width 2*Hkv*D
+    DeviceBuffer kv;         // cached: K, then V at v_offset; uncached: rows [K | V] of width 2*Hkv*D
     DeviceBuffer out;
     DeviceBuffer x;
     DeviceBuffer w;
+    DeviceBuffer table;
     DeviceBuffer partials;
 };
 
 cuda::DecodeAttentionArgs attention_args(const GpuAttentionProblem& p, GpuAttentionPath path, const ProblemBuffers& b,
-                                         int n_split, bool tensor_cores) {
+                                         int n_split, bool tensor_cores, float k_scale, float v_scale) {
     const std::int64_t d_kv = p.shape.n_head_kv * p.shape.d_head;
     char* kv = static_cast<char*>(b.kv.get());
     cuda::DecodeAttentionArgs a;
     a.q = b.q.get();
     if (path == GpuAttentionPath::cached) {
         a.k = kv;
-        a.v = kv + b.n_kv * element_bytes();
+        a.v = kv + b.v_offset;
         a.ld_kv = d_kv;
+        a.block_table = static_cast<const std::int32_t*>(b.table.get());
+        a.n_blocks = static_cast<std::int64_t>(blocks_per_sequence(p));
+        a.block_size = p.block_size;
+        a.kv_fp8 = p.kv_fp8;
+        a.k_scale = k_scale;
+        a.v_scale = v_scale;
     } else {
         a.k = kv;
         a.v = kv + static_cast<std::uint64_t>(d_kv) * element_bytes();
@@ -313,20 +344,77 @@ CudaDevice device_info() {
     return d;
 }
 
+// K's (or V's) rows as the device stores them: values in the dtype's bits (or fp8 codes) at row b*T+t, or
+// at row table[b*n_blocks + t/block]*block + t%block of the pool; rows no token uses hold all-ones bytes
+// (NaN in fp16, bf16 and e4m3), so a kernel that reads one fails the check.
+std::vector<unsigned char> stored_bytes(const GpuAttentionProblem& p, const GpuAttentionInputs& in, bool values_of_v) {
+    const std::uint64_t d_kv = static_cast<std::uint64_t>(p.shape.n_head_kv * p.shape.d_head);
+    const std::uint64_t row_bytes = d_kv * kv_value_bytes(p);
+    std::vector<unsigned char> out(stored_rows(p) * row_bytes, 0xFF);
+    const std::vector<float>& values = values_of_v ? in.v : in.k;
+    const std::vector<std::uint8_t>& codes = values_of_v ? in.v_fp8 : in.k_fp8;
+    const std::uint64_t n_logical = static_cast<std::uint64_t>(p.n_batch * p.n_tokens);
+    if (values.size() != n_logical * d_kv || (p.kv_fp8 && codes.size() != values.size()) ||
+        (paged(p) && in.block_table.size() != static_cast<std::uint64_t>(p.n_batch) * blocks_per_sequence(p)))
+        throw IoError("gpu attention run: the inputs do not match the problem's batch, context, layout or KV dtype");
+    const std::uint64_t n_pool = static_cast<std::uint64_t>(p.n_batch) * blocks_per_sequence(p);
+    for (std::uint64_t row = 0; row < n_logical; ++row) {
+        const std::uint64_t b = row / static_cast<std::uint64_t>(p.n_tokens);
+        const std::uint64_t t = row % static_cast<std::uint64_t>(p.n_tokens);
+        std::uint64_t dst = row;
+        if (paged(p)) {
+            const std::uint64_t bs = static_cast<std::uint64_t>(p.block_size);
+            const std::int32_t block = in.block_table[b * blocks_per_sequence(p) + t / bs];
+            if (block < 0 || static_cast<std::uint64_t>(block) >= n_pool)
+                throw IoError("gpu attention run: block table entry " + std::to_string(block) + " is outside the pool");
+            dst = static_cast<std::uint64_t>(block) * bs + t % bs;
+        }
+        if (p.kv_fp8) {
+            std::memcpy(out.data() + dst * row_bytes, codes.data() + row * d_kv, row_bytes);
+        } else {
+            const std::vector<float> one(values.begin() + static_cast<std::ptrdiff_t>(row * d_kv),
+                                         values.begin() + static_cast<std::ptrdiff_t>((row + 1) * d_kv));
+            const std::vector<std::uint16_t> bits = to_device_bits(one, p.dtype);
+            std::memcpy(out.data() + dst * row_bytes, bits.data(), row_bytes);
+        }
+    }
+    return out;
+}
+
+void upload_bytes(void* dst, const void* src, std::uint64_t bytes) {
+    check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy upload");
+}
+
+// The cached path's inputs on the device: K and V where the layout puts them, and the block table.
+void upload_cached(const GpuAttentionProblem& p, const GpuAttentionInputs& in, const ProblemBuffers& b) {
+    if (!paged(p) && !p.kv_fp8) {
+        std::vector<float> kv = in.k;
+        kv.insert(kv.end(), in.v.begin(), in.v.end());
+        const std::vector<std::uint16_t> bits = to_device_bits(kv, p.dtype);
+        upload_bytes(b.kv.get(), bits.data(), b.n_kv * 2);
+        upload_bytes(static_cast<char*>(b.kv.get()) + b.v_offset, bits.data() + b.n_kv, b.n_kv * 2);
+    } else {
+        const std::vector<unsigned char> k = stored_bytes(p, in, false);
+        const std::vector<unsigned char> v = stored_bytes(p, in, true);
+        upload_bytes(b.kv.get(), k.data(), k.size());
+        upload_bytes(static_cast<char*>(b.kv.get()) + b.v_offset, v.data(), v.size());
+    }
+    if (paged(p)) upload_bytes(b.table.get(), in.block_table.data(), b.table.bytes());
+}
+
+// Both paths once on the given inputs (the uncached one only where the problem has it).
 GpuAttentionOutputs attention_run(const GpuAttentionProblem& p, const GpuAttentionInputs& in, int n_split) {
     const CudaDevice dev = device_info();
     GpuAttentionOutputs result;
     const bool tensor_cores = cuda::decode_attention_use_tensor_cores(p.kernel, p.shape);
     result.kernel = tensor_cores ? GpuAttentionKernel::tensor_cores : GpuAttentionKernel::cuda_cores;
     result.n_split = cuda::decode_attention_splits(p.shape, p.n_batch, p.n_tokens, dev.n_sm, n_split, tensor_cores);
-    Blas blas;
     for (const GpuAttentionPath path : {GpuAttentionPath::cached, GpuAttentionPath::uncached}) {
+        if (path == GpuAttentionPath::uncached && !has_uncached(p)) break;
         const ProblemBuffers b(p, path, result.n_split);
         upload(b.q, in.q, p.dtype);
         if (path == GpuAttentionPath::cached) {
-            std::vector<float> kv = in.k;
-            kv.insert(kv.end(), in.v.begin(), in.v.end());
-            upload(b.kv, kv, p.dtype);
+            upload_cached(p, in, b);
         } else {
             upload(b.x, in.x, p.dtype);
             upload(b.w, in.w_kv, p.dtype);
@@ -334,7 +422,13 @@ GpuAttentionOutputs attention_run(const GpuAttentionProblem& p, const GpuAttenti
         }
         // All-ones bits are NaN in fp16 and bf16: an output the kernels leave unwritten fails the check.
         check_cuda(cudaMemset(b.out.get(), 0xFF, b.out.bytes()), "cudaMemset");
-        enqueue_step(p, path, b, blas.get(), attention_args(p, path, b, result.n_split, tensor_cores));
+        const cuda::DecodeAttentionArgs args = attention_args(p, path, b, result.n_split, tensor_cores, in.k_scale, in.v_scale);
+        if (path == GpuAttentionPath::uncached) {
+            Blas blas;
+            enqueue_step(p, path, b, blas.get(), args);
+        } else {
+            enqueue_step(p, path, b, nullptr, args);
+        }
         check_cuda(cudaDeviceSynchronize(), "attention run");
         std::vector<float> out = download(b.out, b.n_q, p.dtype);
         (path == GpuAttentionPath::cached ? result.out_cached : result.out_uncached) = std::move(out);
@@ -342,24 +436,65 @@ GpuAttentionOutputs attention_run(const GpuAttentionProblem& p, const GpuAttenti
     return result;
 }
 
+// x (n) of pseudo-random e4m3 codes, every code but the two NaNs (S.1111.111 becomes S.1111.110, 448).
+__global__ void fill_fp8_kernel(std::uint8_t* x, long long n, unsigned long long seed) {
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<long long>(gridDim.x) * blockDim.x) {
+        unsigned long long h = (static_cast<unsigned long long>(i) + seed) * 0x9E3779B97F4A7C15ull;  // splitmix64 mix
+        h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+        h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+        h ^= h >> 31;
+        const unsigned code = static_cast<unsigned>(h >> 56);
+        x[i] = static_cast<std::uint8_t>((code & 0x7Fu) == 0x7Fu ? code - 1 : code);
+    }
+}
+
+// The timed cached path's K and V: random values (or codes) over the whole store, and for a paged cache a
+// block table that is a shuffled permutation of the pool, as a pool that has served many requests is.
+void fill_cached(const GpuAttentionProblem& p, const ProblemBuffers& b) {
+    char* kv = static_cast<char*>(b.kv.get());
+    for (const std::uint64_t offset : {std::uint64_t{0}, b.v_offset}) {
+        if (p.kv_fp8) {
+            fill_fp8_kernel<<<1024, 256>>>(reinterpret_cast<std::uint8_t*>(kv + offset), static_cast<long long>(b.n_kv), 2 + offset);
+            check_cuda(cudaGetLastError(), "fill_fp8 launch");
+        } else {
+            fill_random(kv + offset, b.n_kv, p.dtype, 2 + offset, 1.0f);
+        }
+    }
+    if (paged(p)) {
+        std::vector<std::int32_t> table(b.n_table);
+        for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<std::int32_t>(i);
+        std::mt19937_64 rng(0x5eed);
+        std::shuffle(table.begin(), table.end(), rng);
+        upload_bytes(b.table.get(), table.data(), b.table.bytes());
+    }
+}
+
 GpuTiming attention_time(const GpuAttentionProblem& p, GpuAttentionPath path, int n_sm, std::uint64_t flush_bytes,
                          int n_warmup, int n_repeat) {
+    if (path == GpuAttentionPath::uncached && !has_uncached(p))
+        throw UsageError("gpu attention: the uncached step is timed for contiguous 16-bit caches only");
     const bool tensor_cores = cuda::decode_attention_use_tensor_cores(p.kernel, p.shape);
     const int n_split = cuda::decode_attention_splits(p.shape, p.n_batch, p.n_tokens, n_sm, 0, tensor_cores);
+    if (paged(p) && static_cast<std::uint64_t>(p.n_batch) * blocks_per_sequence(p) > 0x7fffffffu)
+        throw UsageError("gpu attention: more pool blocks than an int32 block table can name");
     const ProblemBuffers b(p, path, n_split);
     DeviceBuffer flush(flush_bytes, "the L2 flush buffer");
     fill_random(b.q.get(), b.n_q, p.dtype, 1, 1.0f);
     if (path == GpuAttentionPath::cached) {
-        fill_random(b.kv.get(), 2 * b.n_kv, p.dtype, 2, 1.0f);
+        fill_cached(p, b);
     } else {
         fill_random(b.x.get(), b.n_x, p.dtype, 3, 1.0f);
         fill_random(b.w.get(), b.n_w, p.dtype, 4, 1.0f / std::sqrt(static_cast<float>(p.d_model)));
     }
     check_cuda(cudaDeviceSynchronize(), "random fill");
-    Blas blas;
-    const cuda::DecodeAttentionArgs args = attention_args(p, path, b, n_split, tensor_cores);
+    // fp8 codes span +-448: a scale of 1/448 keeps K and V in [-1, 1] as the 16-bit fills are
+    const float scale = p.kv_fp8 ? 1.0f / 448.0f : 1.0f;
+    const cuda::DecodeAttentionArgs args = attention_args(p, path, b, n_split, tensor_cores, scale, scale);
+    std::optional<Blas> blas;
+    if (path == GpuAttentionPath::uncached) blas.emplace();
     GpuTiming t = time_events(
-        n_warmup, n_repeat, [&] { enqueue_step(p, path, b, blas.get(), args); },
+        n_warmup, n_repeat, [&] { enqueue_step(p, path, b, blas ? blas->get() : nullptr, args); },
         [&](int r) {
             check_cuda(cudaMemsetAsync(flush.get(), r & 0xFF, flush.bytes(), nullptr), "L2 flush");
         });
