@@ -78,10 +78,12 @@ TEST_CASE("The CUDA kernels match the CPU reference through a shuffled block tab
                 p.dtype = dtype;
                 p.block_size = st.block_size;
                 p.kv_fp8 = st.fp8;
+                // INFO captures by reference: the layout's name must outlive the checks
+                const std::string layout = gpu_attention_layout_name(p.block_size);
                 for (const GpuAttentionCheck& c : gpu_attention_check(p, 11)) {
                     INFO(dtype_name(dtype) << " H=" << p.shape.n_head << " Hkv=" << p.shape.n_head_kv << " D="
                                            << p.shape.d_head << " " << gpu_attention_kernel_name(c.kernel) << " "
-                                           << gpu_attention_layout_name(p.block_size) << (p.kv_fp8 ? " fp8" : "")
+                                           << layout << (p.kv_fp8 ? " fp8" : "")
                                            << " B=" << c.n_batch << " T=" << c.n_tokens << " splits=" << c.n_split
                                            << " error=" << c.max_abs_error << " tolerance=" << c.tolerance
                                            << " fp8 error=" << c.fp8_error);

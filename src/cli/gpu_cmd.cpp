@@ -51,6 +51,10 @@ void setup_gpu(CLI::App& app) {
                     "Where K and V live, side by side: contiguous, paged (a pool of blocks reached through a "
                     "shuffled block table; comma-separated)")
         ->capture_default_str();
+    cmd->add_option("--block-order", o->block_order,
+                    "Paged: shuffled (the block table a fragmented pool gives) or in-order (each sequence's blocks "
+                    "in order, so only the lookups differ from contiguous)")
+        ->capture_default_str();
     cmd->add_option("--block-size", o->block_size,
                     "Tokens per block of the paged layout, powers of two from 16 to 1024, comma-separated (a paged "
                     "row each; unused without --kv-layout paged)")

@@ -271,9 +271,12 @@ void store_kv(const GpuAttentionProblem& p, GpuAttentionInputs& in, std::mt19937
         in.k_scale = gpu_attention_quantize_fp8(in.k, in.k_fp8);
         in.v_scale = gpu_attention_quantize_fp8(in.v, in.v_fp8);
     }
-    if (p.block_size > 0)
-        in.block_table = gpu_attention_block_table(
-            p.n_batch, static_cast<std::int64_t>(ceil_div(u64(p.n_tokens), u64(p.block_size))), rng());
+    if (p.block_size > 0) {
+        const auto n_blocks = static_cast<std::int64_t>(ceil_div(u64(p.n_tokens), u64(p.block_size)));
+        in.block_table = gpu_attention_block_table(p.n_batch, n_blocks, rng());
+        if (!p.shuffled_blocks)  // in order: sequence b's blocks b*n .. b*n+n-1
+            for (std::size_t i = 0; i < in.block_table.size(); ++i) in.block_table[i] = static_cast<std::int32_t>(i);
+    }
 }
 
 // max |got - ref|, infinity when a value is not finite or the sizes differ.

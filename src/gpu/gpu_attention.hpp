@@ -43,6 +43,10 @@ struct GpuAttentionProblem {
     // tokens per block of a paged pool (B * ceil(T / block_size) blocks of (block_size, Hkv*D) rows, one pool
     // for K and one for V), each sequence's blocks named by an int32 block table (B, ceil(T / block_size)).
     std::int64_t block_size = 0;
+    // Paged: the block table is a shuffled permutation of the pool, as a pool that has served many requests
+    // hands out blocks; false: sequence b's blocks in order (b*n .. b*n+n-1, n blocks per sequence), so the
+    // rows lie as a contiguous cache's do and only the lookups differ (what the block table alone costs).
+    bool shuffled_blocks = true;
     // K and V stored as fp8 e4m3 (1 byte a value) with one fp32 scale for all of K and one for V
     // (value = code * scale), dequantized in the kernel; q and out stay in `dtype`. Cached path only.
     bool kv_fp8 = false;

@@ -49,6 +49,7 @@ struct Plan {
     std::vector<std::uint64_t> block_sizes;  // --block-size, each validated
     std::vector<std::int64_t> layouts;       // --kv-layout: 0 contiguous, N paged with N tokens per block
     std::vector<bool> kv_fp8;                // --kv-dtype: false the dtype, true fp8 e4m3
+    bool shuffled_blocks = true;             // --block-order: shuffled or in-order block tables
     // kernel x variant x KV dtype x layout, in that order: the rows of the check and timing tables
     std::vector<Run> runs;
 };
@@ -133,6 +134,7 @@ GpuAttentionProblem problem_for(const Plan& plan, const Setting& s, const Run& r
     GpuAttentionProblem p = problem_for(plan, s, plan.variants[run.variant], run.kernel);
     p.kv_fp8 = run.kv_fp8;
     p.block_size = run.block_size;
+    p.shuffled_blocks = plan.shuffled_blocks;
     return p;
 }
 
@@ -147,8 +149,12 @@ std::string run_label(const Plan& plan, const Run& run, GpuAttentionKernel kerne
                        dtype_name(dtype), kv_dtype_name(run.kv_fp8, dtype), gpu_attention_layout_name(run.block_size));
 }
 
-// --block-size (each a block size the paged layout takes, listed or not), --kv-layout and --kv-dtype.
+// --block-size (each a block size the paged layout takes, listed or not), --block-order, --kv-layout and
+// --kv-dtype.
 void parse_kv_lists(const GpuAttentionRequest& o, Plan& plan) {
+    if (o.block_order != "shuffled" && o.block_order != "in-order")
+        throw UsageError(fmt::format("--block-order {}: expected shuffled or in-order", quote(o.block_order)));
+    plan.shuffled_blocks = o.block_order == "shuffled";
     plan.block_sizes = parse_count_list(o.block_size, "--block-size");
     for (const std::uint64_t b : plan.block_sizes) {
         GpuAttentionProblem probe = problem_for(plan, Setting{DType::fp16, 1, 1}, plan.native, GpuAttentionKernel::automatic);
@@ -222,6 +228,7 @@ Report report_with_inputs(const GpuAttentionRequest& o, const Plan& plan) {
                      {"context", plan.contexts},          {"dtype", o.dtype},
                      {"attention", plan.variant_names},   {"kernel", o.kernel},
                      {"kv_layout", o.kv_layout},          {"block_size", plan.block_sizes},
+                     {"block_order", o.block_order},
                      {"kv_dtype", o.kv_dtype},
                      {"warmup", o.n_warmup},              {"repeats", o.n_repeat},   {"seed", o.seed}};
     return report;
@@ -256,8 +263,8 @@ void add_check_notes(const Plan& plan, Table& checks) {
                                "\"-\" for 16-bit caches");
     if (any_paged)
         checks.notes.push_back("layout paged N: K and V in a pool of blocks of N tokens, each sequence's blocks named by a "
-                               "block table that is a shuffled permutation of the pool (as a pool fragments); the reference "
-                               "reads the same logical (B, T) cache");
+                               "block table that is a shuffled permutation of the pool (as a pool fragments; --block-order "
+                               "in-order: each sequence's blocks in order); the reference reads the same logical (B, T) cache");
     if (any_fp8 || any_paged) checks.notes.push_back("the uncached path is checked for contiguous 16-bit caches only");
 }
 
@@ -454,9 +461,14 @@ void add_layout_notes(TimingGrid& g) {
         g.timing.notes.push_back("fp8_e4m3: K and V stored at 1 byte a value with one fp32 scale for K and one for V, "
                                  "dequantized in the kernel; q and out stay in the dtype");
     if (any_paged)
-        g.timing.notes.push_back("paged N: K and V in a pool of B*ceil(T/N) blocks of N tokens (each sequence's last "
-                                 "block padded), read through an int32 block table that is a shuffled permutation of the "
-                                 "pool, as a pool that has been allocated from and freed for a while hands out blocks");
+        g.timing.notes.push_back(g.plan.shuffled_blocks
+                                     ? "paged N: K and V in a pool of B*ceil(T/N) blocks of N tokens (each sequence's last "
+                                       "block padded), read through an int32 block table that is a shuffled permutation of "
+                                       "the pool, as a pool that has been allocated from and freed for a while hands out blocks"
+                                     : "paged N: K and V in a pool of B*ceil(T/N) blocks of N tokens (each sequence's last "
+                                       "block padded), read through an int32 block table that names each sequence's blocks "
+                                       "in order (--block-order in-order): the rows lie as a contiguous cache's do, so "
+                                       "vs contiguous is what the lookups alone cost");
     if (g.no_uncached)
         g.timing.notes.push_back("uncached \"-\": the uncached step is timed for contiguous 16-bit caches only (it writes "
                                  "K, V in the dtype, contiguous); \"n/a\" means it did not fit in device memory");

@@ -22,6 +22,7 @@ struct GpuAttentionRequest {
     std::string attention = "native";
     std::string kernel = "auto";       // comma-separated: auto, cuda-cores, tensor-cores
     std::string kv_layout = "contiguous";  // comma-separated: contiguous, paged
+    std::string block_order = "shuffled";  // paged: shuffled or in-order block tables
     std::string block_size = "16";     // tokens per block of the paged layout, comma-separated (vLLM's default 16)
     std::string kv_dtype = "dtype";    // comma-separated: dtype (the --dtype), fp16, bf16, fp8_e4m3 (alias fp8)
     int n_warmup = 3;

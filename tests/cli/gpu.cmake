@@ -23,6 +23,8 @@ kvlab_expect(RC 2 ARGS gpu attention --model llama-3-8b --kv-layout paged --bloc
              ERR "^kvlab: error: --block-size: block size 24 is not supported; expected a power of two from 16 to 1024 tokens\n$")
 kvlab_expect(RC 2 ARGS gpu attention --model llama-3-8b --kv-layout contiguous,ring
              ERR "^kvlab: error: --kv-layout 'ring': expected contiguous or paged\n$")
+kvlab_expect(RC 2 ARGS gpu attention --model llama-3-8b --kv-layout paged --block-order random
+             ERR "^kvlab: error: --block-order 'random': expected shuffled or in-order\n$")
 kvlab_expect(RC 2 ARGS gpu attention --model llama-3-8b --kv-dtype int4
              ERR "^kvlab: error: --kv-dtype 'int4': expected dtype \\(the --dtype\\), fp16, bf16, fp8_e4m3 or fp8\n$")
 kvlab_expect(RC 2 ARGS gpu attention --model llama-3-8b --kv-dtype bf16 --dtype fp16

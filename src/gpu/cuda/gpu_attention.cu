@@ -450,7 +450,8 @@ __global__ void fill_fp8_kernel(std::uint8_t* x, long long n, unsigned long long
 }
 
 // The timed cached path's K and V: random values (or codes) over the whole store, and for a paged cache a
-// block table that is a shuffled permutation of the pool, as a pool that has served many requests is.
+// block table that is a shuffled permutation of the pool, as a pool that has served many requests is (or,
+// with shuffled_blocks false, each sequence's blocks in order).
 void fill_cached(const GpuAttentionProblem& p, const ProblemBuffers& b) {
     char* kv = static_cast<char*>(b.kv.get());
     for (const std::uint64_t offset : {std::uint64_t{0}, b.v_offset}) {
@@ -464,8 +465,10 @@ void fill_cached(const GpuAttentionProblem& p, const ProblemBuffers& b) {
     if (paged(p)) {
         std::vector<std::int32_t> table(b.n_table);
         for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<std::int32_t>(i);
-        std::mt19937_64 rng(0x5eed);
-        std::shuffle(table.begin(), table.end(), rng);
+        if (p.shuffled_blocks) {
+            std::mt19937_64 rng(0x5eed);
+            std::shuffle(table.begin(), table.end(), rng);
+        }
         upload_bytes(b.table.get(), table.data(), b.table.bytes());
     }
 }

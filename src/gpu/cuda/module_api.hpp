@@ -13,7 +13,7 @@
 
 namespace kvlab::cuda {
 
-inline constexpr int module_version = 5;                 // bump when ModuleApi or a type it passes changes
+inline constexpr int module_version = 6;                 // bump when ModuleApi or a type it passes changes
 inline constexpr const char* module_entry = "kvlab_cuda_module";  // extern "C" () -> const ModuleApi*
 
 enum class ErrorKind { none, usage, io, unavailable };   // UsageError, IoError, UnavailableError
