@@ -240,9 +240,7 @@ __device__ __forceinline__ void tc_init(const KernelParams& p, const TcPlace& at
 }
 
 // This lane's copies of a chunk: unit cu of rows cr + kCopyRows*j, to the same place in every stage; rows at
-// or past t_end as zeros (source size 0, from the chunk's first row, which is valid). Commits nothing. The
-// chunk's first row is looked up by the caller (first_row), one chunk ahead: a chunk lies within one block,
-// so its rows follow on from the first.
+// or past t_end as zeros (source size 0, from the chunk's first row, which is valid). Commits nothing.
 template <typename L, typename V, bool PAGED>
 struct TcCopier {
     const V* k_lane;
@@ -250,10 +248,8 @@ struct TcCopier {
     KvRows<PAGED> rows;
     int cr, cu;
 
-    // Where token t's row starts (0 past the split, where no row is read).
-    __device__ __forceinline__ long long first_row(long long t, long long t_end) const { return t < t_end ? rows.offset(t) : 0; }
-
-    __device__ __forceinline__ void issue(long long t0, long long first, long long t_end, unsigned char* stage) const {
+    __device__ __forceinline__ void issue(long long t0, long long t_end, unsigned char* stage) const {
+        const long long first = rows.offset(t0);  // a chunk lies within one block: rows follow on
         const long long rows_valid = t_end - t0;  // >= 1
 #pragma unroll
         for (int j = 0; j < 16 / L::kCopyRows; ++j) {
@@ -496,22 +492,16 @@ __global__ void __launch_bounds__(kTcThreads, TcLayout<D, FP8 ? 1 : 2>::kMinBloc
     const long long t_first = t_begin + at.warp * 16;
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-        const long long t = t_first + s * kStep;
-        if (t < t_end) copier.issue(t, copier.first_row(t, t_end), t_end, ring + s * L::kStageBytes);
+        if (t_first + s * kStep < t_end) copier.issue(t_first + s * kStep, t_end, ring + s * L::kStageBytes);
         cp_async_commit();
     }
-    // The first row of the next chunk to issue, looked up a chunk ahead: a paged cache's block-table load is in
-    // flight while the warp computes, not in the way of its copies (looked up at issue time, a 16-token block
-    // cost 7-15 % more time than contiguous on GQA-8 even with the blocks in order: docs/cuda-timing.md).
-    long long next_first = copier.first_row(t_first + (kStages - 1) * kStep, t_end);
     int stage = 0;           // chunk k's stage
     int fill = kStages - 1;  // chunk k+kStages-1's stage: chunk k-1's
     for (long long t0 = t_first; t0 < t_end; t0 += kStep) {
         // 1. refill the stage chunk k-1 used, then wait for chunk k (one commit group per chunk, in order)
         __syncwarp();  // every lane has read chunk k-1's fragments
         const long long t_next = t0 + (kStages - 1) * kStep;
-        if (t_next < t_end) copier.issue(t_next, next_first, t_end, ring + fill * L::kStageBytes);
-        next_first = copier.first_row(t_next + kStep, t_end);
+        if (t_next < t_end) copier.issue(t_next, t_end, ring + fill * L::kStageBytes);
         cp_async_commit();
         cp_async_wait<kStages - 1>();
         __syncwarp();  // every lane's copies of chunk k are visible to the warp
