@@ -15,6 +15,7 @@
 #include "kvlab/core/error.hpp"
 #include "gpu/gpu_attention.hpp"
 #include "gpu/gpu_attention_report.hpp"
+#include "gpu_device.hpp"
 
 using namespace kvlab;
 
@@ -28,17 +29,6 @@ GpuAttentionProblem llama3_8b_problem() {
     p.n_tokens = 8192;
     p.dtype = DType::fp16;
     return p;
-}
-
-// True when this build has CUDA and a device answers; otherwise `why` says which is missing.
-bool device_present(std::string& why) {
-    try {
-        (void)cuda_device();
-        return true;
-    } catch (const UnavailableError& e) {
-        why = e.what();
-        return false;
-    }
 }
 
 }  // namespace
@@ -200,7 +190,7 @@ TEST_CASE("gpu attention refuses bad layouts, block sizes and KV dtypes before t
     bad.dtype = "bf16,fp16";
     refused(bad, "and --dtype fp16 is not bf16");
     std::string why;
-    if (device_present(why)) return;
+    if (test::device_present(why)) return;
     // Valid paged and fp8 requests get as far as the device.
     GpuAttentionRequest good = r;
     good.kv_layout = "contiguous,paged";
@@ -310,7 +300,7 @@ TEST_CASE("The timing table says when a cached step beat the read reference, and
 
 TEST_CASE("Without CUDA in the build or a device, the device calls say which is missing") {
     std::string why;
-    if (device_present(why)) {
+    if (test::device_present(why)) {
         MESSAGE("a CUDA device is present: " << cuda_device().name);
         CHECK(cuda_built());
         return;
@@ -333,7 +323,7 @@ TEST_CASE("Without CUDA in the build or a device, the device calls say which is 
 
 TEST_CASE("The CUDA kernels match the CPU reference on small problems") {
     std::string why;
-    if (!device_present(why)) {
+    if (!test::device_present(why)) {
         MESSAGE("skipped: " << why);
         return;
     }
@@ -353,17 +343,7 @@ TEST_CASE("The CUDA kernels match the CPU reference on small problems") {
                           {{12, 1, 128}, tc}};
     // Whether this device and module run the tensor-core kernel (compute capability 8.0+, a module compiled for
     // it): asked of the module itself, which refuses --kernel tensor-cores with a usage error otherwise.
-    bool tc_runs = true;
-    try {
-        GpuAttentionProblem probe;
-        probe.shape = {16, 1, 64};
-        probe.kernel = tc;
-        probe.d_model = 64;
-        (void)gpu_attention_check(probe, 1);
-    } catch (const UsageError& e) {
-        MESSAGE("tensor-core cases skipped: " << e.what());
-        tc_runs = false;
-    }
+    const bool tc_runs = test::tensor_cores_run();
     for (const DType dtype : {DType::fp16, DType::bf16})
         for (const Case& kase : cases) {
             if (kase.kernel == tc && !tc_runs) continue;
@@ -395,7 +375,7 @@ TEST_CASE("The CUDA kernels match the CPU reference on small problems") {
 
 TEST_CASE("The read bandwidth reference reads every byte and names its fastest pattern") {
     std::string why;
-    if (!device_present(why)) {
+    if (!test::device_present(why)) {
         MESSAGE("skipped: " << why);
         return;
     }

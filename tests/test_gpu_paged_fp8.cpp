@@ -9,41 +9,13 @@
 
 #include "kvlab/core/error.hpp"
 #include "gpu/gpu_attention.hpp"
+#include "gpu_device.hpp"
 
 using namespace kvlab;
 
-namespace {
-
-bool device_answers(std::string& why) {
-    try {
-        (void)cuda_device();
-        return true;
-    } catch (const UnavailableError& e) {
-        why = e.what();
-        return false;
-    }
-}
-
-// Whether the module runs the tensor-core kernel here (compute capability 8.0+, a module built for it).
-bool tensor_cores_run() {
-    GpuAttentionProblem probe;
-    probe.shape = {16, 1, 64};
-    probe.kernel = GpuAttentionKernel::tensor_cores;
-    probe.d_model = 64;
-    try {
-        (void)gpu_attention_check(probe, 1);
-        return true;
-    } catch (const UsageError& e) {
-        MESSAGE("tensor-core cases skipped: " << e.what());
-        return false;
-    }
-}
-
-}  // namespace
-
 TEST_CASE("The CUDA kernels match the CPU reference through a shuffled block table and with fp8 KV") {
     std::string why;
-    if (!device_answers(why)) {
+    if (!test::device_present(why)) {
         MESSAGE("skipped: " << why);
         return;
     }
@@ -66,7 +38,7 @@ TEST_CASE("The CUDA kernels match the CPU reference through a shuffled block tab
     // Block 16: a tensor-core chunk is a whole block, a 300-token sequence ends in a part-filled block;
     // 64 and 128: several chunks per block, a split (64-token pieces) within or across blocks.
     const Storage storages[] = {{16, false}, {64, false}, {128, false}, {0, true}, {16, true}, {64, true}};
-    const bool tc_ok = tensor_cores_run();
+    const bool tc_ok = test::tensor_cores_run();
     for (const DType dtype : {DType::fp16, DType::bf16})
         for (const Case& kase : cases)
             for (const Storage& st : storages) {

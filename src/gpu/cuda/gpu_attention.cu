@@ -118,15 +118,20 @@ std::uint64_t element_bytes() { return 2; }  // fp16 and bf16
 __device__ inline void store(__half* p, float x) { *p = __float2half_rn(x); }
 __device__ inline void store(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
 
+// 64 well-mixed bits of x (splitmix64's finalizer): element i's random bits, from i + seed.
+__device__ inline unsigned long long mix64(unsigned long long x) {
+    unsigned long long h = x * 0x9E3779B97F4A7C15ull;
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+    return h ^ (h >> 31);
+}
+
 // x (n) of pseudo-random values in [-scale, scale): never zeros, which would hide unwritten or misread data.
 template <typename T>
 __global__ void fill_random_kernel(T* x, long long n, unsigned long long seed, float scale) {
     for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<long long>(gridDim.x) * blockDim.x) {
-        unsigned long long h = (static_cast<unsigned long long>(i) + seed) * 0x9E3779B97F4A7C15ull;  // splitmix64 mix
-        h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
-        h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
-        h ^= h >> 31;
+        const unsigned long long h = mix64(static_cast<unsigned long long>(i) + seed);
         const float u = static_cast<float>(h >> 40) * (2.0f / 16777216.0f) - 1.0f;  // 24 random bits
         store(x + i, scale * u);
     }
@@ -440,10 +445,7 @@ GpuAttentionOutputs attention_run(const GpuAttentionProblem& p, const GpuAttenti
 __global__ void fill_fp8_kernel(std::uint8_t* x, long long n, unsigned long long seed) {
     for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<long long>(gridDim.x) * blockDim.x) {
-        unsigned long long h = (static_cast<unsigned long long>(i) + seed) * 0x9E3779B97F4A7C15ull;  // splitmix64 mix
-        h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
-        h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
-        h ^= h >> 31;
+        const unsigned long long h = mix64(static_cast<unsigned long long>(i) + seed);
         const unsigned code = static_cast<unsigned>(h >> 56);
         x[i] = static_cast<std::uint8_t>((code & 0x7Fu) == 0x7Fu ? code - 1 : code);
     }
