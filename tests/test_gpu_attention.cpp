@@ -146,7 +146,10 @@ TEST_CASE("The check quantizes K and V to fp8 e4m3 with one scale per tensor, as
 TEST_CASE("The check's block table names every pool block once, shuffled") {
     // 2 sequences of 19 blocks (T 300 at block 16: ceil(300 / 16) = 19), small pools of 4 blocks, and 2
     // blocks (B 2, T 1), which a shuffle leaves in order half the time
-    for (const auto& [n_batch, n_blocks] : {std::pair<std::int64_t, std::int64_t>{2, 19}, {1, 4}, {2, 2}, {4, 1}, {2, 1}})
+    for (const auto& shape : {std::pair<std::int64_t, std::int64_t>{2, 19}, {1, 4}, {2, 2}, {4, 1}, {2, 1}}) {
+        // named, not a structured binding: clang cannot capture one in INFO's lambda
+        const std::int64_t n_batch = shape.first;
+        const std::int64_t n_blocks = shape.second;
         for (std::uint64_t seed = 1; seed <= 30; ++seed) {
             const std::vector<std::int32_t> table = gpu_attention_block_table(n_batch, n_blocks, seed);
             std::vector<std::int32_t> identity(static_cast<std::size_t>(n_batch * n_blocks));
@@ -157,6 +160,7 @@ TEST_CASE("The check's block table names every pool block once, shuffled") {
             std::sort(sorted.begin(), sorted.end());
             CHECK(sorted == identity);  // a permutation: every block exactly once
         }
+    }
     // shuffled, not just moved: seeds give different tables (38 blocks: 38! orders)
     CHECK(gpu_attention_block_table(2, 19, 1) != gpu_attention_block_table(2, 19, 2));
     CHECK(gpu_attention_block_table(3, 5, 9) == gpu_attention_block_table(3, 5, 9));  // seeded
