@@ -2,6 +2,8 @@
 // reproduce are in tests/cli/engines.cmake).
 #include <doctest/doctest.h>
 
+#include <fmt/format.h>
+
 #include "calc/engine_cmd.hpp"
 #include "kvlab/calc/engine.hpp"
 #include "kvlab/calc/gpu_specs.hpp"
@@ -233,8 +235,8 @@ TEST_CASE("llama-server -md: each slot's draft context is the target's context p
     const auto a = ask(Engine::llamacpp, cfg, DType::fp16, 4096, std::nullopt, s, 2);
     // -c 8192 -np 2 -kvu: every slot's draft holds 8192 cells: 8192 x 16 KiB = 128 MiB of K, 256 MiB a slot, 512 MiB for both
     CHECK(a.log_lines.back() == "llama_kv_cache: size =  256.00 MiB (  8192 cells,  16 layers,  1/1 seqs), K (f16):  128.00 MiB, V (f16):  128.00 MiB");
-    // before (older tools/server/server.cpp): -c / -np = 4096 cells whatever -kvu says; b6100 prints "llama_kv_cache_unified"
-    s.version = 6100;
+    // before (older tools/server/server.cpp): -c / -np = 4096 cells whatever -kvu says; b6081 prints "llama_kv_cache_unified"
+    s.version = 6081;
     CHECK(ask(Engine::llamacpp, cfg, DType::fp16, 4096, std::nullopt, s, 2).log_lines.back().find("(  4096 cells,  16 layers,") != std::string::npos);
 }
 
@@ -246,8 +248,8 @@ TEST_CASE("--engine NAME@VERSION: a known release answers as itself, an unknown 
     const auto b = parse_engine_spec("vllm@0.8.5");  // 0.8.5 -> 8005: 0.8.0 (8000) is 5 away, 0.10.0 (10000) 1995
     CHECK(b.version == 8000);
     CHECK(b.note.find("the nearest it knows, vLLM v0.8.0, answers") != std::string::npos);
-    // b6500 is 400 builds from b6100 and 286 from b6786 (the llama_kv_cache prefix): it prints the renamed prefix
-    CHECK(parse_engine_spec("llama.cpp@b6500").version == 6786);
+    // b6500 is 173 builds from b6327 and 286 from b6786: b6327 answers (the llama_kv_cache prefix, -fa auto)
+    CHECK(parse_engine_spec("llama.cpp@b6500").version == 6327);
     CHECK(parse_engine_spec("vllm").version == 10002);  // no version: the pinned v0.10.2
     CHECK(parse_engine_spec("trtllm@1.2.0rc2").version == 1002000);
     CHECK(engine_release_name(Engine::vllm, 7003) == "vLLM v0.7.3");
@@ -302,6 +304,14 @@ TEST_CASE("--engine-cmd reads each engine's own flags, quoted values and JSON, a
     CHECK(*l.ubatch == 128);  // n_ubatch = min(-ub 512, -b 128)
     CHECK(*l.dtype == "q8_0");
     CHECK(l.kv_unified);
+    CHECK(l.flash_attn == FlashAttn::on);
+    // -fa: bare (older builds), or on|off|auto and their aliases 1|0|-1 (common/arg.cpp, PR #15746)
+    CHECK(parse_engine_command("llama-cli -m m.gguf -fa").flash_attn == FlashAttn::on);
+    CHECK(parse_engine_command("llama-cli -m m.gguf -fa 0").flash_attn == FlashAttn::off);
+    CHECK(parse_engine_command("llama-cli -m m.gguf --flash-attn=auto").flash_attn == FlashAttn::automatic);
+    CHECK(parse_engine_command("llama-cli -m m.gguf -fa -1 -c 4096").flash_attn == FlashAttn::automatic);
+    CHECK(parse_engine_command("llama-cli -m m.gguf").flash_attn == FlashAttn::unset);
+    CHECK_THROWS_AS(parse_engine_command("llama-cli -m m.gguf --flash-attn=maybe"), UsageError);
     const auto g = parse_engine_command("python3 -m sglang.launch_server --model-path Qwen/Qwen2.5-7B-Instruct --mem-fraction-static 0.8 --pp-size 2");
     CHECK(g.engine == Engine::sglang);
     CHECK(*g.mem_util == doctest::Approx(0.8));
@@ -328,4 +338,66 @@ TEST_CASE("--engine-cmd reads each engine's own flags, quoted values and JSON, a
     CHECK_THROWS_AS(split_command_line("vllm serve 'm"), UsageError);
     // as a POSIX shell splits: "…" keeps \" as ", '…' keeps everything, a backslash-newline joins lines
     CHECK(split_command_line("a \"{\\\"m\\\": 1}\" 'x \\y' \\\nz") == std::vector<std::string>{"a", "{\"m\": 1}", "x \\y", "z"});
+}
+
+// Each llama.cpp boundary kvlab dates by tags: the last tag seen with the old form and the first with the new one are both
+// known releases, so each prints its own form. The tags' sources are the llama.cpp files vendored in mybigday/llama.rn at its
+// "sync llama.cpp to bNNNN" commits (engine_versions.cpp names each commit).
+TEST_CASE("llama.cpp releases on both sides of each dated change print their own size line") {
+    const auto cfg = load_preset("llama-3-8b");
+    EngineSettings s;
+    s.kv_unified = true;
+    auto line = [&](std::uint64_t version) {
+        s.version = version;
+        return ask(Engine::llamacpp, cfg, DType::fp16, 2048, std::nullopt, s, 4).log_lines.at(0);
+    };
+    // -c 8192 -np 4 -kvu: 8192 cells (a multiple of 32 and of 256), 32 x 8192 x 1024 x 2 B = 512 MiB of K
+    const std::string tail = " 8192 cells,  32 layers,  4%s seqs), K (f16):  512.00 MiB, V (f16):  512.00 MiB";
+    auto want = [&](std::string_view prefix, std::string_view seqs) {
+        std::string t = tail;
+        t.replace(t.find("%s"), 2, seqs);
+        return fmt::format("{}: size = 1024.00 MiB ( {}", prefix, t);
+    };
+    CHECK(line(5902) == want("llama_kv_cache_unified", ""));       // "%2u seqs" (b5902, 4a4f4269)
+    CHECK(line(5913) == want("llama_kv_cache_unified", "/ 1"));    // "%2u/%2u seqs" (PR #14363, b5913)
+    CHECK(line(6018) == want("llama_kv_cache_unified", "/ 1"));    // still %2u/%2u (b6018, bda62193)
+    CHECK(line(6081) == want("llama_kv_cache_unified", "/1"));     // "%2u/%u" (b6081, d31192b4)
+    CHECK(line(6218) == want("llama_kv_cache_unified", "/1"));     // the class not yet renamed (b6218, 13aeb7ae)
+    CHECK(line(6250) == want("llama_kv_cache", "/1"));             // PR #15467's llama_kv_cache (b6250, e92734d5)
+}
+
+TEST_CASE("llama.cpp's cache padding by release and flash attention: 32 or 256 until b6851, none b6870-b6974, 256 from b6975") {
+    // gpt-oss-20b's SWA cache at -c 4096, -np 1, -ub 512: n_swa 128 x 1 + 512 = 640 cells wanted
+    const auto cfg = load_preset("gpt-oss-20b");
+    EngineSettings s;
+    auto swa_cells = [&](std::uint64_t version, FlashAttn fa) {
+        s.version = version;
+        s.flash_attn = fa;
+        const auto a = ask(Engine::llamacpp, cfg, DType::fp16, 4096, std::nullopt, s, 1);
+        return a.log_lines.at(2);
+    };
+    const std::string c640 = "llama_kv_cache_unified_iswa: creating     SWA KV cache, size = 640 cells";
+    const std::string c768 = "llama_kv_cache_unified_iswa: creating     SWA KV cache, size = 768 cells";
+    // b6218: -fa not given is off (default before b6327): PAD(640, 32) = 640 (llama.cpp issue #16188's b6182 log); -fa: PAD(640, 256) = 768
+    CHECK(swa_cells(6218, FlashAttn::unset) == c640);
+    CHECK(swa_cells(6218, FlashAttn::on) == c768);
+    CHECK(swa_cells(6218, FlashAttn::off) == c640);
+    // b6318 still defaults to off; b6327 (PR #15434) defaults to auto, and the cache is made before auto resolves: 256
+    CHECK(swa_cells(6318, FlashAttn::unset) == "llama_kv_cache_iswa: creating     SWA KV cache, size = 640 cells");
+    CHECK(swa_cells(6327, FlashAttn::unset) == "llama_kv_cache_iswa: creating     SWA KV cache, size = 768 cells");
+    CHECK(swa_cells(6327, FlashAttn::off) == "llama_kv_cache_iswa: creating     SWA KV cache, size = 640 cells");
+    // b6851 pads by get_padding; b6870 (PR #16812) pads nothing: -ub 500 wants 628 cells, kept as 628, where b6851 off gives 640
+    s.ubatch = 500;
+    CHECK(swa_cells(6851, FlashAttn::off) == "llama_kv_cache_iswa: creating     SWA KV cache, size = 640 cells");
+    CHECK(swa_cells(6870, FlashAttn::off) == "llama_kv_cache_iswa: creating     SWA KV cache, size = 628 cells");
+    CHECK(swa_cells(6870, FlashAttn::on) == "llama_kv_cache_iswa: creating     SWA KV cache, size = 628 cells");
+    CHECK(swa_cells(6975, FlashAttn::off) == "llama_kv_cache_iswa: creating     SWA KV cache, size = 768 cells");  // PR #17046: 256
+    // streams before b6870: each of -np 3 gets PAD(ceil(4100 / 3), 32) = PAD(1367, 32) = 1376 cells (create_memory), -fa off
+    EngineSettings t;
+    t.version = 6851;
+    t.flash_attn = FlashAttn::off;
+    t.n_ctx = 4100;
+    CHECK(*ask(Engine::llamacpp, load_preset("llama-3-8b"), DType::fp16, 1366, std::nullopt, t, 3).token_capacity == 3 * 1376);
+    t.flash_attn = FlashAttn::on;  // PAD(1367, 256) = 1536
+    CHECK(*ask(Engine::llamacpp, load_preset("llama-3-8b"), DType::fp16, 1366, std::nullopt, t, 3).token_capacity == 3 * 1536);
 }

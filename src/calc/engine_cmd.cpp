@@ -156,7 +156,13 @@ void apply_flag(const Flag& f, const std::string& name, const std::string& v, En
     const std::string where = fmt::format("{} {}", cmd.program, name);
     switch (f.act) {
     case Act::ignore: cmd.ignored.push_back(name); break;
-    case Act::fa: cmd.ignored.push_back(name); break;
+    case Act::fa:  // common/arg.cpp: on|enabled|1, off|disabled|0, auto|-1 (PR #15434, #15746); bare -fa (before b6327): on
+        cmd.flash_attn = v.empty() || v == "on" || v == "enabled" || v == "1" ? FlashAttn::on
+                         : v == "off" || v == "disabled" || v == "0"             ? FlashAttn::off
+                         : v == "auto" || v == "-1"                              ? FlashAttn::automatic
+                                                                                 : throw UsageError(fmt::format(
+                                                                                       "--engine-cmd: llama.cpp {} {}: expected on, off or auto", name, quote(v)));
+        break;
     case Act::model: cmd.model = v; break;
     case Act::context: cmd.context = parse_count(v, where); break;
     case Act::n_ctx: cmd.n_ctx = parse_count(v, where); break;
@@ -192,6 +198,12 @@ void apply_flag(const Flag& f, const std::string& name, const std::string& v, En
     }
 }
 
+// a value llama.cpp's -fa takes (newer builds); older builds' -fa took none
+bool is_fa_value(std::string_view t) {
+    constexpr std::array<std::string_view, 8> values{"on", "off", "auto", "1", "0", "-1", "enabled", "disabled"};
+    return std::find(values.begin(), values.end(), t) != values.end();
+}
+
 template <std::size_t N>
 void read_flags(const std::vector<std::string>& w, std::size_t i, const std::array<Flag, N>& table, EngineCommand& cmd) {
     const std::string engine(choice_name(engine_choices, cmd.engine));
@@ -214,8 +226,8 @@ void read_flags(const std::vector<std::string>& w, std::size_t i, const std::arr
         else if (f->value) {
             if (i + 1 >= w.size()) throw UsageError(fmt::format("--engine-cmd: {} {} needs a value", engine, name));
             value = w[++i];
-        } else if (f->act == Act::fa && i + 1 < w.size() && (w[i + 1] == "on" || w[i + 1] == "off" || w[i + 1] == "auto")) {
-            ++i;  // -fa takes on|off|auto in newer builds, nothing in older ones
+        } else if (f->act == Act::fa && i + 1 < w.size() && is_fa_value(w[i + 1])) {
+            value = w[++i];  // -fa takes on|off|auto in newer builds, nothing in older ones
         }
         apply_flag(*f, name, value, cmd);
     }

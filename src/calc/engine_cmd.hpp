@@ -23,6 +23,7 @@ struct EngineCommand {
     std::optional<std::string> dtype;                // kvlab's name of the KV cache dtype
     std::optional<double> mem_util;                  // --gpu-memory-utilization, --mem-fraction-static, ...
     bool kv_unified = false, swa_full = false;
+    FlashAttn flash_attn = FlashAttn::unset;         // llama.cpp -fa (bare: on, as older builds took it), -fa on|off|auto|1|0|-1
     std::string draft;                               // a draft model the command names (-md, --speculative-config's model)
     // SGLang: --max-running-requests and --speculative-num-steps / -eagle-topk / -num-draft-tokens (its speculative headroom)
     std::optional<std::uint64_t> max_running_requests, spec_steps, spec_topk, spec_draft_tokens;

@@ -4,6 +4,9 @@
 //
 //   n_ctx     = PAD(-c, 256); cells per stream = n_ctx (unified, -kvu) or PAD(n_ctx / -np, 256); streams = 1 or -np
 //   SWA cells = PAD(min(cells, n_swa x (unified ? -np : 1) + n_ubatch), 256)   (--swa-full: cells)
+// Older releases pad by another rule (cell_padding below): up to b6851 P = 256 with flash attention, 32 without
+// (get_padding), cells = PAD(-c, P) or PAD(ceil(-c / -np), P) per stream, SWA cells = min(cells, PAD(n_swa x k + n_ubatch, P));
+// b6870-b6974 (PR #16812 until PR #17046) pad nothing.
 //   bytes     = sum over the cache's layers of row_size(type, n_embd_k_gqa) x cells x streams (and V alike)
 //   MLA (DeepSeek GGUFs with the MLA split): K rows of kv_lora_rank + rope dims, no V tensor (b7832, PR #19067)
 #include "kvlab/calc/engine.hpp"
@@ -69,13 +72,37 @@ std::pair<std::uint64_t, std::uint64_t> kv_rows(const ModelConfig& cfg, DType dt
 }
 
 // The size line as the release prints it: the prefix is the cache constructor's __func__, llama_kv_cache_unified until
-// PR #15467 renamed the class (kvlab applies it from b6786, the first build a public log shows with the new name), and
-// the seqs column (%2u seqs before b5913, %2u/%2u until b6100, %2u/%u since).
-constexpr std::uint64_t renamed_cache = 6786;
+// PR #15467 renamed the class (tag-bracketed b6218..b6250, engine_versions.cpp), and the seqs column (%2u seqs before
+// b5913, %2u/%2u until b6081, %2u/%u since).
+constexpr std::uint64_t renamed_cache = 6250;
+
+// The release's cache padding and its cells per stream. Up to b6851 llama_kv_cache(_unified)::get_padding gave 256 cells
+// with flash attention and 32 without, and create_memory (src/llama-model.cpp) padded -c, or ceil(-c / -np) per stream, to
+// it; PR #16812 (b6870) dropped the padding (n_pad 1); PR #17046 (b6975) pads -c, then -c / -np, to 256 again.
+// Flash attention as create_memory saw it: -fa on; -fa auto too (the memory is made before auto resolves, PR #26460's
+// description); not given: off before b6327 (PR #15434 made auto the default), auto since.
+struct CellRule {
+    std::uint64_t pad = 256;
+    std::uint64_t cells = 0;  // per stream
+    bool flash = true;        // as the padding saw it
+};
+
+CellRule cell_rule(std::uint64_t version, FlashAttn fa, std::uint64_t n_ctx, std::uint64_t n_seq, bool unified) {
+    CellRule r;
+    r.flash = fa == FlashAttn::on || fa == FlashAttn::automatic || (fa == FlashAttn::unset && version >= 6327);
+    if (version >= 6975) {
+        const std::uint64_t n_ctx_pad = pad(n_ctx, 256);
+        r.cells = unified ? n_ctx_pad : pad(n_ctx_pad / n_seq, 256);
+        return r;
+    }
+    r.pad = version >= 6870 ? 1 : r.flash ? 256 : 32;
+    r.cells = pad(unified ? n_ctx : (n_ctx + n_seq - 1) / n_seq, r.pad);
+    return r;
+}
 
 std::string size_line(std::uint64_t version, const Cache& k, std::uint64_t n_seq, std::uint64_t streams, std::string_view type) {
     const std::string seqs = version < 5913 ? fmt::format("{:2} seqs", n_seq)
-                             : version < 6100 ? fmt::format("{:2}/{:2} seqs", n_seq, streams)
+                             : version < 6081 ? fmt::format("{:2}/{:2} seqs", n_seq, streams)
                                               : fmt::format("{:2}/{} seqs", n_seq, streams);
     return fmt::format("{}: size = {:7.2f} MiB ({:6} cells, {:3} layers, {}), K ({}): {:7.2f} MiB, V ({}): {:7.2f} MiB",
                        version < renamed_cache ? "llama_kv_cache_unified" : "llama_kv_cache", mib(k.k + k.v), k.cells, k.layers, seqs, type, mib(k.k), type,
@@ -123,7 +150,7 @@ void add_llamacpp_draft(const ModelConfig& draft, const EngineCase& c, const Eng
                         std::uint64_t n_ctx_seq, EngineAnswer& a) {
     const auto [k_row, v_row] = kv_rows(draft, DType::fp16, version);
     Cache d;
-    d.cells = version >= 6975 ? n_ctx_seq : pad(std::max<std::uint64_t>(n_ctx / c.batch, 1), 256);
+    d.cells = version >= 6975 ? n_ctx_seq : cell_rule(version, s.flash_attn, std::max<std::uint64_t>(n_ctx / c.batch, 1), 1, true).cells;
     Cache unused;
     fill_caches(draft, false, k_row, v_row, 1, {static_cast<std::uint64_t>(draft.n_layer)}, d, unused);
     a.log_lines.push_back(size_line(version, d, 1, 1, "f16"));
@@ -135,12 +162,19 @@ void add_llamacpp_draft(const ModelConfig& draft, const EngineCase& c, const Eng
 }
 
 // The notes on padding, windows and the MLA layout the release caches.
-void add_llamacpp_notes(const ModelConfig& cfg, std::uint64_t version, std::uint64_t n_ctx, std::uint64_t cells, std::uint64_t streams, bool iswa,
+void add_llamacpp_notes(const ModelConfig& cfg, std::uint64_t version, std::uint64_t n_ctx, const CellRule& rule, std::uint64_t streams, bool iswa,
                         EngineAnswer& a) {
-    const std::uint64_t n_ctx_pad = pad(n_ctx, 256);
-    if (n_ctx_pad != n_ctx || cells * streams != n_ctx)
+    const std::uint64_t cells = rule.cells;
+    if (cells * streams != n_ctx)
         a.notes.push_back(fmt::format("llama.cpp pads -c {} to {} cells ({} per stream x {} stream{})", n_ctx, cells * streams, cells, streams,
                                       streams == 1 ? "" : "s"));
+    if (version < 6975)
+        a.notes.push_back(version >= 6870 ? fmt::format("llama.cpp b{} pads no cache (PR #16812 dropped the padding; PR #17046, b6975, padded to 256 again)", version)
+                                          : fmt::format("llama.cpp b{} pads the cache to {} cells: flash attention {} (-fa {}; get_padding: 256 with it, 32 "
+                                                        "without, until PR #16812, b6870)",
+                                                        version, rule.pad, rule.flash ? "on" : "off",
+                                                        rule.flash ? (version >= 6327 ? "on or auto, auto the default since b6327" : "given")
+                                                                   : (version >= 6327 ? "off" : "not given: off by default before b6327")));
     if (cfg.sliding_window && !iswa)
         a.notes.push_back(fmt::format("{}: sliding window {} not applied: kvlab knows llama.cpp's sliding-window layers for gemma2, gemma3 "
                                       "and gpt-oss only, so every layer is sized with all cells",
@@ -178,10 +212,10 @@ EngineAnswer llamacpp_answer(const EngineCase& c, const EngineSettings& s) {
         throw UsageError(fmt::format("--tp {}: llama.cpp splits layers across GPUs (-sm layer), not heads; size it with --tp 1 (--pp N for N devices)", c.tp));
     const std::uint64_t n_seq = c.batch;
     const std::uint64_t n_ctx = s.n_ctx ? *s.n_ctx : checked_mul(c.context, n_seq, "llama.cpp -c");
-    const std::uint64_t n_ctx_pad = pad(n_ctx, 256);
     const bool unified = s.kv_unified || version < 5913;  // before KV streams (b5913) every sequence shared one cache
     const std::uint64_t streams = unified ? 1 : n_seq;
-    const std::uint64_t cells = unified ? n_ctx_pad : pad(n_ctx_pad / n_seq, 256);
+    const CellRule rule = cell_rule(version, s.flash_attn, n_ctx, n_seq, unified);
+    const std::uint64_t cells = rule.cells;
     const auto [k_row, v_row] = kv_rows(cfg, c.dtype, version);
 
     EngineAnswer a;
@@ -191,7 +225,8 @@ EngineAnswer llamacpp_answer(const EngineCase& c, const EngineSettings& s) {
     base.cells = cells;
     if (iswa) {
         const auto n_swa = static_cast<std::uint64_t>(*cfg.sliding_window);
-        swa.cells = s.swa_full ? cells : pad(std::min(cells, checked_add(checked_mul(n_swa, unified ? n_seq : 1, "SWA cells"), s.ubatch, "SWA cells")), 256);
+        const auto want = checked_add(checked_mul(n_swa, unified ? n_seq : 1, "SWA cells"), s.ubatch, "SWA cells");
+        swa.cells = s.swa_full ? cells : version >= 6975 ? pad(std::min(cells, want), 256) : std::min(cells, pad(want, rule.pad));
     }
     const auto split = pp_layer_split(Engine::llamacpp, static_cast<std::uint64_t>(cfg.n_layer), s.pp);
     fill_caches(cfg, iswa, k_row, v_row, streams, split, base, swa);
@@ -204,7 +239,8 @@ EngineAnswer llamacpp_answer(const EngineCase& c, const EngineSettings& s) {
     } else {
         push_cache_lines(version, base, n_seq, streams, type, a.log_lines);
     }
-    a.settings = fmt::format("-c {} -np {}{} -ctk {} -ctv {}{}{}", n_ctx, n_seq, s.kv_unified ? " -kvu" : "", type, type,
+    const std::string_view fa_flag = version >= 6870 ? "" : version < 6327 ? (rule.flash ? " -fa" : "") : (rule.flash ? "" : " -fa off");
+    a.settings = fmt::format("-c {} -np {}{} -ctk {} -ctv {}{}{}{}", n_ctx, n_seq, s.kv_unified ? " -kvu" : "", type, type, fa_flag,
                              iswa ? fmt::format(" -ub {}{}", s.ubatch, s.swa_full ? " --swa-full" : "") : "",
                              s.pp > 1 ? fmt::format(" -sm layer ({} devices)", s.pp) : "");
     a.bytes_allocated = base.k + base.v + swa.k + swa.v;
@@ -218,7 +254,7 @@ EngineAnswer llamacpp_answer(const EngineCase& c, const EngineSettings& s) {
     }
     a.token_capacity = checked_mul(base.cells, streams, "cells");
     if (s.draft) add_llamacpp_draft(*s.draft, c, s, version, n_ctx, cells, a);
-    add_llamacpp_notes(cfg, version, n_ctx, cells, streams, iswa, a);
+    add_llamacpp_notes(cfg, version, n_ctx, rule, streams, iswa, a);
     if (version < 5913 && n_seq > 1 && !s.kv_unified)
         a.notes.push_back(fmt::format("llama.cpp {} has no KV streams (b5913): the {} sequences share one cache of -c cells, as -kvu does later",
                                       fmt::format("b{}", version), n_seq));

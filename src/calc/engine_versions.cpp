@@ -72,16 +72,26 @@ std::vector<EngineRelease> engine_releases(Engine engine) {
     case Engine::llamacpp:
         return {{5137, "b5137", "DeepSeek's MLA cache: a K row of kv_lora_rank + rope dims and a V row of kv_lora_rank per layer (before: "
                                 "every head's K and V); as kvlab issue 48's survey of logs dates it"},
-                {5600, "b5600", "the size line `size = ... (N cells, L layers, S seqs)` (%2u seqs) under the prefix `llama_kv_cache_unified:`; "
-                                "one cache of -c cells shared by every sequence (tag-bracketed: b5400 still printed `KV self size`)"},
+                {5460, "b5460", "the size line `size = ... (N cells, L layers, S seqs)` (%2u seqs) under the prefix `llama_kv_cache_unified:`; "
+                                "one cache of -c cells shared by every sequence, padded to 256 cells with flash attention, 32 without "
+                                "(tag-bracketed: b5400 still printed `KV self size`; tag b5460 = 3079e9ac, as vendored in llama.rn df03ca5a)"},
+                {5902, "b5902", "the last tag seen with one shared cache and `%2u seqs` (4a4f4269, vendored in llama.rn b1733ce7)"},
                 {5913, "b5913", "KV streams (PR #14363, \"add high-throughput mode\"; issue #14847 dates it to b5913): without -kvu each of -np "
-                                "sequences gets -c / -np cells; the seqs column `S/ N seqs` (%2u/%2u)"},
-                {6100, "b6100", "the seqs column `S/N seqs` (%2u/%u) (tag-bracketed)"},
-                {6786, "b6786", "the prefix `llama_kv_cache:`: PR #15467 (\"kv-cache : drop the \"unified\" prefix\", merged 2025-08-21) "
-                                "renamed the class llama_kv_cache_unified, whose constructor's __func__ the size line prints; log-bracketed: "
-                                "llama.cpp issue #16188's b6182 log still prints `llama_kv_cache_unified:`, ROCm/ROCm issue #5534's b6786 "
-                                "log prints `llama_kv_cache:`"},
-                {6975, "b6975", "PR #17046 (\"kv-cache : pad the cache size to 256 for performance\"), which the pinned rules date from; "
+                                "sequences gets ceil(-c / -np) cells; the seqs column `S/ N seqs` (%2u/%2u; b5927, 349ea79f, prints it)"},
+                {6018, "b6018", "the last tag seen with `%2u/%2u seqs` (bda62193, vendored in llama.rn fda6c280)"},
+                {6081, "b6081", "the seqs column `S/N seqs` (%2u/%u) (tag-bracketed b6018..b6081: d31192b4, vendored in llama.rn 97012ad0)"},
+                {6218, "b6218", "the last tag seen with the class llama_kv_cache_unified (13aeb7ae, vendored in llama.rn ee37aa52)"},
+                {6250, "b6250", "the prefix `llama_kv_cache:`: PR #15467 (\"kv-cache : drop the \"unified\" prefix\", merged 2025-08-21) "
+                                "renamed the class llama_kv_cache_unified, whose constructor's __func__ the size line prints (tag-bracketed "
+                                "b6218..b6250: e92734d5, vendored in llama.rn 06b178cf, has llama_kv_cache)"},
+                {6318, "b6318", "the last tag seen with -fa off by default (81017865, vendored in llama.rn 248e8453)"},
+                {6327, "b6327", "-fa auto the default (PR #15434, flash_attn_type; tag-bracketed b6318..b6327: 4d74393b, llama.rn a7e6c076); "
+                                "the cache is made before auto resolves, so it pads as with flash attention (256)"},
+                {6786, "b6786", "a real log line: ROCm/ROCm issue #5534's b6786 log prints `llama_kv_cache:`"},
+                {6851, "b6851", "the last tag seen padding the cache by get_padding, 256 or 32 (2b9bd9bf, vendored in llama.rn a658fc54)"},
+                {6870, "b6870", "no cache padding: PR #16812 (\"memory : remove KV cache size padding\"; tag-bracketed b6851..b6870: "
+                                "338074c3, vendored in llama.rn a464809d, passes n_pad 1)"},
+                {6975, "b6975", "PR #17046 (\"kv-cache : pad the cache size to 256 for performance\"; llama.rn's b7003 pads to 256), which the pinned rules date from; "
                                 "llama-server's -md draft context per slot is llama_n_ctx_seq cells, all of -c with -kvu (before: -c / -np; "
                                 "the server commit was not identified, kvlab dates it here)"},
                 {7832, "b7832", "DeepSeek's MLA cache keeps no V tensor (V 0.00 MiB; PR #19067)"},

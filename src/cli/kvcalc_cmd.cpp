@@ -59,6 +59,8 @@ struct KvcalcOptions {
     std::string ubatch = "512";
     bool kv_unified = false;
     bool swa_full = false;
+    std::string flash_attn;              // llama.cpp -fa: on, off, auto (empty: the release's default)
+    FlashAttn fa_cmd = FlashAttn::unset; // -fa from --engine-cmd
     std::string max_num_batched_tokens;
     std::int64_t window = 0;             // --window W: every layer keeps its last W positions
     std::int64_t sink_tokens = 0;        // --sink-tokens S: StreamingLLM sinks inside the window
@@ -168,6 +170,7 @@ void apply_engine_command(KvcalcOptions& o, bool engine_given) {
     if (cmd.mem_util) o.mem_util = *cmd.mem_util;
     o.kv_unified = o.kv_unified || cmd.kv_unified;
     o.swa_full = o.swa_full || cmd.swa_full;
+    o.fa_cmd = cmd.flash_attn;
     if (!cmd.draft.empty() && o.draft.empty()) o.draft = cmd.draft;  // --draft names the shape of a draft kvlab does not know
     o.max_running_requests = cmd.max_running_requests, o.spec_steps = cmd.spec_steps, o.spec_topk = cmd.spec_topk;
     o.spec_draft_tokens = cmd.spec_draft_tokens;
@@ -185,6 +188,7 @@ void set_engine_settings(const KvcalcOptions& o, KvcalcRequest& r) {
     es.ubatch = parse_count(o.ubatch, "--ubatch");
     es.kv_unified = o.kv_unified;
     es.swa_full = o.swa_full;
+    es.flash_attn = o.flash_attn.empty() ? o.fa_cmd : o.flash_attn == "on" ? FlashAttn::on : o.flash_attn == "off" ? FlashAttn::off : FlashAttn::automatic;
     if (!o.max_num_batched_tokens.empty()) es.max_num_batched_tokens = parse_count(o.max_num_batched_tokens, "--max-num-batched-tokens");
     es.version = o.engine_version;
     es.n_ctx = o.n_ctx;
@@ -195,9 +199,9 @@ void set_engine_settings(const KvcalcOptions& o, KvcalcRequest& r) {
     r.pp = es.pp;  // also the generic tables' deployment: each GPU holds its stage's layers (kvcalc_pp.hpp)
     set_draft(o, r);
     const bool engine_knob = !o.kv_tokens.empty() || o.ubatch != "512" || o.kv_unified || o.swa_full || !o.max_num_batched_tokens.empty() ||
-                             !o.draft.empty();
+                             !o.draft.empty() || !o.flash_attn.empty();
     if (engine_knob && o.engine == Engine::exact)
-        throw UsageError("--kv-tokens, --ubatch, --kv-unified, --swa-full, --max-num-batched-tokens, --draft: these are engine settings; "
+        throw UsageError("--kv-tokens, --ubatch, --kv-unified, --swa-full, --flash-attn, --max-num-batched-tokens, --draft: these are engine settings; "
                          "expected --engine vllm, llama.cpp, sglang or trtllm with them");
 }
 
@@ -298,6 +302,9 @@ void add_engine_options(CLI::App* cmd, KvcalcOptions& o) {
     cmd->add_option("--ubatch", o.ubatch, "llama.cpp -ub (enters the sliding-window cache size)")->capture_default_str()->group(eg);
     cmd->add_flag("--kv-unified", o.kv_unified, "llama.cpp -kvu: one KV stream shared by all sequences")->group(eg);
     cmd->add_flag("--swa-full", o.swa_full, "llama.cpp --swa-full: sliding-window layers get every cell")->group(eg);
+    cmd->add_option("--flash-attn", o.flash_attn, "llama.cpp -fa on|off|auto: pads the cache to 256 cells (on, auto) or 32 (off) before b6870 "
+                                                   "(default: off before b6327, auto since)")
+        ->check(one_of({"on", "off", "auto"}))->group(eg);
     cmd->add_option("--max-num-batched-tokens", o.max_num_batched_tokens,
                     "vLLM: tokens per step, part of a sliding-window request's blocks (default 8192, 2048 on A100s and GPUs under 70 GiB)")->group(eg);
 }

@@ -118,27 +118,33 @@ kvlab_expect(RC 0 ARGS kvcalc -m deepseek-v3 --engine vllm --kv-budget 20GiB --c
 # 2 KV heads x 64). 133120 cells x 24 x 128 x 2 B = 780 MiB of K; the seqs column "32/ 1" is b5913's %2u/%2u.
 kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen2.5-coder-0.5b.json --engine llama.cpp@b5913 --context 4160 --batch 32 --kv-unified LINES
   "llama_kv_cache_unified: size = 1560.00 MiB (133120 cells,  24 layers, 32/ 1 seqs), K (f16):  780.00 MiB, V (f16):  780.00 MiB")
-# The same cache at the pinned build: prefix llama_kv_cache (b6786) and "32/1 seqs" (b6100).
+# The same cache at the pinned build: prefix llama_kv_cache (b6250) and "32/1 seqs" (b6081).
 kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen2.5-coder-0.5b.json --engine llama.cpp --context 4160 --batch 32 --kv-unified LINES
   "llama_kv_cache: size = 1560.00 MiB (133120 cells,  24 layers, 32/1 seqs)")
 # The prefix is the cache constructor's __func__: PR #15467 ("kv-cache : drop the \"unified\" prefix", merged 2025-08-21)
-# renamed llama_kv_cache_unified to llama_kv_cache; kvlab applies it from b6786, the earliest build a public log shows with it.
+# renamed llama_kv_cache_unified to llama_kv_cache; tag-bracketed b6218..b6250 (llama.rn's vendored copies), kvlab applies it from b6250.
 # Before: llama.cpp issue #16188's gpt-oss-20b log ("build: 6182 (1fe00296f)", llama-cli at its default -c 4096, -fa off), which
-# b6100 answers (b6182 is 82 builds from it, 604 from b6786). 12 full layers x 4096 cells x 512 (8 KV heads x 64) x 2 B = 48 MiB
-# of K. (Its SWA cache has 640 cells: with -fa off that build padded to 32, not 256; kvlab pads to 256 and prints 768.)
+# b6218 answers (b6182 is 36 builds from it, 101 from b6081). 12 full layers x 4096 cells x 512 (8 KV heads x 64) x 2 B = 48 MiB
+# of K. Its SWA cache: the 12 sliding layers keep n_swa 128 + n_ubatch 512 = 640 cells, padded by get_padding to 32 without
+# flash attention (off by default before b6327): PAD(640, 32) = 640; 12 x 640 x 512 x 2 B = 7.5 MiB of K, 15 MiB in all.
 kvlab_expect_lines(ARGS kvcalc -m gpt-oss-20b --engine llama.cpp@b6182 --context 4096 LINES
   "llama_kv_cache_unified_iswa: creating non-SWA KV cache, size = 4096 cells"
-  "llama_kv_cache_unified: size =   96.00 MiB (  4096 cells,  12 layers,  1/1 seqs), K (f16):   48.00 MiB, V (f16):   48.00 MiB")
+  "llama_kv_cache_unified: size =   96.00 MiB (  4096 cells,  12 layers,  1/1 seqs), K (f16):   48.00 MiB, V (f16):   48.00 MiB"
+  "llama_kv_cache_unified_iswa: creating     SWA KV cache, size = 640 cells"
+  "llama_kv_cache_unified: size =   15.00 MiB (   640 cells,  12 layers,  1/1 seqs), K (f16):    7.50 MiB, V (f16):    7.50 MiB")
+# the same command with -fa (a bare flag at b6182): get_padding 256, PAD(640, 256) = 768 cells
+kvlab_expect_lines(ARGS kvcalc --engine-cmd "llama-cli -m gpt-oss-20b -c 4096 -fa" --engine llama.cpp@b6182 LINES
+  "llama_kv_cache_unified_iswa: creating     SWA KV cache, size = 768 cells" "-fa given")
 # After: ROCm/ROCm issue #5534's llama-server log (llama.cpp b6786, Devstral-Small-2507 at --ctx-size 4096). Devstral Small 2507
 # is fine-tuned from Mistral Small 3.1, whose text model has Mistral-Small-24B's attention (preset mistral-small-24b: 40 layers,
 # 8 KV heads x 128): 40 x 4096 x 1024 x 2 B = 320 MiB of K.
 kvlab_expect_lines(ARGS kvcalc -m mistral-small-24b --engine llama.cpp@b6786 --context 4096 LINES
   "llama_kv_cache: size =  640.00 MiB (  4096 cells,  40 layers,  1/1 seqs), K (f16):  320.00 MiB, V (f16):  320.00 MiB")
-# DeepSeek's MLA at a May 2025 build: b5489 is no release kvlab knows, the nearest (b5600) answers: "%2u seqs" and a V of
+# DeepSeek's MLA at a May 2025 build: b5489 is no release kvlab knows, the nearest (b5460) answers: "%2u seqs" and a V of
 # kv_lora_rank 512 per layer (b5137-b7831): 61 x 4096 x 512 x 2 B = 244 MiB; K 61 x 4096 x 576 x 2 B = 274.5 MiB.
 kvlab_expect_lines(ARGS kvcalc -m deepseek-v3 --engine llama.cpp@b5489 --context 4096 LINES
   "llama_kv_cache_unified: size =  518.50 MiB (  4096 cells,  61 layers,  1 seqs), K (f16):  274.50 MiB, V (f16):  244.00 MiB"
-  "kvlab knows no release b5489; the nearest it knows, llama.cpp b5600, answers")
+  "kvlab knows no release b5489; the nearest it knows, llama.cpp b5460, answers")
 # vLLM PR #13596 (Feb 2025) shows both forms for one run (its model not named): 127626 blocks of 16 = 2,042,016 tokens, and
 # 2,042,016 / 2048 = 997.08x. Any model whose budget holds 127626 blocks prints them: Llama-3-8B's block is 32 layers x 65536 B
 # = 2 MiB, so 255252 MiB. Before (v0.7.3, V1's first form) and after (v0.8.0):

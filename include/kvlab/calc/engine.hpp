@@ -49,11 +49,15 @@ std::string engine_release_name(Engine engine, std::uint64_t version);
 DType engine_default_dtype(Engine engine);
 
 // The engine's own knobs that change the allocation, at its defaults.
+// llama.cpp -fa: on, off, auto (from b6327, PR #15434, also its default), or not given (the release's default)
+enum class FlashAttn { unset, on, off, automatic };
+
 struct EngineSettings {
     std::uint64_t block_size = 0;      // 0: the engine's default (vLLM 16, SGLang page 1, TensorRT-LLM 32); llama.cpp has none
     std::uint64_t ubatch = 512;        // llama.cpp -ub: enters the size of the sliding-window cache
     bool kv_unified = false;           // llama.cpp -kvu: one stream shared by all sequences
     bool swa_full = false;             // llama.cpp --swa-full: sliding-window layers get every cell
+    FlashAttn flash_attn = FlashAttn::unset;  // llama.cpp -fa: enters the cache padding before b6870
     std::optional<std::uint64_t> max_num_batched_tokens;  // vLLM; unset: 8192 (API server, GPU >= 70 GiB, not an A100), else 2048
     std::optional<std::uint64_t> kv_tokens;  // a token cap the engine was given: vLLM num_gpu_blocks_override x block,
                                              // SGLang --max-total-tokens, TensorRT-LLM kv_cache_config.max_tokens
