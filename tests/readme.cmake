@@ -91,6 +91,9 @@ expect("kvlab kvcalc --config tests/data/gemma-3-4b-it.json --engine vllm --kv-b
 expect("kvlab kvcalc -m llama-3-8b --engine vllm --tp 2 --pp 2 --kv-budget 53184MiB --context 8192" OUT "GPU KV cache size: 1,701,888 tokens")
 expect("kvlab kvcalc --engine-cmd \"llama-server -m model.gguf -c 32768 -np 10 -kvu\" -m llama-2-7b" OUT "size = 16384\\.00 MiB \\( 32768 cells")
 expect("kvlab kvcalc -m deepseek-v3 --engine llama.cpp@b5489 --context 4096" OUT "llama_kv_cache_unified: size =")
+# llama.cpp issue #16188 (build 6182, gpt-oss-20b, -c 4096, no -fa): "creating SWA KV cache, size = 640 cells", n_swa 128 +
+# n_ubatch 512 = 640, padded to 32 without flash attention (tests/cli/engines.cmake derives the MiB)
+expect("kvlab kvcalc -m gpt-oss-20b --engine llama.cpp@b6182 --context 4096" OUT "creating     SWA KV cache, size = 640 cells")
 # Whisper-large-v3: 2 x 32 decoder layers x 1500 frames x 1280 x 2 B = 245,760,000 B = 234.38 MiB of cross-attention
 expect("kvlab kvcalc --config tests/data/whisper-large-v3.json -d fp16 --context 448" OUT "= 245760000 B = 234\\.38 MiB per sequence")
 # llama2.c's run.c (commit 350e04f) -t 0.8 -p 0.9 -s 42 -i "Once upon a time" on models/tiny-llama writes this (issue 47)
