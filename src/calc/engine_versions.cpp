@@ -100,8 +100,9 @@ std::vector<EngineRelease> engine_releases(Engine engine) {
         return {{7003, "0.7.3", "V1 logs `# GPU blocks: N` and `Maximum concurrency for L tokens per request` with L unseparated "
                                 "(the lines PR #13596 replaced); no budget line"},
                 {8000, "0.8.0", "`GPU KV cache size: N tokens`, both counts with thousands separators (PR #13596)"},
-                {10000, "0.10.0", "the worker's `Available KV cache memory: X.XX GiB` first (in issue #21348's July 2025 logs; "
-                                  "absent from PR #17122's v0.8.4 log)"},
+                {10000, "0.10.0", "the worker's `Available KV cache memory: X.XX GiB` (%.2f; gpu_worker.py:255) before the pool lines: a "
+                                  "v0.10.0 log in Jransom33/Chatterbox-turbo-vllm's README (1ed9a58f); also in issue #21348's July 2025 "
+                                  "logs; absent from PR #17122's v0.8.4 log"},
                 {10002, "0.10.2", "the pinned release whose source kvlab's rules were read from"},
                 {15002, "0.15.2", "the budget and the not-enough-memory error in format_gib's form, GiB rounded to 2 decimals without "
                                   "padding zeros (`4.5 GiB`, `24.0 GiB`; issue #34076's log)"}};

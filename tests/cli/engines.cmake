@@ -163,6 +163,12 @@ kvlab_expect_lines(ARGS kvcalc -m llama-3.1-8b --engine vllm@0.8.4 --kv-budget 1
 # tokens need a budget in [10.5527, 10.5534) GiB; 14408 / cdiv(100000, 16) = 14408 / 6250 = 2.31x.
 kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen3-coder-30b-a3b.json --engine vllm -d fp8 --kv-budget 10.5528GiB --context 100000 LINES
   "Available KV cache memory: 10.55 GiB" "GPU KV cache size: 230,528 tokens" "Maximum concurrency for 100,000 tokens per request: 2.31x")
+# A real v0.10.0 log ("Initializing a V1 LLM engine (v0.10.0)"): Jransom33/Chatterbox-turbo-vllm README.md (1ed9a58f), the
+# T3 Turbo model (GPT-2 medium's shape, bf16) at max_model_len 1200 on an RTX 4090; the budget line is gpu_worker.py:255's, printed
+# before the two pool lines. Page 2 x 16 x 16 x 64 x 2 B = 65536 B x 24 layers = 1572864 B a block: 127,472 tokens = 7967 blocks need
+# a budget in [11.67022, 11.67168) GiB (the log's 11.67 rounds it); 7967 / cdiv(1200, 16) = 7967 / 75 = 106.23x.
+kvlab_expect_lines(ARGS kvcalc --config ${E}/chatterbox-t3-turbo.json --engine vllm@0.10.0 --kv-budget 11.6705GiB --context 1200 LINES
+  "Available KV cache memory: 11.67 GiB" "GPU KV cache size: 127,472 tokens" "Maximum concurrency for 1,200 tokens per request: 106.23x")
 # Same thread, --max-model-len 221000: cdiv(221000, 16) = 13813 blocks x 786432 B = 10.12 GiB needed; 5.59 GiB holds 7630 blocks
 # (a budget in [5.5884, 5.5891) GiB) = 122080 tokens.
 kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen3-coder-30b-a3b.json --engine vllm -d fp8 --kv-budget 5.5885GiB --context 221000 LINES
