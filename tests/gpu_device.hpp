@@ -10,6 +10,12 @@
 
 namespace kvlab::test {
 
+// One device case: a shape and the kernel it must run on.
+struct KernelCase {
+    AttentionShape shape;
+    GpuAttentionKernel kernel;
+};
+
 // True when this build has CUDA and a device answers; otherwise `why` says which is missing.
 inline bool device_present(std::string& why) {
     try {

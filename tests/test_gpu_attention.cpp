@@ -336,10 +336,7 @@ TEST_CASE("The CUDA kernels match the CPU reference on small problems") {
     // Tensor cores (16-head tiles): MHA with D=64 (one head in a tile, 15 zero rows), GQA-4 with D=128,
     // MQA with 32 heads (two full tiles), with 24 heads and D=64 (a full tile and a half one), and with 12
     // heads (rows 8-11 of the second half-tile real, 12-15 zero).
-    struct Case {
-        AttentionShape shape;
-        GpuAttentionKernel kernel;
-    };
+    using Case = test::KernelCase;
     const GpuAttentionKernel cc = GpuAttentionKernel::cuda_cores;
     const GpuAttentionKernel tc = GpuAttentionKernel::tensor_cores;
     const Case cases[] = {{{4, 4, 64}, cc},   {{8, 2, 128}, cc},  {{16, 1, 96}, cc},  {{6, 3, 256}, cc},

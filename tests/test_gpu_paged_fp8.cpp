@@ -19,10 +19,7 @@ TEST_CASE("The CUDA kernels match the CPU reference through a shuffled block tab
         MESSAGE("skipped: " << why);
         return;
     }
-    struct Case {
-        AttentionShape shape;
-        GpuAttentionKernel kernel;
-    };
+    using Case = test::KernelCase;
     const GpuAttentionKernel cc = GpuAttentionKernel::cuda_cores;
     const GpuAttentionKernel tc = GpuAttentionKernel::tensor_cores;
     // CUDA cores: MHA D 64 (8 lanes a row), GQA-4 D 128 (16 lanes), MQA with 16 heads and D 96 (two 8-head

@@ -273,9 +273,13 @@ void store_kv(const GpuAttentionProblem& p, GpuAttentionInputs& in, std::mt19937
     }
     if (p.block_size > 0) {
         const auto n_blocks = static_cast<std::int64_t>(ceil_div(u64(p.n_tokens), u64(p.block_size)));
-        in.block_table = gpu_attention_block_table(p.n_batch, n_blocks, rng());
-        if (!p.shuffled_blocks)  // in order: sequence b's blocks b*n .. b*n+n-1
-            for (std::size_t i = 0; i < in.block_table.size(); ++i) in.block_table[i] = static_cast<std::int32_t>(i);
+        const std::uint64_t seed = rng();  // drawn either way, so the inputs that follow do not depend on the order
+        if (p.shuffled_blocks) {
+            in.block_table = gpu_attention_block_table(p.n_batch, n_blocks, seed);
+        } else {  // in order: sequence b's blocks b*n .. b*n+n-1
+            in.block_table.resize(static_cast<std::size_t>(p.n_batch * n_blocks));
+            std::iota(in.block_table.begin(), in.block_table.end(), 0);
+        }
     }
 }
 
