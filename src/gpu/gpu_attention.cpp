@@ -18,6 +18,7 @@
 #include "kvlab/core/checked.hpp"
 #include "kvlab/core/text.hpp"
 #include "kvlab/core/error.hpp"
+#include "kvlab/kv/kv_cache.hpp"
 #include "kvlab/kv/kv_format.hpp"
 
 namespace kvlab {
@@ -299,8 +300,7 @@ double max_abs_difference(const std::vector<float>& got, const std::vector<float
 float gpu_attention_quantize_fp8(std::vector<float>& values, std::vector<std::uint8_t>& codes) {
     float amax = 0.0f;
     for (const float x : values) amax = std::max(amax, std::fabs(x));
-    // src/kv/kv_cache.cpp's amax_to_scale and KvRowStore::write for a per-tensor fp8 e4m3 scale
-    const float scale = amax > 0.0f && std::isfinite(amax) ? amax / fp8_e4m3_max : 1.0f;
+    const float scale = amax_to_scale(amax, DType::fp8_e4m3);  // the CPU cache's per-tensor scale
     const float inv = 1.0f / scale;  // x * (1 / scale), as TensorRT-LLM and the CPU cache quantize
     codes.resize(values.size());
     for (std::size_t i = 0; i < values.size(); ++i) {

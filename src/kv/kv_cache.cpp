@@ -27,9 +27,9 @@ float format_max(DType dtype) {
     }
 }
 
-float amax_to_scale(float amax, DType dtype) { return amax > 0.0f && std::isfinite(amax) ? amax / format_max(dtype) : 1.0f; }
-
 }  // namespace
+
+float amax_to_scale(float amax, DType dtype) { return amax > 0.0f && std::isfinite(amax) ? amax / format_max(dtype) : 1.0f; }
 
 void check_kv_storage(const KvStorage& s, std::int64_t d_kv) {
     if (s.dtype == DType::int4)

@@ -29,6 +29,9 @@ struct KvStorage {
     KvScale scale = KvScale::tensor;
     bool scaled() const { return dtype == DType::fp8_e4m3 || dtype == DType::fp8_e5m2 || dtype == DType::int8; }
 };
+// The scale a scaled format stores for values whose absolute max is amax: amax / the format's largest value
+// (fp8 e4m3 448, e5m2 57344, int8 127), so the largest value maps onto it; 1 when amax is 0 or not finite.
+float amax_to_scale(float amax, DType dtype);
 // Throws UsageError for a dtype the cache cannot store (int4) or a row q8_0/q4_0 cannot split into 32s.
 void check_kv_storage(const KvStorage& storage, std::int64_t d_kv);
 
