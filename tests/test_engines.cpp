@@ -401,3 +401,24 @@ TEST_CASE("llama.cpp's cache padding by release and flash attention: 32 or 256 u
     t.flash_attn = FlashAttn::on;  // PAD(1367, 256) = 1536
     CHECK(*ask(Engine::llamacpp, load_preset("llama-3-8b"), DType::fp16, 1366, std::nullopt, t, 3).token_capacity == 3 * 1536);
 }
+
+// PR #14363 ("llama : add high-throughput mode") brought KV streams and the seqs column "%2u/%2u". Its merge commit 225e7a14 is
+// build 5913 (llama.cpp issue #14724 reports "version: 5913 (225e7a14)"; app.semanticdiff.com shows 225e7a14 as the PR's squash
+// commit), so build 5912 (ab140198, which issue #14847 runs without the streams code's assert) is the last with one shared cache.
+TEST_CASE("llama.cpp's KV streams are pinned to build 5913: b5912 and the builds before it share one cache and print '%2u seqs'") {
+    const auto cfg = load_preset("llama-3-8b");
+    auto first_line = [&](const std::string& build) {
+        EngineSettings s;
+        s.version = parse_engine_spec("llama.cpp@" + build).version;
+        return ask(Engine::llamacpp, cfg, DType::fp16, 2048, std::nullopt, s, 4).log_lines.at(0);
+    };
+    // -c 8192 -np 4, no -kvu. Shared: one cache of 8192 cells, 32 layers x 8192 x 1024 (8 KV heads x 128) x 2 B = 512 MiB of K.
+    const std::string shared = "llama_kv_cache_unified: size = 1024.00 MiB (  8192 cells,  32 layers,  4 seqs), K (f16):  512.00 MiB, V (f16):  512.00 MiB";
+    // Streams: 4 of PAD(ceil(8192 / 4), 32) = 2048 cells (-fa off by default then), 4 x 32 x 2048 x 1024 x 2 B = 512 MiB of K.
+    const std::string streams = "llama_kv_cache_unified: size = 1024.00 MiB (  2048 cells,  32 layers,  4/ 4 seqs), K (f16):  512.00 MiB, V (f16):  512.00 MiB";
+    CHECK(first_line("b5912") == shared);
+    CHECK(first_line("b5910") == shared);  // not a known build: b5912 (2 builds away) answers, not b5913 (3)
+    CHECK(first_line("b5913") == streams);
+    CHECK(parse_engine_spec("llama.cpp@b5912").note.empty());
+    CHECK(parse_engine_spec("llama.cpp@b5908").version == 5912);
+}

@@ -73,7 +73,7 @@ std::pair<std::uint64_t, std::uint64_t> kv_rows(const ModelConfig& cfg, DType dt
 
 // The size line as the release prints it: the prefix is the cache constructor's __func__, llama_kv_cache_unified until
 // PR #15467 renamed the class (tag-bracketed b6218..b6250, engine_versions.cpp), and the seqs column (%2u seqs before
-// b5913, %2u/%2u until b6081, %2u/%u since).
+// b5913, PR #14363's build, so b5912 is the last without it; %2u/%2u until b6081 (tag-bracketed from b6018); %2u/%u since).
 constexpr std::uint64_t renamed_cache = 6250;
 
 // The release's cache padding and its cells per stream. Up to b6851 llama_kv_cache(_unified)::get_padding gave 256 cells

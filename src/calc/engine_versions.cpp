@@ -75,9 +75,11 @@ std::vector<EngineRelease> engine_releases(Engine engine) {
                 {5460, "b5460", "the size line `size = ... (N cells, L layers, S seqs)` (%2u seqs) under the prefix `llama_kv_cache_unified:`; "
                                 "one cache of -c cells shared by every sequence, padded to 256 cells with flash attention, 32 without "
                                 "(tag-bracketed: b5400 still printed `KV self size`; tag b5460 = 3079e9ac, as vendored in llama.rn df03ca5a)"},
-                {5902, "b5902", "the last tag seen with one shared cache and `%2u seqs` (4a4f4269, vendored in llama.rn b1733ce7)"},
-                {5913, "b5913", "KV streams (PR #14363, \"add high-throughput mode\"; issue #14847 dates it to b5913): without -kvu each of -np "
-                                "sequences gets ceil(-c / -np) cells; the seqs column `S/ N seqs` (%2u/%2u; b5927, 349ea79f, prints it)"},
+                {5912, "b5912", "the last build with one shared cache and `%2u seqs` (build-pinned: ab140198, the build before PR #14363's "
+                                "merge; llama.cpp issue #14847 runs it, where b5913 fails in the streams code)"},
+                {5913, "b5913", "KV streams (PR #14363, \"add high-throughput mode\", merged as 225e7a14 = build 5913: issue #14724 reports "
+                                "`version: 5913 (225e7a14)`): without -kvu each of -np sequences gets ceil(-c / -np) cells; the seqs column "
+                                "`S/ N seqs` (%2u/%2u; the PR's own batched-bench log prints it)"},
                 {6018, "b6018", "the last tag seen with `%2u/%2u seqs` (bda62193, vendored in llama.rn fda6c280)"},
                 {6081, "b6081", "the seqs column `S/N seqs` (%2u/%u) (tag-bracketed b6018..b6081: d31192b4, vendored in llama.rn 97012ad0)"},
                 {6218, "b6218", "the last tag seen with the class llama_kv_cache_unified (13aeb7ae, vendored in llama.rn ee37aa52)"},

@@ -113,7 +113,8 @@ kvlab_expect(RC 0 ARGS kvcalc -m deepseek-v3 --engine vllm --kv-budget 20GiB --c
 kvlab_expect(RC 0 ARGS kvcalc -m deepseek-v3 --engine vllm --kv-budget 20GiB --context 32k --block-size 64 NOT_OUT "forces 64 with FlashMLA")
 
 # --- Releases (--engine NAME@VERSION): each line as that release printed it ---
-# llama.cpp PR #14363 ("llama : add high-throughput mode", merged July 2025, build b5913 per issue #14847), the "unified cache"
+# llama.cpp PR #14363 ("llama : add high-throughput mode", merged July 2025 as 225e7a14 = build 5913: issue #14724's
+# "version: 5913 (225e7a14)"; b5912 is the last build without it, issue #14847), the "unified cache"
 # run of llama-batched-bench on Qwen2.5-0.5B (-c 133120 -npl 32, unified: one stream): Qwen2.5-Coder-0.5B's shape (24 layers,
 # 2 KV heads x 64). 133120 cells x 24 x 128 x 2 B = 780 MiB of K; the seqs column "32/ 1" is b5913's %2u/%2u.
 kvlab_expect_lines(ARGS kvcalc --config ${E}/qwen2.5-coder-0.5b.json --engine llama.cpp@b5913 --context 4160 --batch 32 --kv-unified LINES
