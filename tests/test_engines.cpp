@@ -401,3 +401,31 @@ TEST_CASE("llama.cpp's cache padding by release and flash attention: 32 or 256 u
     t.flash_attn = FlashAttn::on;  // PAD(1367, 256) = 1536
     CHECK(*ask(Engine::llamacpp, load_preset("llama-3-8b"), DType::fp16, 1366, std::nullopt, t, 3).token_capacity == 3 * 1536);
 }
+
+TEST_CASE("SGLang v0.5.2 refuses pipeline parallel with speculative decoding: no pool, the assert's line") {
+    // server_args.py check_server_args: if self.pp_size > 1: assert (self.disable_overlap_schedule and self.speculative_algorithm
+    // is None and not self.enable_mixed_chunk), "Pipeline parallelism is not compatible with overlap schedule, speculative
+    // decoding, mixed chunked prefill." (the same text in snapshots before and after v0.5.2); it runs before any pool exists
+    const auto cfg = load_preset("llama-3.1-8b");
+    const auto eagle = test::data_config("engines/eagle-llama3.1-8b.json");
+    const std::string refusal = "AssertionError: Pipeline parallelism is not compatible with overlap schedule, speculative decoding, mixed chunked prefill.";
+    EngineSettings s;
+    s.draft = &eagle;
+    s.pp = 2;
+    const auto a = ask(Engine::sglang, cfg, DType::bf16, 8192, std::uint64_t{55436216631}, s);
+    CHECK(a.log_lines == std::vector<std::string>{refusal});
+    CHECK_FALSE(a.token_capacity);
+    CHECK_FALSE(a.bytes_allocated);
+    CHECK_FALSE(a.concurrency);
+    // NGRAM keeps no draft KV but is speculative decoding all the same; a token cap changes nothing
+    EngineSettings n;
+    n.speculative = true;
+    n.pp = 4;
+    n.kv_tokens = 100000;
+    CHECK(ask(Engine::sglang, cfg, DType::bf16, 8192, std::nullopt, n).log_lines == std::vector<std::string>{refusal});
+    // one stage with the draft, or two stages without one, size pools as before (424,388 tokens: the test above)
+    s.pp = 1;
+    CHECK(*ask(Engine::sglang, cfg, DType::bf16, 8192, std::uint64_t{55436216631}, s).token_capacity == 424388);
+    n.speculative = false;
+    CHECK(*ask(Engine::sglang, cfg, DType::bf16, 8192, std::nullopt, n).token_capacity == 100000);
+}

@@ -281,3 +281,18 @@ kvlab_expect(RC 2 ARGS kvcalc --engine-cmd "vllm serve unknown/model" ERR "the m
 # --draft gives its shape: the same 410,128 tokens as --engine vllm --draft above.
 kvlab_expect_lines(ARGS kvcalc --engine-cmd "vllm serve meta-llama/Llama-3.1-8B --max-model-len 8192 --speculative-config '{\"method\": \"eagle\", \"model\": \"yuhuili/EAGLE-LLaMA3.1-Instruct-8B\", \"num_speculative_tokens\": 5}'"
                    --draft ${E}/eagle-llama3.1-8b.json --kv-budget 51.629GiB LINES "GPU KV cache size: 410,128 tokens")
+
+# SGLang v0.5.2 refuses --pp-size > 1 with speculative decoding (server_args.py check_server_args asserts speculative_algorithm is
+# None when pp_size > 1): the assert's line, no pool and no token count, and the note that says why.
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-8b --engine sglang --kv-budget 51.629GiB --context 8192 --draft ${E}/eagle-llama3.1-8b.json --pp 2
+             OUT "llama-3\\.1-8b  AssertionError: Pipeline parallelism is not compatible with overlap schedule, speculative decoding, mixed chunked prefill\\."
+                 "SGLang v0\\.5\\.2 refuses --pp-size 2 with speculative decoding" "sglang PR #30775"
+                 "--pp-size 2  512\\.00 MiB  +-  +-  +-\n"
+             NOT_OUT "KV Cache is allocated")
+kvlab_expect(RC 0 ARGS kvcalc --engine-cmd "python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --pp-size 2 --speculative-algorithm EAGLE --speculative-draft-model-path yuhuili/EAGLE-LLaMA3.1-Instruct-8B --context-length 8192"
+             -m llama-3.1-8b --draft ${E}/eagle-llama3.1-8b.json --kv-budget 51.629GiB
+             OUT "AssertionError: Pipeline parallelism is not compatible with overlap schedule, speculative decoding, mixed chunked prefill\\."
+             NOT_OUT "KV Cache is allocated")
+# NGRAM keeps no draft KV but is a speculative algorithm all the same: the same refusal
+kvlab_expect(RC 0 ARGS kvcalc --engine-cmd "python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --pp-size 2 --speculative-algorithm NGRAM"
+             -m llama-3.1-8b --kv-budget 20GiB OUT "AssertionError: Pipeline parallelism is not compatible" NOT_OUT "KV Cache is allocated")
