@@ -403,9 +403,8 @@ TEST_CASE("llama.cpp's cache padding by release and flash attention: 32 or 256 u
 }
 
 TEST_CASE("SGLang v0.5.2 refuses pipeline parallel with speculative decoding: no pool, the assert's line") {
-    // server_args.py check_server_args: if self.pp_size > 1: assert (self.disable_overlap_schedule and self.speculative_algorithm
-    // is None and not self.enable_mixed_chunk), "Pipeline parallelism is not compatible with overlap schedule, speculative
-    // decoding, mixed chunked prefill." (the same text in snapshots before and after v0.5.2); it runs before any pool exists
+    // server_args.py check_server_args: with pp_size > 1 it asserts no overlap schedule, no speculative algorithm and no mixed
+    // chunked prefill, with this message (the same in snapshots before and after v0.5.2); it runs before any pool exists
     const auto cfg = load_preset("llama-3.1-8b");
     const auto eagle = test::data_config("engines/eagle-llama3.1-8b.json");
     const std::string refusal = "AssertionError: Pipeline parallelism is not compatible with overlap schedule, speculative decoding, mixed chunked prefill.";

@@ -78,9 +78,8 @@ std::uint64_t add_sglang_draft(const ModelConfig& draft, const EngineCase& c, st
     return bytes;
 }
 
-// v0.5.2 refuses pipeline parallel with speculative decoding: check_server_args (server_args.py) asserts
-//   if self.pp_size > 1: assert (self.disable_overlap_schedule and self.speculative_algorithm is None
-//                                and not self.enable_mixed_chunk), "Pipeline parallelism is not compatible with ..."
+// v0.5.2 refuses pipeline parallel with speculative decoding: when pp_size > 1, check_server_args (server_args.py)
+// asserts that the overlap schedule is off, no speculative algorithm runs and mixed chunked prefill is off.
 // __post_init__ has by then turned overlap off for pp_size > 1 and mixed chunking off for EAGLE, so the speculative
 // algorithm is what fails, before any pool exists. The message as stored before v0.5.2 (the reflectionai/sglang fork at
 // 444f5d21, Aug 2025) and after it (a file with DeepSeek-V3.2's NSA backends); sglang PR #30775 (July 2026) lifts it
