@@ -428,3 +428,16 @@ TEST_CASE("SGLang v0.5.2 refuses pipeline parallel with speculative decoding: no
     n.speculative = false;
     CHECK(*ask(Engine::sglang, cfg, DType::bf16, 8192, std::nullopt, n).token_capacity == 100000);
 }
+
+TEST_CASE("SGLang's default speculative tree for gpt-oss is DeepSeek's (3, 1, 4), not Llama's (5, 4, 8)") {
+    // server_args.py auto_choose_speculative_params returns (3, 1, 4) for DeepseekV3/V2 and GptOssForCausalLM, in snapshots from
+    // before v0.5.2 (reflectionai/sglang 444f5d21) and after it
+    const auto cfg = load_preset("gpt-oss-20b");  // 24 layers x 8 KV heads x 64; SGLang v0.5.2 sizes every layer full for gpt-oss
+    ModelConfig head = cfg;
+    head.n_layer = 1;
+    head.layer_windowed.assign(1, false);
+    EngineSettings s;
+    s.draft = &head;
+    // cell 24 x 2 x 8 x 64 x 2 B = 49,152 B; 10 GiB // 49152 = 218,453; headroom 48 x (3 x 1 + 4) + 100 = 436 (Llama's: 1,444)
+    CHECK(*ask(Engine::sglang, cfg, DType::bf16, 8192, std::uint64_t{10} << 30, s).token_capacity == 218453 + 436);
+}

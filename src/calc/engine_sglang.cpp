@@ -19,7 +19,7 @@
 // draft pool is allocated on top of the budget: v0.5.2 does not count it in rest_memory (sglang PR #23862,
 // April 2026, is the later change that does). R = --max-running-requests, which server_args.py sets to 48 for
 // EAGLE/EAGLE3/STANDALONE; steps, topk, draft tokens from auto_choose_speculative_params: (3, 1, 4) for
-// DeepSeek V2/V3, (5, 4, 8) otherwise; topk 1 makes draft tokens steps + 1. With --pp-size > 1 server_args.py refuses
+// DeepSeek V2/V3 and gpt-oss, (5, 4, 8) otherwise; topk 1 makes draft tokens steps + 1. With --pp-size > 1 server_args.py refuses
 // speculative decoding outright (refuse_pp_speculation).
 #include "kvlab/calc/engine.hpp"
 
@@ -40,12 +40,13 @@ struct SpecHeadroom {
     std::uint64_t reqs = 0, steps = 0, topk = 0, draft_tokens = 0, tokens = 0;
 };
 SpecHeadroom spec_headroom(const ModelConfig& cfg, const EngineSettings& s) {
-    const bool deepseek = cfg.model_type == "deepseek_v2" || cfg.model_type == "deepseek_v3";
+    // auto_choose_speculative_params: (3, 1, 4) for DeepseekV2/V3 and GptOss, in server_args.py before and after v0.5.2
+    const bool short_tree = cfg.model_type == "deepseek_v2" || cfg.model_type == "deepseek_v3" || cfg.model_type == "gpt_oss";
     SpecHeadroom h;
     h.reqs = s.max_running_requests.value_or(48);
-    h.steps = s.spec_steps.value_or(deepseek ? 3 : 5);
-    h.topk = s.spec_topk.value_or(deepseek ? 1 : 4);
-    h.draft_tokens = h.topk == 1 ? h.steps + 1 : s.spec_draft_tokens.value_or(deepseek ? 4 : 8);
+    h.steps = s.spec_steps.value_or(short_tree ? 3 : 5);
+    h.topk = s.spec_topk.value_or(short_tree ? 1 : 4);
+    h.draft_tokens = h.topk == 1 ? h.steps + 1 : s.spec_draft_tokens.value_or(short_tree ? 4 : 8);
     h.tokens = checked_add(checked_mul(h.reqs, checked_add(checked_mul(h.steps, h.topk, "SGLang headroom"), h.draft_tokens, "SGLang headroom"),
                                        "SGLang headroom"),
                            100, "SGLang headroom");
