@@ -422,3 +422,43 @@ TEST_CASE("llama.cpp's KV streams are pinned to build 5913: b5912 and the builds
     CHECK(parse_engine_spec("llama.cpp@b5912").note.empty());
     CHECK(parse_engine_spec("llama.cpp@b5908").version == 5912);
 }
+
+TEST_CASE("SGLang v0.5.2 refuses pipeline parallel with speculative decoding: no pool, the assert's line") {
+    // server_args.py check_server_args: with pp_size > 1 it asserts no overlap schedule, no speculative algorithm and no mixed
+    // chunked prefill, with this message (the same in snapshots before and after v0.5.2); it runs before any pool exists
+    const auto cfg = load_preset("llama-3.1-8b");
+    const auto eagle = test::data_config("engines/eagle-llama3.1-8b.json");
+    const std::string refusal = "AssertionError: Pipeline parallelism is not compatible with overlap schedule, speculative decoding, mixed chunked prefill.";
+    EngineSettings s;
+    s.draft = &eagle;
+    s.pp = 2;
+    const auto a = ask(Engine::sglang, cfg, DType::bf16, 8192, std::uint64_t{55436216631}, s);
+    CHECK(a.log_lines == std::vector<std::string>{refusal});
+    CHECK_FALSE(a.token_capacity);
+    CHECK_FALSE(a.bytes_allocated);
+    CHECK_FALSE(a.concurrency);
+    // NGRAM keeps no draft KV but is speculative decoding all the same; a token cap changes nothing
+    EngineSettings n;
+    n.speculative = true;
+    n.pp = 4;
+    n.kv_tokens = 100000;
+    CHECK(ask(Engine::sglang, cfg, DType::bf16, 8192, std::nullopt, n).log_lines == std::vector<std::string>{refusal});
+    // one stage with the draft, or two stages without one, size pools as before (424,388 tokens: the test above)
+    s.pp = 1;
+    CHECK(*ask(Engine::sglang, cfg, DType::bf16, 8192, std::uint64_t{55436216631}, s).token_capacity == 424388);
+    n.speculative = false;
+    CHECK(*ask(Engine::sglang, cfg, DType::bf16, 8192, std::nullopt, n).token_capacity == 100000);
+}
+
+TEST_CASE("SGLang's default speculative tree for gpt-oss is DeepSeek's (3, 1, 4), not Llama's (5, 4, 8)") {
+    // server_args.py auto_choose_speculative_params returns (3, 1, 4) for DeepseekV3/V2 and GptOssForCausalLM, in snapshots from
+    // before v0.5.2 (reflectionai/sglang 444f5d21) and after it
+    const auto cfg = load_preset("gpt-oss-20b");  // 24 layers x 8 KV heads x 64; SGLang v0.5.2 sizes every layer full for gpt-oss
+    ModelConfig head = cfg;
+    head.n_layer = 1;
+    head.layer_windowed.assign(1, false);
+    EngineSettings s;
+    s.draft = &head;
+    // cell 24 x 2 x 8 x 64 x 2 B = 49,152 B; 10 GiB // 49152 = 218,453; headroom 48 x (3 x 1 + 4) + 100 = 436 (Llama's: 1,444)
+    CHECK(*ask(Engine::sglang, cfg, DType::bf16, 8192, std::uint64_t{10} << 30, s).token_capacity == 218453 + 436);
+}

@@ -62,9 +62,10 @@ constexpr std::array llamacpp_flags{
          "--no-warmup|-sp|--special|-if|--interactive-first|-i|--interactive|--simple-io|--embedding|--embeddings|--slots|--props",
          false, Act::ignore}};
 
-// python/sglang/srt/server_args.py
+// python/sglang/srt/server_args.py (argparse also takes a unique prefix: SGLang's own docs write --mem-fraction)
 constexpr std::array sglang_flags{
-    Flag{"--model-path|--model", true, Act::model}, Flag{"--context-length", true, Act::context}, Flag{"--mem-fraction-static", true, Act::mem_util},
+    Flag{"--model-path|--model", true, Act::model}, Flag{"--context-length", true, Act::context},
+    Flag{"--mem-fraction-static|--mem-fraction", true, Act::mem_util},
     Flag{"--max-total-tokens", true, Act::kv_tokens}, Flag{"--kv-cache-dtype", true, Act::dtype},
     Flag{"--tp|--tp-size|--tensor-parallel-size", true, Act::tp}, Flag{"--pp|--pp-size|--pipeline-parallel-size", true, Act::pp},
     Flag{"--page-size", true, Act::block}, Flag{"--max-running-requests", true, Act::max_running},

@@ -19,7 +19,8 @@
 // draft pool is allocated on top of the budget: v0.5.2 does not count it in rest_memory (sglang PR #23862,
 // April 2026, is the later change that does). R = --max-running-requests, which server_args.py sets to 48 for
 // EAGLE/EAGLE3/STANDALONE; steps, topk, draft tokens from auto_choose_speculative_params: (3, 1, 4) for
-// DeepSeek V2/V3, (5, 4, 8) otherwise; topk 1 makes draft tokens steps + 1.
+// DeepSeek V2/V3 and gpt-oss, (5, 4, 8) otherwise; topk 1 makes draft tokens steps + 1. With --pp-size > 1 server_args.py refuses
+// speculative decoding outright (refuse_pp_speculation).
 #include "kvlab/calc/engine.hpp"
 
 #include <algorithm>
@@ -39,12 +40,13 @@ struct SpecHeadroom {
     std::uint64_t reqs = 0, steps = 0, topk = 0, draft_tokens = 0, tokens = 0;
 };
 SpecHeadroom spec_headroom(const ModelConfig& cfg, const EngineSettings& s) {
-    const bool deepseek = cfg.model_type == "deepseek_v2" || cfg.model_type == "deepseek_v3";
+    // auto_choose_speculative_params: (3, 1, 4) for DeepseekV2/V3 and GptOss, in server_args.py before and after v0.5.2
+    const bool short_tree = cfg.model_type == "deepseek_v2" || cfg.model_type == "deepseek_v3" || cfg.model_type == "gpt_oss";
     SpecHeadroom h;
     h.reqs = s.max_running_requests.value_or(48);
-    h.steps = s.spec_steps.value_or(deepseek ? 3 : 5);
-    h.topk = s.spec_topk.value_or(deepseek ? 1 : 4);
-    h.draft_tokens = h.topk == 1 ? h.steps + 1 : s.spec_draft_tokens.value_or(deepseek ? 4 : 8);
+    h.steps = s.spec_steps.value_or(short_tree ? 3 : 5);
+    h.topk = s.spec_topk.value_or(short_tree ? 1 : 4);
+    h.draft_tokens = h.topk == 1 ? h.steps + 1 : s.spec_draft_tokens.value_or(short_tree ? 4 : 8);
     h.tokens = checked_add(checked_mul(h.reqs, checked_add(checked_mul(h.steps, h.topk, "SGLang headroom"), h.draft_tokens, "SGLang headroom"),
                                        "SGLang headroom"),
                            100, "SGLang headroom");
@@ -75,6 +77,23 @@ std::uint64_t add_sglang_draft(const ModelConfig& draft, const EngineCase& c, st
                                       "--speculative-* of --engine-cmd set them)",
                                       h.tokens, h.reqs, h.steps, h.topk, h.draft_tokens));
     return bytes;
+}
+
+// v0.5.2 refuses pipeline parallel with speculative decoding: when pp_size > 1, check_server_args (server_args.py)
+// asserts that the overlap schedule is off, no speculative algorithm runs and mixed chunked prefill is off.
+// __post_init__ has by then turned overlap off for pp_size > 1 and mixed chunking off for EAGLE, so the speculative
+// algorithm is what fails, before any pool exists. The message as stored before v0.5.2 (the reflectionai/sglang fork at
+// 444f5d21, Aug 2025) and after it (a file with DeepSeek-V3.2's NSA backends); sglang PR #30775 (July 2026) lifts it
+// behind SGLANG_ENABLE_PP_SPEC=1 with the draft worker on the last stage only.
+void refuse_pp_speculation(const ModelConfig& cfg, std::uint64_t pp, EngineAnswer& a) {
+    a.log_lines.push_back("AssertionError: Pipeline parallelism is not compatible with overlap schedule, speculative decoding, mixed chunked prefill.");
+    a.notes.push_back(fmt::format("{}: SGLang v0.5.2 refuses --pp-size {} with speculative decoding, before any pool is allocated: check_server_args "
+                                  "(server_args.py) asserts that pipeline parallel runs without overlap schedule, speculative decoding and mixed "
+                                  "chunked prefill, and --pp-size has already turned the overlap schedule off",
+                                  cfg.name, pp));
+    a.notes.push_back("the line is that assert's message in server_args.py snapshots from before v0.5.2 (Aug 2025) and after it (one with "
+                      "DeepSeek-V3.2's NSA backends), which agree; v0.5.2's own file was not read. Later releases run the draft worker on the "
+                      "last stage only (sglang PR #30775, July 2026, behind SGLANG_ENABLE_PP_SPEC=1), which kvcalc does not model");
 }
 
 void add_sglang_notes(const ModelConfig& cfg, const EngineSettings& s, const std::vector<std::uint64_t>& split, std::size_t decide, EngineAnswer& a) {
@@ -123,6 +142,10 @@ EngineAnswer sglang_answer(const EngineCase& c, const EngineSettings& s) {
     EngineAnswer a;
     a.settings = fmt::format("--context-length {} --kv-cache-dtype {} --page-size {}{}{}", c.context, elem == 1 ? dtype_name(c.dtype) : "auto", page,
                              c.tp > 1 ? fmt::format(" --tp {}", c.tp) : "", s.pp > 1 ? fmt::format(" --pp-size {}", s.pp) : "");
+    if (s.pp > 1 && (s.draft || s.speculative)) {
+        refuse_pp_speculation(cfg, s.pp, a);
+        return a;
+    }
     add_sglang_notes(cfg, s, split, decide, a);
     if (!tokens) {
         a.notes.push_back(fmt::format("{}: {} B per token slot; give --kv-budget (the memory left for KV after mem_fraction_static) or "
@@ -137,7 +160,6 @@ EngineAnswer sglang_answer(const EngineCase& c, const EngineSettings& s) {
     }
     a.bytes_allocated = push_pool_line(cfg.mla.has_value(), *tokens, page, row, a);
     if (s.draft) {
-        if (s.pp > 1) a.notes.push_back("--pp with a draft: SGLang v0.5.2's speculative decoding under pipeline parallel was not read; the draft pool is sized as on one GPU");
         a.bytes_allocated = checked_add(*a.bytes_allocated, add_sglang_draft(*s.draft, c, elem, page, *tokens, spec, budget.has_value(), a), "SGLang pools");
     }
     a.notes.push_back("SGLang's log line says GB for 2^30 bytes (GB = 1024 * 1024 * 1024 in mem_cache/memory_pool.py): its sizes are GiB, "

@@ -53,6 +53,7 @@ struct KvcalcOptions {
     std::string engine_cmd;              // --engine-cmd "…": the engine's own command line
     std::optional<std::uint64_t> n_ctx;  // llama.cpp -c from --engine-cmd
     std::optional<std::uint64_t> max_running_requests, spec_steps, spec_topk, spec_draft_tokens;  // SGLang's, from --engine-cmd
+    bool speculative = false;            // --engine-cmd names a speculative algorithm (SGLang's NGRAM keeps no draft KV)
     std::vector<std::string> notes;      // said under the report (the release that answers, the command's ignored flags)
     bool dtypes_given = false;           // -d on the command line (else an engine's default cache type)
     std::string kv_tokens;
@@ -174,6 +175,7 @@ void apply_engine_command(KvcalcOptions& o, bool engine_given) {
     if (!cmd.draft.empty() && o.draft.empty()) o.draft = cmd.draft;  // --draft names the shape of a draft kvlab does not know
     o.max_running_requests = cmd.max_running_requests, o.spec_steps = cmd.spec_steps, o.spec_topk = cmd.spec_topk;
     o.spec_draft_tokens = cmd.spec_draft_tokens;
+    o.speculative = !cmd.spec_algorithm.empty();
     for (const auto& n : cmd.notes) o.notes.push_back("--engine-cmd: " + n);
     if (!cmd.ignored.empty())
         o.notes.push_back(fmt::format("--engine-cmd: read as {}; flags that do not change the KV cache, ignored: {}", cmd.program, fmt::join(cmd.ignored, " ")));
@@ -194,6 +196,7 @@ void set_engine_settings(const KvcalcOptions& o, KvcalcRequest& r) {
     es.n_ctx = o.n_ctx;
     es.max_running_requests = o.max_running_requests, es.spec_steps = o.spec_steps, es.spec_topk = o.spec_topk;
     es.spec_draft_tokens = o.spec_draft_tokens;
+    es.speculative = o.speculative;
     es.pp = parse_count(o.pp, "--pp");
     if (es.pp == 0) throw UsageError("--pp 0: expected 1 or more pipeline stages");
     r.pp = es.pp;  // also the generic tables' deployment: each GPU holds its stage's layers (kvcalc_pp.hpp)

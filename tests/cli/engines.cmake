@@ -282,3 +282,51 @@ kvlab_expect(RC 2 ARGS kvcalc --engine-cmd "vllm serve unknown/model" ERR "the m
 # --draft gives its shape: the same 410,128 tokens as --engine vllm --draft above.
 kvlab_expect_lines(ARGS kvcalc --engine-cmd "vllm serve meta-llama/Llama-3.1-8B --max-model-len 8192 --speculative-config '{\"method\": \"eagle\", \"model\": \"yuhuili/EAGLE-LLaMA3.1-Instruct-8B\", \"num_speculative_tokens\": 5}'"
                    --draft ${E}/eagle-llama3.1-8b.json --kv-budget 51.629GiB LINES "GPU KV cache size: 410,128 tokens")
+
+# SGLang v0.5.2 refuses --pp-size > 1 with speculative decoding (server_args.py check_server_args asserts speculative_algorithm is
+# None when pp_size > 1): the assert's line, no pool and no token count, and the note that says why.
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-8b --engine sglang --kv-budget 51.629GiB --context 8192 --draft ${E}/eagle-llama3.1-8b.json --pp 2
+             OUT "llama-3\\.1-8b  AssertionError: Pipeline parallelism is not compatible with overlap schedule, speculative decoding, mixed chunked prefill\\."
+                 "SGLang v0\\.5\\.2 refuses --pp-size 2 with speculative decoding" "sglang PR #30775"
+                 "--pp-size 2  512\\.00 MiB  +-  +-  +-\n"
+             NOT_OUT "KV Cache is allocated")
+kvlab_expect(RC 0 ARGS kvcalc --engine-cmd "python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --pp-size 2 --speculative-algorithm EAGLE --speculative-draft-model-path yuhuili/EAGLE-LLaMA3.1-Instruct-8B --context-length 8192"
+             -m llama-3.1-8b --draft ${E}/eagle-llama3.1-8b.json --kv-budget 51.629GiB
+             OUT "AssertionError: Pipeline parallelism is not compatible with overlap schedule, speculative decoding, mixed chunked prefill\\."
+             NOT_OUT "KV Cache is allocated")
+# NGRAM keeps no draft KV but is a speculative algorithm all the same: the same refusal
+kvlab_expect(RC 0 ARGS kvcalc --engine-cmd "python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --pp-size 2 --speculative-algorithm NGRAM"
+             -m llama-3.1-8b --kv-budget 20GiB OUT "AssertionError: Pipeline parallelism is not compatible" NOT_OUT "KV Cache is allocated")
+
+# Real SGLang draft pools: SGLang's docs page advanced_features/speculative_decoding.html as built on 2025-09-03 from sglang's main
+# (the v0.5.2 line) on one H100, sgl-project/sgl-project.github.io commit c4f34f9e (read in its mirror Stars1233/sgl-project.github.io):
+# each notebook cell's server log prints the target's pool, then the draft worker's. The docs' launcher adds max_total_tokens=20480
+# and max_running_requests=128 (the logged server_args), so the cap decides #tokens exactly; the budget holds far more: rest_memory =
+# the free memory after the weights ("Load weight end. ... avail mem") - the free memory at start ("Load weight begin. avail mem",
+# profile_max_num_token's total_gpu_memory) x (1 - mem_fraction_static). The draft line carries the target's #tokens, its sizes the
+# draft's own shape (tests/data/engines/, from published configs). Were the headroom added after the cap (init_memory_pool adds it
+# before), #tokens would read 20480 + 128 x (steps x topk + draft tokens) + 100.
+# Llama-2-7b-chat (Llama-2-7B's shape, MHA), fp16, EAGLE head lmsys/sglang-EAGLE-llama2-chat-7B, steps 3, topk 4, 16 draft tokens,
+# mem_fraction_static 0.849: rest = 65.93 - 0.151 x 78.58 = 54.06 GiB (53 GiB given), where the cap needs 20480 x 524288 B = 10 GiB
+# (24164 tokens without the cap). Target K: (20480 + 1) x 32 heads x 128 x 32 layers x 2 B = 5,368,971,264 B = 5.00 GiB; draft K:
+# 20481 x 32 x 128 x 1 layer x 2 B = 167,780,352 B = 0.16 GiB.
+kvlab_expect_lines(ARGS kvcalc --engine sglang@0.5.2 --engine-cmd "python3 -m sglang.launch_server --model meta-llama/Llama-2-7b-chat-hf  --speculative-algorithm EAGLE --speculative-draft-model-path lmsys/sglang-EAGLE-llama2-chat-7B --speculative-num-steps 3 --speculative-eagle-topk 4 --speculative-num-draft-tokens 16 --cuda-graph-max-bs 8 --max-total-tokens 20480 --max-running-requests 128"
+                        -m llama-2-7b -d fp16 --draft ${E}/eagle-llama2-chat-7b.json --kv-budget 53GiB LINES
+  "KV Cache is allocated. #tokens: 20480, K size: 5.00 GB, V size: 5.00 GB"
+  "KV Cache is allocated. #tokens: 20480, K size: 0.16 GB, V size: 0.16 GB")
+# Llama-3.1-8B-Instruct, fp16, EAGLE-3 draft jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B, steps 5, topk 8, 32 draft tokens, with
+# the docs' own "--mem-fraction 0.6" (argparse's prefix of --mem-fraction-static): rest = 45.51 - 0.4 x 78.58 = 14.08 GiB (13 GiB
+# given) against the cap's 20480 x 131072 B = 2.5 GiB (29796 tokens without the cap). Target K: 20481 x 8 x 128 x 32 x 2 B =
+# 1,342,242,816 B = 1.25 GiB; draft K: 20481 x 8 x 128 x 1 x 2 B = 41,945,088 B = 0.04 GiB.
+kvlab_expect_lines(ARGS kvcalc --engine sglang@0.5.2 --engine-cmd "python3 -m sglang.launch_server --model meta-llama/Llama-3.1-8B-Instruct  --speculative-algorithm EAGLE3 --speculative-draft-model-path jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B --speculative-num-steps 5 --speculative-eagle-topk 8 --speculative-num-draft-tokens 32 --mem-fraction 0.6 --cuda-graph-max-bs 2 --dtype float16 --max-total-tokens 20480 --max-running-requests 128"
+                        -m llama-3.1-8b -d fp16 --draft ${E}/eagle3-llama3.1-8b.json --kv-budget 13GiB LINES
+  "KV Cache is allocated. #tokens: 20480, K size: 1.25 GB, V size: 1.25 GB"
+  "KV Cache is allocated. #tokens: 20480, K size: 0.04 GB, V size: 0.04 GB")
+# MiMo-7B-RL with its own MTP layer (EAGLE without a draft path: the model's MTP layer, --draft mtp:1), bf16, steps 1, topk 1, 2 draft
+# tokens, --mem-fraction 0.5 (the GPU shared with the earlier cells' servers): rest = 32.25 - 0.5 x 46.55 = 8.98 GiB (8 GiB given)
+# against the cap's 20480 x 147456 B = 2.81 GiB (20964 tokens without the cap). Target K: 20481 x 8 x 128 x 36 layers x 2 B =
+# 1,510,023,168 B = 1.41 GiB; the MTP layer's K: 20481 x 8 x 128 x 1 x 2 B = 0.04 GiB.
+kvlab_expect_lines(ARGS kvcalc --engine sglang@0.5.2 --engine-cmd "python3 -m sglang.launch_server --model-path XiaomiMiMo/MiMo-7B-RL --host 0.0.0.0 --trust-remote-code --speculative-algorithm EAGLE --speculative-num-steps 1 --speculative-eagle-topk 1 --speculative-num-draft-tokens 2 --mem-fraction 0.5 --max-total-tokens 20480 --max-running-requests 128"
+                        --config ${E}/mimo-7b-rl.json --kv-budget 8GiB LINES
+  "KV Cache is allocated. #tokens: 20480, K size: 1.41 GB, V size: 1.41 GB"
+  "KV Cache is allocated. #tokens: 20480, K size: 0.04 GB, V size: 0.04 GB")

@@ -66,6 +66,7 @@ struct EngineSettings {
     std::uint64_t pp = 1;                    // pipeline-parallel stages (vLLM, SGLang, TensorRT-LLM; llama.cpp: devices)
     std::vector<std::uint64_t> stage_budgets;  // one KV budget per stage when they differ (else EngineCase::kv_budget)
     const ModelConfig* draft = nullptr;      // a speculative-decoding draft (EAGLE head, draft model, MTP layers)
+    bool speculative = false;                // a speculative algorithm runs even without a draft that keeps KV (SGLang NGRAM)
     // SGLang's speculative headroom: --max-running-requests, --speculative-num-steps, --speculative-eagle-topk,
     // --speculative-num-draft-tokens (--engine-cmd); unset: SGLang's defaults (engine_sglang.cpp)
     std::optional<std::uint64_t> max_running_requests, spec_steps, spec_topk, spec_draft_tokens;
