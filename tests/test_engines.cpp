@@ -462,3 +462,36 @@ TEST_CASE("SGLang's default speculative tree for gpt-oss is DeepSeek's (3, 1, 4)
     // cell 24 x 2 x 8 x 64 x 2 B = 49,152 B; 10 GiB // 49152 = 218,453; headroom 48 x (3 x 1 + 4) + 100 = 436 (Llama's: 1,444)
     CHECK(*ask(Engine::sglang, cfg, DType::bf16, 8192, std::uint64_t{10} << 30, s).token_capacity == 218453 + 436);
 }
+
+TEST_CASE("vLLM refuses pipeline parallel with a speculative draft in every release kvlab knows: no pool, the draft check's line") {
+    // SpeculativeConfig._verify_args runs ModelConfig.verify_with_parallel_config on the draft with a parallel config that copies the
+    // target's pipeline_parallel_size (create_draft_parallel_config); an EAGLE head fails supports_pp (V0's EAGLE has no SupportsPP,
+    // V1's EagleLlamaForCausalLM.forward takes no intermediate_tensors), so the engine stops before any pool (vllm sources near
+    // v0.8.5 and v0.10.2; vLLM's docs: "not composable with speculative decoding as of vllm<=0.15.0")
+    const auto cfg = load_preset("llama-3.1-8b");
+    const auto eagle = test::data_config("engines/eagle-llama3.1-8b.json");
+    const std::string refusal =
+        "NotImplementedError: Pipeline parallelism is not supported for this model. Supported models implement the `SupportsPP` interface.";
+    for (const std::uint64_t v : {7003, 8000, 10000, 10002, 15002}) {
+        CAPTURE(v);
+        EngineSettings s;
+        s.version = v;
+        s.draft = &eagle;
+        s.pp = 2;
+        const auto a = ask(Engine::vllm, cfg, DType::bf16, 8192, std::uint64_t{55436216631}, s);  // 51.629 GiB
+        CHECK(a.log_lines == std::vector<std::string>{refusal});
+        CHECK_FALSE(a.token_capacity);
+        CHECK_FALSE(a.bytes_allocated);
+        CHECK_FALSE(a.concurrency);
+        s.kv_tokens = 100000;  // --num-gpu-blocks-override changes nothing: the check comes first
+        CHECK(ask(Engine::vllm, cfg, DType::bf16, 8192, std::nullopt, s).log_lines == std::vector<std::string>{refusal});
+    }
+    // one stage with the draft sizes as before: 55,436,216,631 // (16 x 8 x 128 x 2 x 2 B = 65,536 B) // 33 layers = 25,633 blocks
+    // = 410,128 tokens; two stages without a draft: 16 layers each, 845,890 pages // 16 = 52,868 blocks = 845,888 tokens
+    EngineSettings one;
+    one.draft = &eagle;
+    CHECK(*ask(Engine::vllm, cfg, DType::bf16, 8192, std::uint64_t{55436216631}, one).token_capacity == 410128);
+    EngineSettings two;
+    two.pp = 2;
+    CHECK(*ask(Engine::vllm, cfg, DType::bf16, 8192, std::uint64_t{55436216631}, two).token_capacity == 845888);
+}

@@ -8,6 +8,7 @@
 //                       tokens = blocks // groups x block_size
 //   blocks a request needs = per group: cdiv(max_model_len, bs) (full) or cdiv(min(W - 1 + batched, len), bs) + 1 (sliding)
 //   concurrency = blocks / blocks a request needs
+//   -pp > 1 with a speculative draft: no pool, the engine's refusal (refuse_vllm_pp_draft)
 #include "kvlab/calc/engine.hpp"
 
 #include <algorithm>
@@ -192,11 +193,39 @@ std::vector<VllmPlan> vllm_stage_plans(const EngineCase& c, const EngineSettings
     return plans;
 }
 
+// With -pp > 1 and a speculative draft, the releases kvlab knows (v0.7.3 to v0.15.2) stop before any pool exists: the
+// speculative config checks the draft against a parallel config that copies the target's pipeline_parallel_size
+// (SpeculativeConfig.create_draft_parallel_config, _verify_args -> ModelConfig.verify_with_parallel_config), and an EAGLE head
+// cannot run pipeline parallel: the V0 class EAGLE has no SupportsPP, V1's EagleLlamaForCausalLM inherits Llama's flag but its
+// forward takes no intermediate_tensors, which supports_pp also demands (model_executor/models/interfaces.py). vLLM's own docs
+// (spec_decode "Known Feature Incompatibility"): "Pipeline parallelism is not composable with speculative decoding as of vllm<=0.15.0".
+EngineAnswer refuse_vllm_pp_draft(const EngineCase& c, const EngineSettings& s, std::uint64_t version) {
+    const ModelConfig& cfg = *c.model;
+    VllmPlan p;
+    read_vllm_settings(c, s, p);
+    EngineAnswer a;
+    a.settings = fmt::format("--max-model-len {} --block-size {} --kv-cache-dtype {}{} -pp {}", p.len, p.bs, p.elem == 1 ? "fp8" : "auto",
+                             c.tp > 1 ? fmt::format(" -tp {}", c.tp) : "", s.pp);
+    a.log_lines.push_back("NotImplementedError: Pipeline parallelism is not supported for this model. Supported models implement the `SupportsPP` "
+                          "interface.");
+    a.notes.push_back(fmt::format("{}: {} refuses -pp {} with the draft {}, before any pool is allocated: SpeculativeConfig._verify_args checks "
+                                  "the draft against the target's pipeline_parallel_size, and an EAGLE head cannot run pipeline parallel "
+                                  "(vLLM's docs: \"Pipeline parallelism is not composable with speculative decoding as of vllm<=0.15.0\")",
+                                  cfg.name, engine_release_name(Engine::vllm, version), s.pp, s.draft->name));
+    a.notes.push_back("the line is ModelConfig.verify_with_parallel_config's, as an EAGLE head meets it (vllm sources read near v0.8.5 and "
+                      "v0.10.2, not the release files). A separate draft model fails elsewhere: V0 (v0.7.3, v0.8.0) raises "
+                      "\"NotImplementedError: Speculative decoding is currently incompatible with pipeline parallelism\" "
+                      "(spec_decode_worker.py), v0.10 refuses draft models even without -pp; MTP heads were not checked. vllm PR #50514 "
+                      "(Aug 2026, v0.29.1rc0) runs EAGLE3 with -pp, the drafter on the last stage: a release kvcalc does not know");
+    return a;
+}
+
 }  // namespace
 
 EngineAnswer vllm_answer(const EngineCase& c, const EngineSettings& s) {
     const ModelConfig& cfg = *c.model;
     const std::uint64_t version = s.version ? s.version : 10002;
+    if (s.pp > 1 && s.draft) return refuse_vllm_pp_draft(c, s, version);
     EngineAnswer a;
     const std::vector<VllmPlan> plans = vllm_stage_plans(c, s, a);
     const bool has_budget = c.kv_budget || !s.stage_budgets.empty();
@@ -226,9 +255,9 @@ EngineAnswer vllm_answer(const EngineCase& c, const EngineSettings& s) {
         a.settings += fmt::format(" -pp {}", s.pp);
         std::vector<std::string> parts;
         for (const auto& q : plans) parts.push_back(fmt::format("{}", q.last_layer - q.first_layer + q.draft_layers));
-        a.notes.push_back(fmt::format("{}: -pp {} gives the stages {} layers (get_pp_indices{}); each sizes blocks from its own budget and "
+        a.notes.push_back(fmt::format("{}: -pp {} gives the stages {} layers (get_pp_indices); each sizes blocks from its own budget and "
                                       "vLLM keeps the fewest, stage {}'s; engine allocates: that stage's pool per GPU",
-                                      cfg.name, s.pp, fmt::join(parts, ", "), s.draft ? ", the draft's on the last" : "", decide));
+                                      cfg.name, s.pp, fmt::join(parts, ", "), decide));
     }
     if (s.draft)
         a.notes.push_back(fmt::format("draft {}: its {} take blocks from the same pool as {}'s (the drafter's attention layers join "

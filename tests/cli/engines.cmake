@@ -330,3 +330,19 @@ kvlab_expect_lines(ARGS kvcalc --engine sglang@0.5.2 --engine-cmd "python3 -m sg
                         --config ${E}/mimo-7b-rl.json --kv-budget 8GiB LINES
   "KV Cache is allocated. #tokens: 20480, K size: 1.41 GB, V size: 1.41 GB"
   "KV Cache is allocated. #tokens: 20480, K size: 0.04 GB, V size: 0.04 GB")
+
+# vLLM refuses -pp > 1 with a speculative draft in every release kvlab knows: SpeculativeConfig._verify_args checks the draft against
+# the target's pipeline_parallel_size and an EAGLE head does not support pipeline parallel (ModelConfig.verify_with_parallel_config's
+# NotImplementedError), before any pool: the line, no block or token count, and the note naming the docs' "vllm<=0.15.0".
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-8b --engine vllm --kv-budget 51.629GiB --context 8192 --draft ${E}/eagle-llama3.1-8b.json --pp 2
+             OUT "llama-3\\.1-8b  NotImplementedError: Pipeline parallelism is not supported for this model\\. Supported models implement the `SupportsPP` interface\\."
+                 "vLLM v0\\.10\\.2 refuses -pp 2 with the draft eagle-llama3\\.1-8b" "vllm PR #50514"
+                 "--kv-cache-dtype auto -pp 2  512\\.00 MiB  +-  +-  +-\n"
+             NOT_OUT "GPU KV cache size")
+kvlab_expect(RC 0 ARGS kvcalc --engine vllm@0.7.3 --engine-cmd "vllm serve meta-llama/Llama-3.1-8B --max-model-len 8192 -pp 2 --speculative-config '{\"method\": \"eagle\", \"model\": \"yuhuili/EAGLE-LLaMA3.1-Instruct-8B\", \"num_speculative_tokens\": 5}'"
+             --draft ${E}/eagle-llama3.1-8b.json --kv-budget 51.629GiB
+             OUT "NotImplementedError: Pipeline parallelism is not supported for this model\\." "vLLM v0\\.7\\.3 refuses -pp 2"
+             NOT_OUT "# GPU blocks")
+kvlab_expect(RC 0 ARGS kvcalc --engine-cmd "vllm serve meta-llama/Llama-3.1-8B --max-model-len 8192 --pipeline-parallel-size 2 --speculative-config '{\"method\": \"eagle\", \"model\": \"yuhuili/EAGLE-LLaMA3.1-Instruct-8B\", \"num_speculative_tokens\": 5}'"
+             --draft ${E}/eagle-llama3.1-8b.json --kv-budget 51.629GiB
+             OUT "llama-3\\.1-8b  NotImplementedError: Pipeline parallelism is not supported for this model\\." NOT_OUT "GPU KV cache size")
