@@ -50,6 +50,10 @@ EngineAnswer trtllm_answer(const EngineCase& c, const EngineSettings& s) {
     if (s.draft)
         a.notes.push_back(fmt::format("draft {}: the KV bytes per token of its {} join {}'s in one pool (PR #3497)", s.draft->name,
                                       counted(s.draft->n_layer, "layer"), cfg.name));
+    if (s.draft && s.pp > 1)  // py_executor.py; NVIDIA/TensorRT-LLM issue #9009 meets it with an n-gram drafter on 1.2.0rc2
+        a.notes.push_back("--pp with a draft: TensorRT-LLM 1.2.0rc2 refuses a separate drafter (a draft model, n-gram) under pipeline parallel "
+                          "(\"Drafting is not supported for selected executor loop\", py_executor.py); sized here as a one-model draft "
+                          "(EAGLE3, MTP) on the last rank, which was not checked against that refusal");
     if (cfg.sliding_window)
         a.notes.push_back(fmt::format("{}: every layer holds every token, as TensorRT-LLM does unless kv_cache_config.max_attention_window "
                                       "lists several windows (per-window pools with an equal share of memory each: not modelled)",

@@ -346,3 +346,7 @@ kvlab_expect(RC 0 ARGS kvcalc --engine vllm@0.7.3 --engine-cmd "vllm serve meta-
 kvlab_expect(RC 0 ARGS kvcalc --engine-cmd "vllm serve meta-llama/Llama-3.1-8B --max-model-len 8192 --pipeline-parallel-size 2 --speculative-config '{\"method\": \"eagle\", \"model\": \"yuhuili/EAGLE-LLaMA3.1-Instruct-8B\", \"num_speculative_tokens\": 5}'"
              --draft ${E}/eagle-llama3.1-8b.json --kv-budget 51.629GiB
              OUT "llama-3\\.1-8b  NotImplementedError: Pipeline parallelism is not supported for this model\\." NOT_OUT "GPU KV cache size")
+# TensorRT-LLM 1.2.0rc2 with pp_size 2 and a draft: still sized (the draft's layer on the last rank), and the note says that its
+# PyTorch executor refuses a separate drafter under pipeline parallel (py_executor.py; NVIDIA/TensorRT-LLM issue #9009).
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-8b --engine trtllm --kv-budget 51.629GiB --context 8192 --draft ${E}/eagle-llama3.1-8b.json --pp 2
+             OUT "--pp with a draft: TensorRT-LLM 1\\.2\\.0rc2 refuses a separate drafter" "Drafting is not supported for selected executor loop")
