@@ -261,3 +261,14 @@ kvlab_expect(RC 2 ARGS kvcalc --config bert.json -d fp16
 kvlab_expect(RC 0 ARGS kvcalc --config bert.json -d fp16 --context 512 --as-decoder
              OUT "36.00 KiB" "bert: model_type 'bert' is an encoder-only model, which keeps no KV cache in decoding. --as-decoder: sized as a Llama-style decoder")
 kvlab_expect(RC 0 ARGS kvcalc --config bert-decoder.json -d fp16 --context 512 OUT "36.00 KiB" "used as a decoder \\(is_decoder true\\)")
+
+# With --engine the headline adds the engine's answer for the first case. vLLM v0.10.2, Llama-3.1-8B (32 layers x 8 KV heads x
+# 128 x 2 (K, V) x 2 B = 131,072 B a token, blocks of 16 = 2 MiB): 51.629 GiB = 55,436,216,631 B // 2,097,152 = 26,434 blocks =
+# 422,944 tokens = 51.63 GiB (26,434 x 2 MiB); 422,944 / 8,192 = 51.63 requests at once.
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-8b --engine vllm --kv-budget 51.629GiB --context 8192
+             OUT "^llama-3.1-8b keeps 128.00 KiB of KV per token \\(bf16, GQA-8\\)[^\n]*\nvLLM v0.10.2 on llama-3.1-8b \\(bf16\\): 51.63 GiB of KV per GPU holds 422,944 tokens: max concurrency 51.63x at 8,192 tokens per request\n\n")
+# An H100 SXM's budget is estimated (79.65 GiB x 0.9 - 14.96 GiB of weights), so the line says it is an upper bound; with -pp 2 and
+# an EAGLE draft vLLM stops before any pool, and the headline says so with its error line.
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3-8b --gpu h100-sxm-80gb --engine sglang --context 8k OUT "\nSGLang v0.5.2 on llama-3-8b \\(bf16\\): [^\n]* \\(the budget estimated from the GPU: an upper bound\\)\n\n")
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-8b --engine vllm --kv-budget 51.629GiB --context 8192 --draft ${DATA}/engines/eagle-llama3.1-8b.json --pp 2
+             OUT "^[^\n]*\nvLLM v0.10.2 on llama-3.1-8b \\(bf16\\): does not start: NotImplementedError: Pipeline parallelism is not supported")
