@@ -108,6 +108,13 @@ expect("kvlab simulate -m llama-3.1-8b --attention mha,gqa:8,mqa,mla:512 --cost-
 # SGLang (model_runner.py, docs/kv-memory.md "Drafts"): 422,944 tokens from the budget + 48 x (5 x 4 + 8) + 100 = 1,444 headroom
 expect("kvlab kvcalc -m llama-3.1-8b --engine sglang --kv-budget 51.629GiB --context 8192 --draft tests/data/engines/eagle-llama3.1-8b.json"
        OUT " 424388 " "the draft worker's own pool of the same #tokens")
+# SGLang's docs build of 2025-09-03 (tests/cli/engines.cmake): --max-total-tokens caps both pools at 20,480 tokens; K = 20,481 rows x
+# 32 KV heads x 128 x 32 layers x 2 B = 5.00 GiB for Llama-2-7B, x 1 layer = 0.16 GiB for its EAGLE head
+expect("kvlab kvcalc --engine sglang@0.5.2 --engine-cmd \"python3 -m sglang.launch_server --model meta-llama/Llama-2-7b-chat-hf --speculative-algorithm EAGLE --speculative-draft-model-path lmsys/sglang-EAGLE-llama2-chat-7B --max-total-tokens 20480\" -m llama-2-7b -d fp16 --draft tests/data/engines/eagle-llama2-chat-7b.json --kv-budget 53GiB"
+       OUT "KV Cache is allocated. #tokens: 20480, K size: 5.00 GB, V size: 5.00 GB" "KV Cache is allocated. #tokens: 20480, K size: 0.16 GB, V size: 0.16 GB")
+# vLLM's SpeculativeConfig checks the EAGLE head against -pp 2 and stops (engine_vllm.cpp refuse_vllm_pp_draft)
+expect("kvlab kvcalc -m llama-3.1-8b --engine vllm --kv-budget 51.629GiB --context 8192 --draft tests/data/engines/eagle-llama3.1-8b.json --pp 2"
+       OUT "\nvLLM v0.10.2 on llama-3.1-8b \\(bf16\\): does not start: NotImplementedError: Pipeline parallelism is not supported for this model")
 expect("kvlab simulate --model tiny-llama -n 64 --repeat 5" OUT "median of 5 runs" "modelled on NVIDIA H100 SXM 80GB")
 # 41 steps: one row of logits per generated token (the .npy's header is checked in tests/cli/simulate.cmake)
 expect("kvlab simulate --model tiny-llama -n 41 --logits logits.npy" OUT "steps \\(tokens generated\\) +41 +41")
