@@ -495,3 +495,47 @@ TEST_CASE("vLLM refuses pipeline parallel with a speculative draft in every rele
     two.pp = 2;
     CHECK(*ask(Engine::vllm, cfg, DType::bf16, 8192, std::uint64_t{55436216631}, two).token_capacity == 845888);
 }
+
+TEST_CASE("vLLM v0.10.x refuses a separate draft model (not an EAGLE head, not MTP); v0.7.3, v0.8.0 and v0.15.2 size it") {
+    // SpeculativeConfig.__post_init__: "method" as given, else from the draft's name ("eagle-" -> eagle, "eagle3" -> eagle3; the
+    // medusa / mlp_speculator / *_mtp model types), else "draft_model", which v0.10.x's V1 engine refuses with this line
+    CHECK(vllm_draft_kind("", "yuhuili/EAGLE-LLaMA3.1-Instruct-8B") == DraftKind::eagle);
+    CHECK(vllm_draft_kind("", "AngelSlim/Qwen3-8B_eagle3") == DraftKind::eagle);
+    CHECK(vllm_draft_kind("", "meta-llama/Llama-3.2-1B-Instruct") == DraftKind::draft_model);
+    CHECK(vllm_draft_kind("draft_model", "yuhuili/EAGLE-LLaMA3.1-Instruct-8B") == DraftKind::draft_model);
+    CHECK(vllm_draft_kind("eagle3", "my-head") == DraftKind::eagle);
+    CHECK(vllm_draft_kind("deepseek_mtp", "mtp:1") == DraftKind::mtp);
+    CHECK(vllm_draft_kind("ngram", "") == DraftKind::unset);
+    CHECK(parse_engine_command("vllm serve facebook/opt-6.7b --speculative-config '{\"model\": \"facebook/opt-125m\", \"num_speculative_tokens\": 5}'")
+              .draft_kind == DraftKind::draft_model);
+    CHECK(parse_engine_command("vllm serve m --speculative-config '{\"method\": \"eagle\", \"model\": \"d\"}'").draft_kind == DraftKind::eagle);
+    // --draft CONFIG: the EAGLE head's one layer (and its name) vs Llama 3.2 1B's 16 layers
+    const auto cfg = load_preset("llama-3.1-8b");
+    const auto eagle = test::data_config("engines/eagle-llama3.1-8b.json");
+    const auto small = load_preset("llama-3.2-1b");
+    CHECK(draft_kind_of(eagle) == DraftKind::eagle);
+    CHECK(draft_kind_of(small) == DraftKind::draft_model);
+    const std::string refusal = "NotImplementedError: Speculative decoding with draft model is not supported yet. Please consider using "
+                                "other speculative decoding methods such as ngram, medusa, eagle, or deepseek_mtp.";
+    EngineSettings s;
+    s.draft = &small;
+    s.draft_kind = DraftKind::draft_model;
+    for (const std::uint64_t v : {10000, 10002}) {
+        CAPTURE(v);
+        s.version = v;
+        const auto a = ask(Engine::vllm, cfg, DType::bf16, 8192, std::uint64_t{55436216631}, s);  // 51.629 GiB
+        CHECK(a.log_lines == std::vector<std::string>{refusal});
+        CHECK_FALSE(a.token_capacity);
+        CHECK_FALSE(a.bytes_allocated);
+    }
+    // v0.15.2 (and V0 in v0.7.3 / v0.8.0): the draft's 16 layers join the pool with the target's page (65,536 B > the draft's
+    // 16 x 8 x 64 x 2 x 2 B = 32,768 B): 55,436,216,631 // 65,536 = 845,889 pages // 48 layers = 17,622 blocks x 16 = 281,952 tokens
+    for (const std::uint64_t v : {7003, 8000, 15002}) {
+        CAPTURE(v);
+        s.version = v;
+        CHECK(*ask(Engine::vllm, cfg, DType::bf16, 8192, std::uint64_t{55436216631}, s).token_capacity == 281952);
+    }
+    // an EAGLE head in v0.10.2 sizes as before (410,128 tokens: the test above)
+    s.version = 10002, s.draft = &eagle, s.draft_kind = DraftKind::eagle;
+    CHECK(*ask(Engine::vllm, cfg, DType::bf16, 8192, std::uint64_t{55436216631}, s).token_capacity == 410128);
+}

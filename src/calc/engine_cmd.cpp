@@ -150,6 +150,7 @@ void read_speculative_config(const std::string& v, EngineCommand& cmd) {
     if (j.is_object() && j.contains("model") && j["model"].is_string()) cmd.draft = j["model"].get<std::string>();
     else if (method.find("mtp") != std::string::npos) cmd.draft = "mtp:1";
     else if (method == "ngram" || method == "suffix") cmd.notes.push_back(fmt::format("--speculative-config: {} drafts keep no KV cache", method));
+    cmd.draft_kind = vllm_draft_kind(method, cmd.draft);
 }
 
 // One flag's value (or presence) into the command.

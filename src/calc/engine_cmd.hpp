@@ -25,6 +25,7 @@ struct EngineCommand {
     bool kv_unified = false, swa_full = false;
     FlashAttn flash_attn = FlashAttn::unset;         // llama.cpp -fa (bare: on, as older builds took it), -fa on|off|auto|1|0|-1
     std::string draft;                               // a draft model the command names (-md, --speculative-config's model)
+    DraftKind draft_kind = DraftKind::unset;         // vLLM: what --speculative-config's method (or model name) makes the draft
     // SGLang: --max-running-requests and --speculative-num-steps / -eagle-topk / -num-draft-tokens (its speculative headroom)
     std::optional<std::uint64_t> max_running_requests, spec_steps, spec_topk, spec_draft_tokens;
     std::string spec_algorithm;                      // SGLang --speculative-algorithm as given

@@ -9,9 +9,11 @@
 //   blocks a request needs = per group: cdiv(max_model_len, bs) (full) or cdiv(min(W - 1 + batched, len), bs) + 1 (sliding)
 //   concurrency = blocks / blocks a request needs
 //   -pp > 1 with a speculative draft: no pool, the engine's refusal (refuse_vllm_pp_draft)
+//   a separate draft model (not an EAGLE head, not MTP) in v0.10.x: no pool, the engine's refusal (refuse_vllm_draft_model)
 #include "kvlab/calc/engine.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -220,11 +222,55 @@ EngineAnswer refuse_vllm_pp_draft(const EngineCase& c, const EngineSettings& s, 
     return a;
 }
 
+// v0.10.0 and v0.10.2 run the V1 engine only, and V1 had no proposer for a separate draft model: SpeculativeConfig.__post_init__
+// ends its method detection with `self.method = "draft_model"` and raises (so does EngineArgs._is_v1_supported_oracle when the
+// JSON says "method": "draft_model"). v0.7.3 and v0.8.0 run draft models on V0 (0.8.0's V1 oracle falls back to V0 for them);
+// PR #24322 (merged Jan 2026) brought draft models to V1, their layers bound into the same KV cache as the target's.
+EngineAnswer refuse_vllm_draft_model(const EngineCase& c, const EngineSettings& s, std::uint64_t version) {
+    VllmPlan p;
+    read_vllm_settings(c, s, p);
+    EngineAnswer a;
+    a.settings = fmt::format("--max-model-len {} --block-size {} --kv-cache-dtype {}{}{}", p.len, p.bs, p.elem == 1 ? "fp8" : "auto",
+                             c.tp > 1 ? fmt::format(" -tp {}", c.tp) : "", s.pp > 1 ? fmt::format(" -pp {}", s.pp) : "");
+    a.log_lines.push_back("NotImplementedError: Speculative decoding with draft model is not supported yet. Please consider using other "
+                          "speculative decoding methods such as ngram, medusa, eagle, or deepseek_mtp.");
+    a.notes.push_back(fmt::format("{}: {} refuses the separate draft model {} before any pool is allocated: its V1 engine has no "
+                                  "draft-model proposer (SpeculativeConfig.__post_init__ sets method \"draft_model\" and raises); an EAGLE "
+                                  "head (\"method\": \"eagle\"/\"eagle3\", or \"eagle-\"/\"eagle3\" in its name) or MTP runs",
+                                  c.model->name, engine_release_name(Engine::vllm, version), s.draft->name));
+    a.notes.push_back("v0.7.3 and v0.8.0 (V0) and v0.15.2 (after vllm PR #24322, Jan 2026) size a draft model; kvcalc calls a draft "
+                      "a draft model when --speculative-config says \"method\": \"draft_model\", or names a model without \"eagle-\"/"
+                      "\"eagle3\" and gives no method, or when --draft has more than 2 layers and no such name; medusa, "
+                      "mlp_speculator and MTP model types that vLLM reads from the draft's config are not detected from a name");
+    return a;
+}
+
+// A draft kind from vLLM's method, else from the draft's name (see engine.hpp).
+bool vllm_eagle_name(std::string_view model) {
+    std::string low(model);
+    std::transform(low.begin(), low.end(), low.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    return low.find("eagle-") != std::string::npos || low.find("eagle3") != std::string::npos;
+}
+
 }  // namespace
+
+DraftKind vllm_draft_kind(std::string_view method, std::string_view model) {
+    if (method == "eagle" || method == "eagle3") return DraftKind::eagle;
+    if (method == "draft_model") return DraftKind::draft_model;
+    if (method.find("mtp") != std::string_view::npos) return DraftKind::mtp;
+    if (!method.empty() || model.empty()) return DraftKind::unset;
+    return vllm_eagle_name(model) ? DraftKind::eagle : DraftKind::draft_model;
+}
+
+DraftKind draft_kind_of(const ModelConfig& draft) {
+    return vllm_eagle_name(draft.name) || draft.n_layer <= 2 ? DraftKind::eagle : DraftKind::draft_model;
+}
 
 EngineAnswer vllm_answer(const EngineCase& c, const EngineSettings& s) {
     const ModelConfig& cfg = *c.model;
     const std::uint64_t version = s.version ? s.version : 10002;
+    // __post_init__'s method detection runs before _verify_args' pipeline check
+    if (s.draft && s.draft_kind == DraftKind::draft_model && version >= 10000 && version < 15000) return refuse_vllm_draft_model(c, s, version);
     if (s.pp > 1 && s.draft) return refuse_vllm_pp_draft(c, s, version);
     EngineAnswer a;
     const std::vector<VllmPlan> plans = vllm_stage_plans(c, s, a);

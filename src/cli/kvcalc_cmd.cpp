@@ -54,6 +54,7 @@ struct KvcalcOptions {
     std::optional<std::uint64_t> n_ctx;  // llama.cpp -c from --engine-cmd
     std::optional<std::uint64_t> max_running_requests, spec_steps, spec_topk, spec_draft_tokens;  // SGLang's, from --engine-cmd
     bool speculative = false;            // --engine-cmd names a speculative algorithm (SGLang's NGRAM keeps no draft KV)
+    DraftKind draft_kind = DraftKind::unset;  // vLLM's --speculative-config method (or its model's name) from --engine-cmd
     std::vector<std::string> notes;      // said under the report (the release that answers, the command's ignored flags)
     bool dtypes_given = false;           // -d on the command line (else an engine's default cache type)
     std::string kv_tokens;
@@ -176,6 +177,7 @@ void apply_engine_command(KvcalcOptions& o, bool engine_given) {
     o.max_running_requests = cmd.max_running_requests, o.spec_steps = cmd.spec_steps, o.spec_topk = cmd.spec_topk;
     o.spec_draft_tokens = cmd.spec_draft_tokens;
     o.speculative = !cmd.spec_algorithm.empty();
+    o.draft_kind = cmd.draft_kind;
     for (const auto& n : cmd.notes) o.notes.push_back("--engine-cmd: " + n);
     if (!cmd.ignored.empty())
         o.notes.push_back(fmt::format("--engine-cmd: read as {}; flags that do not change the KV cache, ignored: {}", cmd.program, fmt::join(cmd.ignored, " ")));
@@ -201,6 +203,8 @@ void set_engine_settings(const KvcalcOptions& o, KvcalcRequest& r) {
     if (es.pp == 0) throw UsageError("--pp 0: expected 1 or more pipeline stages");
     r.pp = es.pp;  // also the generic tables' deployment: each GPU holds its stage's layers (kvcalc_pp.hpp)
     set_draft(o, r);
+    // the engine command's method (or draft name) decides; else --draft's shape: mtp:N, or draft_kind_of's rule
+    es.draft_kind = o.draft_kind != DraftKind::unset ? o.draft_kind : r.draft_mtp_layers ? DraftKind::mtp : r.draft ? draft_kind_of(*r.draft) : DraftKind::unset;
     const bool engine_knob = !o.kv_tokens.empty() || o.ubatch != "512" || o.kv_unified || o.swa_full || !o.max_num_batched_tokens.empty() ||
                              !o.draft.empty() || !o.flash_attn.empty();
     if (engine_knob && o.engine == Engine::exact)

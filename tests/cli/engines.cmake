@@ -350,3 +350,15 @@ kvlab_expect(RC 0 ARGS kvcalc --engine-cmd "vllm serve meta-llama/Llama-3.1-8B -
 # PyTorch executor refuses a separate drafter under pipeline parallel (py_executor.py; NVIDIA/TensorRT-LLM issue #9009).
 kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-8b --engine trtllm --kv-budget 51.629GiB --context 8192 --draft ${E}/eagle-llama3.1-8b.json --pp 2
              OUT "--pp with a draft: TensorRT-LLM 1\\.2\\.0rc2 refuses a separate drafter" "Drafting is not supported for selected executor loop")
+
+# vLLM v0.10.x (V1 only) refuses a separate draft model: SpeculativeConfig.__post_init__ detects no EAGLE ("eagle-"/"eagle3" not in
+# the name), medusa, mlp_speculator or MTP, sets "draft_model" and raises; an explicit "method": "draft_model" is refused too.
+# --draft llama-3.2-1b (16 layers, no EAGLE name) is a draft model; v0.15.2 (after vllm PR #24322) sizes it in the target's pool.
+kvlab_expect(RC 0 ARGS kvcalc -m llama-3.1-8b --engine vllm --kv-budget 51.629GiB --context 8192 --draft llama-3.2-1b
+             OUT "llama-3\\.1-8b  NotImplementedError: Speculative decoding with draft model is not supported yet\\." "vLLM v0\\.10\\.2 refuses the separate draft model llama-3\\.2-1b"
+             NOT_OUT "GPU KV cache size")
+kvlab_expect(RC 0 ARGS kvcalc --engine-cmd "vllm serve meta-llama/Llama-3.1-8B --max-model-len 8192 --speculative-config '{\"method\": \"draft_model\", \"model\": \"meta-llama/Llama-3.2-1B\", \"num_speculative_tokens\": 5}'"
+             --draft llama-3.2-1b --kv-budget 51.629GiB
+             OUT "NotImplementedError: Speculative decoding with draft model is not supported yet\\." NOT_OUT "GPU KV cache size")
+kvlab_expect_lines(ARGS kvcalc --engine vllm@0.15.2 --engine-cmd "vllm serve meta-llama/Llama-3.1-8B --max-model-len 8192 --speculative-config '{\"model\": \"meta-llama/Llama-3.2-1B\", \"num_speculative_tokens\": 5}'"
+                   --draft llama-3.2-1b --kv-budget 51.629GiB LINES "GPU KV cache size: 281,952 tokens")

@@ -52,6 +52,17 @@ DType engine_default_dtype(Engine engine);
 // llama.cpp -fa: on, off, auto (from b6327, PR #15434, also its default), or not given (the release's default)
 enum class FlashAttn { unset, on, off, automatic };
 
+// What a speculative draft is, as vLLM decides it (SpeculativeConfig's method): an EAGLE head, a separate draft model,
+// MTP layers; unset: not known (sized as a draft whose layers join the pool).
+enum class DraftKind { unset, eagle, draft_model, mtp };
+// vLLM's rule (SpeculativeConfig.__post_init__, v0.10.x): the "method" when given ("eagle", "eagle3": EAGLE; "draft_model";
+// any "*mtp": MTP); without one the draft's name: "eagle-" or "eagle3" in it (any case) is an EAGLE head, else a draft model.
+// Other methods (medusa, mlp_speculator, ngram, suffix) and no draft: unset.
+DraftKind vllm_draft_kind(std::string_view method, std::string_view model);
+// --draft CONFIG: vLLM's name rule, else a draft of at most 2 layers is an EAGLE head (EAGLE and EAGLE-3 heads have one
+// decoder layer), else a separate draft model.
+DraftKind draft_kind_of(const ModelConfig& draft);
+
 struct EngineSettings {
     std::uint64_t block_size = 0;      // 0: the engine's default (vLLM 16, SGLang page 1, TensorRT-LLM 32); llama.cpp has none
     std::uint64_t ubatch = 512;        // llama.cpp -ub: enters the size of the sliding-window cache
@@ -66,6 +77,7 @@ struct EngineSettings {
     std::uint64_t pp = 1;                    // pipeline-parallel stages (vLLM, SGLang, TensorRT-LLM; llama.cpp: devices)
     std::vector<std::uint64_t> stage_budgets;  // one KV budget per stage when they differ (else EngineCase::kv_budget)
     const ModelConfig* draft = nullptr;      // a speculative-decoding draft (EAGLE head, draft model, MTP layers)
+    DraftKind draft_kind = DraftKind::unset;  // what the draft is (vLLM v0.10.x refuses a separate draft model)
     bool speculative = false;                // a speculative algorithm runs even without a draft that keeps KV (SGLang NGRAM)
     // SGLang's speculative headroom: --max-running-requests, --speculative-num-steps, --speculative-eagle-topk,
     // --speculative-num-draft-tokens (--engine-cmd); unset: SGLang's defaults (engine_sglang.cpp)
