@@ -83,11 +83,17 @@ void group_vllm_layers(const ModelConfig& cfg, VllmPlan& p) {
     }
 }
 
+// The vLLM flags an answer stands for (the engine-flags column).
+std::string vllm_flags(const EngineCase& c, const VllmPlan& p, std::uint64_t pp) {
+    return fmt::format("--max-model-len {} --block-size {} --kv-cache-dtype {}{}{}{}", p.len, p.bs, p.elem == 1 ? "fp8" : "auto",
+                       c.tp > 1 ? fmt::format(" -tp {}", c.tp) : "", p.window ? fmt::format(" --max-num-batched-tokens {}", p.batched) : "",
+                       pp > 1 ? fmt::format(" -pp {}", pp) : "");
+}
+
 // The flags, the MLA block-size note and the hybrid grouping note; returns the padding line to log, if any.
-std::string add_vllm_settings(const ModelConfig& cfg, const EngineCase& c, const VllmPlan& p, EngineAnswer& a) {
+std::string add_vllm_settings(const ModelConfig& cfg, const EngineCase& c, const VllmPlan& p, std::uint64_t pp, EngineAnswer& a) {
     const Layout& lay = p.lay;
-    a.settings = fmt::format("--max-model-len {} --block-size {} --kv-cache-dtype {}{}{}", p.len, p.bs, p.elem == 1 ? "fp8" : "auto",
-                             c.tp > 1 ? fmt::format(" -tp {}", c.tp) : "", p.window ? fmt::format(" --max-num-batched-tokens {}", p.batched) : "");
+    a.settings = vllm_flags(c, p, pp);
     // vllm/platforms/cuda.py (check_and_update_config) raises an MLA model's block size on its own: to 64 when
     // the FlashMLA backend runs it (Hopper), to 128 for CUTLASS MLA (Blackwell)
     if (cfg.mla && p.bs % 64 != 0)
@@ -206,8 +212,7 @@ EngineAnswer refuse_vllm_pp_draft(const EngineCase& c, const EngineSettings& s, 
     VllmPlan p;
     read_vllm_settings(c, s, p);
     EngineAnswer a;
-    a.settings = fmt::format("--max-model-len {} --block-size {} --kv-cache-dtype {}{} -pp {}", p.len, p.bs, p.elem == 1 ? "fp8" : "auto",
-                             c.tp > 1 ? fmt::format(" -tp {}", c.tp) : "", s.pp);
+    a.settings = vllm_flags(c, p, s.pp);
     a.log_lines.push_back("NotImplementedError: Pipeline parallelism is not supported for this model. Supported models implement the `SupportsPP` "
                           "interface.");
     a.notes.push_back(fmt::format("{}: {} refuses -pp {} with the draft {}, before any pool is allocated: SpeculativeConfig._verify_args checks "
@@ -230,8 +235,7 @@ EngineAnswer refuse_vllm_draft_model(const EngineCase& c, const EngineSettings& 
     VllmPlan p;
     read_vllm_settings(c, s, p);
     EngineAnswer a;
-    a.settings = fmt::format("--max-model-len {} --block-size {} --kv-cache-dtype {}{}{}", p.len, p.bs, p.elem == 1 ? "fp8" : "auto",
-                             c.tp > 1 ? fmt::format(" -tp {}", c.tp) : "", s.pp > 1 ? fmt::format(" -pp {}", s.pp) : "");
+    a.settings = vllm_flags(c, p, s.pp);
     a.log_lines.push_back("NotImplementedError: Speculative decoding with draft model is not supported yet. Please consider using other "
                           "speculative decoding methods such as ngram, medusa, eagle, or deepseek_mtp.");
     a.notes.push_back(fmt::format("{}: {} refuses the separate draft model {} before any pool is allocated: its V1 engine has no "
@@ -296,9 +300,8 @@ EngineAnswer vllm_answer(const EngineCase& c, const EngineSettings& s) {
             }
         if (all.needed > all.budget) p = all;
     }
-    const std::string padding_line = add_vllm_settings(cfg, c, p, a);
+    const std::string padding_line = add_vllm_settings(cfg, c, p, s.pp, a);
     if (s.pp > 1) {
-        a.settings += fmt::format(" -pp {}", s.pp);
         std::vector<std::string> parts;
         for (const auto& q : plans) parts.push_back(fmt::format("{}", q.last_layer - q.first_layer + q.draft_layers));
         a.notes.push_back(fmt::format("{}: -pp {} gives the stages {} layers (get_pp_indices); each sizes blocks from its own budget and "
